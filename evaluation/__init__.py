@@ -1,0 +1,1 @@
+"""Cross-lingual similarity search and its error rates (faiss; no Ray or MLflow at import)."""

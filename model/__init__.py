@@ -1,0 +1,1 @@
+"""PyTorch encoders, decoders and training paths (plain torch: no Ray, no MLflow)."""

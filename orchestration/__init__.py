@@ -1,0 +1,1 @@
+"""Runs the stages: the CLI, configuration, Ray jobs, scheduled retraining."""

@@ -1,0 +1,1 @@
+"""Apache Beam jobs that turn N-way parallel corpora into BPE-encoded Parquet shards."""

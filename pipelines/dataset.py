@@ -1,0 +1,114 @@
+"""The prepared dataset on disk: Parquet schema, manifest, atomic publication, reading.
+
+Layout of a dataset directory (`<run_dir>/data`):
+
+    manifest.json         written last: a directory without it is not a dataset
+    config.yaml           the resolved run config
+    spm.model, spm.vocab  the joint BPE model
+    train/part-00000-of-00004.parquet ...   dev/...   test/...
+
+A run builds everything in a sibling staging directory and renames it into
+place only when complete, so a crash never leaves a dataset that looks done.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FORMAT = "interlingua-dataset/1"
+SPLITS = ("train", "dev", "test")
+MANIFEST = "manifest.json"
+SPM_MODEL = "spm.model"
+SPM_VOCAB = "spm.vocab"
+# Token ids: sentencepiece reserves these; the stored ids never contain bos/eos.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+class DatasetError(RuntimeError):
+    """A dataset directory that is missing, incomplete or of another format."""
+
+
+def schema(languages: list[str]) -> pa.Schema:
+    """One row per tuple; per language its text, token ids and token count (null if absent)."""
+    fields = [pa.field("key", pa.string(), nullable=False)]
+    for lang in languages:
+        fields += [
+            pa.field(f"{lang}_text", pa.string()),
+            pa.field(f"{lang}_ids", pa.list_(pa.int32())),
+            pa.field(f"{lang}_len", pa.int32()),
+        ]
+    return pa.schema(fields)
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return f"{split}/part-{index:05d}-of-{count:05d}.parquet"
+
+
+def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> dict[str, Any]:
+    """Write rows (sorted by key for identical reruns) to one Parquet file; return its record."""
+    rows = sorted(rows, key=lambda r: r["key"])
+    table = pa.Table.from_pylist(rows, schema=schema(languages))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pq.write_table(table, path, compression="zstd")
+    return {"rows": len(rows), "bytes": os.path.getsize(path), "sha256": file_sha256(path)}
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def staging_dir(data_dir: Path, fingerprint: str) -> Path:
+    """Where a run builds its dataset before publishing it (one per config and input)."""
+    return data_dir.with_name(f".{data_dir.name}.partial-{fingerprint[:16]}")
+
+
+def publish(staging: Path, data_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write the manifest into `staging`, then swap it into `data_dir` atomically."""
+    tmp = staging / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+    os.replace(tmp, staging / MANIFEST)
+    old = None
+    if data_dir.exists():
+        old = data_dir.with_name(f".{data_dir.name}.old-{os.getpid()}")
+        os.replace(data_dir, old)  # the previous dataset stays whole until the new one is in
+    os.replace(staging, data_dir)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def load_manifest(data_dir: str | Path) -> dict[str, Any]:
+    """The manifest of a complete dataset. Raises DatasetError otherwise."""
+    path = Path(data_dir) / MANIFEST
+    if not path.is_file():
+        raise DatasetError(
+            f"{data_dir}: no {MANIFEST}: not a finished dataset; run `interlingua prepare` first"
+        )
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT:
+        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    return manifest
+
+
+def split_files(data_dir: str | Path, split: str) -> list[Path]:
+    """The Parquet shards of one split of a complete dataset."""
+    manifest = load_manifest(data_dir)
+    if split not in manifest["splits"]:
+        raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest['splits'])}")
+    return [Path(data_dir) / f["path"] for f in manifest["splits"][split]["files"]]
+
+
+def read_split(data_dir: str | Path, split: str, columns: list[str] | None = None) -> pa.Table:
+    """One split as a pyarrow Table (all shards, in shard order)."""
+    tables = [pq.read_table(p, columns=columns) for p in split_files(data_dir, split)]
+    return pa.concat_tables(tables)

@@ -1,0 +1,200 @@
+"""Per-sentence and per-tuple cleaning: plain functions, testable without Beam.
+
+`Cleaner.clean_tuple` normalizes every sentence of a tuple and applies the
+filters; it returns the kept sentences and, for each dropped one, the reason.
+Reasons are stable strings: they are metric names and manifest keys.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+import unicodedata
+from dataclasses import dataclass, field
+
+import regex
+
+from pipelines.config import FilterConfig, NormalizeConfig
+
+# Drop reasons, per sentence (the tuple-level ones are in pipelines.prepare).
+INVALID_UTF8 = "invalid_utf8"
+EMPTY = "empty"
+TOO_SHORT = "too_short"
+TOO_LONG = "too_long"
+LENGTH_RATIO = "length_ratio"
+URL_EMAIL = "url_email"
+WRONG_SCRIPT = "wrong_script"
+
+# Languages written without spaces between words: their length is counted in characters.
+CJK_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
+# Characters per English word in these scripts, to compare lengths across a tuple.
+CJK_CHARS_PER_WORD = 1.5
+
+# ISO 639-1/3 code -> Unicode scripts whose letters the language is written in.
+SCRIPTS: dict[str, tuple[str, ...]] = {
+    **{lang: ("Latin",) for lang in (
+        "en fr es pt it de nl ro pl tr id vi tl sw ca cs da et fi ga hr hu is lt lv ms mt "
+        "no nb sk sl sq sv eu gl af cy eo la az uz so ha yo ig zu xh"
+    ).split()},
+    **{lang: ("Cyrillic",) for lang in "ru uk bg be sr mk kk ky mn tg".split()},
+    **{lang: ("Arabic",) for lang in "ar fa ur ps ug ku".split()},
+    "zh": ("Han",), "ja": ("Han", "Hiragana", "Katakana"), "ko": ("Hangul", "Han"),
+    "hi": ("Devanagari",), "mr": ("Devanagari",), "ne": ("Devanagari",), "bn": ("Bengali",),
+    "pa": ("Gurmukhi",), "gu": ("Gujarati",), "ta": ("Tamil",), "te": ("Telugu",),
+    "kn": ("Kannada",), "ml": ("Malayalam",), "si": ("Sinhala",), "th": ("Thai",),
+    "lo": ("Lao",), "km": ("Khmer",), "my": ("Myanmar",), "el": ("Greek",), "he": ("Hebrew",),
+    "yi": ("Hebrew",), "ka": ("Georgian",), "hy": ("Armenian",), "am": ("Ethiopic",),
+    "bo": ("Tibetan",),
+}
+
+_URL_EMAIL = re.compile(
+    r"(?i)\b(?:https?://|ftp://|www\.)\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+\b"
+)
+_SPACES = re.compile(r"\s+")
+_LETTER = regex.compile(r"\p{L}")
+# Zero-width (non-)joiners carry meaning in Persian and Indic scripts; every other
+# control or format character (soft hyphen, LRM marks, BOM, NUL...) is removed.
+_KEEP_FORMAT = {"\u200c", "\u200d"}
+
+
+def base_language(lang: str) -> str:
+    """'zh_Hant' -> 'zh'."""
+    return lang.split("_", 1)[0]
+
+
+def length_units(text: str, lang: str) -> int:
+    """Words, or characters (without spaces) for languages written without spaces."""
+    if base_language(lang) in CJK_LANGUAGES:
+        return len(text) - text.count(" ")
+    return len(text.split())
+
+
+@dataclass
+class Normalizer:
+    """NFKC, control/format characters, whitespace, lowercasing, and noise patterns."""
+
+    config: NormalizeConfig
+    _patterns: list[tuple[str, re.Pattern[str], frozenset[str] | None]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._patterns = [
+            (p.name, re.compile(p.regex), frozenset(p.languages) if p.languages else None)
+            for p in self.config.remove_patterns
+        ]
+
+    def __call__(self, text: str, lang: str) -> tuple[str, list[str]]:
+        """Return the normalized text and the names of the noise patterns that matched."""
+        if self.config.nfkc:
+            text = unicodedata.normalize("NFKC", text)
+        matched = []
+        for name, pattern, langs in self._patterns:
+            if langs is not None and lang not in langs:
+                continue
+            text, n = pattern.subn(" ", text)
+            if n:
+                matched.append(name)
+        text = "".join(
+            " " if ch.isspace() else ch
+            for ch in text
+            if ch in _KEEP_FORMAT or ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf")
+        )
+        text = _SPACES.sub(" ", text).strip()
+        if self.config.lowercase:
+            text = text.lower()
+        return text, matched
+
+
+@dataclass
+class SentenceFilter:
+    """The per-sentence filters; `reason(text, lang)` is None for a kept sentence."""
+
+    config: FilterConfig
+    _scripts: dict[str, regex.Pattern] = field(init=False)
+
+    def __post_init__(self) -> None:
+        table = {**SCRIPTS, **{k: tuple(v) for k, v in self.config.scripts.items()}}
+        self._scripts = {
+            lang: regex.compile("|".join(rf"\p{{Script={s}}}" for s in scripts))
+            for lang, scripts in table.items()
+        }
+
+    def script_pattern(self, lang: str) -> regex.Pattern | None:
+        return self._scripts.get(lang) or self._scripts.get(base_language(lang))
+
+    def reason(self, text: str, lang: str) -> str | None:
+        cfg = self.config
+        if not text:
+            return EMPTY
+        units = length_units(text, lang)
+        cjk = base_language(lang) in CJK_LANGUAGES
+        if units < (cfg.min_cjk_chars if cjk else cfg.min_words):
+            return TOO_SHORT
+        if units > (cfg.max_cjk_chars if cjk else cfg.max_words):
+            return TOO_LONG
+        if cfg.drop_urls and _URL_EMAIL.search(text):
+            return URL_EMAIL
+        if cfg.min_script_fraction > 0:
+            pattern = self.script_pattern(lang)
+            letters = len(_LETTER.findall(text))
+            if pattern is not None and letters:
+                in_script = len(pattern.findall(text))
+                if in_script < cfg.min_script_fraction * letters:
+                    return WRONG_SCRIPT
+        return None
+
+
+def comparable_length(text: str, lang: str) -> float:
+    """Length in English-word equivalents, to compare sentences across languages."""
+    units = length_units(text, lang)
+    return units / CJK_CHARS_PER_WORD if base_language(lang) in CJK_LANGUAGES else float(units)
+
+
+def length_ratio_outliers(sentences: dict[str, str], max_ratio: float) -> list[str]:
+    """Languages whose sentence is over `max_ratio` times longer/shorter than the median of the others."""
+    if len(sentences) < 2:
+        return []
+    lengths = {lang: max(comparable_length(t, lang), 1.0) for lang, t in sentences.items()}
+    out = []
+    for lang, n in lengths.items():
+        others = statistics.median(v for k, v in lengths.items() if k != lang)
+        if max(n, others) / min(n, others) > max_ratio:
+            out.append(lang)
+    return out
+
+
+@dataclass
+class Cleaner:
+    """Normalize and filter one tuple {lang: text or None (invalid UTF-8)}."""
+
+    normalize: NormalizeConfig
+    filters: FilterConfig
+    _normalizer: Normalizer = field(init=False)
+    _filter: SentenceFilter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._normalizer = Normalizer(self.normalize)
+        self._filter = SentenceFilter(self.filters)
+
+    def clean_tuple(
+        self, sentences: dict[str, str | None]
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, list[str]]]:
+        """Return (kept {lang: text}, dropped {lang: reason}, patterns matched {lang: [names]})."""
+        kept: dict[str, str] = {}
+        dropped: dict[str, str] = {}
+        matched: dict[str, list[str]] = {}
+        for lang, raw in sentences.items():
+            if raw is None:
+                dropped[lang] = INVALID_UTF8
+                continue
+            text, names = self._normalizer(raw, lang)
+            if names:
+                matched[lang] = names
+            reason = self._filter.reason(text, lang)
+            if reason:
+                dropped[lang] = reason
+            else:
+                kept[lang] = text
+        if self.filters.max_length_ratio is not None:
+            for lang in length_ratio_outliers(kept, self.filters.max_length_ratio):
+                dropped[lang] = LENGTH_RATIO
+                del kept[lang]
+        return kept, dropped, matched
