@@ -125,7 +125,7 @@ def _describe(
         # the deepest located prefix of the key gives the line
         line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
         origin = f"{where}:{line}" if line else where
-        if any(o.split("=", 1)[0] == key for o in overrides):
+        if any(f"{o.split('=', 1)[0]}.".startswith(f"{key}.") for o in overrides):
             origin = "command line"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
@@ -18,7 +17,8 @@ Tuple = tuple[str, dict[str, str]]  # (key, {lang: normalized text})
 
 def content_key(sentences: dict[str, str]) -> str:
     """A hash of a tuple's normalized text, for exact deduplication."""
-    return hashlib.blake2b(json.dumps(sorted(sentences.items())).encode(), digest_size=16).hexdigest()
+    blob = "\x1e".join(f"{lang}\x1f{text}" for lang, text in sorted(sentences.items()))
+    return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
 
 
 class KeepFirstFn(beam.DoFn):

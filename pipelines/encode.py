@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 import sentencepiece as spm
@@ -19,16 +19,41 @@ log = logging.getLogger(__name__)
 Tuple = tuple[str, dict[str, str]]
 
 
-def _sample(t: Tuple, rates: dict[str, float]) -> Iterator[tuple[float, str]]:
+def _sample(t: Tuple, rates: dict[str, float]) -> list[tuple[str, str]]:
+    """The copies of one tuple's sentences drawn into the BPE sample, each with its sort key."""
     key, sentences = t
-    for lang, text in sentences.items():
-        for copy in range(tokenizer.copies(rates[lang], key, lang)):
-            yield unit_hash("order", key, lang, copy), text
+    return [
+        (f"{key}\x1f{lang}\x1f{copy}", text)
+        for lang, text in sentences.items()
+        for copy in range(tokenizer.copies(rates[lang], key, lang))
+    ]
 
 
-def _train(sample: list[tuple[float, str]], config: SpmConfig) -> bytes:
+class CountLanguagesFn(beam.CombineFn):
+    """Sentences per language over all tuples (a combiner: one partial count per bundle)."""
+
+    def create_accumulator(self) -> dict[str, int]:
+        return {}
+
+    def add_input(self, acc: dict[str, int], t: Tuple) -> dict[str, int]:
+        for lang in t[1]:
+            acc[lang] = acc.get(lang, 0) + 1
+        return acc
+
+    def merge_accumulators(self, accs: Iterable[dict[str, int]]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for acc in accs:
+            for lang, n in acc.items():
+                out[lang] = out.get(lang, 0) + n
+        return out
+
+    def extract_output(self, acc: dict[str, int]) -> dict[str, int]:
+        return acc
+
+
+def _train(samples: list[list[tuple[str, str]]], config: SpmConfig) -> bytes:
     started = time.monotonic()
-    sample.sort()  # a fixed order: the same sample always gives the same model
+    sample = sorted(s for part in samples for s in part)  # a fixed order: the same model every time
     proto = tokenizer.train_bpe((text for _, text in sample), config)
     size = spm.SentencePieceProcessor(model_proto=proto).get_piece_size()
     log.info("trained BPE on %d sampled sentences in %.1fs: %d pieces",
@@ -50,25 +75,27 @@ class TrainBpe(beam.PTransform):
         cfg = self.config
         rates = beam.pvalue.AsSingleton(
             train
-            | "Languages" >> beam.FlatMap(lambda t: list(t[1]))
-            | "CountPerLanguage" >> beam.combiners.Count.PerElement()
-            | "CountsAsDict" >> beam.combiners.ToDict()
+            | "CountPerLanguage" >> beam.CombineGlobally(CountLanguagesFn())
             | "SamplingRates" >> beam.Map(tokenizer.sampling_rates, cfg)
         )
         return (
             train
-            | "SampleSentences" >> beam.FlatMap(_sample, rates)
+            | "SampleSentences" >> beam.Map(_sample, rates)
+            | "NonEmpty" >> beam.Filter(bool)
             | "GatherSample" >> beam.combiners.ToList()
             | "TrainModel" >> beam.Map(_train, cfg)
         )
 
 
-class EncodeFn(beam.DoFn):
-    """(split, tuple) -> a Parquet row keyed by its shard; counts what each split receives."""
+class WriteShardFn(beam.DoFn):
+    """All tuples of one shard -> BPE-encoded rows in one Parquet file; counts what each split gets.
 
-    def __init__(self, languages: list[str], shards: dict[str, int]) -> None:
-        self.languages = languages
-        self.shards = shards
+    Encoding here, after the shuffle, keeps token ids out of it, and lets
+    sentencepiece encode a whole shard in one (multi-threaded) call.
+    """
+
+    def __init__(self, root: str, languages: list[str], shards: dict[str, int]) -> None:
+        self.root, self.languages, self.shards = root, languages, shards
 
     def setup(self) -> None:
         self._proto: bytes | None = None
@@ -76,34 +103,29 @@ class EncodeFn(beam.DoFn):
     def start_bundle(self) -> None:
         self.tally = Tally()
 
-    def process(self, element: tuple[str, Tuple], model: bytes) -> Iterator[Any]:
+    def process(self, element: tuple[tuple[str, int], Iterable[Tuple]], model: bytes) -> Iterator[Any]:
         if model is not self._proto:
             self.sp = spm.SentencePieceProcessor(model_proto=model)
             self._proto = model
-        split, (key, sentences) = element
-        langs = list(sentences)
-        ids = self.sp.encode([sentences[lang] for lang in langs])
-        row: dict[str, Any] = {"key": key}
-        for lang, tokens in zip(langs, ids):
-            row[f"{lang}_text"] = sentences[lang]
-            row[f"{lang}_ids"] = tokens
-            row[f"{lang}_len"] = len(tokens)
-            self.tally.add(f"sentences/{lang}/out/{split}")
-        self.tally.add(f"tuples/out/{split}")
-        shard = int(unit_hash("shard", key) * self.shards[split])
-        yield (split, shard), row
+        (split, shard), tuples = element
+        tuples = list(tuples)
+        ids = iter(self.sp.encode([text for _, sentences in tuples for text in sentences.values()]))
+        rows = []
+        for key, sentences in tuples:
+            row: dict[str, Any] = {"key": key}
+            for lang, text in sentences.items():
+                tokens = next(ids)
+                row[f"{lang}_text"], row[f"{lang}_ids"], row[f"{lang}_len"] = text, tokens, len(tokens)
+                self.tally.add(f"sentences/{lang}/out/{split}")
+            rows.append(row)
+        self.tally.add(f"tuples/out/{split}", len(rows))
+        name = dataset.shard_name(split, shard, self.shards[split])
+        dataset.write_shard(os.path.join(self.root, name), rows, self.languages)
+        log.info("wrote %s: %d rows", name, len(rows))
+        yield name
 
     def finish_bundle(self) -> Iterator[Any]:
         yield from self.tally.flush()
-
-
-def _write_shard(element: tuple[tuple[str, int], Any], root: str, languages: list[str],
-                 shards: dict[str, int]) -> str:
-    (split, shard), rows = element
-    name = dataset.shard_name(split, shard, shards[split])
-    record = dataset.write_shard(os.path.join(root, name), list(rows), languages)
-    log.info("wrote %s: %d rows", name, record["rows"])
-    return name
 
 
 def _write_model(proto: bytes, root: str) -> None:
@@ -123,20 +145,17 @@ class EncodeAndWrite(beam.PTransform):
     def expand(self, splits: dict[str, beam.PCollection]) -> Any:
         model = splits["train"] | "TrainBpe" >> TrainBpe(self.config)
         _ = model | "WriteModel" >> beam.Map(_write_model, self.root)
-        labelled = [
-            pcoll | f"Label{split.title()}" >> beam.Map(lambda t, s=split: (s, t))
+        keyed = [
+            pcoll | f"Shard{split.title()}" >> beam.Map(
+                lambda t, s=split: ((s, int(unit_hash("shard", t[0]) * self.shards[s])), t))
             for split, pcoll in splits.items()
         ]
-        rows = (
-            labelled
+        written = (
+            keyed
             | "AllSplits" >> beam.Flatten()
-            | "Encode" >> beam.ParDo(
-                EncodeFn(self.languages, self.shards), beam.pvalue.AsSingleton(model)
-            ).with_outputs(STATS, main="rows")
-        )
-        _ = (
-            rows.rows
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.Map(_write_shard, self.root, self.languages, self.shards)
+            | "EncodeAndWriteShards" >> beam.ParDo(
+                WriteShardFn(self.root, self.languages, self.shards), beam.pvalue.AsSingleton(model)
+            ).with_outputs(STATS, main="files")
         )
-        return rows[STATS]
+        return written[STATS]

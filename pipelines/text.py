@@ -7,7 +7,6 @@ Reasons are stable strings: they are metric names and manifest keys.
 from __future__ import annotations
 
 import re
-import statistics
 import unicodedata
 from dataclasses import dataclass, field
 
@@ -51,9 +50,10 @@ _URL_EMAIL = re.compile(
 )
 _SPACES = re.compile(r"\s+")
 _LETTER = regex.compile(r"\p{L}")
+_WORD_CHAR = regex.compile(r"[\p{L}\p{N}]")
 # Zero-width (non-)joiners carry meaning in Persian and Indic scripts; every other
 # control or format character (soft hyphen, LRM marks, BOM, NUL...) is removed.
-_KEEP_FORMAT = {"\u200c", "\u200d"}
+_CONTROL = regex.compile(r"(?![\u200c\u200d])[\p{Cc}\p{Cf}]")
 
 
 def base_language(lang: str) -> str:
@@ -92,12 +92,7 @@ class Normalizer:
             text, n = pattern.subn(" ", text)
             if n:
                 matched.append(name)
-        text = "".join(
-            " " if ch.isspace() else ch
-            for ch in text
-            if ch in _KEEP_FORMAT or ch.isspace() or unicodedata.category(ch) not in ("Cc", "Cf")
-        )
-        text = _SPACES.sub(" ", text).strip()
+        text = _CONTROL.sub("", _SPACES.sub(" ", text)).strip()
         if self.config.lowercase:
             text = text.lower()
         return text, matched
@@ -108,55 +103,60 @@ class SentenceFilter:
     """The per-sentence filters; `reason(text, lang)` is None for a kept sentence."""
 
     config: FilterConfig
-    _scripts: dict[str, regex.Pattern] = field(init=False)
+    _scripts: dict[str, tuple[regex.Pattern, regex.Pattern]] = field(init=False)
 
     def __post_init__(self) -> None:
         table = {**SCRIPTS, **{k: tuple(v) for k, v in self.config.scripts.items()}}
-        self._scripts = {
-            lang: regex.compile("|".join(rf"\p{{Script={s}}}" for s in scripts))
-            for lang, scripts in table.items()
-        }
+        self._scripts = {}
+        for lang, scripts in table.items():
+            names = "".join(rf"\p{{Script={s}}}" for s in scripts)
+            # (letters in the script, letters outside it): most text has none outside,
+            # which one allocation-free search settles
+            self._scripts[lang] = (regex.compile(f"[{names}]"), regex.compile(rf"[\p{{L}}--[{names}]]", regex.V1))
 
-    def script_pattern(self, lang: str) -> regex.Pattern | None:
+    def script_patterns(self, lang: str) -> tuple[regex.Pattern, regex.Pattern] | None:
+        """(letters in the language's script, letters outside it), None for an unknown language."""
         return self._scripts.get(lang) or self._scripts.get(base_language(lang))
 
-    def reason(self, text: str, lang: str) -> str | None:
+    def reason(self, text: str, lang: str, units: int | None = None) -> str | None:
+        """The first filter that rejects `text` (`units`: its length_units, if known), or None."""
         cfg = self.config
-        if not text:
-            return EMPTY
-        units = length_units(text, lang)
+        if not _WORD_CHAR.search(text):
+            return EMPTY  # nothing but spaces and punctuation (one Arabic verse is ":")
+        if units is None:
+            units = length_units(text, lang)
         cjk = base_language(lang) in CJK_LANGUAGES
         if units < (cfg.min_cjk_chars if cjk else cfg.min_words):
             return TOO_SHORT
         if units > (cfg.max_cjk_chars if cjk else cfg.max_words):
             return TOO_LONG
-        if cfg.drop_urls and _URL_EMAIL.search(text):
+        if cfg.drop_urls and ("@" in text or "://" in text or "www." in text) and _URL_EMAIL.search(text):
             return URL_EMAIL
         if cfg.min_script_fraction > 0:
-            pattern = self.script_pattern(lang)
-            letters = len(_LETTER.findall(text))
-            if pattern is not None and letters:
-                in_script = len(pattern.findall(text))
-                if in_script < cfg.min_script_fraction * letters:
+            patterns = self.script_patterns(lang)
+            if patterns is not None and patterns[1].search(text):
+                inside, outside = len(patterns[0].findall(text)), len(patterns[1].findall(text))
+                if inside < cfg.min_script_fraction * (inside + outside):
                     return WRONG_SCRIPT
         return None
 
 
-def comparable_length(text: str, lang: str) -> float:
-    """Length in English-word equivalents, to compare sentences across languages."""
-    units = length_units(text, lang)
+def comparable_length(units: int, lang: str) -> float:
+    """A length in English-word equivalents, to compare sentences across languages."""
     return units / CJK_CHARS_PER_WORD if base_language(lang) in CJK_LANGUAGES else float(units)
 
 
-def length_ratio_outliers(sentences: dict[str, str], max_ratio: float) -> list[str]:
-    """Languages whose sentence is over `max_ratio` times longer/shorter than the median of the others."""
-    if len(sentences) < 2:
+def length_ratio_outliers(lengths: dict[str, float], max_ratio: float) -> list[str]:
+    """Languages whose length is over `max_ratio` times above/below the median of the others'."""
+    if len(lengths) < 2:
         return []
-    lengths = {lang: max(comparable_length(t, lang), 1.0) for lang, t in sentences.items()}
     out = []
     for lang, n in lengths.items():
-        others = statistics.median(v for k, v in lengths.items() if k != lang)
-        if max(n, others) / min(n, others) > max_ratio:
+        others = sorted(v for k, v in lengths.items() if k != lang)
+        mid = len(others) // 2
+        median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+        n, median = max(n, 1.0), max(median, 1.0)
+        if n > max_ratio * median or median > max_ratio * n:
             out.append(lang)
     return out
 
@@ -181,6 +181,7 @@ class Cleaner:
         kept: dict[str, str] = {}
         dropped: dict[str, str] = {}
         matched: dict[str, list[str]] = {}
+        lengths: dict[str, float] = {}
         for lang, raw in sentences.items():
             if raw is None:
                 dropped[lang] = INVALID_UTF8
@@ -188,13 +189,15 @@ class Cleaner:
             text, names = self._normalizer(raw, lang)
             if names:
                 matched[lang] = names
-            reason = self._filter.reason(text, lang)
+            units = length_units(text, lang)
+            reason = self._filter.reason(text, lang, units)
             if reason:
                 dropped[lang] = reason
             else:
                 kept[lang] = text
+                lengths[lang] = comparable_length(units, lang)
         if self.filters.max_length_ratio is not None:
-            for lang in length_ratio_outliers(kept, self.filters.max_length_ratio):
+            for lang in length_ratio_outliers(lengths, self.filters.max_length_ratio):
                 dropped[lang] = LENGTH_RATIO
                 del kept[lang]
         return kept, dropped, matched

@@ -54,6 +54,7 @@ def train_bpe(sentences: Iterable[str], config: SpmConfig) -> bytes:
         character_coverage=config.character_coverage,
         num_threads=config.num_threads,
         input_sentence_size=0,  # the sample is already drawn, deterministically
+        hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
         shuffle_input_sentence=False,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         max_sentence_length=1 << 14,

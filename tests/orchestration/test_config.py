@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from orchestration.config import ConfigError, load_config
+from pipelines.config import DEFAULT_BIBLE_VERSIONS, BibleSource, TextSource, dump_yaml
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_six_language_bible():
+    cfg = load_config()
+    assert cfg.prepare.languages == ["en", "fr", "es", "ru", "ar", "zh"]
+    assert isinstance(cfg.prepare.sources[0], BibleSource)
+    assert cfg.prepare.sources[0].versions == DEFAULT_BIBLE_VERSIONS
+    assert cfg.prepare.spm.vocab_size == 20000
+    assert cfg.prepare.filters.max_words == 50
+
+
+def test_file_values_and_command_line_overrides(tmp_path):
+    path = write(tmp_path, """
+name: small
+prepare:
+  sources:
+    - {kind: text, path: "data/corpus.{lang}", languages: [en, fr]}
+  spm: {vocab_size: 8000}
+""")
+    cfg = load_config(path, ["prepare.spm.vocab_size=4000", "prepare.normalize.lowercase=false",
+                             "prepare.split.dev_fraction=0.1", "prepare.split.test_fraction=0.1"])
+    assert cfg.name == "small"
+    assert isinstance(cfg.prepare.sources[0], TextSource)
+    assert cfg.prepare.spm.vocab_size == 4000
+    assert cfg.prepare.normalize.lowercase is False
+    assert cfg.prepare.split.by_fraction
+
+
+def test_unknown_key_names_key_file_and_line(tmp_path):
+    path = write(tmp_path, "name: x\nprepare:\n  spm:\n    vocab_sise: 8000\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert "prepare.spm.vocab_sise: unknown key" in str(err.value)
+    assert f"{path}:4" in str(err.value)
+
+
+def test_unknown_key_on_command_line():
+    with pytest.raises(ConfigError, match=r"prepare\.spn: unknown key .*command line"):
+        load_config(None, ["prepare.spn.vocab_size=3"])
+
+
+@pytest.mark.parametrize("override, key", [
+    ("prepare.spm.vocab_size=big", "prepare.spm.vocab_size"),
+    ("prepare.spm.vocab_size=12.5", "prepare.spm.vocab_size"),
+    ("prepare.normalize.lowercase=[1]", "prepare.normalize.lowercase"),
+    ("prepare.output.train_shards=-4", "prepare.output.train_shards"),
+    ("prepare.split.dev_size=-1", "prepare.split.dev_size"),
+    ("prepare.filters.min_script_fraction=1.5", "prepare.filters.min_script_fraction"),
+])
+def test_wrong_types_and_impossible_values(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(None, [override])
+
+
+def test_fractions_must_leave_a_training_split():
+    with pytest.raises(ConfigError, match="below 1"):
+        load_config(None, ["prepare.split.dev_fraction=0.6", "prepare.split.test_fraction=0.5"])
+
+
+def test_unknown_source_kind(tmp_path):
+    path = write(tmp_path, "prepare:\n  sources:\n    - {kind: csv, path: x.csv}\n")
+    with pytest.raises(ConfigError, match=r"prepare\.sources\.0.*'bible', 'text', 'tsv', 'jsonl'"):
+        load_config(path)
+
+
+def test_language_given_twice(tmp_path):
+    path = write(tmp_path, "prepare:\n  sources:\n    - {kind: text, path: 'c.{lang}', languages: [en, fr, en]}\n")
+    with pytest.raises(ConfigError, match="language 'en' is given twice"):
+        load_config(path)
+
+
+def test_text_template_needs_lang(tmp_path):
+    with pytest.raises(ConfigError, match=r"must contain '\{lang\}'"):
+        load_config(None, ["prepare.sources=[{kind: text, path: corpus.txt, languages: [en, fr]}]"])
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "prepare: [unclosed\n"))
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_malformed_override():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config(None, ["prepare.spm"])
+
+
+def test_resolved_config_round_trips(tmp_path):
+    cfg = load_config(None, ["prepare.spm.vocab_size=1234"])
+    path = write(tmp_path, dump_yaml(cfg.to_dict()))
+    again = load_config(path)
+    assert again == cfg
+    assert yaml.safe_load(path.read_text())["prepare"]["spm"]["vocab_size"] == 1234
