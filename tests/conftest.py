@@ -67,7 +67,7 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
         f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
         "prepare.split.dev_size=40",
         "prepare.split.test_size=40",
-        "prepare.spm.vocab_size=500",
+        "prepare.spm.vocab_size=2000",
         "prepare.output.train_shards=3",
         *overrides,
     ])
