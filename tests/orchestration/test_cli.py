@@ -1,0 +1,57 @@
+"""The `interlingua` command line, as a user runs it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from orchestration.cli import main
+from tests.conftest import SMALL_BOOKS
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_help_lists_the_commands():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    assert "prepare" in out.stdout and "config" in out.stdout
+    prep = run_cli("prepare", "--help")
+    assert prep.returncode == 0 and "--workers" in prep.stdout and "KEY=VALUE" in prep.stdout
+
+
+def test_config_prints_the_resolved_config(capsys):
+    assert main(["config", "prepare.spm.vocab_size=8000"]) == 0
+    resolved = yaml.safe_load(capsys.readouterr().out)
+    assert resolved["prepare"]["spm"]["vocab_size"] == 8000
+    assert resolved["prepare"]["filters"]["max_words"] == 50
+
+
+def test_user_errors_exit_2_with_a_message_and_no_traceback(tmp_path, capsys):
+    assert main(["config", "prepare.spm.vocab_sise=8000"]) == 2
+    err = capsys.readouterr().err
+    assert "prepare.spm.vocab_sise: unknown key" in err and "Traceback" not in err
+    (tmp_path / "c.en").write_text("In the beginning.\n")
+    code = main(["prepare", f"run_dir={tmp_path / 'run'}",
+                 f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr]}}]"])
+    assert code == 2
+    assert f"{tmp_path}/c.fr: file not found" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_prepare_end_to_end_with_overrides_and_beam_flags(tmp_path):
+    args = ["prepare", f"run_dir={tmp_path / 'run'}", f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
+            "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1500",
+            "--direct_runner_bundle_repeat", "0"]  # any Beam flag, with a separate value, passes through
+    out = run_cli(*args)
+    assert out.returncode == 0, out.stderr
+    assert "tuples read 231" in out.stdout and "dropped" in out.stdout
+    manifest = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())
+    assert manifest["splits"]["dev"]["tuples"] == 20
+    again = run_cli(*args)
+    assert "already up to date" in again.stdout
