@@ -3,6 +3,7 @@
     interlingua prepare --config configs/bible6.yaml prepare.spm.vocab_size=8000
     interlingua prepare --workers 2                       # Beam in 2 processes
     interlingua prepare --runner=FlinkRunner --flink_master=host:8081   # any Beam flags
+    interlingua train --config configs/bible6-cpu.yaml    # Ray Train; resumes a stopped run
     interlingua config --config configs/bible6.yaml       # print the resolved config
 
 Arguments of the form `section.key=value` override the config; every other
@@ -48,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
                       help="processes for the in-process runner (default 1)")
     prep.add_argument("--force", action="store_true",
                       help="rebuild even if the dataset is up to date")
+    trn = with_config(sub.add_parser(
+        "train",
+        help="train the multilingual encoders on the prepared dataset (Ray Train; resumes a stopped run)",
+        description="Train with Ray Train on train.num_workers workers, on the cluster at "
+        "train.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.",
+    ))
+    trn.add_argument("--force", action="store_true", help="discard this run's checkpoints and start over")
     with_config(sub.add_parser("config", help="print the resolved configuration as YAML"))
     return parser
 
@@ -57,7 +65,9 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from pipelines.sources import SourceError
     from pipelines.split import HeldOutError
 
-    return (ConfigError, SourceError, HeldOutError, DatasetError)
+    from orchestration.train import TrainError
+
+    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if beam_args and args.command != "prepare":
             raise ConfigError(f"unknown arguments: {' '.join(beam_args)}")
+        if args.command == "train":
+            return _train(config, args)
         return _prepare(config, args, beam_args)
     except _USER_ERRORS as exc:
         print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
@@ -106,6 +118,17 @@ def _prepare(config, args: argparse.Namespace, beam_args: list[str]) -> int:
     )
     print(summary(result))
     print(f"dataset: {config.data_dir}")
+    return 0
+
+
+def _train(config, args: argparse.Namespace) -> int:
+    from orchestration.train import train
+
+    result = train(config, force=args.force)
+    verb = "already trained" if result.skipped else "trained"
+    error = "n/a" if result.dev_error is None else f"{result.dev_error:.4f}"
+    print(f"{verb}: step {result.step}, best dev similarity error {error}")
+    print(f"model: {result.model_dir}  (MLflow run {result.run_id})")
     return 0
 
 

@@ -16,10 +16,79 @@ import yaml
 from pydantic import Field, ValidationError
 
 from pipelines.config import PrepareConfig, Schema
+from typing import Literal
 
 
 class ConfigError(ValueError):
     """A configuration the user must fix; the message says where and what."""
+
+
+class PathConfig(Schema):
+    """One training path (Schwenk & Douze, Table 3); a tuple's path is drawn by `weight`."""
+
+    kind: Literal["1:1", "1:N", "M:1", "M:N"]
+    weight: float = Field(default=1.0, gt=0)
+    sources: list[str] | None = Field(default=None, description="Allowed source languages; all when unset.")
+    targets: list[str] | None = Field(default=None, description="Allowed targets, e.g. [en] for a fixed target.")
+    m: int = Field(default=2, ge=2, description="Number of averaged sources of M:1 and M:N.")
+
+
+class ModelConfig(Schema):
+    encoder: Literal["blstm_max", "lstm_last"] = Field(
+        default="blstm_max", description="BLSTM + max-pool over time (the paper's best) or LSTM last state."
+    )
+    embed_dim: int = Field(default=128, gt=0, description="Token embedding size.")
+    encoder_hidden: int = Field(default=256, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
+    encoder_layers: int = Field(default=1, ge=1)
+    decoder_hidden: int = Field(default=256, gt=0)
+    decoder_layers: int = Field(default=1, ge=1)
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    shared_encoder: bool = Field(default=False, description="One encoder for every language (LASER).")
+    shared_decoder: bool = Field(default=False, description="One decoder told the target language (LASER).")
+    output: Literal["softmax", "adaptive"] = Field(
+        default="softmax", description="Full softmax, or torch's adaptive softmax (cheaper on CPU)."
+    )
+    adaptive_cutoffs: list[int] | None = Field(
+        default=None, description="Frequency-rank cutoffs of the adaptive softmax; [V/16, V/4] when unset."
+    )
+    ranking_weight: float = Field(
+        default=0.0, ge=0, description="Weight of the in-batch ranking loss on the embeddings; 0 = off."
+    )
+    ranking_scale: float = Field(default=20.0, gt=0)
+    ranking_margin: float = Field(default=0.3, ge=0)
+
+
+class TrainConfig(Schema):
+    paths: list[PathConfig] = Field(default_factory=lambda: [PathConfig(kind="1:1")], min_length=1)
+    monolingual: bool = Field(default=False, description="Allow auto-encoding paths (target = source).")
+    languages: list[str] | None = Field(default=None, description="Train on these; all of the dataset's when unset.")
+    max_tokens: int = Field(default=2000, gt=0, description="Batch budget: sentences x longest length.")
+    max_steps: int = Field(default=20000, gt=0)
+    max_minutes: float | None = Field(default=None, gt=0, description="Stop after this much training time.")
+    seed: int = 0
+    lr: float = Field(default=1e-3, gt=0)
+    grad_clip: float | None = Field(default=5.0, gt=0)
+    lr_decay: float = Field(default=0.5, gt=0, lt=1, description="LR factor when the dev error stalls.")
+    lr_patience_evals: int = Field(default=1, ge=0)
+    early_stop_patience_evals: int | None = Field(default=4, ge=1)
+    min_lr: float = Field(default=1e-5, ge=0)
+    log_every_steps: int = Field(default=20, gt=0)
+    eval_every_steps: int = Field(default=200, gt=0)
+    checkpoint_every_steps: int = Field(default=200, gt=0)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    dev_max_sentences: int | None = Field(default=1000, gt=1, description="Dev tuples used for the error.")
+    num_workers: int = Field(default=1, ge=1)
+    cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
+    use_gpu: bool = False
+    ray_address: str | None = Field(default=None, description="An existing Ray cluster; a local one when unset.")
+    max_failures: int = Field(default=3, ge=0, description="Worker-group restarts from the last checkpoint.")
+
+
+class TrackingConfig(Schema):
+    uri: str = Field(
+        default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."
+    )
+    experiment: str = "interlingua"
 
 
 class Config(Schema):
@@ -27,11 +96,21 @@ class Config(Schema):
     run_dir: str = Field(
         default="runs/default", description="Every stage writes below it: data/, train/, eval/."
     )
+    dataset_dir: str | None = Field(
+        default=None, description="The prepared dataset; <run_dir>/data when unset (set it to share one)."
+    )
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.run_dir) / "data"
+        return Path(self.dataset_dir) if self.dataset_dir else Path(self.run_dir) / "data"
+
+    @property
+    def train_dir(self) -> Path:
+        return Path(self.run_dir) / "train"
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config, every default filled in; written beside every output."""
