@@ -37,7 +37,12 @@ def sample_signature(
     path: TrainingPath, available: Sequence[str], rng: np.random.Generator, *, monolingual: bool = False
 ) -> Signature | None:
     """One concrete (sources, targets) for a tuple holding `available` languages, or None."""
-    sources = [lang for lang in available if path.sources is None or lang in path.sources]
+    sources = [
+        lang for lang in available
+        if (path.sources is None or lang in path.sources)
+        # restricted targets (e.g. a fixed "en") are outputs only, unless auto-encoding
+        and (monolingual or path.targets is None or lang not in path.targets)
+    ]
     if len(sources) < path.num_sources:
         return None
     chosen = sorted(rng.choice(sources, size=path.num_sources, replace=False).tolist())

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -128,8 +129,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     torch.set_num_threads(t["cpus_per_worker"])
     device = ray.train.torch.get_device()
     autocast = device.type == "cuda"
-    if os.environ.get("INTERLINGUA_PID_DIR"):  # lets the fault tests find and kill a worker
-        Path(os.environ["INTERLINGUA_PID_DIR"], f"rank-{rank}.pid").write_text(str(os.getpid()))
+    _register_worker(Path(cfg["train_dir"]), rank, world)
 
     languages = cfg["languages"]
     corpus = ParallelCorpus.read(cfg["train_files"], languages)
@@ -139,7 +139,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     state = _restore()
     if state:
         model.load_state_dict(state["model"])
-    torch.manual_seed(t["seed"] * 1000 + rank + (state["step"] if state else 0))
+    torch.manual_seed(t["seed"] * 1000 + rank + (state["progress"]["step"] if state else 0))
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
     core: MultilingualNMT = model.module if hasattr(model, "module") else model
     optimizer = torch.optim.Adam(model.parameters(), lr=t["lr"])
@@ -226,6 +226,14 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         if step % t["checkpoint_every_steps"] == 0 or stop:
             progress["done"] = stop
             _report(rank, core, optimizer, scheduler, progress, best_state, cfg, metrics)
+
+
+def _register_worker(train_dir: Path, rank: int, world: int) -> None:
+    """workers/rank-N.json: which process on which node holds each rank (for operators and fault tests)."""
+    folder = train_dir / "workers"
+    folder.mkdir(parents=True, exist_ok=True)
+    info = {"pid": os.getpid(), "node": socket.gethostname(), "world": world, "started": time.time()}
+    (folder / f"rank-{rank}.json").write_text(json.dumps(info))
 
 
 def _restore() -> dict[str, Any] | None:

@@ -100,6 +100,7 @@ def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str)
         "train_files": [str(p) for p in split_files(data_dir, "train")],
         "dev_files": [str(p) for p in split_files(data_dir, "dev")],
         "spm_model": str(data_dir / SPM_MODEL),
+        "train_dir": str(config.train_dir.resolve()),
         "config": config.to_dict(),
         "mlflow": {"uri": uri, "run_id": run_id},
     }
@@ -156,7 +157,9 @@ def _fit(config: Config, cfg: dict[str, Any], train_dir: Path):
 
     t = config.train
     if not ray.is_initialized():
-        ray.init(address=t.ray_address, include_dashboard=False, log_to_driver=True)
+        # an explicit address, else the one `ray job submit` exports, else a new local cluster
+        address = t.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+        ray.init(address=address, log_to_driver=True)
     resources = {"CPU": t.cpus_per_worker, **({"GPU": 1} if t.use_gpu else {})}
     trainer = TorchTrainer(
         train_loop_per_worker,

@@ -71,3 +71,13 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
         "prepare.output.train_shards=3",
         *overrides,
     ])
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory) -> Config:
+    """The seven short books prepared once (vocabulary 2,000) for the model and training tests."""
+    from pipelines.prepare import pipeline_options, run_prepare
+
+    config = small_config(tmp_path_factory.mktemp("small"))
+    run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
+    return config

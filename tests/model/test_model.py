@@ -1,0 +1,141 @@
+"""The model on real Bible token ids: shapes, padding, gradient placement per path, overfitting."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from model.data import pad, token_budget_batches
+from model.inference import embed
+from model.nmt import MultilingualNMT, load_model, save_model
+from orchestration.corpus import ParallelCorpus
+from pipelines.dataset import split_files
+
+LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
+
+
+@pytest.fixture(scope="module")
+def corpus(small_dataset) -> ParallelCorpus:
+    return ParallelCorpus.read(split_files(small_dataset.data_dir, "train"), LANGS)
+
+
+def small_model(**kwargs) -> MultilingualNMT:
+    torch.manual_seed(0)
+    args = dict(languages=LANGS, vocab_size=2000, embed_dim=16, encoder_hidden=24, decoder_hidden=24, dropout=0.0)
+    return MultilingualNMT(**{**args, **kwargs})
+
+
+def rows_with(corpus: ParallelCorpus, langs: list[str], n: int) -> np.ndarray:
+    present = np.all([corpus.lengths[lang] > 0 for lang in langs], axis=0)
+    return np.flatnonzero(present)[:n]
+
+
+@pytest.mark.parametrize("pooling,dim", [("max", 48), ("last", 24)])
+def test_encode_shape_and_no_padding_leak(corpus, pooling, dim):
+    model = small_model(pooling=pooling).eval()
+    rows = rows_with(corpus, ["fr"], 6)
+    seqs = [corpus.ids("fr", r) for r in rows]
+    assert len({len(s) for s in seqs}) > 1, "the batch must need padding"
+    ids, lengths = pad(seqs, eos=True)
+    with torch.no_grad():
+        batch = model.encode(ids, lengths, "fr")
+        assert batch.shape == (6, dim)
+        for i, seq in enumerate(seqs):
+            alone = model.encode(*pad([seq], eos=True), "fr")
+            torch.testing.assert_close(batch[i], alone[0], rtol=1e-5, atol=1e-6)
+        # padding with other token ids instead of PAD changes nothing either
+        noisy = ids.clone()
+        noisy[ids == 0] = 7
+        torch.testing.assert_close(model.encode(noisy, lengths, "fr"), batch)
+
+
+def test_forward_losses_and_shared_modules(corpus):
+    rows = rows_with(corpus, ["fr", "en", "es"], 5)
+    sources, targets = corpus.batch((("fr",), ("en", "es")), rows)
+    out = small_model()(sources, targets)
+    assert set(out["nll"]) == {"en", "es"} and out["ranking"] is None
+    # tokens = target ids + one EOS per sentence
+    assert int(out["tokens"]["en"]) == int(corpus.lengths["en"][rows].sum()) + len(rows)
+    assert out["loss"].item() == pytest.approx(np.log(2000), rel=0.1)  # untrained: near uniform
+    shared = small_model(shared_encoder=True, shared_decoder=True)
+    assert list(shared.encoders) == ["shared"] and list(shared.decoders) == ["shared"]
+    assert shared(sources, targets)["loss"].isfinite()
+
+
+def grads(model: MultilingualNMT) -> set[str]:
+    """Top-level modules (encoders.fr, decoders.en) holding a non-zero gradient."""
+    found = set()
+    for name, p in model.named_parameters():
+        if p.grad is not None and p.grad.abs().sum() > 0:
+            found.add(".".join(name.split(".")[:2]))
+    return found
+
+
+@pytest.mark.parametrize("signature,ranking,expected", [
+    ((("fr",), ("en",)), 0.0, {"encoders.fr", "decoders.en"}),  # 1:1
+    ((("fr",), ("en",)), 1.0, {"encoders.fr", "decoders.en", "encoders.en"}),  # + ranking
+    ((("fr",), ("en", "es", "ru")), 0.0, {"encoders.fr", "decoders.en", "decoders.es", "decoders.ru"}),  # 1:N
+    ((("es", "fr"), ("en",)), 0.0, {"encoders.es", "encoders.fr", "decoders.en"}),  # M:1
+    ((("es", "fr"), ("ar", "zh")), 0.0, {"encoders.es", "encoders.fr", "decoders.ar", "decoders.zh"}),  # M:N
+])
+def test_each_path_puts_gradients_exactly_where_it_should(corpus, signature, ranking, expected):
+    model = small_model()
+    rows = rows_with(corpus, list(signature[0] + signature[1]), 4)
+    sources, targets = corpus.batch(signature, rows)
+    model(sources, targets, ranking_weight=ranking)["loss"].backward()
+    assert grads(model) == expected
+
+
+def test_overfits_a_handful_of_real_pairs(corpus):
+    rows = rows_with(corpus, ["fr", "en"], 8)
+    sources, targets = corpus.batch((("fr",), ("en",)), rows)
+    model = small_model(encoder_hidden=64, decoder_hidden=64, embed_dim=32)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = None
+    for _ in range(150):
+        out = model(sources, targets, ranking_weight=1.0)
+        opt.zero_grad()
+        out["loss"].backward()
+        opt.step()
+        first = first or float(out["nll"]["en"].detach() / out["tokens"]["en"])
+    final = float(out["nll"]["en"].detach() / out["tokens"]["en"])
+    assert first > 6.0 and final < 0.5, (first, final)
+    fr = embed(model, [corpus.ids("fr", r) for r in rows], "fr")
+    en = embed(model, [corpus.ids("en", r) for r in rows], "en")
+    sims = (fr / np.linalg.norm(fr, axis=1, keepdims=True)) @ (en / np.linalg.norm(en, axis=1, keepdims=True)).T
+    assert (sims.argmax(axis=1) == np.arange(8)).all()
+
+
+def test_adaptive_softmax_and_token_order(corpus):
+    model = small_model(output="adaptive", adaptive_cutoffs=[100, 500])
+    counts = torch.from_numpy(corpus.token_counts(2000))
+    model.set_token_order(counts)
+    ranks = model.decoders["en"].token_class
+    assert ranks[counts.argmax()] == 0 and sorted(ranks.tolist()) == list(range(2000))
+    rows = rows_with(corpus, ["fr", "en"], 4)
+    out = model(*corpus.batch((("fr",), ("en",)), rows))
+    assert out["loss"].item() == pytest.approx(np.log(2000), rel=0.15)
+    with pytest.raises(ValueError, match="adaptive_cutoffs"):
+        small_model(output="adaptive", adaptive_cutoffs=[500, 100])
+
+
+def test_embed_keeps_input_order_and_save_load_round_trip(corpus, tmp_path):
+    model = small_model()
+    seqs = [corpus.ids("ru", r) for r in rows_with(corpus, ["ru"], 30)]
+    emb = embed(model, seqs, "ru", max_tokens=200)  # several length-sorted batches
+    with torch.no_grad():
+        direct = model.eval().encode(*pad(seqs[:1], eos=True), "ru").numpy()
+    np.testing.assert_allclose(emb[0], direct[0], rtol=1e-5, atol=1e-6)
+    save_model(model, str(tmp_path / "m.pt"), step=3)
+    loaded, meta = load_model(str(tmp_path / "m.pt"))
+    assert meta == {"step": 3}
+    np.testing.assert_allclose(embed(loaded, seqs, "ru"), emb, rtol=1e-5, atol=1e-6)
+
+
+def test_token_budget_batches():
+    costs = np.array([5, 1, 9, 3, 3, 20, 2])
+    batches = token_budget_batches(costs, max_tokens=10)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(7))
+    for batch in batches:
+        assert len(batch) * costs[batch].max() <= 10 or len(batch) == 1
+    assert [costs[b].tolist() for b in batches][-1] == [20]  # over budget: alone
