@@ -1,4 +1,4 @@
-# One command each: `make demo` prepares the embedded Bible corpus,
+# One command each: `make demo` prepares the embedded Bible corpus and trains on it,
 # `make test` runs the whole test suite. Both create the virtualenv first.
 PYTHON ?= python3
 VENV ?= .venv
@@ -22,13 +22,15 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 demo: venv
-	$(BIN)/interlingua prepare --config configs/bible6.yaml
+	$(BIN)/interlingua prepare --config configs/bible6-cpu.yaml
+	$(BIN)/interlingua train --config configs/bible6-cpu.yaml
 
 test: venv
 	$(BIN)/python -m pytest -q
 
 bench: venv
 	$(BIN)/python benchmarks/prepare.py
+	$(BIN)/python benchmarks/train.py
 
 clean:
 	rm -rf $(VENV) runs

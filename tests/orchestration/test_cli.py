@@ -23,6 +23,8 @@ def test_help_lists_the_commands():
     assert "prepare" in out.stdout and "config" in out.stdout
     prep = run_cli("prepare", "--help")
     assert prep.returncode == 0 and "--workers" in prep.stdout and "KEY=VALUE" in prep.stdout
+    train = run_cli("train", "--help")
+    assert train.returncode == 0 and "--force" in train.stdout and "resumes" in train.stdout
 
 
 def test_config_prints_the_resolved_config(capsys):
@@ -55,3 +57,11 @@ def test_prepare_end_to_end_with_overrides_and_beam_flags(tmp_path):
     assert manifest["splits"]["dev"]["tuples"] == 20
     again = run_cli(*args)
     assert "already up to date" in again.stdout
+
+
+def test_train_without_a_dataset_says_to_prepare_first(tmp_path, capsys):
+    assert main(["train", f"run_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert "no manifest.json" in err and "interlingua prepare" in err and "Traceback" not in err
+    assert main(["train", "train.paths=[{kind: '2:2'}]"]) == 2
+    assert "train.paths.0.kind" in capsys.readouterr().err

@@ -1,0 +1,110 @@
+"""Exact k-nearest-neighbour search in candidate shards, merged exactly (faiss `ResultHeap`).
+
+Plain functions over arrays, in the manner of faiss.contrib.exhaustive_search:
+a shard is searched on its own (`search_shard`, what a Ray task runs), the
+per-shard top-k lists are merged into the global top-k (`merge`), so a
+sharded search returns what one search over all candidates returns, with
+memory bounded by the shard, never S x S.
+
+Metrics: cosine (inner product of L2-normalized vectors, the default), ip,
+l2 and l1. Scores are "higher is better" for cosine/ip and "lower is better"
+for l2/l1, as faiss returns them.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Literal
+
+import faiss
+import numpy as np
+
+Metric = Literal["cosine", "ip", "l2", "l1"]
+METRICS: tuple[str, ...] = ("cosine", "ip", "l2", "l1")
+
+
+def higher_is_better(metric: str) -> bool:
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+    return metric in ("cosine", "ip")
+
+
+def prepare(vectors: np.ndarray, metric: str) -> np.ndarray:
+    """float32, C-contiguous, L2-normalized for cosine (a copy; the input is left alone)."""
+    if vectors.ndim != 2:
+        raise ValueError(f"expected a (N, D) array, got shape {vectors.shape}")
+    out = np.array(vectors, dtype=np.float32, order="C", copy=True)
+    if metric == "cosine":
+        faiss.normalize_L2(out)
+    higher_is_better(metric)
+    return out
+
+
+def _index(dim: int, metric: str) -> faiss.Index:
+    if metric in ("cosine", "ip"):
+        return faiss.IndexFlatIP(dim)
+    if metric == "l2":
+        return faiss.IndexFlatL2(dim)
+    return faiss.IndexFlat(dim, faiss.METRIC_L1)
+
+
+def search_shard(
+    queries: np.ndarray, shard: np.ndarray, k: int, metric: str, offset: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of every query among one shard of prepared candidates; ids are global (offset + row)."""
+    if queries.shape[1] != shard.shape[1]:
+        raise ValueError(f"queries have {queries.shape[1]} dimensions, candidates {shard.shape[1]}")
+    index = _index(shard.shape[1], metric)
+    index.add(shard)
+    scores, ids = index.search(queries, min(k, len(shard)))
+    return scores, np.where(ids >= 0, ids + offset, -1)
+
+
+def merge(parts: Iterable[tuple[np.ndarray, np.ndarray]], num_queries: int, k: int, metric: str):
+    """The exact global top-k from per-shard top-k lists: (scores (Q, k), ids (Q, k)), best first."""
+    heap = faiss.ResultHeap(num_queries, k, keep_max=higher_is_better(metric))
+    for scores, ids in parts:
+        heap.add_result(scores, ids)
+    heap.finalize()
+    return heap.D, heap.I
+
+
+def pair_scores(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
+    """Score of each row of a with the same row of b (prepared vectors): (N,)."""
+    if metric in ("cosine", "ip"):
+        return np.einsum("nd,nd->n", a, b)
+    if metric == "l2":
+        return np.einsum("nd,nd->n", a - b, a - b)
+    return np.abs(a - b).sum(axis=1)
+
+
+def count_better(queries: np.ndarray, shard: np.ndarray, reference: np.ndarray, metric: str,
+                 block: int = 4096) -> np.ndarray:
+    """For each query, how many rows of the shard score strictly better than `reference` (Q,).
+
+    Summed over shards, 1 + this is the rank of the true translation. Computed
+    in blocks of queries, so memory stays block x shard.
+    """
+    counts = np.zeros(len(queries), dtype=np.int64)
+    # the true pair's own score, computed another way, may differ in the last bits: a tolerance
+    # keeps it from counting as better than itself (near-ties count as not better)
+    tolerance = 1e-5 * np.maximum(np.abs(reference), 1.0)
+    sign = 1.0 if higher_is_better(metric) else -1.0
+    for start in range(0, len(queries), block):
+        q = queries[start:start + block]
+        if metric in ("cosine", "ip"):
+            scores = q @ shard.T  # (b, n)
+        elif metric == "l2":
+            scores = faiss.pairwise_distances(q, shard, faiss.METRIC_L2)
+        else:
+            scores = faiss.pairwise_distances(q, shard, faiss.METRIC_L1)
+        margin = sign * (scores - reference[start:start + block, None])
+        counts[start:start + block] = (margin > tolerance[start:start + block, None]).sum(axis=1)
+    return counts
+
+
+def search(queries: np.ndarray, candidates: np.ndarray, k: int, metric: str = "cosine",
+           shard_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Single-process search over candidate shards of `shard_size` rows (all at once when None)."""
+    q, c = prepare(queries, metric), prepare(candidates, metric)
+    size = shard_size or len(c)
+    parts = (search_shard(q, c[s:s + size], k, metric, s) for s in range(0, len(c), size))
+    return merge(parts, len(q), k, metric)
