@@ -38,24 +38,47 @@ def prepare(vectors: np.ndarray, metric: str) -> np.ndarray:
     return out
 
 
-def _index(dim: int, metric: str) -> faiss.Index:
-    if metric in ("cosine", "ip"):
-        return faiss.IndexFlatIP(dim)
-    if metric == "l2":
-        return faiss.IndexFlatL2(dim)
-    return faiss.IndexFlat(dim, faiss.METRIC_L1)
+INDEXES: tuple[str, ...] = ("flat", "hnsw", "ivf")
+
+
+def _index(dim: int, metric: str, kind: str = "flat", size: int = 0) -> faiss.Index:
+    """An exact flat index, or an approximate one (HNSW graph, or IVF with ~4 sqrt(n) lists)."""
+    faiss_metric = {"cosine": faiss.METRIC_INNER_PRODUCT, "ip": faiss.METRIC_INNER_PRODUCT,
+                    "l2": faiss.METRIC_L2, "l1": faiss.METRIC_L1}[metric]
+    if kind == "flat":
+        return faiss.IndexFlat(dim, faiss_metric)
+    if metric == "l1":
+        raise ValueError("approximate indexes support cosine, ip and l2, not l1")
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, 32, faiss_metric)
+        index.hnsw.efSearch = 128
+        return index
+    if kind == "ivf":
+        lists = max(1, min(int(4 * np.sqrt(size)), size // 39))  # faiss wants >= 39 points per list
+        index = faiss.IndexIVFFlat(faiss.IndexFlat(dim, faiss_metric), dim, lists, faiss_metric)
+        index.nprobe = max(1, lists // 4)
+        return index
+    raise ValueError(f"unknown index {kind!r}; use one of {', '.join(INDEXES)}")
 
 
 def search_shard(
-    queries: np.ndarray, shard: np.ndarray, k: int, metric: str, offset: int = 0
+    queries: np.ndarray, shard: np.ndarray, k: int, metric: str, offset: int = 0, index: str = "flat"
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of every query among one shard of prepared candidates; ids are global (offset + row)."""
     if queries.shape[1] != shard.shape[1]:
         raise ValueError(f"queries have {queries.shape[1]} dimensions, candidates {shard.shape[1]}")
-    index = _index(shard.shape[1], metric)
-    index.add(shard)
-    scores, ids = index.search(queries, min(k, len(shard)))
+    built = _index(shard.shape[1], metric, index, len(shard))
+    if not built.is_trained:
+        built.train(shard)
+    built.add(shard)
+    scores, ids = built.search(queries, min(k, len(shard)))
     return scores, np.where(ids >= 0, ids + offset, -1)
+
+
+def recall_at(approximate_ids: np.ndarray, exact_ids: np.ndarray, k: int = 1) -> float:
+    """Share of the exact top-k found in the approximate top-k (k = 1: the same nearest)."""
+    found = [len(set(a[:k]) & set(e[:k])) for a, e in zip(approximate_ids, exact_ids)]
+    return float(np.sum(found) / (k * len(exact_ids)))
 
 
 def merge(parts: Iterable[tuple[np.ndarray, np.ndarray]], num_queries: int, k: int, metric: str):

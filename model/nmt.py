@@ -45,13 +45,14 @@ class MultilingualNMT(nn.Module):
         adaptive_cutoffs: Sequence[int] = (),
         ranking_scale: float = 20.0,
         ranking_margin: float = 0.3,
+        nmt_weight: float = 1.0,
     ) -> None:
         super().__init__()
         self.languages = list(languages)
         self.args: dict[str, Any] = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.args["languages"] = list(languages)
         self.args["adaptive_cutoffs"] = list(adaptive_cutoffs)
-        self.ranking_scale, self.ranking_margin = ranking_scale, ranking_margin
+        self.ranking_scale, self.ranking_margin, self.nmt_weight = ranking_scale, ranking_margin, nmt_weight
 
         def encoder() -> SentenceEncoder:
             return SentenceEncoder(
@@ -95,15 +96,18 @@ class MultilingualNMT(nn.Module):
         """Losses of one homogeneous batch: every source holds the same B tuples.
 
         Returns loss (the optimized scalar), nll (summed NLL per target language),
-        tokens (token count per target language) and ranking (the ranking loss, or None).
+        tokens (token count per target language; both empty when nmt_weight is 0)
+        and ranking (the ranking loss, or None).
         """
         embeddings = [self.encode(ids, lens, lang) for lang, (ids, lens) in sources.items()]
         sentence = torch.stack(embeddings).mean(dim=0)  # (B, D); M:1 averages
         nll, tokens = {}, {}
-        for lang, (ids, lens) in targets.items():
-            index = self.languages.index(lang) if SHARED in self.decoders else None
-            nll[lang], tokens[lang] = self._module(self.decoders, lang)(sentence, ids, lens, index)
-        loss = sum(nll.values()) / sum(tokens.values()).clamp(min=1)
+        loss = sentence.new_zeros(())
+        if self.nmt_weight > 0:  # 0: the ranking loss alone trains the encoders, no decoder runs
+            for lang, (ids, lens) in targets.items():
+                index = self.languages.index(lang) if SHARED in self.decoders else None
+                nll[lang], tokens[lang] = self._module(self.decoders, lang)(sentence, ids, lens, index)
+            loss = self.nmt_weight * sum(nll.values()) / sum(tokens.values()).clamp(min=1)
         ranking = None
         if ranking_weight > 0:
             pairs = [lang for lang in targets if lang not in sources]

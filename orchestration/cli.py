@@ -4,6 +4,9 @@
     interlingua prepare --workers 2                       # Beam in 2 processes
     interlingua prepare --runner=FlinkRunner --flink_master=host:8081   # any Beam flags
     interlingua train --config configs/bible6-cpu.yaml    # Ray Train; resumes a stopped run
+    interlingua evaluate --config configs/bible6-cpu.yaml # L x L similarity-search error -> MLflow
+    interlingua search -c configs/bible6-cpu.yaml -q "Dieu est amour." -l fr --in en,zh
+    interlingua embed -c configs/bible6-cpu.yaml -l en -i sentences.txt -o emb.npy
     interlingua config --config configs/bible6.yaml       # print the resolved config
 
 Arguments of the form `section.key=value` override the config; every other
@@ -56,6 +59,27 @@ def _parser() -> argparse.ArgumentParser:
         "train.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.",
     ))
     trn.add_argument("--force", action="store_true", help="discard this run's checkpoints and start over")
+    ev = with_config(sub.add_parser(
+        "evaluate",
+        help="similarity-search error of a trained model on the dev or test split (Ray + faiss)",
+        description="Embed evaluate.split with a Ray Data actor pool, search every ordered language pair "
+        "in evaluate.shards shards with Ray tasks, log the L x L matrix to MLflow.",
+    ))
+    ev.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    srch = with_config(sub.add_parser(
+        "search", help="the nearest sentences of the evaluation split to a query sentence, in other languages",
+    ))
+    srch.add_argument("--query", "-q", required=True, help="the query sentence")
+    srch.add_argument("--lang", "-l", required=True, help="the query's language")
+    srch.add_argument("--in", dest="targets", help="languages to search, comma-separated (default: all others)")
+    srch.add_argument("-k", type=int, default=5, help="neighbours per language (default 5)")
+    srch.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    emb = with_config(sub.add_parser("embed", help="sentences (one per line) -> an embeddings file (.npy)"))
+    emb.add_argument("--lang", "-l", required=True, help="the sentences' language")
+    emb.add_argument("--input", "-i", default="-", help="a text file, one sentence per line (default: stdin)")
+    emb.add_argument("--output", "-o", required=True, help="the .npy file to write, (N, D)")
+    emb.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    emb.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
     with_config(sub.add_parser("config", help="print the resolved configuration as YAML"))
     return parser
 
@@ -65,9 +89,10 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from pipelines.sources import SourceError
     from pipelines.split import HeldOutError
 
+    from orchestration.evaluate import EvaluateError
     from orchestration.train import TrainError
 
-    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError)
+    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(f"unknown arguments: {' '.join(beam_args)}")
         if args.command == "train":
             return _train(config, args)
+        if args.command == "evaluate":
+            return _evaluate(config, args)
+        if args.command == "search":
+            return _search(config, args)
+        if args.command == "embed":
+            return _embed(config, args)
         return _prepare(config, args, beam_args)
     except _USER_ERRORS as exc:
         print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
@@ -130,6 +161,69 @@ def _train(config, args: argparse.Namespace) -> int:
     print(f"{verb}: step {result.step}, best dev similarity error {error}")
     print(f"model: {result.model_dir}  (MLflow run {result.run_id})")
     return 0
+
+
+def _evaluate(config, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from orchestration.evaluate import evaluate, format_matrix
+
+    result = evaluate(config, model_dir=Path(args.model) if args.model else None)
+    print(format_matrix(result))
+    print(f"tables and heatmap: {result.out_dir}  (MLflow run {result.run_id})")
+    return 0
+
+
+def _search(config, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from orchestration.lookup import nearest_sentences
+
+    if args.k < 1:
+        raise ConfigError("-k must be at least 1")
+    languages = config.train.languages or _dataset_languages(config)
+    targets = args.targets.split(",") if args.targets else [lang for lang in languages if lang != args.lang]
+    try:
+        found = nearest_sentences(config, args.query, args.lang, targets, args.k,
+                                  Path(args.model) if args.model else None)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ConfigError(str(exc)) from None
+    for lang, hits in found.items():
+        print(f"[{lang}]")
+        for score, key, text in hits:
+            print(f"  {score:.3f}  {key}  {text}")
+    return 0
+
+
+def _embed(config, args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import numpy as np
+
+    from orchestration.embedder import SentenceEmbedder
+    from orchestration.lookup import embed_lines
+
+    try:
+        embedder = SentenceEmbedder.load(Path(args.model) if args.model else config.train_dir / "model")
+        if args.lang not in embedder.languages:
+            raise ValueError(f"the model knows {embedder.languages}, not {args.lang!r}")
+        source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="strict")
+        with source:
+            chunks = [c.astype(args.dtype) for c in embed_lines(embedder, source, args.lang)]
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{args.input}: not valid UTF-8 ({exc})") from None
+    except (ValueError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    vectors = np.concatenate(chunks) if chunks else np.zeros((0, embedder.model.embedding_dim), args.dtype)
+    np.save(args.output, vectors)
+    print(f"{len(vectors)} sentences -> {args.output} ({vectors.shape[1]}-d {args.dtype})")
+    return 0
+
+
+def _dataset_languages(config) -> list[str]:
+    from pipelines.dataset import load_manifest
+
+    return load_manifest(config.data_dir)["languages"]
 
 
 if __name__ == "__main__":

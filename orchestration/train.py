@@ -56,12 +56,13 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> dict[st
             f"model.adaptive_cutoffs {cutoffs}: must increase and stay below the vocabulary size {vocab_size}"
         )
     return dict(
-        languages=languages, vocab_size=vocab_size, pooling="max" if m.encoder == "blstm_max" else "last",
+        languages=languages, vocab_size=vocab_size,
+        pooling={"blstm_max": "max", "lstm_last": "last", "bow_mean": "mean"}[m.encoder],
         embed_dim=m.embed_dim, encoder_hidden=m.encoder_hidden, encoder_layers=m.encoder_layers,
         decoder_hidden=m.decoder_hidden, decoder_layers=m.decoder_layers, dropout=m.dropout,
         shared_encoder=m.shared_encoder, shared_decoder=m.shared_decoder, output=m.output,
         adaptive_cutoffs=cutoffs if m.output == "adaptive" else [],
-        ranking_scale=m.ranking_scale, ranking_margin=m.ranking_margin,
+        ranking_scale=m.ranking_scale, ranking_margin=m.ranking_margin, nmt_weight=m.nmt_weight,
     )
 
 
@@ -79,11 +80,18 @@ def _languages(config: Config, manifest: dict[str, Any]) -> list[str]:
     return languages
 
 
+def _check_losses(config: Config) -> None:
+    if config.model.nmt_weight == 0 and config.train.monolingual:
+        raise ConfigError("train.monolingual with model.nmt_weight=0: an auto-encoding batch has no ranking "
+                          "pair and so no loss; turn one of them off")
+
+
 def fingerprint(config: Config, manifest: dict[str, Any]) -> str:
     """What a checkpoint depends on: the dataset's content and the model and training config."""
     train = config.train.model_dump(
         exclude={"max_steps", "max_minutes", "num_workers", "ray_address", "max_failures", "cpus_per_worker",
-                 "use_gpu", "log_every_steps", "keep_checkpoints", "early_stop_patience_evals"}
+                 "use_gpu", "log_every_steps", "keep_checkpoints", "early_stop_patience_evals",
+                 "checkpoint_every_steps"}
     )
     payload = {"data": manifest["fingerprint"], "model": config.model.model_dump(), "train": train}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -92,6 +100,7 @@ def fingerprint(config: Config, manifest: dict[str, Any]) -> str:
 def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str) -> dict[str, Any]:
     """Everything a worker needs, as plain values (absolute paths: workers run elsewhere)."""
     languages = _languages(config, manifest)
+    _check_losses(config)
     data_dir = config.data_dir.resolve()
     return {
         "model_args": model_args(config, languages, manifest["spm"]["vocab_size"]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.search import count_better, merge, pair_scores, prepare, search, search_shard
+from evaluation.search import count_better, merge, pair_scores, prepare, recall_at, search, search_shard
 
 
 def brute_force(queries, candidates, k, metric):
@@ -54,3 +54,18 @@ def test_count_better_gives_the_true_rank(metric):
     order = brute_force(q, c, 40, metric)
     expected = np.array([list(row).index(i) for i, row in enumerate(order)])
     np.testing.assert_array_equal(counts, expected)
+
+
+@pytest.mark.parametrize("index", ["hnsw", "ivf"])
+def test_approximate_indexes_report_their_recall(index):
+    rng = np.random.default_rng(3)
+    candidates = prepare(rng.normal(size=(4000, 32)), "cosine")
+    queries = prepare(candidates[:300] + 0.3 * rng.normal(size=(300, 32)).astype(np.float32), "cosine")
+    exact = search_shard(queries, candidates, 5, "cosine")[1]
+    approx = merge([search_shard(queries, candidates[s:s + 2000], 5, "cosine", s, index) for s in (0, 2000)],
+                   300, 5, "cosine")[1]
+    assert recall_at(approx, exact, 1) > 0.7  # isotropic random vectors: the hard case for IVF
+    assert recall_at(exact, exact, 5) == 1.0
+    assert recall_at(approx[:, ::-1], exact, 1) < 1.0  # a wrong order is seen
+    with pytest.raises(ValueError, match="not l1"):
+        search_shard(queries, candidates, 5, "l1", 0, index)

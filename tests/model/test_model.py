@@ -30,7 +30,7 @@ def rows_with(corpus: ParallelCorpus, langs: list[str], n: int) -> np.ndarray:
     return np.flatnonzero(present)[:n]
 
 
-@pytest.mark.parametrize("pooling,dim", [("max", 48), ("last", 24)])
+@pytest.mark.parametrize("pooling,dim", [("max", 48), ("last", 24), ("mean", 16)])
 def test_encode_shape_and_no_padding_leak(corpus, pooling, dim):
     model = small_model(pooling=pooling).eval()
     rows = rows_with(corpus, ["fr"], 6)
@@ -77,9 +77,11 @@ def grads(model: MultilingualNMT) -> set[str]:
     ((("fr",), ("en", "es", "ru")), 0.0, {"encoders.fr", "decoders.en", "decoders.es", "decoders.ru"}),  # 1:N
     ((("es", "fr"), ("en",)), 0.0, {"encoders.es", "encoders.fr", "decoders.en"}),  # M:1
     ((("es", "fr"), ("ar", "zh")), 0.0, {"encoders.es", "encoders.fr", "decoders.ar", "decoders.zh"}),  # M:N
+    ((("fr",), ("en", "ru")), -1.0, {"encoders.fr", "encoders.en", "encoders.ru"}),  # ranking only
 ])
 def test_each_path_puts_gradients_exactly_where_it_should(corpus, signature, ranking, expected):
-    model = small_model()
+    model = small_model(nmt_weight=0.0 if ranking < 0 else 1.0)
+    ranking = abs(ranking)
     rows = rows_with(corpus, list(signature[0] + signature[1]), 4)
     sources, targets = corpus.batch(signature, rows)
     model(sources, targets, ranking_weight=ranking)["loss"].backward()

@@ -1,0 +1,61 @@
+"""Raw sentences -> embeddings with a trained model directory, as training saw them.
+
+    embedder = SentenceEmbedder.load("runs/bible6-cpu/train/model")
+    vectors = embedder.embed(["Au commencement, Dieu créa les cieux et la terre."], "fr")   # (1, D)
+
+A model directory (`interlingua train` exports it) holds model.pt, spm.model
+and config.yaml; the text goes through the same normalization as `prepare`
+(config.prepare.normalize) and the same sentencepiece model, then
+`model.inference.embed`. `interlingua embed`, `interlingua search` and the
+MLflow pyfunc model use this one class.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import sentencepiece as spm
+import torch
+
+from model.inference import embed
+from model.nmt import MultilingualNMT, load_model
+from orchestration.config import load_config
+from pipelines.text import Normalizer
+
+
+class SentenceEmbedder:
+    def __init__(self, model: MultilingualNMT, processor: spm.SentencePieceProcessor, normalizer: Normalizer,
+                 *, max_tokens: int = 8000, device: str = "cpu") -> None:
+        self.model, self.processor, self.normalizer = model, processor, normalizer
+        self.max_tokens, self.device = max_tokens, torch.device(device)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, *, device: str = "cpu", max_tokens: int = 8000) -> SentenceEmbedder:
+        model_dir = Path(model_dir)
+        missing = [n for n in ("model.pt", "spm.model", "config.yaml") if not (model_dir / n).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"{model_dir}: not a model directory (missing {', '.join(missing)}); "
+                "`interlingua train` writes one to <run_dir>/train/model"
+            )
+        model, _ = load_model(str(model_dir / "model.pt"), map_location=device)
+        processor = spm.SentencePieceProcessor(model_file=str(model_dir / "spm.model"))
+        config = load_config(model_dir / "config.yaml")
+        return cls(model.to(device), processor, Normalizer(config.prepare.normalize),
+                   max_tokens=max_tokens, device=device)
+
+    @property
+    def languages(self) -> list[str]:
+        return self.model.languages
+
+    def token_ids(self, sentences: Sequence[str], lang: str) -> list[np.ndarray]:
+        texts = [self.normalizer(s, lang)[0] for s in sentences]
+        return [np.asarray(ids, dtype=np.int64) for ids in self.processor.encode(texts)]
+
+    def embed(self, sentences: Sequence[str], lang: str) -> np.ndarray:
+        """(len(sentences), D) float32; an empty sentence gets the embedding of EOS alone."""
+        if lang not in self.languages:
+            raise ValueError(f"the model knows {self.languages}, not {lang!r}")
+        return embed(self.model, self.token_ids(sentences, lang), lang, max_tokens=self.max_tokens,
+                     device=self.device, autocast=self.device.type == "cuda")
