@@ -7,6 +7,8 @@
     interlingua evaluate --config configs/bible6-cpu.yaml # L x L similarity-search error -> MLflow
     interlingua search -c configs/bible6-cpu.yaml -q "Dieu est amour." -l fr --in en,zh
     interlingua embed -c configs/bible6-cpu.yaml -l en -i sentences.txt -o emb.npy
+    interlingua run -c configs/bible6-cpu.yaml            # the whole job, for cron (see exit codes)
+    interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
     interlingua config --config configs/bible6.yaml       # print the resolved config
 
 Arguments of the form `section.key=value` override the config; every other
@@ -66,6 +68,21 @@ def _parser() -> argparse.ArgumentParser:
         "in evaluate.shards shards with Ray tasks, log the L x L matrix to MLflow.",
     ))
     ev.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    run = with_config(sub.add_parser(
+        "run",
+        help="prepare -> train -> evaluate -> register, skipping unchanged stages (for cron and schedulers)",
+        description="Exit codes: 0 trained and promoted, 3 nothing to do, 4 trained but not promoted, "
+        "5 another run holds the lock, 1 failed, 2 bad configuration or input. Unrecognized --flags go "
+        "to the Beam job.",
+    ))
+    run.add_argument("--wait", action="store_true", help="wait for a running job instead of exiting with 5")
+    cmp = sub.add_parser("compare", help="the runs of an MLflow experiment side by side")
+    cmp.add_argument("--config", "-c", help="run config (its tracking section; schema defaults when omitted)")
+    cmp.add_argument("--experiment", help="experiment name (default: tracking.experiment)")
+    cmp.add_argument("--max-runs", type=int, default=20, help="most recent evaluation runs to show (default 20)")
+    cmp.add_argument("--pairs", action="store_true", help="also show every language pair's error")
+    cmp.add_argument("--plot", help="write a figure (learning curves, error-matrix differences) to this PNG")
+    cmp.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     srch = with_config(sub.add_parser(
         "search", help="the nearest sentences of the evaluation split to a query sentence, in other languages",
     ))
@@ -119,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(dump_yaml(config.to_dict()), end="")
             return 0
-        if beam_args and args.command != "prepare":
+        if beam_args and args.command not in ("prepare", "run"):
             raise ConfigError(f"unknown arguments: {' '.join(beam_args)}")
         if args.command == "train":
             return _train(config, args)
@@ -127,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _evaluate(config, args)
         if args.command == "search":
             return _search(config, args)
+        if args.command == "run":
+            return _run(config, args, beam_args)
+        if args.command == "compare":
+            return _compare(config, args)
         if args.command == "embed":
             return _embed(config, args)
         return _prepare(config, args, beam_args)
@@ -171,6 +192,37 @@ def _evaluate(config, args: argparse.Namespace) -> int:
     result = evaluate(config, model_dir=Path(args.model) if args.model else None)
     print(format_matrix(result))
     print(f"tables and heatmap: {result.out_dir}  (MLflow run {result.run_id})")
+    return 0
+
+
+def _run(config, args: argparse.Namespace, beam_args: list[str]) -> int:
+    from orchestration.pipeline import EXIT_ALREADY_RUNNING, EXIT_FAILED, AlreadyRunning, run_pipeline
+
+    try:
+        outcome = run_pipeline(config, wait=args.wait, beam_args=beam_args)
+    except AlreadyRunning as exc:
+        print(f"interlingua run: {exc}", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING
+    except _user_errors():
+        raise
+    except ConnectionError as exc:
+        print(f"interlingua run: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception:  # noqa: BLE001 - a scheduler needs the exit code; the traceback goes to the log
+        log.exception("interlingua run failed")
+        return EXIT_FAILED
+    print(outcome.matrix)
+    print(" ".join(f"{stage}: {state}" for stage, state in outcome.stages.items()))
+    print(outcome.message)
+    print(f"MLflow pipeline run {outcome.run_id}; `mlflow ui --backend-store-uri {config.tracking.uri}`")
+    return outcome.code
+
+
+def _compare(config, args: argparse.Namespace) -> int:
+    from orchestration.compare import compare_runs
+
+    print(compare_runs(config, experiment=args.experiment, max_runs=args.max_runs, pairs=args.pairs,
+                       plot=args.plot))
     return 0
 
 

@@ -119,6 +119,12 @@ class TrackingConfig(Schema):
         default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."
     )
     experiment: str = "interlingua"
+    registered_model: str | None = Field(
+        default=None, description="Model Registry name of `interlingua run`'s models; the run name when unset."
+    )
+    min_improvement: float = Field(
+        default=0.0, ge=0, le=1, description="A challenger must beat the champion's average error by this much."
+    )
 
 
 class Config(Schema):

@@ -48,6 +48,7 @@ class EvalResult:
     languages: list[str]
     run_id: str
     out_dir: Path
+    skipped: bool = False
 
 
 class EmbedFn:
@@ -172,7 +173,13 @@ def pair_metrics(results, texts: dict[str, list[str]], metric: str, margin_k: in
     return out
 
 
-def evaluate(config: Config, *, model_dir: Path | None = None) -> EvalResult:
+def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None = None,
+             parent_run_id: str | None = None, reuse: bool = False) -> EvalResult:
+    """Evaluate a model directory (default: the run's trained model) or the USE baseline.
+
+    `label` names the output (`<run_dir>/eval/<split>-<label>`) and the MLflow run; with `reuse`,
+    a previous evaluation of the same model file, dataset and evaluate config is returned as is.
+    """
     import ray
 
     e = config.evaluate
@@ -191,12 +198,22 @@ def evaluate(config: Config, *, model_dir: Path | None = None) -> EvalResult:
         from model.nmt import load_model
 
         languages = load_model(str(model_path))[0].languages
+    label = label or (None if e.encoder == "model" else e.encoder)
+    out_dir = (config.eval_dir / (f"{e.split}-{label}" if label else e.split)).resolve()
+    fp = _fingerprint(config, model_path)
+    cached = out_dir / "metrics.json"
+    if reuse and cached.is_file():
+        previous = json.loads(cached.read_text())
+        if previous.get("fingerprint") == fp and previous.get("run_id"):
+            log.info("%s: this model was evaluated on this data already", out_dir)
+            matrix = {tuple(k.split("-", 1)): v["error"] for k, v in previous["pairs"].items()}
+            return EvalResult(matrix, previous["pairs"], previous["averages"], languages, previous["run_id"],
+                              out_dir, skipped=True)
     if not ray.is_initialized():
         import os
 
         ray.init(address=config.train.ray_address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
     embeddings, keys, texts = embed_split(config, model_path, languages)
-    out_dir = (config.eval_dir / (e.split if e.encoder == "model" else f"{e.split}-{e.encoder}")).resolve()
     (out_dir / "embeddings").mkdir(parents=True, exist_ok=True)
     for lang, emb in embeddings.items():
         np.save(out_dir / "embeddings" / f"{lang}.npy", emb)
@@ -217,8 +234,24 @@ def evaluate(config: Config, *, model_dir: Path | None = None) -> EvalResult:
     averages = {"all": float(np.mean(list(matrix.values()))), **subset_averages(matrix, languages)}
     named = {f"{p}-{q}": m for (p, q), m in pairs.items()}
     _write_tables(out_dir, matrix, named, averages, languages, len(keys))
-    run_id = _log(config, out_dir, named, averages, meta, len(keys))
+    run_id = _log(config, out_dir, named, averages, meta, len(keys), label, parent_run_id)
+    record = json.loads(cached.read_text())
+    cached.write_text(json.dumps({**record, "fingerprint": fp, "run_id": run_id}, indent=2))
     return EvalResult(matrix, named, averages, languages, run_id, out_dir)
+
+
+def _fingerprint(config: Config, model_path: Path | None) -> str:
+    """What an evaluation depends on: the model file, the dataset, the evaluate config."""
+    import hashlib
+
+    from pipelines.dataset import file_sha256, load_manifest
+
+    payload = {
+        "model": file_sha256(model_path) if model_path else config.evaluate.encoder,
+        "data": load_manifest(config.data_dir)["fingerprint"],
+        "evaluate": config.evaluate.model_dump(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def format_matrix(result: EvalResult) -> str:
@@ -263,14 +296,15 @@ def _write_tables(out_dir: Path, matrix, named, averages, languages, size: int) 
     plt.close(fig)
 
 
-def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int) -> str:
+def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int,
+         label: str | None, parent_run_id: str | None) -> str:
     uri = tracking.resolve_uri(config.tracking.uri)
     state_path = config.train_dir / "run.json"
     encoder = config.evaluate.encoder
-    parent = None
-    if encoder == "model" and state_path.is_file():
+    parent = parent_run_id
+    if parent is None and encoder == "model" and not label and state_path.is_file():
         parent = json.loads(state_path.read_text()).get("run_id")
-    suffix = "" if encoder == "model" else f"-{encoder}"
+    suffix = f"-{label}" if label else ""
     run_id = tracking.start_run(
         uri, config.tracking.experiment, f"{config.name}-eval-{config.evaluate.split}{suffix}", config.to_dict(),
         parent_run_id=parent, tags={"interlingua.stage": "evaluate", "interlingua.encoder": encoder,

@@ -107,3 +107,110 @@ def get_run(uri: str, run_id: str):
 
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in _client(uri).get_metric_history(run_id, key)]
+
+
+def search_runs(uri: str, experiment: str, filter_string: str = "", max_results: int = 100) -> list:
+    """Runs of an experiment, newest first ([] when the experiment does not exist)."""
+    client = _client(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    return client.search_runs([found.experiment_id], filter_string, max_results=max_results,
+                              order_by=["attributes.start_time DESC"])
+
+
+# --- the model registry (champion / challenger) ---------------------------------------------------
+
+CHAMPION = "champion"
+
+
+def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim: int):
+    """Log the model directory as a pyfunc model in `run_id`; returns mlflow's ModelInfo."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    from mlflow.models import infer_signature
+
+    from orchestration.pyfunc import SentenceEmbeddingModel
+
+    mlflow.set_tracking_uri(uri)
+    example = pd.DataFrame({"sentence": ["in the beginning god created the heaven and the earth."], "lang": ["en"]})
+    signature = infer_signature(example, np.zeros((1, embedding_dim), dtype=np.float32))
+    with mlflow.start_run(run_id=run_id):
+        return mlflow.pyfunc.log_model(
+            name="pyfunc", python_model=SentenceEmbeddingModel(), artifacts={"model_dir": str(model_dir)},
+            signature=signature, pip_requirements=["interlingua"],
+        )
+
+
+def register_model(uri: str, model_uri: str, name: str, tags: Mapping[str, str]) -> str:
+    """A new version of registered model `name`; returns its version number."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    version = mlflow.register_model(model_uri, name, tags=dict(tags))
+    return str(version.version)
+
+
+def find_version(uri: str, name: str, tag: str, value: str) -> str | None:
+    """The version of `name` tagged tag=value, if any."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = _client(uri).search_model_versions(f"name='{name}'")
+    except MlflowException:
+        return None
+    for version in versions:
+        if version.tags.get(tag) == value:
+            return str(version.version)
+    return None
+
+
+def champion(uri: str, name: str):
+    """The model version holding the champion alias, or None."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return _client(uri).get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        return None
+
+
+def promote(uri: str, name: str, version: str) -> None:
+    _client(uri).set_registered_model_alias(name, CHAMPION, version)
+
+
+def download_model_dir(uri: str, name: str, version: str, dst: str | os.PathLike) -> Path:
+    """The model directory inside a registered pyfunc version, downloaded to `dst`."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst))
+    found = [p.parent for p in Path(local).rglob("model.pt")]
+    if not found:
+        raise FileNotFoundError(f"models:/{name}/{version} holds no model.pt")
+    return found[0]
+
+
+def set_tags(uri: str, run_id: str, tags: Mapping[str, str]) -> None:
+    client = _client(uri)
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+
+
+def check_reachable(uri: str) -> None:
+    """Fail fast, before any long work, when the tracking store cannot be reached."""
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    saved = {key: os.environ.get(key) for key in quick}
+    os.environ.update(quick)  # a probe, not a long retry loop
+    try:
+        _client(uri).search_experiments(max_results=1)
+    except Exception as exc:  # noqa: BLE001 - any failure here means "unreachable"
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConnectionError(f"MLflow tracking store {uri} is unreachable: {first_line}") from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

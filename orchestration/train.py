@@ -115,12 +115,18 @@ def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str)
     }
 
 
-def train(config: Config, *, force: bool = False) -> TrainResult:
+def train(config: Config, *, force: bool = False, restart_stale: bool = False,
+          parent_run_id: str | None = None) -> TrainResult:
+    """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
+    the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     manifest = load_manifest(config.data_dir)
     train_dir = config.train_dir.resolve()
     fp = fingerprint(config, manifest)
     state_path = train_dir / STATE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    if state and state.get("fingerprint") != fp and restart_stale:
+        log.info("%s was trained on another dataset or config; training again", train_dir)
+        force = True
     if state and state.get("fingerprint") != fp and not force:
         raise TrainError(
             f"{train_dir} holds a run of another dataset or model/train config; resuming it would mix "
@@ -139,7 +145,7 @@ def train(config: Config, *, force: bool = False) -> TrainResult:
     cfg = loop_config(config, manifest, "", uri)  # validates before anything starts
     run_id = tracking.start_run(
         uri, config.tracking.experiment, config.name, config.to_dict(),
-        resume_run_id=state.get("run_id"), tags={"interlingua.stage": "train"},
+        resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={"interlingua.stage": "train"},
     )
     cfg["mlflow"]["run_id"] = run_id
     _write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})

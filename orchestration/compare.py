@@ -1,0 +1,110 @@
+"""`interlingua compare`: the evaluation runs of an MLflow experiment side by side.
+
+A terminal table of the parameters that differ between the runs, their
+average errors (all pairs and the Table 1 subsets) and, with --pairs, every
+pair's error; and a figure with the learning curves (dev similarity error of
+each run's training) and each run's error matrix minus the best run's.
+Works against any tracking URI, the embedded sqlite store or a server.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from orchestration import tracking
+from orchestration.config import Config
+
+IGNORED = {"run_dir", "dataset_dir", "name"}  # differ by construction
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    return "\n".join([fmt.format(*header), fmt.format(*["-" * w for w in widths])] + [fmt.format(*r) for r in rows])
+
+
+def _differing(params: list[dict[str, str]]) -> list[str]:
+    keys = sorted(set().union(*params))
+    return [k for k in keys if k not in IGNORED and len({p.get(k) for p in params}) > 1]
+
+
+def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int = 20, pairs: bool = False,
+                 plot: str | None = None) -> str:
+    uri = tracking.resolve_uri(config.tracking.uri)
+    experiment = experiment or config.tracking.experiment
+    runs = tracking.search_runs(uri, experiment, "tags.`interlingua.stage` = 'evaluate'", max_runs)
+    if not runs:
+        return f"no evaluation runs in experiment {experiment!r} of {uri}"
+    runs = sorted(runs, key=lambda r: r.data.metrics.get("eval/xsim_error", np.inf))
+    differing = _differing([r.data.params for r in runs])
+    averages = sorted({k.rsplit("avg_", 1)[1] for r in runs for k in r.data.metrics if "/avg_" in k}, key=len)
+    header = ["run", *differing, "error %", *averages]
+    rows = []
+    for r in runs:
+        m = r.data.metrics
+        rows.append([r.info.run_name or r.info.run_id[:8], *[r.data.params.get(k, "") for k in differing],
+                     _pct(m.get("eval/xsim_error")), *[_pct(m.get(f"eval/xsim_error/avg_{a}")) for a in averages]])
+    out = [f"experiment {experiment!r}: {len(runs)} evaluation runs, best first", _table(header, rows)]
+    if pairs:
+        names = sorted({k.rsplit("/", 1)[1] for r in runs for k in r.data.metrics
+                        if k.startswith("eval/xsim_error/") and "avg_" not in k})
+        pair_rows = [[n, *[_pct(r.data.metrics.get(f"eval/xsim_error/{n}")) for r in runs]] for n in names]
+        out += ["", "error % per pair", _table(["pair", *[r.info.run_name or r.info.run_id[:8] for r in runs]],
+                                                pair_rows)]
+    if plot:
+        _plot(uri, runs, plot)
+        out.append(f"\nfigure: {plot}")
+    return "\n".join(out)
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.2f}"
+
+
+def _matrix(run: Any) -> tuple[list[str], np.ndarray]:
+    pairs = {k.rsplit("/", 1)[1]: v for k, v in run.data.metrics.items()
+             if k.startswith("eval/xsim_error/") and "avg_" not in k}
+    langs = sorted({lang for pair in pairs for lang in pair.split("-")})
+    grid = np.full((len(langs), len(langs)), np.nan)
+    for pair, value in pairs.items():
+        p, q = pair.split("-")
+        grid[langs.index(p), langs.index(q)] = value
+    return langs, grid
+
+
+def _plot(uri: str, runs: list, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    others = runs[1:4]
+    fig, axes = plt.subplots(1, 1 + len(others), figsize=(5 + 4 * len(others), 4), squeeze=False)
+    curves = axes[0][0]
+    for run in runs:
+        parent = run.data.tags.get("mlflow.parentRunId")
+        history = tracking.metric_history(uri, parent, "dev/xsim_error") if parent else []
+        if history:
+            steps, values = zip(*sorted(history))
+            curves.plot(steps, [100 * v for v in values], label=run.info.run_name)
+    curves.set_xlabel("step")
+    curves.set_ylabel("dev similarity error %")
+    curves.set_title("learning curves")
+    if curves.lines:
+        curves.legend(fontsize=7)
+    best_langs, best = _matrix(runs[0])
+    for ax, run in zip(axes[0][1:], others):
+        langs, grid = _matrix(run)
+        if langs != best_langs:
+            ax.set_title(f"{run.info.run_name}: other languages")
+            continue
+        diff = 100 * (grid - best)
+        image = ax.imshow(diff, cmap="RdBu_r", vmin=-np.nanmax(np.abs(diff)), vmax=np.nanmax(np.abs(diff)))
+        ax.set_xticks(range(len(langs)), langs)
+        ax.set_yticks(range(len(langs)), langs)
+        ax.set_title(f"{run.info.run_name} - best (points)", fontsize=9)
+        fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,151 @@
+"""`interlingua run`: prepare -> train -> evaluate -> register, safe to call from a scheduler.
+
+Each stage is skipped when its inputs and config are unchanged (content
+fingerprints, as a build cache): prepare hashes its input files and config,
+train its dataset and model/train config, evaluate the model file, dataset
+and evaluate config, register the model file. A scheduled run with no new
+data therefore does nothing expensive; new data re-runs what depends on it.
+
+The stages are MLflow runs nested under one pipeline run. A challenger is
+registered (pyfunc) and compared with the `champion` alias on the same,
+current evaluation set (the champion is re-evaluated on it), and promoted
+only when its average error is lower by `register.min_improvement`.
+
+Exit codes (`EXIT_*`): 0 trained and promoted, 3 nothing to do, 4 trained but
+not promoted, 5 another run holds the lock, 1 failed, 2 bad config or input.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from orchestration import tracking
+from orchestration.config import Config
+
+log = logging.getLogger(__name__)
+
+EXIT_PROMOTED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_NOTHING_TO_DO, EXIT_NOT_PROMOTED, EXIT_ALREADY_RUNNING = 3, 4, 5
+MODEL_TAG = "interlingua.model_sha256"
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+@dataclass
+class Outcome:
+    code: int
+    message: str
+    stages: dict[str, str] = field(default_factory=dict)  # stage -> "ran" | "skipped"
+    champion_error: float | None = None
+    challenger_error: float | None = None
+    run_id: str | None = None
+    matrix: str = ""  # the challenger's error matrix, as text
+
+
+@contextmanager
+def run_lock(run_dir: Path, wait: bool = False) -> Iterator[None]:
+    """An exclusive lock on `<run_dir>/.lock` (released by the OS if the process dies)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / ".lock"
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            handle.seek(0)
+            raise AlreadyRunning(f"{run_dir} is in use by another `interlingua run` (pid {handle.read().strip()}); "
+                                 "use --wait to wait for it") from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | None = None) -> Outcome:
+    from orchestration.evaluate import evaluate, format_matrix
+    from orchestration.train import train
+    from pipelines.dataset import file_sha256
+    from pipelines.prepare import pipeline_options, run_prepare
+
+    uri = tracking.resolve_uri(config.tracking.uri)
+    tracking.check_reachable(uri)  # before any long work
+    with run_lock(Path(config.run_dir), wait):
+        parent = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
+                                    tags={"interlingua.stage": "pipeline"})
+        outcome = Outcome(EXIT_FAILED, "failed", run_id=parent)
+        try:
+            prepared = run_prepare(config.prepare, config.data_dir, options=pipeline_options(beam_args or []),
+                                   resolved_config=config.to_dict())
+            outcome.stages["prepare"] = "skipped" if prepared.skipped else "ran"
+            trained = train(config, restart_stale=True, parent_run_id=parent)
+            outcome.stages["train"] = "skipped" if trained.skipped else "ran"
+            challenger = evaluate(config, reuse=True, parent_run_id=parent)
+            outcome.stages["evaluate"] = "skipped" if challenger.skipped else "ran"
+            outcome.matrix = format_matrix(challenger)
+            sha = file_sha256(trained.model_dir / "model.pt")
+            name = config.tracking.registered_model or config.name
+            if tracking.find_version(uri, name, MODEL_TAG, sha) is not None:
+                outcome.stages["register"] = "skipped"
+                outcome.code, outcome.message = EXIT_NOTHING_TO_DO, "nothing to do: this model was registered already"
+            else:
+                outcome.stages["register"] = "ran"
+                _register(config, uri, name, sha, trained, challenger, parent, outcome)
+            tracking.set_tags(uri, parent, {f"stage.{k}": v for k, v in outcome.stages.items()}
+                              | {"decision": outcome.message})
+        except BaseException:
+            tracking.end_run(uri, parent, "FAILED")
+            raise
+        tracking.end_run(uri, parent, "FINISHED")
+        return outcome
+
+
+def _register(config: Config, uri: str, name: str, sha: str, trained, challenger, parent: str,
+              outcome: Outcome) -> None:
+    from orchestration.evaluate import evaluate
+
+    info = tracking.log_pyfunc_model(uri, trained.run_id, trained.model_dir, _embedding_dim(trained.model_dir))
+    version = tracking.register_model(uri, info.model_uri, name, {
+        MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
+    })
+    outcome.challenger_error = challenger.averages["all"]
+    current = tracking.champion(uri, name)
+    margin = config.tracking.min_improvement
+    if current is None:
+        promoted, reason = True, "no champion yet"
+    else:
+        with tempfile.TemporaryDirectory(prefix="champion-") as tmp:
+            champion_dir = tracking.download_model_dir(uri, name, current.version, tmp)
+            champion = evaluate(config, model_dir=champion_dir, label=f"champion-v{current.version}",
+                                parent_run_id=parent)
+        outcome.champion_error = champion.averages["all"]
+        promoted = outcome.challenger_error < outcome.champion_error - margin
+        reason = (f"challenger v{version} {100 * outcome.challenger_error:.2f}% vs champion v{current.version} "
+                  f"{100 * outcome.champion_error:.2f}% (needs {100 * margin:.2f} points better)")
+    if promoted:
+        tracking.promote(uri, name, version)
+    metrics = {"register/challenger_error": outcome.challenger_error, "register/promoted": float(promoted)}
+    if outcome.champion_error is not None:
+        metrics["register/champion_error"] = outcome.champion_error
+    tracking.log_metrics(uri, parent, metrics, 0)
+    outcome.code = EXIT_PROMOTED if promoted else EXIT_NOT_PROMOTED
+    outcome.message = f"{'promoted' if promoted else 'not promoted'} {name} v{version}: {reason}"
+    log.info(outcome.message)
+
+
+def _embedding_dim(model_dir: Path) -> int:
+    from model.nmt import load_model
+
+    return load_model(str(model_dir / "model.pt"))[0].embedding_dim

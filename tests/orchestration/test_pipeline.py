@@ -1,0 +1,171 @@
+"""`interlingua run` and `compare` on real Bible text: stage cache, champion/challenger, pyfunc, lock,
+against the embedded sqlite store and a real `mlflow server`."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestration import tracking
+from orchestration.cli import main
+from orchestration.compare import compare_runs
+from orchestration.config import load_config
+from orchestration.embedder import SentenceEmbedder
+from orchestration.pipeline import (
+    EXIT_ALREADY_RUNNING, EXIT_NOT_PROMOTED, EXIT_NOTHING_TO_DO, EXIT_PROMOTED, run_lock, run_pipeline,
+)
+from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
+from tests.orchestration.test_train import TINY, local_ray  # noqa: F401  (fixture)
+
+LANGS = list(VERSIONS)
+
+
+def write_corpus(folder: Path, book_lines, books: list[int]) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang, lines in book_lines(VERSIONS, books).items():
+        write_lines(folder / f"bible.{lang}", lines)
+    return str(folder / "bible.{lang}")
+
+
+def pipeline_config(tmp_path: Path, template: str, uri: str, *overrides: str):
+    return load_config(None, [
+        "name=pipe", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
+        f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
+        "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
+        *TINY, "train.max_steps=10", "evaluate.shards=2", *overrides,
+    ])
+
+
+@pytest.mark.slow
+def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines, local_ray):  # noqa: F811
+    template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = pipeline_config(tmp_path, template, uri)
+
+    first = run_pipeline(config)
+    assert first.code == EXIT_PROMOTED and first.stages == dict.fromkeys(["prepare", "train", "evaluate",
+                                                                            "register"], "ran")
+    second = run_pipeline(config)  # the scheduled rerun: nothing new
+    assert second.code == EXIT_NOTHING_TO_DO
+    assert second.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "skipped")
+
+    # a challenger trained much longer, with the ranking loss, must beat the 10-step champion
+    better = pipeline_config(tmp_path, template, uri, "train.max_steps=150", "model.ranking_weight=1.0")
+    third = run_pipeline(better)
+    assert third.stages == {"prepare": "skipped", "train": "ran", "evaluate": "ran", "register": "ran"}
+    assert third.code == EXIT_PROMOTED, third.message
+    assert third.challenger_error < third.champion_error
+
+    # new data: prepare and everything after it run again; an impossible margin keeps the champion
+    write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS + [17])  # + Esther
+    stricter = pipeline_config(tmp_path, template, uri, "train.max_steps=150", "model.ranking_weight=1.0",
+                               "tracking.min_improvement=1.0")
+    fourth = run_pipeline(stricter)
+    assert fourth.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
+    assert fourth.code == EXIT_NOT_PROMOTED and "not promoted" in fourth.message
+    assert fourth.champion_error is not None  # the champion was re-evaluated on the new test split
+    champion = tracking.champion(uri, "pipe")
+    assert champion.version == "2"
+
+    # the stages are runs under one pipeline run each
+    pipeline_runs = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
+    assert len(pipeline_runs) == 4
+    children = tracking.search_runs(uri, "interlingua", f"tags.`mlflow.parentRunId` = '{fourth.run_id}'")
+    assert {r.data.tags["interlingua.stage"] for r in children} == {"train", "evaluate"}
+    assert tracking.get_run(uri, fourth.run_id).data.metrics["register/promoted"] == 0.0
+
+    # compare: the differing parameters and the errors, side by side
+    table = compare_runs(stricter, pairs=True, plot=str(tmp_path / "compare.png"))
+    assert "model.ranking_weight" in table and "error %" in table and "fr-en" in table
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
+
+    # the champion as a pyfunc model, loaded in a fresh process, embeds as the training code does
+    sentences = ["in the beginning god created the heaven and the earth.", "au commencement, dieu créa."]
+    script = (
+        "import json, sys, mlflow, pandas as pd\n"
+        f"mlflow.set_tracking_uri({uri!r})\n"
+        "m = mlflow.pyfunc.load_model('models:/pipe@champion')\n"
+        f"print(json.dumps(m.predict(pd.DataFrame({{'sentence': {sentences!r}, 'lang': ['en', 'fr']}})).tolist()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
+    with_run = tracking.get_run(uri, champion.tags["train_run_id"])
+    assert with_run.info.status == "FINISHED"
+    model_dir = tracking.download_model_dir(uri, "pipe", champion.version, tmp_path / "champion")
+    embedder = SentenceEmbedder.load(model_dir)
+    expected = np.concatenate([embedder.embed(sentences[:1], "en"), embedder.embed(sentences[1:], "fr")])
+    np.testing.assert_allclose(loaded, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_second_run_on_the_same_config_exits_already_running(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    with run_lock(run_dir):
+        code = main(["run", f"run_dir={run_dir}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"])
+    assert code == EXIT_ALREADY_RUNNING
+    assert "in use by another `interlingua run`" in capsys.readouterr().err
+
+
+def test_an_unreachable_tracking_server_fails_before_any_work(tmp_path, capsys):
+    port = free_port()
+    started = time.monotonic()
+    code = main(["run", f"run_dir={tmp_path / 'run'}", f"tracking.uri=http://127.0.0.1:{port}"])
+    assert code == 1 and time.monotonic() - started < 60
+    assert "unreachable" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "data").exists()  # nothing was prepared
+
+
+# --- a real tracking server ---------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """`mlflow server` on 127.0.0.1 with an sqlite backend, started and stopped here."""
+    folder = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+         "--artifacts-destination", str(folder / "artifacts"), "-w", "1"],
+        env=env, stdout=open(folder / "server.log", "wb"), stderr=subprocess.STDOUT,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            tracking.check_reachable(uri)
+            break
+        except ConnectionError:
+            if proc.poll() is not None:
+                raise AssertionError((folder / "server.log").read_text()[-2000:])
+            time.sleep(1)
+    else:
+        proc.kill()
+        raise AssertionError("mlflow server did not come up in 120 s")
+    yield uri
+    proc.terminate()
+    proc.wait(30)
+
+
+@pytest.mark.slow
+def test_run_and_compare_against_a_tracking_server(tmp_path, book_lines, mlflow_server, local_ray):  # noqa: F811
+    template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
+    config = pipeline_config(tmp_path, template, mlflow_server, "name=served")
+    assert run_pipeline(config).code == EXIT_PROMOTED
+    assert run_pipeline(config).code == EXIT_NOTHING_TO_DO
+    assert tracking.champion(mlflow_server, "served").version == "1"
+    table = compare_runs(config)
+    assert "served-eval-test" in table and "1 evaluation runs" in table
