@@ -82,7 +82,7 @@ def single(queries: np.ndarray, candidates: np.ndarray, k: int):
 def sharded(task, queries_ref, shard_refs, nq: int, k: int):
     import ray
 
-    parts = ray.get([task.remote(queries_ref, ref, offset, k, "cosine") for offset, ref in shard_refs])
+    parts = ray.get([task.remote(queries_ref, ref, k, "cosine", offset) for offset, ref in shard_refs])
     return merge(parts, nq, k, "cosine")
 
 
