@@ -83,8 +83,8 @@ def _plot(uri: str, runs: list, path: str) -> None:
     fig, axes = plt.subplots(1, 1 + len(others), figsize=(5 + 4 * len(others), 4), squeeze=False)
     curves = axes[0][0]
     for run in runs:
-        parent = run.data.tags.get("mlflow.parentRunId")
-        history = tracking.metric_history(uri, parent, "dev/xsim_error") if parent else []
+        trained = run.data.tags.get("interlingua.train_run_id") or run.data.tags.get("mlflow.parentRunId")
+        history = tracking.metric_history(uri, trained, "dev/xsim_error") if trained else []
         if history:
             steps, values = zip(*sorted(history))
             curves.plot(steps, [100 * v for v in values], label=run.info.run_name)

@@ -301,14 +301,16 @@ def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], s
     uri = tracking.resolve_uri(config.tracking.uri)
     state_path = config.train_dir / "run.json"
     encoder = config.evaluate.encoder
-    parent = parent_run_id
-    if parent is None and encoder == "model" and not label and state_path.is_file():
-        parent = json.loads(state_path.read_text()).get("run_id")
+    train_run = None
+    if encoder == "model" and not label and state_path.is_file():
+        train_run = json.loads(state_path.read_text()).get("run_id")
+    parent = parent_run_id or train_run
     suffix = f"-{label}" if label else ""
     run_id = tracking.start_run(
         uri, config.tracking.experiment, f"{config.name}-eval-{config.evaluate.split}{suffix}", config.to_dict(),
         parent_run_id=parent, tags={"interlingua.stage": "evaluate", "interlingua.encoder": encoder,
-                                    "interlingua.model_step": str(meta.get("step"))},
+                                    "interlingua.model_step": str(meta.get("step")),
+                                    **({"interlingua.train_run_id": train_run} if train_run else {})},
     )
     rename = {"error": "xsim_error"}
     metrics = {f"eval/{rename.get(name, name)}/{pair}": value for pair, m in named.items() for name, value in m.items()}
