@@ -74,7 +74,7 @@ def test_tsv_rows_parse_or_are_counted_malformed(lines):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "c.tsv"
         path.write_bytes(b"en\tfr\n" + b"\n".join(lines) + b"\n")
-        config = load_config(None, [f"prepare.sources=[{{kind: tsv, path: '{path}', columns: {{en: en, fr: fr}}}}]"])
+        config = load_config(None, [f"prepare.sources=[{{kind: tsv, path: '{path}', languages: [en, fr]}}]"])
         plan = plan_reads(config.prepare)
         records = [rec for task in plan.tasks for _, rec in read_task(task)]
         assert len(records) == len(lines)
