@@ -22,7 +22,7 @@ class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
 
         self.embedder = SentenceEmbedder.load(context.artifacts["model_dir"])
 
-    def predict(self, context: Any, model_input: Any, params: dict | None = None) -> np.ndarray:
+    def predict(self, context, model_input, params=None):  # no type hints: MLflow would read them as a schema
         """model_input: a DataFrame (or dict of lists) with columns `sentence` and `lang`."""
         sentences = list(model_input["sentence"])
         langs = list(model_input["lang"])

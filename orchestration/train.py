@@ -200,9 +200,12 @@ def _export(checkpoint, model_dir: Path) -> dict[str, Any]:
     with checkpoint.as_directory() as src:
         shutil.copytree(src, staging, ignore=shutil.ignore_patterns("state.pt"))
         meta = json.loads((Path(src) / "progress.json").read_text())
+    previous = model_dir.with_name(f".{model_dir.name}.previous")
+    shutil.rmtree(previous, ignore_errors=True)
     if model_dir.exists():
-        shutil.rmtree(model_dir)
+        os.replace(model_dir, previous)  # two renames: the old model is never half-deleted
     os.replace(staging, model_dir)
+    shutil.rmtree(previous, ignore_errors=True)
     return meta
 
 

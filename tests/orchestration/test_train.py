@@ -16,7 +16,7 @@ import torch
 from model.nmt import load_model
 from orchestration import tracking
 from orchestration.config import load_config
-from orchestration.train import TrainError, train
+from orchestration.train import TrainError, _export, train
 
 TINY = [
     "model.embed_dim=16", "model.encoder_hidden=16", "model.decoder_hidden=16",
@@ -204,3 +204,40 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_kil
     model, meta = load_model(str(train_dir / "model" / "model.pt"))
     assert meta["dev_error"] == progress["dev_error"]
     assert isinstance(model.encoders["fr"].lstm, torch.nn.LSTM)
+
+
+def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, monkeypatch):
+    import shutil
+
+    from ray.train import Checkpoint
+
+    checkpoint_dir = tmp_path / "checkpoint"
+    checkpoint_dir.mkdir()
+    for name, text in {"model.pt": "new weights", "spm.model": "new spm", "config.yaml": "name: new",
+                       "progress.json": json.dumps({"step": 20, "dev_error": 0.5}), "state.pt": "optimizer"}.items():
+        (checkpoint_dir / name).write_text(text)
+    model_dir = tmp_path / "train" / "model"
+    model_dir.mkdir(parents=True)
+    old = {"model.pt": "old weights", "spm.model": "old spm", "config.yaml": "name: old"}
+    for name, text in old.items():
+        (model_dir / name).write_text(text)
+
+    copies = []
+    real_copy = shutil.copyfile  # what copytree's copy2 calls for the bytes
+
+    def disk_fills(src, dst, **kwargs):
+        copies.append(src)
+        if len(copies) == 2:
+            raise OSError(28, "No space left on device", str(dst))
+        return real_copy(src, dst, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", disk_fills)
+    with pytest.raises(OSError, match="No space left on device"):
+        _export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
+    assert {p.name: p.read_text() for p in model_dir.iterdir()} == old  # the previous model, whole
+
+    monkeypatch.setattr(shutil, "copyfile", real_copy)  # space freed: the rerun's export replaces it
+    meta = _export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
+    assert meta["step"] == 20 and (model_dir / "model.pt").read_text() == "new weights"
+    assert not (model_dir / "state.pt").exists()
+    assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # no staging or previous copies left
