@@ -70,8 +70,7 @@ def command(base: str, overrides: list[str]) -> str:
 
 
 def learning_curve(config: Config, run_id: str) -> list[tuple[int, float]]:
-    history = tracking._client(config.tracking.uri).get_metric_history(run_id, "dev_error")
-    return sorted((m.step, m.value) for m in history)
+    return sorted(tracking.metric_history(tracking.resolve_uri(config.tracking.uri), run_id, "dev/xsim_error"))
 
 
 def paraphrase_errors(keys: list[str], embed) -> dict[str, float]:

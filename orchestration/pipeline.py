@@ -82,9 +82,11 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
 
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # before any long work
+    run_dir = str(Path(config.run_dir).resolve())
     with run_lock(Path(config.run_dir), wait):
+        _close_killed_runs(uri, config.tracking.experiment, run_dir)
         parent = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
-                                    tags={"interlingua.stage": "pipeline"})
+                                    tags={"interlingua.stage": "pipeline", "interlingua.run_dir": run_dir})
         outcome = Outcome(EXIT_FAILED, "failed", run_id=parent)
         try:
             prepared = run_prepare(config.prepare, config.data_dir, options=pipeline_options(beam_args or []),
@@ -110,6 +112,22 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             raise
         tracking.end_run(uri, parent, "FINISHED")
         return outcome
+
+
+def _close_killed_runs(uri: str, experiment: str, run_dir: str) -> None:
+    """Mark KILLED the pipeline runs of this run dir left RUNNING by a killed `interlingua run`, and their
+    stage runs. Holding the lock proves no live process owns them; a killed training run is resumed (and set
+    RUNNING again) by this run's train stage, so nothing is trained or logged twice."""
+    running = "attributes.status = 'RUNNING'"
+    for stale in tracking.search_runs(uri, experiment, f"tags.`interlingua.stage` = 'pipeline' and {running}"):
+        if stale.data.tags.get("interlingua.run_dir") != run_dir:
+            continue
+        for child in tracking.search_runs(uri, experiment,
+                                          f"tags.`mlflow.parentRunId` = '{stale.info.run_id}' and {running}"):
+            tracking.end_run(uri, child.info.run_id, "KILLED")
+        tracking.end_run(uri, stale.info.run_id, "KILLED")
+        log.warning("MLflow run %s of an earlier `interlingua run` on %s was left RUNNING by a killed process; "
+                    "marked KILLED", stale.info.run_id, run_dir)
 
 
 def _register(config: Config, uri: str, name: str, sha: str, trained, challenger, parent: str,

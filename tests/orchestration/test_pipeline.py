@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from orchestration.pipeline import (
     EXIT_ALREADY_RUNNING, EXIT_NOT_PROMOTED, EXIT_NOTHING_TO_DO, EXIT_PROMOTED, run_lock, run_pipeline,
 )
 from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
-from tests.orchestration.test_train import TINY, local_ray  # noqa: F401  (fixture)
+from tests.orchestration.test_train import TINY, checkpoints, local_ray, wait_for  # noqa: F401  (fixture)
 
 LANGS = list(VERSIONS)
 LEARNS = ["train.max_steps=150", "model.ranking_weight=1.0", "model.shared_encoder=true", "train.lr=0.003",
@@ -106,6 +107,50 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     embedder = SentenceEmbedder.load(model_dir)
     expected = np.concatenate([embedder.embed(sentences[:1], "en"), embedder.embed(sentences[1:], "fr")])
     np.testing.assert_allclose(loaded, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_path, book_lines, local_ray):  # noqa: F811
+    import ray
+
+    template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    overrides = [
+        "name=pipe", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
+        f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
+        "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
+        *TINY, "train.max_steps=150", "train.early_stop_patience_evals=null", "evaluate.shards=2",
+        # the test's Ray cluster outlives the killed driver, as a real cluster would
+        f"train.ray_address={ray.get_runtime_context().gcs_address}",
+    ]
+    train_dir = tmp_path / "run" / "train"
+    log = open(tmp_path / "killed.log", "wb")
+    driver = subprocess.Popen([str(Path(sys.executable).with_name("interlingua")), "run", *overrides],
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        killed_at = wait_for(lambda: [c["step"] for c in checkpoints(train_dir) if c["step"] >= 30], 300,
+                             "a checkpoint at step 30", driver)[-1]
+        driver.send_signal(signal.SIGKILL)  # the whole `interlingua run` dies mid-training
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    killed = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
+    assert [r.info.status for r in killed] == ["RUNNING"]  # left behind by the kill
+    assert tracking._client(uri).search_model_versions("name='pipe'") == []  # nothing half-trained registered
+
+    outcome = run_pipeline(load_config(None, overrides))  # the next scheduled run
+    assert outcome.code == EXIT_PROMOTED and outcome.stages["prepare"] == "skipped", outcome.message
+    trains = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'train'")
+    assert len(trains) == 1 and trains[0].info.status == "FINISHED"  # resumed, not duplicated
+    progress = json.loads((train_dir / "model" / "progress.json").read_text())
+    resumed = [h["resumed_at_step"] for h in progress["history"] if "resumed_at_step" in h]
+    assert resumed and resumed[0] >= killed_at and progress["step"] == 150
+    assert tracking.get_run(uri, killed[0].info.run_id).info.status == "KILLED"
+    pipelines = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
+    assert sorted(r.info.status for r in pipelines) == ["FINISHED", "KILLED"]
+    versions = tracking._client(uri).search_model_versions("name='pipe'")
+    assert len(versions) == 1 and versions[0].tags["train_run_id"] == trains[0].info.run_id
 
 
 def test_a_second_run_on_the_same_config_exits_already_running(tmp_path, capsys):
