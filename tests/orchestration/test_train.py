@@ -241,3 +241,43 @@ def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, 
     assert meta["step"] == 20 and (model_dir / "model.pt").read_text() == "new weights"
     assert not (model_dir / "state.pt").exists()
     assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # no staging or previous copies left
+
+
+def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkeypatch):
+    """rank 0 writes the checkpoint into a private temporary directory and reports it only when whole:
+    ENOSPC on the way is an error of that worker (FailureConfig restarts from the last registered
+    checkpoint), never a partial checkpoint handed to Ray."""
+    import ray.train
+
+    from model.nmt import MultilingualNMT
+    from orchestration import recipe
+
+    model = MultilingualNMT(languages=["en", "fr"], vocab_size=50, embed_dim=8, encoder_hidden=8, decoder_hidden=8)
+    optimizer = torch.optim.Adam(model.parameters())
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    spm_model = tmp_path / "spm.model"
+    spm_model.write_bytes(b"spm")
+    cfg = {"spm_model": str(spm_model), "config": {"name": "t"}}
+    progress = {"step": 20, "dev_error": 0.5, "best_step": 20, "done": False, "history": []}
+    reported, written = [], []
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: reported.append(checkpoint))
+    real_save = torch.save
+
+    def disk_fills(obj, path, *args, **kwargs):
+        written.append(Path(path).parent)
+        if len(written) == 2:  # state.pt fits, model.pt does not
+            raise OSError(28, "No space left on device", str(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    with pytest.raises(OSError, match="No space left on device"):
+        recipe._report(0, model, optimizer, scheduler, progress, model.state_dict(), cfg, {})
+    assert reported == []  # nothing reached Ray
+    assert not written[0].exists()  # the partial checkpoint directory is gone
+
+    monkeypatch.setattr(torch, "save", real_save)
+    seen = {}
+    monkeypatch.setattr(ray.train, "report",
+                        lambda metrics, checkpoint=None: seen.update(files=sorted(os.listdir(checkpoint.path))))
+    recipe._report(0, model, optimizer, scheduler, progress, model.state_dict(), cfg, {})
+    assert seen["files"] == ["config.yaml", "model.pt", "progress.json", "spm.model", "state.pt"]
