@@ -69,6 +69,11 @@ def command(base: str, overrides: list[str]) -> str:
     return f"interlingua train -c {base} {' '.join(quoted)} && interlingua evaluate -c {base} {' '.join(quoted)}"
 
 
+def errors_by_pair(result) -> dict[str, float]:
+    """{"fr-en": error, ...}: the evaluation's per-pair metrics, already keyed by pair name."""
+    return {pair: metrics["error"] for pair, metrics in result.pairs.items()}
+
+
 def learning_curve(config: Config, run_id: str) -> list[tuple[int, float]]:
     return sorted(tracking.metric_history(tracking.resolve_uri(config.tracking.uri), run_id, "dev/xsim_error"))
 
@@ -125,7 +130,7 @@ def main() -> None:
         record["rows"][row] = {
             "what": ROWS[row][0], "command": command(args.config, overrides), "minutes": args.minutes,
             "train_s": progress["elapsed_s"], "steps": progress["step"], "dev_error": trained.dev_error,
-            "test": result.averages, "matrix": {f"{p}-{q}": e for (p, q), e in result.matrix.items()},
+            "test": result.averages, "matrix": errors_by_pair(result),
             "curve": learning_curve(config, trained.run_id), "train_run_id": trained.run_id,
             "eval_run_id": result.run_id, "model_dir": str(trained.model_dir),
         }
@@ -137,7 +142,7 @@ def main() -> None:
         config = load_config(args.config, ["name=quality-use", f"run_dir={runs / 'use'}",
                                            f"dataset_dir={data_dir}", "evaluate.encoder=use"])
         result = evaluate(config, reuse=True)
-        record["use"] = {"test": result.averages, "matrix": {f"{p}-{q}": e for (p, q), e in result.matrix.items()},
+        record["use"] = {"test": result.averages, "matrix": errors_by_pair(result),
                          "command": f"interlingua evaluate -c {args.config} evaluate.encoder=use"}
         record_path.write_text(json.dumps(record, indent=2))
     ray.shutdown()
