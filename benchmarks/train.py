@@ -1,10 +1,11 @@
 """Tokens/s of the Ray Train loop against a bare single-process PyTorch loop, same model and batches.
 
-    .venv/bin/python benchmarks/train.py [--steps 60] [--repeats 2] [KEY=VALUE ...]
+    .venv/bin/python benchmarks/train.py [--steps 60] [--repeats 3] [KEY=VALUE ...]
 
 Both loops run the same `MultilingualNMT`, the same batch plan (seed,
 token budget, paths) and the same step (forward, backward, clip, Adam) with
-the same torch threads. The Ray loop is `interlingua train` itself with one
+the same torch threads and the same allocator settings (`train.worker_env`,
+which this script re-executes itself under). The Ray loop is `interlingua train` itself with one
 worker (checkpoints and evaluation pushed past the measured steps); its
 tokens/s comes from its own per-window metric in MLflow. Windows of
 `--window` steps, the first one (warm-up) dropped; medians over windows
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -83,6 +85,17 @@ def ray_loop(config: Config, steps: int, window: int) -> list[float]:
     return [rate for _, rate in sorted(history)][1:]
 
 
+def _same_env_as_workers(config: Config) -> None:
+    """Re-run this process with the Ray workers' environment (`train.worker_env`, malloc settings).
+
+    The bare loop then runs under the same allocator settings as the Ray
+    worker, so the ratio measures Ray alone. glibc reads them at start-up only.
+    """
+    missing = {k: v for k, v in config.train.worker_env.items() if os.environ.get(k) != v}
+    if missing:
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **missing})
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -92,11 +105,12 @@ def main() -> None:
     parser.add_argument("--config", default="configs/bible6-cpu.yaml")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--window", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     config = load_config(args.config, args.overrides)
+    _same_env_as_workers(config)
     if not (config.data_dir / "manifest.json").is_file():
         from pipelines.prepare import pipeline_options, run_prepare
 

@@ -91,6 +91,15 @@ class TrainConfig(Schema):
     use_gpu: bool = False
     ray_address: str | None = Field(default=None, description="An existing Ray cluster; a local one when unset.")
     max_failures: int = Field(default=3, ge=0, description="Worker-group restarts from the last checkpoint.")
+    worker_env: dict[str, str] = Field(
+        # Ray Train runs the loop in a thread of its worker actor; glibc gives such a
+        # thread its own malloc arena, which it trims after every step: 1.8x the page
+        # faults of the same loop in a main thread and ~15 % fewer tokens/s on CPU.
+        # One arena that keeps what it freed removes that (benchmarks/train.py).
+        default_factory=lambda: {"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                                 "MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(1 << 28)},
+        description="Environment variables of every Ray Train worker process.",
+    )
 
 
 class EvaluateConfig(Schema):

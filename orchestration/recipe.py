@@ -164,6 +164,11 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
 
     dev = dev_rows = None
     if rank == 0:
+        from orchestration import tracking
+
+        # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
+        # the first step: the first metrics window measures training, and a bad store fails now
+        tracking.get_run(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"])
         dev = ParallelCorpus.read(cfg["dev_files"], languages)
         dev_rows = dev.complete_rows()[: t["dev_max_sentences"]]
     stream = batch_stream(
@@ -220,8 +225,6 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
                 log.info("step %d dev similarity error %.4f (best %.4f at step %s)",
                          step, value, progress["dev_error"], progress["best_step"])
         if metrics and rank == 0:
-            from orchestration import tracking
-
             tracking.log_metrics(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"], metrics, step)
         if step % t["checkpoint_every_steps"] == 0 or stop:
             progress["done"] = stop

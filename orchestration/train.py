@@ -185,6 +185,7 @@ def _fit(config: Config, cfg: dict[str, Any], train_dir: Path):
             storage_path=str(train_dir),
             failure_config=FailureConfig(max_failures=t.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=t.keep_checkpoints),
+            worker_runtime_env={"env_vars": dict(t.worker_env)},
         ),
     )
     result = trainer.fit()
