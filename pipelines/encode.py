@@ -17,16 +17,18 @@ from pipelines.tokenizer import unit_hash
 log = logging.getLogger(__name__)
 
 Tuple = tuple[str, dict[str, str]]
+SAMPLE_STAT = "spm/sample_sentences"
 
 
-def _sample(t: Tuple, rates: dict[str, float]) -> list[tuple[str, str]]:
-    """The copies of one tuple's sentences drawn into the BPE sample, each with its sort key."""
+def _sample(t: Tuple, rates: dict[str, float]) -> list[tuple[str, list[str]]]:
+    """[(key, the copies of the tuple's sentences drawn into the BPE sample)], or [] if none was."""
     key, sentences = t
-    return [
-        (f"{key}\x1f{lang}\x1f{copy}", text)
-        for lang, text in sentences.items()
-        for copy in range(tokenizer.copies(rates[lang], key, lang))
+    texts = [
+        text
+        for lang, text in sorted(sentences.items())
+        for _ in range(tokenizer.copies(rates[lang], key, lang))
     ]
+    return [(key, texts)] if texts else []
 
 
 class CountLanguagesFn(beam.CombineFn):
@@ -51,40 +53,58 @@ class CountLanguagesFn(beam.CombineFn):
         return acc
 
 
-def _train(samples: list[list[tuple[str, str]]], config: SpmConfig) -> bytes:
-    started = time.monotonic()
-    sample = sorted(s for part in samples for s in part)  # a fixed order: the same model every time
-    proto = tokenizer.train_bpe((text for _, text in sample), config)
-    size = spm.SentencePieceProcessor(model_proto=proto).get_piece_size()
-    log.info("trained BPE on %d sampled sentences in %.1fs: %d pieces",
-             len(sample), time.monotonic() - started, size)
-    if size < config.vocab_size:
-        log.warning("the BPE vocabulary has %d pieces, fewer than vocab_size=%d: the sample is small",
-                    size, config.vocab_size)
-    return proto
+class TrainFn(beam.DoFn):
+    """The gathered sample -> the serialized BPE model; counts the sampled sentences."""
+
+    def __init__(self, config: SpmConfig) -> None:
+        self.config = config
+
+    def process(self, samples: list[tuple[str, list[str]]]) -> Iterator[Any]:
+        started = time.monotonic()
+        samples.sort(key=lambda s: s[0])  # by tuple key: the same order, the same model, on any runner
+        sample = [text for _, texts in samples for text in texts]
+        proto = tokenizer.train_bpe(sample, self.config)
+        size = spm.SentencePieceProcessor(model_proto=proto).get_piece_size()
+        log.info("trained BPE on %d sampled sentences in %.1fs: %d pieces",
+                 len(sample), time.monotonic() - started, size)
+        if size < self.config.vocab_size:
+            log.warning("the BPE vocabulary has %d pieces, fewer than vocab_size=%d: the sample is small",
+                        size, self.config.vocab_size)
+        tally = Tally()
+        tally.add(SAMPLE_STAT, len(sample))
+        yield from tally.flush()
+        yield proto
 
 
 class TrainBpe(beam.PTransform):
-    """Training tuples -> the serialized sentencepiece BPE model (a one-element PCollection)."""
+    """{'train': tuples, 'pool': tuples} -> {'model': the serialized BPE model, 'stats': ...}.
+
+    The sampling rates come from the sentence counts of `pool`, the
+    deduplicated tuples that the split draws from (a few per cent more than
+    train holds). They are known when decontamination runs, so the sampling
+    happens in the same pass over the tuples instead of a second one.
+    """
 
     def __init__(self, config: SpmConfig) -> None:
         super().__init__()
         self.config = config
 
-    def expand(self, train: beam.PCollection) -> beam.PCollection:
+    def expand(self, inputs: dict[str, beam.PCollection]) -> Any:
         cfg = self.config
         rates = beam.pvalue.AsSingleton(
-            train
+            inputs["pool"]
             | "CountPerLanguage" >> beam.CombineGlobally(CountLanguagesFn())
             | "SamplingRates" >> beam.Map(tokenizer.sampling_rates, cfg)
         )
-        return (
-            train
-            | "SampleSentences" >> beam.Map(_sample, rates)
-            | "NonEmpty" >> beam.Filter(bool)
-            | "GatherSample" >> beam.combiners.ToList()
-            | "TrainModel" >> beam.Map(_train, cfg)
+        trained = (
+            inputs["train"]
+            | "SampleSentences" >> beam.FlatMap(_sample, rates)
+            # without_defaults: a global combine with a default re-reads its whole
+            # output as a side input (the sample: tens of MB, deep-sized by Beam's cache)
+            | "GatherSample" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
+            | "TrainModel" >> beam.ParDo(TrainFn(cfg)).with_outputs(STATS, main="model")
         )
+        return {"model": trained.model, STATS: trained[STATS]}
 
 
 class WriteShardFn(beam.DoFn):
@@ -136,14 +156,16 @@ def _write_model(proto: bytes, root: str) -> None:
 
 
 class EncodeAndWrite(beam.PTransform):
-    """{split: tuples} -> BPE model and Parquet shards under `root`; returns the stats."""
+    """{split: tuples, 'pool': deduplicated tuples} -> BPE model and Parquet shards under `root`; the stats."""
 
     def __init__(self, config: SpmConfig, languages: list[str], shards: dict[str, int], root: str):
         super().__init__()
         self.config, self.languages, self.shards, self.root = config, languages, shards, root
 
-    def expand(self, splits: dict[str, beam.PCollection]) -> Any:
-        model = splits["train"] | "TrainBpe" >> TrainBpe(self.config)
+    def expand(self, inputs: dict[str, beam.PCollection]) -> Any:
+        splits = {s: inputs[s] for s in dataset.SPLITS}
+        trained = {"train": inputs["train"], "pool": inputs["pool"]} | "TrainBpe" >> TrainBpe(self.config)
+        model = trained["model"]
         _ = model | "WriteModel" >> beam.Map(_write_model, self.root)
         keyed = [
             pcoll | f"Shard{split.title()}" >> beam.Map(
@@ -158,4 +180,4 @@ class EncodeAndWrite(beam.PTransform):
                 WriteShardFn(self.root, self.languages, self.shards), beam.pvalue.AsSingleton(model)
             ).with_outputs(STATS, main="files")
         )
-        return written[STATS]
+        return (written[STATS], trained[STATS]) | "EncodeStats" >> beam.Flatten()

@@ -26,7 +26,7 @@ from pipelines import dataset, sources
 from pipelines.config import PrepareConfig, dump_yaml
 from pipelines.counting import STATS, Tally
 from pipelines.dedup import DedupTuples
-from pipelines.encode import EncodeAndWrite
+from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
 from pipelines.split import SplitTuples, check_held_out
 from pipelines.text import Cleaner
 
@@ -136,7 +136,7 @@ class PrepareCorpus(beam.PTransform):
             STATS, main="tuples")
         unique = clean.tuples | "Deduplicate" >> DedupTuples(cfg.dedup)
         splits = unique["tuples"] | "SplitTuples" >> SplitTuples(cfg.split, cfg.languages)
-        encoded = {s: splits[s] for s in dataset.SPLITS} | "EncodeAndWrite" >> EncodeAndWrite(
+        encoded = {**{s: splits[s] for s in dataset.SPLITS}, "pool": unique["tuples"]} | "EncodeAndWrite" >> EncodeAndWrite(
             cfg.spm, cfg.languages, shards, self.root)
         return (
             (read[STATS], clean[STATS], unique[STATS], splits[STATS], encoded)
@@ -281,7 +281,8 @@ def _manifest(config: PrepareConfig, staging: Path, stats: dict[str, int], plan:
         "spm": {"model": dataset.SPM_MODEL, "vocab": dataset.SPM_VOCAB, "model_type": "bpe",
                 "vocab_size": sp.get_piece_size(), "pad_id": dataset.PAD_ID, "unk_id": dataset.UNK_ID,
                 "bos_id": dataset.BOS_ID, "eos_id": dataset.EOS_ID,
-                "sha256": dataset.file_sha256(staging / dataset.SPM_MODEL)},
+                "sha256": dataset.file_sha256(staging / dataset.SPM_MODEL),
+                "sample_sentences": stats.get(SAMPLE_STAT, 0)},
         "counts": counts,
         "inputs": plan.fingerprints,
         "config": resolved if resolved is not None else {"prepare": config.model_dump(mode="json")},

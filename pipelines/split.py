@@ -76,11 +76,16 @@ def check_held_out(config: SplitConfig, written: dict[str, int]) -> None:
 
 
 class _DecontaminateFn(beam.DoFn):
+    """Every tuple not held out, unless it shares a sentence with dev or test (then counted)."""
+
     def start_bundle(self) -> None:
         self.tally = Tally()
 
-    def process(self, t: Tuple, held_out: frozenset[str]) -> Iterator[Any]:
-        if any(i in held_out for i in sentence_ids(t[1])):
+    def process(self, t: Tuple, held_out: tuple[frozenset[str], frozenset[str]]) -> Iterator[Any]:
+        keys, sentences = held_out
+        if t[0] in keys:
+            return  # it is in dev or test
+        if any(i in sentences for i in sentence_ids(t[1])):
             self.tally.drop_tuple(CONTAMINATED, t[1])
         else:
             yield t
@@ -89,8 +94,19 @@ class _DecontaminateFn(beam.DoFn):
         yield from self.tally.flush()
 
 
+def _held_out_index(tuples: list[Tuple]) -> tuple[frozenset[str], frozenset[str]]:
+    """(keys, sentence ids) of the dev and test tuples."""
+    return frozenset(k for k, _ in tuples), frozenset(i for _, s in tuples for i in sentence_ids(s))
+
+
 class SplitTuples(beam.PTransform):
-    """Tuples -> {'train', 'dev', 'test', 'stats'} PCollections."""
+    """Tuples -> {'train', 'dev', 'test', 'stats'} PCollections.
+
+    The candidates (the smallest hashes, or those under the fractions) are
+    gathered in one place and split there; every tuple then goes to train
+    unless it was held out or is contaminated, so the tuples pass through one
+    stage that waits for the held-out set, not two.
+    """
 
     def __init__(self, config: SplitConfig, languages: list[str]) -> None:
         super().__init__()
@@ -100,40 +116,32 @@ class SplitTuples(beam.PTransform):
     def expand(self, tuples: beam.PCollection) -> Any:
         cfg = self.config
         complete = self.languages if cfg.heldout_complete else frozenset()
-        hashed = tuples | "HashKeys" >> beam.Map(lambda t: (unit_hash("split", cfg.seed, t[0]), t))
+        hashed = tuples | "HashEligible" >> beam.FlatMap(
+            lambda t: [(unit_hash("split", cfg.seed, t[0]), t)] if complete <= t[1].keys() else [])
         if cfg.by_fraction:
-            threshold: Any = cfg.dev_fraction + cfg.test_fraction
+            threshold = cfg.dev_fraction + cfg.test_fraction
+            candidates = (
+                hashed
+                | "UnderFractions" >> beam.Filter(lambda h: h[0] <= threshold)
+                # without_defaults: a global combine with a default re-reads its whole
+                # output as a side input (deep-sized by Beam's state cache)
+                | "GatherCandidates" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
+            )
         else:
             k = CANDIDATE_MARGIN * cfg.held_out_size() + 100
-            threshold = beam.pvalue.AsSingleton(
-                hashed
-                | "EligibleHashes" >> beam.FlatMap(lambda h: [h[0]] if complete <= h[1][1].keys() else [])
-                | "SmallestHashes" >> beam.combiners.Top.Smallest(k)
-                | "Threshold" >> beam.Map(lambda xs: xs[-1] if len(xs) >= k else 1.0)
-            )
-        parts = hashed | "PickCandidates" >> beam.Partition(
-            lambda h, _n, thr: 0 if h[0] <= thr and complete <= h[1][1].keys() else 1, 2, threshold
-        )
-        chosen = (
-            parts[0]
-            | "GatherCandidates" >> beam.combiners.ToList()
-            | "SelectHeldOut" >> beam.FlatMap(lambda c: select_held_out(c, cfg))
-        )
-        by_split = chosen | "BySplit" >> beam.Partition(lambda s, _n: ("train", "dev", "test").index(s[0]), 3)
-        dev = by_split[1] | "DevTuples" >> beam.Map(lambda s: s[1])
-        test = by_split[2] | "TestTuples" >> beam.Map(lambda s: s[1])
-        held_out_ids = beam.pvalue.AsSingleton(
-            (dev, test)
-            | "HeldOut" >> beam.Flatten()
-            | "HeldOutSentences" >> beam.FlatMap(lambda t: sentence_ids(t[1]))
+            candidates = hashed | "SmallestHashes" >> beam.CombineGlobally(
+                beam.combiners.TopCombineFn(k, key=lambda h: (h[0], h[1][0]), reverse=True)).without_defaults()
+        chosen = candidates | "SelectHeldOut" >> beam.FlatMap(
+            lambda c: [(s, t) for s, t in select_held_out(c, cfg) if s != "train"])
+        by_split = chosen | "BySplit" >> beam.Partition(lambda s, _n: ("dev", "test").index(s[0]), 2)
+        dev = by_split[0] | "DevTuples" >> beam.Map(lambda s: s[1])
+        test = by_split[1] | "TestTuples" >> beam.Map(lambda s: s[1])
+        held_out = beam.pvalue.AsSingleton(
+            chosen
+            | "HeldOutTuples" >> beam.Map(lambda s: s[1])
             | "GatherHeldOut" >> beam.combiners.ToList()
-            | "AsSet" >> beam.Map(frozenset)
+            | "Index" >> beam.Map(_held_out_index)
         )
-        train = (
-            (parts[1] | "Unhash" >> beam.Map(lambda h: h[1]),
-             by_split[0] | "NotTaken" >> beam.Map(lambda s: s[1]))
-            | "TrainPool" >> beam.Flatten()
-            | "Decontaminate" >> beam.ParDo(_DecontaminateFn(), held_out_ids).with_outputs(
-                STATS, main="kept")
-        )
+        train = tuples | "Decontaminate" >> beam.ParDo(_DecontaminateFn(), held_out).with_outputs(
+            STATS, main="kept")
         return {"train": train.kept, "dev": dev, "test": test, STATS: train[STATS]}

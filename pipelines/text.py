@@ -6,6 +6,7 @@ Reasons are stable strings: they are metric names and manifest keys.
 """
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ _WORD_CHAR = regex.compile(r"[\p{L}\p{N}]")
 _CONTROL = regex.compile(r"(?![\u200c\u200d])[\p{Cc}\p{Cf}]")
 
 
+@functools.lru_cache(maxsize=None)
 def base_language(lang: str) -> str:
     """'zh_Hant' -> 'zh'."""
     return lang.split("_", 1)[0]
@@ -83,7 +85,7 @@ class Normalizer:
 
     def __call__(self, text: str, lang: str) -> tuple[str, list[str]]:
         """Return the normalized text and the names of the noise patterns that matched."""
-        if self.config.nfkc:
+        if self.config.nfkc and not unicodedata.is_normalized("NFKC", text):
             text = unicodedata.normalize("NFKC", text)
         matched = []
         for name, pattern, langs in self._patterns:
@@ -92,7 +94,10 @@ class Normalizer:
             text, n = pattern.subn(" ", text)
             if n:
                 matched.append(name)
-        text = _CONTROL.sub("", _SPACES.sub(" ", text)).strip()
+        if text.isprintable():  # no control, format or separator character but the space
+            text = " ".join(text.split())
+        else:
+            text = _CONTROL.sub("", _SPACES.sub(" ", text)).strip()
         if self.config.lowercase:
             text = text.lower()
         return text, matched
@@ -150,9 +155,11 @@ def length_ratio_outliers(lengths: dict[str, float], max_ratio: float) -> list[s
     """Languages whose length is over `max_ratio` times above/below the median of the others'."""
     if len(lengths) < 2:
         return []
+    ordered = sorted(lengths.values())
     out = []
     for lang, n in lengths.items():
-        others = sorted(v for k, v in lengths.items() if k != lang)
+        others = ordered.copy()
+        others.remove(n)  # the median of the others: the sorted list less one copy of n
         mid = len(others) // 2
         median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
         n, median = max(n, 1.0), max(median, 1.0)

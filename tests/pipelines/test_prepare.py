@@ -9,9 +9,9 @@ import pytest
 import sentencepiece as spm
 
 from orchestration.config import load_config
-from pipelines import dataset
+from pipelines import dataset, tokenizer
 from pipelines.prepare import pipeline_options, run_prepare
-from pipelines.split import HeldOutError
+from pipelines.split import CONTAMINATED, HeldOutError
 from tests.conftest import small_config, write_lines
 
 pytestmark = pytest.mark.slow
@@ -92,6 +92,16 @@ def test_parquet_schema_tokens_and_spm_model(prepared):
     assert train_zh.count(dataset.UNK_ID) < 0.02 * len(train_zh)
     written = yaml_config(config.data_dir / "config.yaml")
     assert written == config.to_dict() == result.manifest["config"]
+
+
+def test_bpe_sample_follows_the_temperature_rates(prepared):
+    """The sample: each training sentence drawn rates[lang] times in expectation, rates from the pool."""
+    config, result = prepared
+    sentences = result.manifest["counts"]["sentences"]
+    pool = {lang: sum(b["out"].values()) + b["dropped"].get(CONTAMINATED, 0) for lang, b in sentences.items()}
+    rates = tokenizer.sampling_rates(pool, config.prepare.spm)
+    expected = sum(rates[lang] * b["out"]["train"] for lang, b in sentences.items())
+    assert result.manifest["spm"]["sample_sentences"] == pytest.approx(expected, rel=0.03)
 
 
 def yaml_config(path: Path) -> dict:
