@@ -91,7 +91,7 @@ def fingerprint(config: Config, manifest: dict[str, Any]) -> str:
     train = config.train.model_dump(
         exclude={"max_steps", "max_minutes", "num_workers", "ray_address", "max_failures", "cpus_per_worker",
                  "use_gpu", "log_every_steps", "keep_checkpoints", "early_stop_patience_evals",
-                 "checkpoint_every_steps"}
+                 "checkpoint_every_steps", "worker_env"}
     )
     payload = {"data": manifest["fingerprint"], "model": config.model.model_dump(), "train": train}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
