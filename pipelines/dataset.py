@@ -51,8 +51,11 @@ def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}/part-{index:05d}-of-{count:05d}.parquet"
 
 
-def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> dict[str, Any]:
-    """Write rows (sorted by key for identical reruns) to one Parquet file; return its record."""
+def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> None:
+    """Write rows (sorted by key for identical reruns) to one Parquet file.
+
+    Its size and checksum are taken once, for the manifest, when the dataset is complete.
+    """
     rows = sorted(rows, key=lambda r: r["key"])
     fields = schema(languages)
     # column by column: half the time of Table.from_pylist over row dicts
@@ -60,7 +63,6 @@ def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> 
                      schema=fields)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     pq.write_table(table, path, compression="zstd")
-    return {"rows": len(rows), "bytes": os.path.getsize(path), "sha256": file_sha256(path)}
 
 
 def file_sha256(path: str | Path) -> str:

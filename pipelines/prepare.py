@@ -136,8 +136,8 @@ class PrepareCorpus(beam.PTransform):
             STATS, main="tuples")
         unique = clean.tuples | "Deduplicate" >> DedupTuples(cfg.dedup)
         splits = unique["tuples"] | "SplitTuples" >> SplitTuples(cfg.split, cfg.languages)
-        encoded = {**{s: splits[s] for s in dataset.SPLITS}, "pool": unique["tuples"]} | "EncodeAndWrite" >> EncodeAndWrite(
-            cfg.spm, cfg.languages, shards, self.root)
+        to_encode = {**{s: splits[s] for s in dataset.SPLITS}, "pool": unique["tuples"]}
+        encoded = to_encode | "EncodeAndWrite" >> EncodeAndWrite(cfg.spm, cfg.languages, shards, self.root)
         return (
             (read[STATS], clean[STATS], unique[STATS], splits[STATS], encoded)
             | "AllStats" >> beam.Flatten()

@@ -14,13 +14,10 @@ from pipelines.config import SpmConfig
 from pipelines.dataset import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
-_INV_2_64 = 2.0**-64
-
-
 def unit_hash(*parts: object) -> float:
     """A deterministic uniform number in [0, 1) from the parts (seeded hashing)."""
     digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") * _INV_2_64
+    return int.from_bytes(digest, "big") / 2**64
 
 
 def sampling_rates(counts: dict[str, int], config: SpmConfig) -> dict[str, float]:
