@@ -1,26 +1,37 @@
 """Tokens/s of the Ray Train loop against a bare single-process PyTorch loop, same model and batches.
 
-    .venv/bin/python benchmarks/train.py [--steps 60] [--repeats 3] [KEY=VALUE ...]
+    .venv/bin/python benchmarks/train.py [--steps 60] [--repeats 5] [KEY=VALUE ...]
 
 Both loops run the same `MultilingualNMT`, the same batch plan (seed,
 token budget, paths) and the same step (forward, backward, clip, Adam) with
 the same torch threads and the same allocator settings (`train.worker_env`,
-which this script re-executes itself under). The Ray loop is `interlingua train` itself with one
-worker (checkpoints and evaluation pushed past the measured steps); its
-tokens/s comes from its own per-window metric in MLflow. Windows of
-`--window` steps, the first one (warm-up) dropped; medians over windows
-and repeats. Then the bare loop with the full softmax against the adaptive
-softmax. Needs the prepared dataset of the config (prepared when missing).
+which this script re-executes itself under). The Ray loop is `interlingua
+train` itself with one worker (checkpoints and evaluation pushed past the
+measured steps); its tokens/s and CPU use come from its own per-window
+metrics in MLflow. Windows of `--window` steps, the first one (warm-up)
+dropped. Each repeat runs the bare loop, the Ray loop and the bare loop with
+the other output layer (full vs adaptive softmax) back to back, so the
+per-repeat ratios compare runs a minute apart; the machine's speed drifts
+more than that over the whole benchmark.
+
+Besides tokens/s it reports where the CPUs went, per window: the cores the
+training process used (its CPU time per second), the cores everything else on
+the machine used (/proc/stat, Linux), and tokens per CPU-second of the
+training process. Needs the prepared dataset of the config (prepared when
+missing).
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import logging
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,8 +47,57 @@ from orchestration.train import model_args, train  # noqa: E402
 from pipelines.dataset import load_manifest, split_files  # noqa: E402
 
 
-def bare_loop(config: Config, steps: int, window: int) -> list[float]:
-    """Tokens/s of each window of a plain PyTorch loop (the first window dropped)."""
+@dataclass
+class Window:
+    """One measured window of a loop."""
+
+    tokens_per_s: float
+    cores: float  # CPU-seconds of the training process per second
+    start: float  # wall clock, seconds since the epoch
+    end: float
+
+
+class MachineCpu:
+    """Busy CPU-seconds of the whole machine over time, sampled from /proc/stat by a thread (Linux)."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self.available = Path("/proc/stat").is_file()
+        self._tick = os.sysconf("SC_CLK_TCK") if self.available else 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        if self.available:
+            self._thread.start()
+
+    def _busy(self) -> float:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+        return (user + nice + system + irq + softirq) / self._tick
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.samples.append((time.time(), self._busy()))
+
+    def cores(self, start: float, end: float) -> float:
+        """Cores busy between two wall-clock times (interpolated between samples); nan without /proc."""
+        times = [t for t, _ in self.samples]
+        if not self.available or not times or start < times[0] or end > times[-1] or end <= start:
+            return float("nan")
+
+        def at(t: float) -> float:
+            i = max(1, bisect.bisect_left(times, t))
+            (t0, b0), (t1, b1) = self.samples[i - 1], self.samples[i]
+            return b0 + (b1 - b0) * (t - t0) / max(t1 - t0, 1e-9)
+
+        return (at(end) - at(start)) / (end - start)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def bare_loop(config: Config, steps: int, window: int) -> list[Window]:
+    """The windows of a plain PyTorch loop (the first one dropped)."""
     torch.set_num_threads(config.train.cpus_per_worker)
     manifest = load_manifest(config.data_dir)
     languages = config.train.languages or manifest["languages"]
@@ -49,7 +109,8 @@ def bare_loop(config: Config, steps: int, window: int) -> list[float]:
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
     stream = batch_stream(corpus, _paths(config.train.model_dump()), seed=config.train.seed, rank=0, world=1,
                           max_tokens=config.train.max_tokens, monolingual=config.train.monolingual)
-    rates, tokens, start = [], 0, time.perf_counter()
+    windows, tokens = [], 0
+    start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
     for step in range(1, steps + 1):
         _, signature, rows = next(stream)
         sources, targets = corpus.batch(signature, rows)
@@ -62,14 +123,14 @@ def bare_loop(config: Config, steps: int, window: int) -> list[float]:
         tokens += sum(int(lens.sum()) for _, lens in sources.values())
         tokens += sum(int(n) for n in out["tokens"].values())
         if step % window == 0:
-            now = time.perf_counter()
-            rates.append(tokens / (now - start))
-            tokens, start = 0, now
-    return rates[1:]
+            now, cpu, wall = time.perf_counter(), time.process_time(), time.time()
+            windows.append(Window(tokens / (now - start), (cpu - cpu_start) / (now - start), wall_start, wall))
+            tokens, start, cpu_start, wall_start = 0, now, cpu, wall
+    return windows[1:]
 
 
-def ray_loop(config: Config, steps: int, window: int) -> list[float]:
-    """Tokens/s of each window of `interlingua train` with one worker (the first window dropped)."""
+def ray_loop(config: Config, steps: int, window: int) -> list[Window]:
+    """The windows of `interlingua train` with one worker, from its MLflow metrics (the first one dropped)."""
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         run = config.model_copy(update={
             "run_dir": str(Path(tmp) / "run"),
@@ -81,8 +142,11 @@ def ray_loop(config: Config, steps: int, window: int) -> list[float]:
             }),
         })
         result = train(run)
-        history = tracking.metric_history(run.tracking.uri, result.run_id, "train/tokens_per_s")
-    return [rate for _, rate in sorted(history)][1:]
+        rates = sorted(tracking.metric_series(run.tracking.uri, result.run_id, "train/tokens_per_s"))
+        cores = dict(tracking.metric_history(run.tracking.uri, result.run_id, "train/cpu_cores"))
+    # a window ends when its metrics are logged and starts where the previous one ended
+    return [Window(rate, cores[step], previous[2], logged)
+            for previous, (step, rate, logged) in zip(rates, rates[1:])]
 
 
 def _same_env_as_workers(config: Config) -> None:
@@ -100,12 +164,23 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _summary(name: str, windows: list[Window], machine: MachineCpu, base: list[Window] | None) -> str:
+    rate = median([w.tokens_per_s for w in windows])
+    cores = median([w.cores for w in windows])
+    other = median([machine.cores(w.start, w.end) - w.cores for w in windows])
+    per_cpu = median([w.tokens_per_s / w.cores for w in windows])
+    base_rate = median([w.tokens_per_s for w in base]) if base else rate
+    base_cpu = median([w.tokens_per_s / w.cores for w in base]) if base else per_cpu
+    return (f"{name:<34}{rate:>10,.0f}{rate / base_rate:>7.2f}{cores:>8.2f}{other:>8.2f}"
+            f"{per_cpu:>11,.0f}{per_cpu / base_cpu:>7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="configs/bible6-cpu.yaml")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--window", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -118,31 +193,50 @@ def main() -> None:
 
     import ray
 
+    output = config.model.output
+    other_output = "softmax" if output == "adaptive" else "adaptive"
+    flipped = config.model_copy(update={"model": config.model.model_copy(update={"output": other_output})})
+    machine = MachineCpu()
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
-    bare, rayed = [], []
-    for _ in range(args.repeats):  # interleaved, so drift hits both alike
-        bare += bare_loop(config, args.steps, args.window)
-        rayed += ray_loop(config, args.steps, args.window)
+    bare: list[list[Window]] = []
+    rayed: list[list[Window]] = []
+    other: list[list[Window]] = []
+    for repeat in range(args.repeats):  # back to back, so the machine's drift hits all three alike
+        bare.append(bare_loop(config, args.steps, args.window))
+        rayed.append(ray_loop(config, args.steps, args.window))
+        other.append(bare_loop(flipped, args.steps, args.window))
+        print(f"repeat {repeat + 1}/{args.repeats}: tokens/s bare {median([w.tokens_per_s for w in bare[-1]]):,.0f}, "
+              f"Ray {median([w.tokens_per_s for w in rayed[-1]]):,.0f}, "
+              f"bare {other_output} {median([w.tokens_per_s for w in other[-1]]):,.0f}", flush=True)
     ray.shutdown()
-    softmax_cfg = config.model_copy(update={"model": config.model.model_copy(update={"output": "softmax"})})
-    adaptive_cfg = config.model_copy(update={"model": config.model.model_copy(update={"output": "adaptive"})})
-    softmax, adaptive = [], []
-    for _ in range(args.repeats):
-        softmax += bare_loop(softmax_cfg, args.steps, args.window)
-        adaptive += bare_loop(adaptive_cfg, args.steps, args.window)
+    machine.close()
 
-    b, r = median(bare), median(rayed)
-    print(f"config {args.config} {' '.join(args.overrides)}; {args.steps} steps x {args.repeats} repeats, "
-          f"windows of {args.window} steps, {config.train.cpus_per_worker} torch threads; medians")
-    print(f"{'loop':<34}{'tokens/s':>10}{'ratio':>8}")
-    print(f"{'bare PyTorch, 1 process':<34}{b:>10,.0f}{1.0:>8.2f}")
-    print(f"{'Ray Train TorchTrainer, 1 worker':<34}{r:>10,.0f}{r / b:>8.2f}")
-    print(f"Ray overhead: {100 * (1 - r / b):.1f}% (target <= 10%)")
-    s, a = median(softmax), median(adaptive)
-    print(f"{'bare, full softmax':<34}{s:>10,.0f}{1.0:>8.2f}")
-    print(f"{'bare, adaptive softmax':<34}{a:>10,.0f}{a / s:>8.2f}")
-    spread = {name: (min(v), max(v)) for name, v in [("bare", bare), ("ray", rayed)] if v}
-    print("window range (min, max):", {k: (round(lo), round(hi)) for k, (lo, hi) in spread.items()})
+    def flat(runs: list[list[Window]]) -> list[Window]:
+        return [w for run in runs for w in run]
+
+    def paired(runs: list[list[Window]], bases: list[list[Window]]) -> list[float]:
+        return [median([w.tokens_per_s for w in run]) / median([w.tokens_per_s for w in base])
+                for run, base in zip(runs, bases)]
+
+    print(f"\nconfig {args.config} {' '.join(args.overrides)}; {args.steps} steps x {args.repeats} repeats, "
+          f"windows of {args.window} steps (first dropped), {config.train.cpus_per_worker} torch threads, "
+          f"{os.cpu_count()} CPUs; medians over windows")
+    print(f"{'loop':<34}{'tokens/s':>10}{'ratio':>7}{'cores':>8}{'others':>8}{'tok/CPU-s':>11}{'ratio':>7}")
+    print(_summary("bare PyTorch, 1 process", flat(bare), machine, None))
+    print(_summary("Ray Train TorchTrainer, 1 worker", flat(rayed), machine, flat(bare)))
+    ray_ratios = paired(rayed, bare)
+    print(f"Ray / bare per repeat: {' '.join(f'{r:.2f}' for r in ray_ratios)}; median {median(ray_ratios):.2f}")
+    print(f"Ray overhead: {100 * (1 - median(ray_ratios)):.1f}% (median of the per-repeat ratios; target <= 10%)")
+    softmax, adaptive = (bare, other) if output == "softmax" else (other, bare)
+    print(_summary("bare, full softmax", flat(softmax), machine, None))
+    print(_summary("bare, adaptive softmax", flat(adaptive), machine, flat(softmax)))
+    adaptive_ratios = paired(adaptive, softmax)
+    print(f"adaptive / full softmax per repeat: {' '.join(f'{r:.2f}' for r in adaptive_ratios)}; "
+          f"median {median(adaptive_ratios):.2f}")
+    spread = {name: [w.tokens_per_s for w in flat(runs)] for name, runs in [("bare", bare), ("ray", rayed)]}
+    print("window range (min, max):", {k: (round(min(v)), round(max(v))) for k, v in spread.items() if v})
+    print("cores: CPU-seconds per second of the training process; others: of every other process "
+          "(Ray's own processes, this script, the system)")
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def dev_error(model: MultilingualNMT, dev: ParallelCorpus, rows: np.ndarray, dev
 
 
 class Window:
-    """Sums between two log lines: NLL and tokens per target language, ranking loss, wall time."""
+    """Sums between two log lines: NLL and tokens per target language, ranking loss, wall and CPU time."""
 
     def __init__(self, languages: list[str]) -> None:
         self.languages = languages
@@ -84,7 +84,7 @@ class Window:
         self.nll = dict.fromkeys(self.languages, 0.0)
         self.tokens = dict.fromkeys(self.languages, 0.0)
         self.loss = self.ranking = self.steps = self.input_tokens = 0.0
-        self.start = time.monotonic()
+        self.start, self.cpu_start = time.monotonic(), time.process_time()
 
     def add(self, out: dict[str, Any], input_tokens: int) -> None:
         for lang, value in out["nll"].items():
@@ -96,19 +96,27 @@ class Window:
         self.input_tokens += input_tokens
 
     def metrics(self, device: torch.device) -> dict[str, float]:
-        """Summed over workers; per-language perplexity of the decoders."""
+        """Summed over workers; per-language perplexity of the decoders.
+
+        `train/cpu_cores` is the CPU time of the worker processes (all their
+        threads) per second of the window: about `cpus_per_worker` x workers
+        when the CPUs are theirs, less when something else takes them or the
+        workers wait (for data, a GPU, each other).
+        """
         keys = self.languages
+        cpu_seconds = time.process_time() - self.cpu_start
         values = _all_sum(
             [self.nll[k] for k in keys] + [self.tokens[k] for k in keys]
-            + [self.loss, self.ranking, self.steps, self.input_tokens], device,
+            + [self.loss, self.ranking, self.steps, self.input_tokens, cpu_seconds], device,
         )
         n = len(keys)
-        nll, tokens, (loss, ranking, steps, input_tokens) = values[:n], values[n:2 * n], values[2 * n:]
+        nll, tokens, (loss, ranking, steps, input_tokens, cpu_seconds) = values[:n], values[n:2 * n], values[2 * n:]
         seconds = max(time.monotonic() - self.start, 1e-9)
         out = {
             "train/loss": loss / max(steps, 1),
             "train/nll_per_token": sum(nll) / max(sum(tokens), 1),
             "train/tokens_per_s": (input_tokens + sum(tokens)) / seconds,
+            "train/cpu_cores": cpu_seconds / seconds,
         }
         if ranking:
             out["train/ranking_loss"] = ranking / max(steps, 1)

@@ -106,7 +106,12 @@ def get_run(uri: str, run_id: str):
 
 
 def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float]]:
-    return [(m.step, m.value) for m in _client(uri).get_metric_history(run_id, key)]
+    return [(step, value) for step, value, _ in metric_series(uri, run_id, key)]
+
+
+def metric_series(uri: str, run_id: str, key: str) -> list[tuple[int, float, float]]:
+    """(step, value, when it was logged in seconds since the epoch) of every value of a metric."""
+    return [(m.step, m.value, m.timestamp / 1000) for m in _client(uri).get_metric_history(run_id, key)]
 
 
 def search_runs(uri: str, experiment: str, filter_string: str = "", max_results: int = 100) -> list:

@@ -16,6 +16,7 @@ import torch
 from model.nmt import load_model
 from orchestration import tracking
 from orchestration.config import load_config
+from orchestration.recipe import Window
 from orchestration.train import TrainError, _export, train
 
 TINY = [
@@ -58,8 +59,10 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
     run = tracking.get_run(uri, result.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.encoder"] == "blstm_max" and run.data.params["train.max_steps"] == "20"
-    for key in ("train/loss", "train/tokens_per_s", "train/ppl/en", "dev/xsim_error", "dev/xsim_error/fr-en"):
+    for key in ("train/loss", "train/tokens_per_s", "train/cpu_cores", "train/ppl/en", "dev/xsim_error",
+                "dev/xsim_error/fr-en"):
         assert key in run.data.metrics, key
+    assert 0 < run.data.metrics["train/cpu_cores"] <= 1.05 * os.cpu_count()
     assert [s for s, _ in tracking.metric_history(uri, result.run_id, "dev/xsim_error")] == [10, 20]
     artifacts = {a.path for a in tracking._client(uri).list_artifacts(result.run_id, "model")}
     assert "model/model.pt" in artifacts and "model/spm.model" in artifacts
@@ -68,6 +71,25 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
     assert again.skipped and again.run_id == result.run_id
     with pytest.raises(TrainError, match="another dataset or model/train config"):
         train(config_for(small_dataset, tmp_path, "train.max_steps=20", "train.lr=0.01"))
+
+
+def test_window_metrics_count_tokens_and_the_cpu_time_of_the_process():
+    window = Window(["en", "fr"])
+    out = {"nll": {"fr": torch.tensor(6.0)}, "tokens": {"fr": torch.tensor(3)}, "loss": torch.tensor(2.0),
+           "ranking": None}
+    time.sleep(0.3)  # waiting costs no CPU
+    window.add(out, input_tokens=5)
+    idle = window.metrics(torch.device("cpu"))
+    assert idle["train/loss"] == 2.0 and idle["train/nll_per_token"] == 2.0
+    assert 0 < idle["train/tokens_per_s"] <= 8 / 0.3 and idle["train/cpu_cores"] < 0.2
+    assert set(idle) == {"train/loss", "train/nll_per_token", "train/tokens_per_s", "train/cpu_cores",
+                         "train/ppl/fr"}
+    window.reset()
+    until = time.monotonic() + 0.3
+    while time.monotonic() < until:  # one busy thread: about one core
+        pass
+    busy = window.metrics(torch.device("cpu"))
+    assert 0.3 < busy["train/cpu_cores"] <= 1.05 and busy["train/tokens_per_s"] == 0
 
 
 def test_a_failed_training_is_marked_failed(small_dataset, tmp_path, local_ray):
