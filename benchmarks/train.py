@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import logging
+import math
 import os
 import statistics
 import sys
@@ -145,8 +146,8 @@ def ray_loop(config: Config, steps: int, window: int) -> list[Window]:
         rates = sorted(tracking.metric_series(run.tracking.uri, result.run_id, "train/tokens_per_s"))
         cores = dict(tracking.metric_history(run.tracking.uri, result.run_id, "train/cpu_cores"))
     # a window ends when its metrics are logged and starts where the previous one ended
-    return [Window(rate, cores[step], previous[2], logged)
-            for previous, (step, rate, logged) in zip(rates, rates[1:])]
+    return [Window(rate, cores[step], started, logged)
+            for (_, _, started), (step, rate, logged) in zip(rates, rates[1:])]
 
 
 def _same_env_as_workers(config: Config) -> None:
@@ -161,7 +162,9 @@ def _same_env_as_workers(config: Config) -> None:
 
 
 def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+    """Median of the known values (nan where none is known, e.g. without /proc/stat)."""
+    known = [v for v in values if not math.isnan(v)]
+    return statistics.median(known) if known else float("nan")
 
 
 def _summary(name: str, windows: list[Window], machine: MachineCpu, base: list[Window] | None) -> str:
