@@ -82,13 +82,13 @@ class MachineCpu:
 
     def cores(self, start: float, end: float) -> float:
         """Cores busy between two wall-clock times (interpolated between samples); nan without /proc."""
-        times = [t for t, _ in self.samples]
-        if not self.available or not times or start < times[0] or end > times[-1] or end <= start:
+        samples = self.samples[:]  # the thread appends while this reads
+        if not samples or start < samples[0][0] or end > samples[-1][0] or end <= start:
             return float("nan")
 
         def at(t: float) -> float:
-            i = max(1, bisect.bisect_left(times, t))
-            (t0, b0), (t1, b1) = self.samples[i - 1], self.samples[i]
+            i = max(1, bisect.bisect_left(samples, t, key=lambda s: s[0]))
+            (t0, b0), (t1, b1) = samples[i - 1], samples[i]
             return b0 + (b1 - b0) * (t - t0) / max(t1 - t0, 1e-9)
 
         return (at(end) - at(start)) / (end - start)
