@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model.nmt import MultilingualNMT  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
-from orchestration.corpus import ParallelCorpus, batch_stream  # noqa: E402
+from orchestration.corpus import ParallelCorpus, batch_stream, to_device  # noqa: E402
 from orchestration.recipe import _paths  # noqa: E402
 from orchestration.train import model_args, train  # noqa: E402
 from pipelines.dataset import load_manifest, split_files  # noqa: E402
@@ -98,8 +98,10 @@ class MachineCpu:
 
 
 def bare_loop(config: Config, steps: int, window: int) -> list[Window]:
-    """The windows of a plain PyTorch loop (the first one dropped)."""
+    """The windows of a plain PyTorch loop (the first one dropped), on the GPU with bf16 autocast where
+    `train.use_gpu` asks for it, as the Ray workers do."""
     torch.set_num_threads(config.train.cpus_per_worker)
+    device = torch.device("cuda" if config.train.use_gpu else "cpu")
     manifest = load_manifest(config.data_dir)
     languages = config.train.languages or manifest["languages"]
     corpus = ParallelCorpus.read(split_files(config.data_dir, "train"), languages)
@@ -107,6 +109,7 @@ def bare_loop(config: Config, steps: int, window: int) -> list[Window]:
     model = MultilingualNMT(**model_args(config, languages, manifest["spm"]["vocab_size"]))
     if model.args["output"] == "adaptive":
         model.set_token_order(torch.from_numpy(corpus.token_counts(model.args["vocab_size"])))
+    model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
     stream = batch_stream(corpus, _paths(config.train.model_dump()), seed=config.train.seed, rank=0, world=1,
                           max_tokens=config.train.max_tokens, monolingual=config.train.monolingual)
@@ -115,15 +118,18 @@ def bare_loop(config: Config, steps: int, window: int) -> list[Window]:
     for step in range(1, steps + 1):
         _, signature, rows = next(stream)
         sources, targets = corpus.batch(signature, rows)
-        out = model(sources, targets, ranking_weight=config.model.ranking_weight)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            out = model(to_device(sources, device), to_device(targets, device),
+                        ranking_weight=config.model.ranking_weight)
         optimizer.zero_grad(set_to_none=True)
         out["loss"].backward()
         if config.train.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
         optimizer.step()
-        tokens += sum(int(lens.sum()) for _, lens in sources.values())
-        tokens += sum(int(n) for n in out["tokens"].values())
+        tokens += sum(int(lens.sum()) for _, lens in sources.values())  # host tensors: no GPU wait
+        tokens += sum(out["tokens"].values())  # on the model's device, read once a window as the recipe does
         if step % window == 0:
+            tokens = int(tokens)
             now, cpu, wall = time.perf_counter(), time.process_time(), time.time()
             windows.append(Window(tokens / (now - start), (cpu - cpu_start) / (now - start), wall_start, wall))
             tokens, start, cpu_start, wall_start = 0, now, cpu, wall
@@ -184,6 +190,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compare-output", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the bare loop with the other output layer (full vs adaptive softmax)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -207,10 +215,12 @@ def main() -> None:
     for repeat in range(args.repeats):  # back to back, so the machine's drift hits all three alike
         bare.append(bare_loop(config, args.steps, args.window))
         rayed.append(ray_loop(config, args.steps, args.window))
-        other.append(bare_loop(flipped, args.steps, args.window))
+        if args.compare_output:
+            other.append(bare_loop(flipped, args.steps, args.window))
         print(f"repeat {repeat + 1}/{args.repeats}: tokens/s bare {median([w.tokens_per_s for w in bare[-1]]):,.0f}, "
-              f"Ray {median([w.tokens_per_s for w in rayed[-1]]):,.0f}, "
-              f"bare {other_output} {median([w.tokens_per_s for w in other[-1]]):,.0f}", flush=True)
+              f"Ray {median([w.tokens_per_s for w in rayed[-1]]):,.0f}"
+              + (f", bare {other_output} {median([w.tokens_per_s for w in other[-1]]):,.0f}" if other else ""),
+              flush=True)
     ray.shutdown()
     machine.close()
 
@@ -230,12 +240,16 @@ def main() -> None:
     ray_ratios = paired(rayed, bare)
     print(f"Ray / bare per repeat: {' '.join(f'{r:.2f}' for r in ray_ratios)}; median {median(ray_ratios):.2f}")
     print(f"Ray overhead: {100 * (1 - median(ray_ratios)):.1f}% (median of the per-repeat ratios; target <= 10%)")
-    softmax, adaptive = (bare, other) if output == "softmax" else (other, bare)
-    print(_summary("bare, full softmax", flat(softmax), machine, None))
-    print(_summary("bare, adaptive softmax", flat(adaptive), machine, flat(softmax)))
-    adaptive_ratios = paired(adaptive, softmax)
-    print(f"adaptive / full softmax per repeat: {' '.join(f'{r:.2f}' for r in adaptive_ratios)}; "
-          f"median {median(adaptive_ratios):.2f}")
+    if other:
+        softmax, adaptive = (bare, other) if output == "softmax" else (other, bare)
+        print(_summary("bare, full softmax", flat(softmax), machine, None))
+        print(_summary("bare, adaptive softmax", flat(adaptive), machine, flat(softmax)))
+        adaptive_ratios = paired(adaptive, softmax)
+        print(f"adaptive / full softmax per repeat: {' '.join(f'{r:.2f}' for r in adaptive_ratios)}; "
+              f"median {median(adaptive_ratios):.2f}")
+    if config.train.use_gpu:
+        print(f"GPU {torch.cuda.get_device_name()}: peak memory of the bare loops "
+              f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB (bf16 autocast)")
     spread = {name: [w.tokens_per_s for w in flat(runs)] for name, runs in [("bare", bare), ("ray", rayed)]}
     print("window range (min, max):", {k: (round(min(v)), round(max(v))) for k, v in spread.items() if v})
     print("cores: CPU-seconds per second of the training process; others: of every other process "

@@ -29,7 +29,7 @@ def embed(
         for batch in token_budget_batches(costs, max_tokens):
             ids, lengths = pad([sequences[i] for i in batch], eos=True)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                emb = model.encode(ids.to(device), lengths.to(device), lang)
+                emb = model.encode(ids.to(device), lengths, lang)  # lengths stay on the host (packing)
             out[batch] = emb.float().cpu().numpy()
     finally:
         model.train(was_training)

@@ -133,4 +133,6 @@ def batch_stream(
 
 
 def to_device(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> dict:
-    return {lang: (ids.to(device, non_blocking=True), lens.to(device)) for lang, (ids, lens) in pairs.items()}
+    """Token ids onto `device`; lengths stay on the host, where packing reads them: a GPU copy
+    would be copied back by `pack_padded_sequence`, stalling every step on the GPU."""
+    return {lang: (ids.to(device, non_blocking=True), lens) for lang, (ids, lens) in pairs.items()}

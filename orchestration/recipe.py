@@ -87,11 +87,13 @@ class Window:
         self.start, self.cpu_start = time.monotonic(), time.process_time()
 
     def add(self, out: dict[str, Any], input_tokens: int) -> None:
+        # sums stay tensors on the model's device: a float() per step would wait for the GPU every step
         for lang, value in out["nll"].items():
-            self.nll[lang] += float(value.detach())
-            self.tokens[lang] += float(out["tokens"][lang])
-        self.loss += float(out["loss"].detach())
-        self.ranking += float(out["ranking"].detach()) if out["ranking"] is not None else 0.0
+            self.nll[lang] += value.detach()
+            self.tokens[lang] += out["tokens"][lang]
+        self.loss += out["loss"].detach()
+        if out["ranking"] is not None:
+            self.ranking += out["ranking"].detach()
         self.steps += 1
         self.input_tokens += input_tokens
 
@@ -105,10 +107,10 @@ class Window:
         """
         keys = self.languages
         cpu_seconds = time.process_time() - self.cpu_start
-        values = _all_sum(
+        values = _all_sum([float(v) for v in (
             [self.nll[k] for k in keys] + [self.tokens[k] for k in keys]
-            + [self.loss, self.ranking, self.steps, self.input_tokens, cpu_seconds], device,
-        )
+            + [self.loss, self.ranking, self.steps, self.input_tokens, cpu_seconds]
+        )], device)
         n = len(keys)
         nll, tokens, (loss, ranking, steps, input_tokens, cpu_seconds) = values[:n], values[n:2 * n], values[2 * n:]
         seconds = max(time.monotonic() - self.start, 1e-9)
