@@ -6,8 +6,12 @@ Two kinds, as compared by Schwenk & Douze (2017), and a baseline:
   pooling="mean"  no LSTM: the mean of the subword embeddings (D = E), the
                   bag-of-subwords model of Etter et al.
 
-Sequences are packed, so padding never reaches the LSTM or the max-pool: a
-sentence gets the same vector alone and inside a padded batch.
+Padding never reaches a real token's state or the max-pool, so a sentence gets
+the same vector alone and inside a padded batch. The LSTM runs over the padded
+batch, not a packed sequence (packing costs 3x the time on a CPU): each
+direction is a left-to-right pass over right-padded input, the backward one over
+every sentence reversed within its own length, and the states of padding
+positions are masked out.
 """
 from __future__ import annotations
 
@@ -15,7 +19,6 @@ from typing import Literal
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 Pooling = Literal["max", "last", "mean"]
 
@@ -58,12 +61,41 @@ class SentenceEncoder(nn.Module):
         if ids.dim() != 2 or lengths.shape != ids.shape[:1]:
             raise ValueError(f"expected ids (B, T) and lengths (B,), got {tuple(ids.shape)}, {tuple(lengths.shape)}")
         x = self.dropout(self.embed(ids))  # (B, T, E)
+        lengths = lengths.to(ids.device)
+        mask = torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths[:, None]  # (B, T)
         if self.lstm is None:
-            mask = torch.arange(ids.shape[1], device=ids.device)[None, :] < lengths.to(ids.device)[:, None]
-            return (x * mask.unsqueeze(-1)).sum(dim=1) / lengths.to(x.device, x.dtype).unsqueeze(-1)  # (B, E)
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, (h, _) = self.lstm(packed)
+            return (x * mask.unsqueeze(-1)).sum(dim=1) / lengths.to(x.dtype).unsqueeze(-1)  # (B, E)
+        reverse = _reverse_index(lengths, ids.shape[1]) if self.lstm.bidirectional else None  # (B, T)
+        for layer in range(self.lstm.num_layers):
+            if layer:
+                x = self.dropout_between(x)
+            states = [self._direction(x, layer, "")]  # (B, T, H)
+            if reverse is not None:
+                backward = self._direction(_gather_time(x, reverse), layer, "_reverse")
+                states.append(_gather_time(backward, reverse))  # back to reading order
+            x = torch.cat(states, dim=-1)  # (B, T, H or 2H)
         if self.pooling == "last":
-            return h[-1]  # (B, H), restored to batch order by the packing
-        states, _ = pad_packed_sequence(out, batch_first=True, padding_value=float("-inf"))  # (B, T', 2H)
-        return states.max(dim=1).values  # (B, 2H)
+            return x[torch.arange(len(x), device=x.device), lengths - 1]  # (B, H)
+        return x.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values  # (B, 2H)
+
+    def dropout_between(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.dropout(x, self.lstm.dropout, self.training)
+
+    def _direction(self, x: torch.Tensor, layer: int, suffix: str) -> torch.Tensor:
+        """One direction of one layer, left to right over right-padded x (B, T, in) -> (B, T, H)."""
+        lstm = self.lstm
+        weights = [getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        zeros = x.new_zeros(1, x.shape[0], lstm.hidden_size)
+        out, _, _ = torch.lstm(x, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True)
+        return out
+
+
+def _reverse_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """(B, T) time index that reverses each row's first `length` positions and keeps the padding."""
+    t = torch.arange(steps, device=lengths.device)[None, :]
+    return torch.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
+
+
+def _gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, T, F) reordered along time by index (B, T)."""
+    return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))

@@ -46,13 +46,17 @@ class MultilingualNMT(nn.Module):
         ranking_scale: float = 20.0,
         ranking_margin: float = 0.3,
         nmt_weight: float = 1.0,
+        ranking_pairs: str = "source",
     ) -> None:
         super().__init__()
         self.languages = list(languages)
         self.args: dict[str, Any] = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.args["languages"] = list(languages)
         self.args["adaptive_cutoffs"] = list(adaptive_cutoffs)
+        if ranking_pairs not in ("source", "all"):
+            raise ValueError(f"ranking_pairs must be 'source' or 'all', got {ranking_pairs!r}")
         self.ranking_scale, self.ranking_margin, self.nmt_weight = ranking_scale, ranking_margin, nmt_weight
+        self.ranking_pairs = ranking_pairs
 
         def encoder() -> SentenceEncoder:
             return SentenceEncoder(
@@ -90,6 +94,17 @@ class MultilingualNMT(nn.Module):
         for dec in self.decoders.values():
             dec.set_token_order(counts)
 
+    def encode_many(self, batches: dict[str, Pair]) -> dict[str, torch.Tensor]:
+        """Embeddings (B_lang, D) of several languages' batches. A shared encoder takes them all in one
+        call (one LSTM pass over L x B sentences is far cheaper on a CPU than L passes)."""
+        if SHARED not in self.encoders or len(batches) < 2:
+            return {lang: self.encode(ids, lens, lang) for lang, (ids, lens) in batches.items()}
+        width = max(ids.shape[1] for ids, _ in batches.values())
+        ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=0) for ids, _ in batches.values()])  # (sum B, T)
+        lengths = torch.cat([lens for _, lens in batches.values()])
+        out = self.encoders[SHARED](ids, lengths)  # (sum B, D)
+        return dict(zip(batches, out.split([len(lens) for _, lens in batches.values()])))
+
     def forward(
         self, sources: dict[str, Pair], targets: dict[str, Pair], ranking_weight: float = 0.0
     ) -> dict[str, Any]:
@@ -99,8 +114,9 @@ class MultilingualNMT(nn.Module):
         tokens (token count per target language; both empty when nmt_weight is 0)
         and ranking (the ranking loss, or None).
         """
-        embeddings = [self.encode(ids, lens, lang) for lang, (ids, lens) in sources.items()]
-        sentence = torch.stack(embeddings).mean(dim=0)  # (B, D); M:1 averages
+        ranked = [lang for lang in targets if lang not in sources] if ranking_weight > 0 else []
+        encoded = self.encode_many({**sources, **{lang: targets[lang] for lang in ranked}})
+        sentence = torch.stack([encoded[lang] for lang in sources]).mean(dim=0)  # (B, D); M:1 averages
         nll, tokens = {}, {}
         loss = sentence.new_zeros(())
         if self.nmt_weight > 0:  # 0: the ranking loss alone trains the encoders, no decoder runs
@@ -109,22 +125,29 @@ class MultilingualNMT(nn.Module):
                 nll[lang], tokens[lang] = self._module(self.decoders, lang)(sentence, ids, lens, index)
             loss = self.nmt_weight * sum(nll.values()) / sum(tokens.values()).clamp(min=1)
         ranking = None
-        if ranking_weight > 0:
-            pairs = [lang for lang in targets if lang not in sources]
-            if pairs:
-                ranking = sum(
-                    self.ranking_loss(sentence, self.encode(*targets[lang], lang)) for lang in pairs
-                ) / len(pairs)
-                loss = loss + ranking_weight * ranking
+        if ranked:
+            if self.ranking_pairs == "all":  # every ordered pair of the batch's languages
+                ranking = self.multiway_ranking_loss(torch.stack([encoded[lang] for lang in encoded]))
+            else:  # the (averaged) source against each target
+                ranking = sum(self.ranking_loss(sentence, encoded[lang]) for lang in ranked) / len(ranked)
+            loss = loss + ranking_weight * ranking
         return {"loss": loss, "nll": nll, "tokens": tokens, "ranking": ranking}
 
     def ranking_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Additive-margin softmax over in-batch negatives, both directions. a, b: (B, D)."""
-        sim = F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T  # (B, B) cosines
-        logits = self.ranking_scale * (sim - self.ranking_margin * torch.eye(len(a), device=a.device))
-        labels = torch.arange(len(a), device=a.device)
-        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+        return self.multiway_ranking_loss(torch.stack([a, b]))
 
+    def multiway_ranking_loss(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Additive-margin softmax for every ordered pair (p, q), p != q, of L aligned batches
+        (L, B, D): each sentence of p against the B sentences of q, as the similarity search does."""
+        langs, batch, _ = embeddings.shape
+        unit = F.normalize(embeddings.float(), dim=-1)  # (L, B, D)
+        sim = torch.einsum("pbd,qcd->pqbc", unit, unit)  # (L, L, B, B) cosines
+        eye = torch.eye(batch, device=sim.device)
+        logits = self.ranking_scale * (sim - self.ranking_margin * eye)
+        off = ~torch.eye(langs, dtype=torch.bool, device=sim.device)
+        labels = torch.arange(batch, device=sim.device).repeat(int(off.sum()))
+        return F.cross_entropy(logits[off].reshape(-1, batch), labels)
 
 def save_model(model: MultilingualNMT, path: str, **meta: Any) -> None:
     """One file that `load_model` turns back into the model: constructor args, weights, `meta`."""

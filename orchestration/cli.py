@@ -9,6 +9,7 @@
     interlingua embed -c configs/bible6-cpu.yaml -l en -i sentences.txt -o emb.npy
     interlingua run -c configs/bible6-cpu.yaml            # the whole job, for cron (see exit codes)
     interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
+    interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
     interlingua config --config configs/bible6.yaml       # print the resolved config
 
 Arguments of the form `section.key=value` override the config; every other
@@ -76,11 +77,21 @@ def _parser() -> argparse.ArgumentParser:
         "to the Beam job.",
     ))
     run.add_argument("--wait", action="store_true", help="wait for a running job instead of exiting with 5")
+    tun = with_config(sub.add_parser(
+        "tune",
+        help="search hyperparameters with Ray Tune (ASHA); writes the best trial's config",
+        description="Each trial is a training run of the config plus its sampled keys, nested under one "
+        "MLflow tune run; weak trials stop early. Rerunning the same command resumes the search. "
+        "Example: interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml",
+    ))
+    tun.add_argument("--space", required=True, help="the search space (YAML: space, num_samples, scheduler)")
     cmp = sub.add_parser("compare", help="the runs of an MLflow experiment side by side")
     cmp.add_argument("--config", "-c", help="run config (its tracking section; schema defaults when omitted)")
     cmp.add_argument("--experiment", help="experiment name (default: tracking.experiment)")
     cmp.add_argument("--max-runs", type=int, default=20, help="most recent evaluation runs to show (default 20)")
     cmp.add_argument("--pairs", action="store_true", help="also show every language pair's error")
+    cmp.add_argument("--stage", choices=["evaluate", "train"], default="evaluate",
+                     help="evaluation runs (test error, default) or training runs and tune trials (dev error)")
     cmp.add_argument("--plot", help="write a figure (learning curves, error-matrix differences) to this PNG")
     cmp.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     srch = with_config(sub.add_parser(
@@ -150,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compare(config, args)
         if args.command == "embed":
             return _embed(config, args)
+        if args.command == "tune":
+            return _tune(config, args)
         return _prepare(config, args, beam_args)
     except _USER_ERRORS as exc:
         print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
@@ -222,7 +235,17 @@ def _compare(config, args: argparse.Namespace) -> int:
     from orchestration.compare import compare_runs
 
     print(compare_runs(config, experiment=args.experiment, max_runs=args.max_runs, pairs=args.pairs,
-                       plot=args.plot))
+                       plot=args.plot, stage=args.stage))
+    return 0
+
+
+def _tune(config, args: argparse.Namespace) -> int:
+    from orchestration.tune import load_space, tune
+
+    result = tune(config, load_space(args.space), space_path=args.space)
+    print(f"{result.trials} trials; best dev similarity error {result.best_error:.4f}")
+    print(f"best config: {result.best_config}  (MLflow tune run {result.run_id})")
+    print(f"next: interlingua run -c {result.best_config}")
     return 0
 
 

@@ -29,27 +29,35 @@ def _differing(params: list[dict[str, str]]) -> list[str]:
     return [k for k in keys if k not in IGNORED and len({p.get(k) for p in params}) > 1]
 
 
+# per stage: the runs' error metric and the prefix of their per-pair errors
+LABELS = {"evaluate": "evaluation", "train": "training"}
+METRICS = {"evaluate": ("eval/xsim_error", "eval/xsim_error/"), "train": ("dev/best_xsim_error", "dev/xsim_error/")}
+
+
 def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int = 20, pairs: bool = False,
-                 plot: str | None = None) -> str:
+                 plot: str | None = None, stage: str = "evaluate") -> str:
+    """The runs of `stage` (evaluation runs by test error; training runs and tune trials by best dev error)."""
     uri = tracking.resolve_uri(config.tracking.uri)
     experiment = experiment or config.tracking.experiment
-    runs = tracking.search_runs(uri, experiment, "tags.`interlingua.stage` = 'evaluate'", max_runs)
+    metric, pair_prefix = METRICS[stage]
+    runs = tracking.search_runs(uri, experiment, f"tags.`interlingua.stage` = '{stage}'", max_runs)
     if not runs:
-        return f"no evaluation runs in experiment {experiment!r} of {uri}"
-    runs = sorted(runs, key=lambda r: r.data.metrics.get("eval/xsim_error", np.inf))
+        return f"no {LABELS[stage]} runs in experiment {experiment!r} of {uri}"
+    runs = sorted(runs, key=lambda r: r.data.metrics.get(metric, np.inf))
     differing = _differing([r.data.params for r in runs])
     averages = sorted({k.rsplit("avg_", 1)[1] for r in runs for k in r.data.metrics if "/avg_" in k}, key=len)
-    header = ["run", *differing, "error %", *averages]
+    header = ["run", *differing, "error %", *averages] + (["status"] if stage == "train" else [])
     rows = []
     for r in runs:
         m = r.data.metrics
         rows.append([r.info.run_name or r.info.run_id[:8], *[r.data.params.get(k, "") for k in differing],
-                     _pct(m.get("eval/xsim_error")), *[_pct(m.get(f"eval/xsim_error/avg_{a}")) for a in averages]])
-    out = [f"experiment {experiment!r}: {len(runs)} evaluation runs, best first", _table(header, rows)]
+                     _pct(m.get(metric)), *[_pct(m.get(f"{pair_prefix}avg_{a}")) for a in averages]]
+                    + ([r.info.status] if stage == "train" else []))
+    out = [f"experiment {experiment!r}: {len(runs)} {LABELS[stage]} runs, best first", _table(header, rows)]
     if pairs:
         names = sorted({k.rsplit("/", 1)[1] for r in runs for k in r.data.metrics
-                        if k.startswith("eval/xsim_error/") and "avg_" not in k})
-        pair_rows = [[n, *[_pct(r.data.metrics.get(f"eval/xsim_error/{n}")) for r in runs]] for n in names]
+                        if k.startswith(pair_prefix) and "avg_" not in k})
+        pair_rows = [[n, *[_pct(r.data.metrics.get(f"{pair_prefix}{n}")) for r in runs]] for n in names]
         out += ["", "error % per pair", _table(["pair", *[r.info.run_name or r.info.run_id[:8] for r in runs]],
                                                 pair_rows)]
     if plot:

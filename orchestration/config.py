@@ -59,6 +59,11 @@ class ModelConfig(Schema):
     ranking_scale: float = Field(default=20.0, gt=0)
     ranking_margin: float = Field(default=0.3, ge=0)
     nmt_weight: float = Field(default=1.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
+    ranking_pairs: Literal["source", "all"] = Field(
+        default="source",
+        description="Ranking loss between the (averaged) source and each target ('source'), or between "
+        "every ordered pair of the batch's languages ('all': with a 1:N path, all L(L-1) pairs of a tuple).",
+    )
 
     @model_validator(mode="after")
     def _some_loss(self) -> "ModelConfig":
@@ -75,7 +80,15 @@ class TrainConfig(Schema):
     max_steps: int = Field(default=20000, gt=0)
     max_minutes: float | None = Field(default=None, gt=0, description="Stop after this much training time.")
     seed: int = 0
-    lr: float = Field(default=1e-3, gt=0)
+    lr: float = Field(default=1e-3, gt=0, description="Peak learning rate (after warmup).")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warmup from 0 to `lr` over these steps.")
+    schedule: Literal["plateau", "cosine", "inverse_sqrt", "constant"] = Field(
+        default="plateau",
+        description="After warmup: decay by `lr_decay` when the dev error stalls; cosine to `min_lr` over "
+        "the budget (the nearer of max_steps and max_minutes, so with a time budget it follows the clock); "
+        "inverse square root of the step; or constant.",
+    )
+    weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay (AdamW); 0 = Adam.")
     grad_clip: float | None = Field(default=5.0, gt=0)
     lr_decay: float = Field(default=0.5, gt=0, lt=1, description="LR factor when the dev error stalls.")
     lr_patience_evals: int = Field(default=1, ge=0)
@@ -104,6 +117,10 @@ class TrainConfig(Schema):
 
 class EvaluateConfig(Schema):
     split: Literal["dev", "test"] = "test"
+    languages: list[str] | None = Field(
+        default=None, description="Languages measured (also by the dev error during training), e.g. one "
+        "translation per language when the dataset holds several; all the model's when unset.",
+    )
     metric: Literal["cosine", "ip", "l2", "l1"] = Field(default="cosine", description="Search metric.")
     shards: int = Field(default=4, ge=1, description="Candidate shards, each searched by a Ray task.")
     index: Literal["flat", "hnsw", "ivf"] = Field(
@@ -185,6 +202,23 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, where, lines, overrides)) from None
+
+
+def with_values(config: Config, values: dict[str, Any]) -> Config:
+    """`config` with `section.key` set to each value (a search trial's sample); ConfigError names a bad key."""
+    data = config.to_dict()
+    for key, value in values.items():
+        node = data
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+            if not isinstance(node, dict):
+                raise ConfigError(f"{key}: {part!r} is not a config section")
+        node[last] = value
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, "search space", {}, [f"{k}=" for k in values])) from None
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:

@@ -180,8 +180,6 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     `label` names the output (`<run_dir>/eval/<split>-<label>`) and the MLflow run; with `reuse`,
     a previous evaluation of the same model file, dataset and evaluate config is returned as is.
     """
-    import ray
-
     e = config.evaluate
     if e.encoder == "use":
         from pipelines.dataset import load_manifest
@@ -198,6 +196,7 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
         from model.nmt import load_model
 
         languages = load_model(str(model_path))[0].languages
+    languages = evaluated_languages(config, languages)
     label = label or (None if e.encoder == "model" else e.encoder)
     out_dir = (config.eval_dir / (f"{e.split}-{label}" if label else e.split)).resolve()
     fp = _fingerprint(config, model_path)
@@ -209,10 +208,9 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
             matrix = {tuple(k.split("-", 1)): v["error"] for k, v in previous["pairs"].items()}
             return EvalResult(matrix, previous["pairs"], previous["averages"], languages, previous["run_id"],
                               out_dir, skipped=True)
-    if not ray.is_initialized():
-        import os
+    from orchestration.train import ensure_ray
 
-        ray.init(address=config.train.ray_address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
+    ensure_ray(config.train.ray_address, log_to_driver=False)
     embeddings, keys, texts = embed_split(config, model_path, languages)
     (out_dir / "embeddings").mkdir(parents=True, exist_ok=True)
     for lang, emb in embeddings.items():
@@ -238,6 +236,18 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     record = json.loads(cached.read_text())
     cached.write_text(json.dumps({**record, "fingerprint": fp, "run_id": run_id}, indent=2))
     return EvalResult(matrix, named, averages, languages, run_id, out_dir)
+
+
+def evaluated_languages(config: Config, available: list[str]) -> list[str]:
+    """`evaluate.languages` (checked against what the model or dataset has), else all of `available`."""
+    wanted = config.evaluate.languages
+    if wanted is None:
+        return available
+    missing = [lang for lang in wanted if lang not in available]
+    if missing or len(wanted) < 2:
+        raise EvaluateError(f"evaluate.languages {wanted}: needs at least two of {available}"
+                            + (f"; {missing} are not among them" if missing else ""))
+    return list(wanted)
 
 
 def _fingerprint(config: Config, model_path: Path | None) -> str:

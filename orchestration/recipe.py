@@ -61,6 +61,24 @@ def _all_sum(values: list[float], device: torch.device) -> list[float]:
     return tensor.tolist()
 
 
+def scheduled_lr(t: dict[str, Any], step: int, elapsed_s: float) -> float | None:
+    """The learning rate of the step after `step` steps and `elapsed_s` seconds of training; None where
+    ReduceLROnPlateau owns it (the plateau schedule after warmup)."""
+    if step < t["warmup_steps"]:
+        return t["lr"] * (step + 1) / t["warmup_steps"]
+    schedule = t["schedule"]
+    if schedule == "plateau":
+        return t["lr"] if step == t["warmup_steps"] and step > 0 else None
+    if schedule == "constant":
+        return t["lr"]
+    if schedule == "inverse_sqrt":
+        return t["lr"] * math.sqrt(max(t["warmup_steps"], 1) / (step + 1))
+    done = step / t["max_steps"]  # cosine over the nearer of the two budgets
+    if t["max_minutes"] is not None:
+        done = max(done, elapsed_s / (60 * t["max_minutes"]))
+    return t["min_lr"] + (t["lr"] - t["min_lr"]) * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
+
+
 def dev_error(model: MultilingualNMT, dev: ParallelCorpus, rows: np.ndarray, device: torch.device) -> dict:
     """Similarity error of every ordered language pair on the dev tuples `rows`."""
     from evaluation.xsim import average_error, error_matrix
@@ -152,16 +170,17 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     torch.manual_seed(t["seed"] * 1000 + rank + (state["progress"]["step"] if state else 0))
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
     core: MultilingualNMT = model.module if hasattr(model, "module") else model
-    optimizer = torch.optim.Adam(model.parameters(), lr=t["lr"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t["lr"], weight_decay=t["weight_decay"])
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer, mode="min", factor=t["lr_decay"], patience=t["lr_patience_evals"], min_lr=t["min_lr"]
-    )
+    ) if t["schedule"] == "plateau" else None
     progress = {"step": 0, "elapsed_s": 0.0, "dev_error": None, "best_step": None, "bad_evals": 0,
                 "history": [], "done": False, "world": world}
     best_state = copy.deepcopy(core.state_dict())
     if state:
         optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
         progress = state["progress"]
         best_state = state["best_model"]
         if progress["world"] != world:
@@ -179,7 +198,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
         # the first step: the first metrics window measures training, and a bad store fails now
         tracking.get_run(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"])
-        dev = ParallelCorpus.read(cfg["dev_files"], languages)
+        dev = ParallelCorpus.read(cfg["dev_files"], cfg["dev_languages"])
         dev_rows = dev.complete_rows()[: t["dev_max_sentences"]]
     stream = batch_stream(
         corpus, _paths(t), seed=t["seed"], rank=rank, world=world, max_tokens=t["max_tokens"],
@@ -191,6 +210,10 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     stop = progress["done"]
     while not stop:
         epoch, signature, rows = next(stream)
+        lr = scheduled_lr(t, progress["step"], progress["elapsed_s"])
+        if lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
         sources, targets = corpus.batch(signature, rows)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             out = model(to_device(sources, device), to_device(targets, device), ranking_weight=ranking_weight)
@@ -218,7 +241,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         if evaluate:
             error = dev_error(core, dev, dev_rows, device) if rank == 0 else None
             value = _broadcast([error["average"] if error else 0.0], device)[0]
-            scheduler.step(value)
+            if scheduler is not None and step >= t["warmup_steps"]:
+                scheduler.step(value)
             if progress["dev_error"] is None or value < progress["dev_error"]:
                 progress.update(dev_error=value, best_step=step, bad_evals=0)
                 best_state = copy.deepcopy(core.state_dict())
@@ -271,7 +295,8 @@ def _report(rank, core, optimizer, scheduler, progress, best_state, cfg, metrics
 
     with tempfile.TemporaryDirectory(prefix="interlingua-ckpt-") as tmp:
         torch.save({
-            "model": core.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "model": core.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
             "progress": progress, "best_model": best_state,
         }, Path(tmp) / "state.pt")
         best = MultilingualNMT(**core.args)

@@ -63,6 +63,7 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> dict[st
         shared_encoder=m.shared_encoder, shared_decoder=m.shared_decoder, output=m.output,
         adaptive_cutoffs=cutoffs if m.output == "adaptive" else [],
         ranking_scale=m.ranking_scale, ranking_margin=m.ranking_margin, nmt_weight=m.nmt_weight,
+        ranking_pairs=m.ranking_pairs,
     )
 
 
@@ -78,6 +79,15 @@ def _languages(config: Config, manifest: dict[str, Any]) -> list[str]:
             if bad:
                 raise ConfigError(f"train.paths.{i}.{field}: {bad} not among the trained languages {languages}")
     return languages
+
+
+def _dev_languages(config: Config, languages: list[str]) -> list[str]:
+    from orchestration.evaluate import EvaluateError, evaluated_languages
+
+    try:
+        return evaluated_languages(config, languages)
+    except EvaluateError as exc:
+        raise ConfigError(f"{exc} (the trained languages)") from None
 
 
 def _check_losses(config: Config) -> None:
@@ -106,6 +116,7 @@ def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str)
         "model_args": model_args(config, languages, manifest["spm"]["vocab_size"]),
         "train": config.train.model_dump(),
         "languages": languages,
+        "dev_languages": _dev_languages(config, languages),
         "train_files": [str(p) for p in split_files(data_dir, "train")],
         "dev_files": [str(p) for p in split_files(data_dir, "dev")],
         "spm_model": str(data_dir / SPM_MODEL),
@@ -116,7 +127,8 @@ def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str)
 
 
 def train(config: Config, *, force: bool = False, restart_stale: bool = False,
-          parent_run_id: str | None = None) -> TrainResult:
+          parent_run_id: str | None = None, callbacks: list | None = None,
+          tags: dict[str, str] | None = None) -> TrainResult:
     """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     manifest = load_manifest(config.data_dir)
@@ -145,15 +157,17 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     cfg = loop_config(config, manifest, "", uri)  # validates before anything starts
     run_id = tracking.start_run(
         uri, config.tracking.experiment, config.name, config.to_dict(),
-        resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={"interlingua.stage": "train"},
+        resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={"interlingua.stage": "train", **(tags or {})},
     )
     cfg["mlflow"]["run_id"] = run_id
     _write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})
     (train_dir / "config.yaml").write_text(dump_yaml(config.to_dict()))
     try:
-        checkpoint = _fit(config, cfg, train_dir)
+        checkpoint = _fit(config, cfg, train_dir, callbacks or [])
         meta = _export(checkpoint, model_dir)
         tracking.log_artifacts(uri, run_id, model_dir, "model")
+        if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
+            tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
     except BaseException as exc:
         status = "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
         tracking.end_run(uri, run_id, status)
@@ -163,18 +177,22 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     return TrainResult(model_dir, run_id, meta["step"], meta.get("dev_error"), skipped=False)
 
 
-def _fit(config: Config, cfg: dict[str, Any], train_dir: Path):
+def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
+    """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one."""
     import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=log_to_driver)
+
+
+def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from orchestration.recipe import train_loop_per_worker
 
     t = config.train
-    if not ray.is_initialized():
-        # an explicit address, else the one `ray job submit` exports, else a new local cluster
-        address = t.ray_address or os.environ.get("RAY_ADDRESS") or "local"
-        ray.init(address=address, log_to_driver=True)
+    ensure_ray(t.ray_address)
     resources = {"CPU": t.cpus_per_worker, **({"GPU": 1} if t.use_gpu else {})}
     trainer = TorchTrainer(
         train_loop_per_worker,
@@ -186,6 +204,7 @@ def _fit(config: Config, cfg: dict[str, Any], train_dir: Path):
             failure_config=FailureConfig(max_failures=t.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=t.keep_checkpoints),
             worker_runtime_env={"env_vars": dict(t.worker_env)},
+            callbacks=callbacks,
         ),
     )
     result = trainer.fit()

@@ -1,0 +1,207 @@
+"""`interlingua tune`: a hyperparameter search over any config key, on Ray Tune.
+
+    interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml
+
+Every trial is one `interlingua train` run (Ray Train inside the Tune trial)
+with the base config plus the trial's sampled keys, in its own run directory
+`<run_dir>/tune/trials/<trial id>` on the base config's prepared dataset. Its
+dev similarity error reaches Tune at every evaluation (TuneReportCallback), so
+an ASHA scheduler stops the weak trials early. Every trial is an MLflow run
+nested under one `tune` run; `interlingua compare --stage train` lists them.
+The best trial's resolved config is written to `<run_dir>/tune/best.yaml`,
+ready for `interlingua run`. Rerunning the same command after a crash resumes
+the search from Tune's experiment state.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError
+
+from orchestration import tracking
+from orchestration.config import Config, ConfigError, with_values
+from pipelines.config import Schema, dump_yaml
+
+log = logging.getLogger(__name__)
+
+METRIC = "dev_error"  # the best dev similarity error so far, as `recipe._report` reports it
+TUNE_DIR, BEST_FILE = "tune", "best.yaml"
+
+
+class Domain(Schema):
+    """One key's search domain: exactly one of the fields."""
+
+    choice: list[Any] | None = None
+    grid: list[Any] | None = None
+    uniform: tuple[float, float] | None = None
+    loguniform: tuple[float, float] | None = None
+    randint: tuple[int, int] | None = Field(default=None, description="[low, high), integers.")
+
+
+class Asha(Schema):
+    grace_steps: int = Field(default=200, gt=0, description="Steps every trial runs before it can be stopped.")
+    reduction_factor: int = Field(default=2, ge=2)
+
+
+class SearchSpace(Schema):
+    """The file given to `--space`."""
+
+    space: dict[str, Domain] = Field(min_length=1, description="Config key (e.g. train.lr) -> its domain.")
+    num_samples: int = Field(default=8, ge=1, description="Samples of the space (each grid point this often).")
+    max_concurrent_trials: int | None = Field(
+        default=None, ge=1, description="Trials at once; the cluster's CPUs / (workers x cpus_per_worker) when unset."
+    )
+    scheduler: Literal["asha", "fifo"] = "asha"
+    asha: Asha = Field(default_factory=Asha)
+    seed: int = 0
+
+
+@dataclass
+class TuneResult:
+    best_config: Path
+    best_error: float
+    trials: int
+    run_id: str
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """The search space file; ConfigError names the file and the key of every problem."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        space = SearchSpace.model_validate(data)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: search space file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except ValidationError as exc:
+        problems = "\n".join(f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: invalid search space:\n{problems}") from None
+    for key, domain in space.space.items():
+        if sum(v is not None for v in domain.model_dump().values()) != 1:
+            raise ConfigError(f"{path}: space.{key}: give exactly one of choice, grid, uniform, loguniform, randint")
+    return space
+
+
+def tune_domains(space: SearchSpace) -> dict[str, Any]:
+    """Ray Tune's search-space objects, one per config key."""
+    from ray import tune
+
+    make = {"choice": tune.choice, "grid": tune.grid_search, "uniform": lambda b: tune.uniform(*b),
+            "loguniform": lambda b: tune.loguniform(*b), "randint": lambda b: tune.randint(*b)}
+    out = {}
+    for key, domain in space.space.items():
+        kind, bounds = next((k, v) for k, v in domain.model_dump().items() if v is not None)
+        out[key] = make[kind](list(bounds))
+    return out
+
+
+def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Config:
+    """The base config with a trial's values, in the trial's own run directory, on the base dataset.
+    Checkpoints follow evaluations, so every report carries the dev error the scheduler compares."""
+    run_dir = Path(config.run_dir).resolve() / TUNE_DIR / "trials" / trial_id
+    trial = with_values(config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": str(run_dir),
+                                 "dataset_dir": str(config.data_dir.resolve())})
+    return with_values(trial, {"train.checkpoint_every_steps": trial.train.eval_every_steps})
+
+
+def best_config(config: Config, values: dict[str, Any]) -> Config:
+    """The base config with the best trial's values, in the base run directory (for `interlingua run`)."""
+    return with_values(config, values)
+
+
+def _trial(params: dict[str, Any]) -> None:
+    """One Tune trial: `interlingua train` of the base config plus the sampled values."""
+    import ray.tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from orchestration.train import train
+
+    base = Config.model_validate(params["base"])
+    trial_id = ray.tune.get_context().get_trial_id()
+    config = trial_config(base, params["values"], trial_id)
+    train(config, parent_run_id=params["parent_run_id"], callbacks=[TuneReportCallback()],
+          tags={"interlingua.tune": params["parent_run_id"], "interlingua.trial": trial_id})
+
+
+def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneResult:
+    """Run (or resume) the search; write the best trial's config; log the search to MLflow."""
+    import ray
+    from ray import tune as ray_tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    from orchestration.train import ensure_ray
+
+    uri = tracking.resolve_uri(config.tracking.uri)
+    tracking.check_reachable(uri)
+    tune_dir = (Path(config.run_dir) / TUNE_DIR).resolve()
+    tune_dir.mkdir(parents=True, exist_ok=True)
+    for key in space.space:  # every key must exist and accept a value from its domain before anything starts
+        with_values(config, {key: _example(space.space[key])})
+    state_path = tune_dir / "tune.json"
+    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    run_id = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-tune",
+                                {"space": space.model_dump(mode="json"), **config.to_dict()},
+                                resume_run_id=state.get("run_id"), tags={"interlingua.stage": "tune"})
+    state_path.write_text(json.dumps({"run_id": run_id}))
+    ensure_ray(config.train.ray_address)
+    per_trial = config.train.num_workers * config.train.cpus_per_worker
+    concurrent = space.max_concurrent_trials or max(1, int(ray.cluster_resources().get("CPU", 1)) // per_trial)
+    # the trial itself only waits on its Ray Train run, whose workers hold the CPUs
+    trainable = ray_tune.with_resources(_trial, {"CPU": 0})
+    param_space = {"values": tune_domains(space), "base": config.to_dict(), "parent_run_id": run_id}
+    scheduler = (ASHAScheduler(time_attr="step", grace_period=space.asha.grace_steps,
+                               reduction_factor=space.asha.reduction_factor, max_t=config.train.max_steps)
+                 if space.scheduler == "asha" else FIFOScheduler())
+    experiment = tune_dir / "ray"
+    if ray_tune.Tuner.can_restore(str(experiment)):
+        log.info("resuming the search in %s", experiment)
+        tuner = ray_tune.Tuner.restore(str(experiment), trainable, param_space=param_space, resume_errored=True)
+    else:
+        tuner = ray_tune.Tuner(
+            trainable, param_space=param_space,
+            tune_config=ray_tune.TuneConfig(metric=METRIC, mode="min", num_samples=space.num_samples,
+                                            scheduler=scheduler, max_concurrent_trials=concurrent,
+                                            search_alg=ray_tune.search.BasicVariantGenerator(random_state=space.seed)),
+            run_config=ray_tune.RunConfig(name="ray", storage_path=str(tune_dir), verbose=1),
+        )
+    try:
+        results = tuner.fit()
+        best = results.get_best_result(metric=METRIC, mode="min", scope="all")
+        if best is None or best.metrics.get(METRIC) is None:
+            raise RuntimeError(f"no trial reported a dev error; see the trial logs in {experiment}")
+        _close_stopped_trials(uri, config.tracking.experiment, results)
+        values = best.config["values"]
+        path = tune_dir / BEST_FILE
+        path.write_text(f"# best of {len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
+                        + dump_yaml(best_config(config, values).to_dict()))
+        tracking.log_metrics(uri, run_id, {"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)},
+                             step=0)
+        tracking.set_tags(uri, run_id, {f"tune.best.{k}": str(v) for k, v in values.items()})
+        tracking.log_artifact(uri, run_id, path)
+    except BaseException:
+        tracking.end_run(uri, run_id, "FAILED")
+        raise
+    tracking.end_run(uri, run_id, "FINISHED")
+    return TuneResult(path, float(best.metrics[METRIC]), len(results), run_id)
+
+
+def _example(domain: Domain) -> Any:
+    """A value of the domain, to validate its key before the search."""
+    if domain.choice or domain.grid:
+        return (domain.choice or domain.grid)[0]
+    low = (domain.uniform or domain.loguniform or domain.randint)[0]
+    return low
+
+
+def _close_stopped_trials(uri: str, experiment: str, results) -> None:
+    """Trials the scheduler stopped end with their actor, their MLflow runs still RUNNING: mark them KILLED."""
+    for result in results:
+        trial = result.metrics.get("trial_id")
+        for run in tracking.search_runs(uri, experiment, f"tags.`interlingua.trial` = '{trial}'", 5):
+            if run.info.status == "RUNNING":
+                tracking.end_run(uri, run.info.run_id, "KILLED")

@@ -1,0 +1,68 @@
+"""`interlingua tune` on real Bible text: a tiny search on Ray Tune, its trials in MLflow and `compare`."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from orchestration import tracking
+from orchestration.compare import compare_runs
+from orchestration.config import ConfigError, load_config
+from orchestration.tune import load_space, trial_config, tune
+from tests.orchestration.test_train import config_for
+
+
+def write_space(tmp_path, text: str):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_space_errors_name_the_file_and_key(tmp_path, small_dataset):
+    config = config_for(small_dataset, tmp_path)
+    with pytest.raises(ConfigError, match="space.yaml.*space.train.lr: give exactly one"):
+        load_space(write_space(tmp_path, "space:\n  train.lr: {uniform: [0.1, 0.2], choice: [1]}\n"))
+    with pytest.raises(ConfigError, match="space.yaml.*num_sample"):
+        load_space(write_space(tmp_path, "num_sample: 3\nspace:\n  train.lr: {choice: [0.1]}\n"))
+    with pytest.raises(ConfigError, match="train.learning_rate"):
+        trial_config(config, {"train.learning_rate": 0.1}, "t1")
+    trial = trial_config(config, {"train.lr": 0.02, "model.encoder_hidden": 24}, "t1")
+    assert trial.train.lr == 0.02 and trial.model.encoder_hidden == 24
+    assert trial.train.checkpoint_every_steps == trial.train.eval_every_steps  # every report has a dev error
+    assert str(trial.run_dir).endswith("tune/trials/t1") and trial.data_dir == config.data_dir.resolve()
+
+
+@pytest.mark.slow
+def test_tune_runs_trials_nested_in_mlflow_and_writes_the_best_config(small_dataset, tmp_path):
+    import ray
+
+    config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
+                        "train.cpus_per_worker=1")
+    space = write_space(tmp_path, """
+num_samples: 1
+scheduler: fifo
+space:
+  train.lr: {grid: [0.0001, 0.01]}
+""")
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    try:
+        result = tune(config, load_space(space), space_path=space)
+    finally:
+        ray.shutdown()
+    assert result.trials == 2 and 0.0 <= result.best_error < 1.0
+    best = load_config(result.best_config)
+    assert best.train.lr in (0.0001, 0.01) and best.run_dir == config.run_dir  # ready for `interlingua run`
+
+    uri = tracking.resolve_uri(config.tracking.uri)
+    parent = tracking.get_run(uri, result.run_id)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["tune/best_dev_error"] == result.best_error
+    trials = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
+    assert len(trials) == 2
+    assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {result.run_id}
+    assert sorted(t.data.params["train.lr"] for t in trials) == ["0.0001", "0.01"]
+    errors = sorted(t.data.metrics["dev/best_xsim_error"] for t in trials)
+    assert errors[0] == pytest.approx(result.best_error)
+    assert [int(t.data.params["train.checkpoint_every_steps"]) for t in trials] == [10, 10]
+
+    table = compare_runs(config, stage="train")
+    assert "2 training runs" in table and "train.lr" in table
+    assert yaml.safe_load(result.best_config.read_text())["train"]["lr"] == best.train.lr
