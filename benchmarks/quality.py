@@ -41,17 +41,28 @@ from orchestration.train import train  # noqa: E402
 from pipelines.config import BibleSource  # noqa: E402
 from pipelines.sources import bible_db_path  # noqa: E402
 
-# name -> (what it compares, overrides of configs/bible6-cpu.yaml)
+# The paper's setting: one encoder and one decoder per language, the NMT loss only, full softmax, 1:1 paths.
+PAPER = ["model.shared_encoder=false", "model.nmt_weight=1.0", "model.ranking_weight=0.0", "model.output=softmax",
+         "model.encoder_hidden=256", "model.decoder_hidden=128", "model.dropout=0.1", "model.ranking_pairs=source",
+         "train.paths=[{kind: '1:1'}]", "train.lr=0.001", "train.schedule=plateau", "train.warmup_steps=0",
+         "train.max_tokens=3000"]
+# name -> (what it compares, overrides of configs/bible6-cpu.yaml, the demo's recipe)
 ROWS: dict[str, tuple[str, list[str]]] = {
-    "lstm_last": ("LSTM, last state (512-d), 1:1 any pair", ["model.encoder=lstm_last", "model.encoder_hidden=512"]),
-    "blstm_max": ("BLSTM + max-pooling (512-d), 1:1 any pair", []),
-    "fixed_target_en": ("BLSTM-max, 1:1 with a fixed target (en)", ["train.paths=[{kind: '1:1', targets: [en]}]"]),
-    "one_to_many": ("BLSTM-max, 1:N (one source, every other language a target)", ["train.paths=[{kind: '1:N'}]"]),
-    "m_to_one_mixed": ("BLSTM-max, M:1 averaging mixed with 1:1",
-                       ["train.paths=[{kind: '1:1'}, {kind: 'M:1', m: 2}]"]),
-    "two_layers": ("BLSTM-max, 2 encoder layers", ["model.encoder_layers=2"]),
-    "no_ranking": ("BLSTM-max, NMT loss only (ranking loss off)", ["model.ranking_weight=0.0"]),
-    "full_softmax": ("BLSTM-max, full softmax instead of adaptive", ["model.output=softmax"]),
+    "paper": ("the paper's recipe: per-language BLSTM-max encoders and decoders, NMT loss only, 1:1", PAPER),
+    "previous_demo": ("the previous demo: per-language modules, NMT + ranking loss, adaptive softmax, 1:1",
+                      [*PAPER, "model.ranking_weight=1.0", "model.output=adaptive"]),
+    "lstm_last": ("demo recipe, LSTM last state (256-d) instead of BLSTM-max",
+                  ["model.encoder=lstm_last", "model.encoder_hidden=256"]),
+    "per_language_encoders": ("demo recipe, one encoder per language", ["model.shared_encoder=false"]),
+    "one_pair_per_batch": ("demo recipe, 1:1 paths: one language pair per batch", ["train.paths=[{kind: '1:1'}]"]),
+    "source_pairs": ("demo recipe, ranking one source against the others (5 of 30 pairs)",
+                     ["model.ranking_pairs=source"]),
+    "with_nmt": ("demo recipe plus the NMT loss through a shared decoder (LASER)",
+                 ["model.nmt_weight=1.0", "model.shared_decoder=true", "model.output=adaptive"]),
+    "constant_lr": ("demo recipe, constant learning rate (no cosine decay)", ["train.schedule=constant"]),
+    "batch_3000": ("demo recipe, twice the batch (max_tokens 3000)", ["train.max_tokens=3000"]),
+    "hidden_256": ("demo recipe, BLSTM 2 x 256 (512-d)", ["model.encoder_hidden=256"]),
+    "demo": ("the demo's recipe (configs/bible6-cpu.yaml)", []),
 }
 SUBSETS = ["ef", "efs", "efsr", "efsra", "efsraz"]
 # (language, version in the training data, held-out versions): real paraphrases, see ../shared/DATA.md

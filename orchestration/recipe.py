@@ -224,7 +224,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         optimizer.step()
         progress["step"] += 1
         step = progress["step"]
-        window.add(out, int(sum(lens.sum() for _, lens in sources.values())))
+        encoded = {**sources, **targets} if ranking_weight > 0 else sources  # the ranking encodes the targets too
+        window.add(out, int(sum(lens.sum() for _, lens in encoded.values())))
         progress["elapsed_s"] = elapsed_before + time.monotonic() - started
 
         metrics: dict[str, float] = {}

@@ -6,7 +6,7 @@ import pytest
 
 from evaluation.search import search
 from orchestration import tracking
-from orchestration.evaluate import evaluate, format_matrix, search_pairs
+from orchestration.evaluate import EvaluateError, evaluate, format_matrix, search_pairs
 from orchestration.train import train
 from tests.orchestration.test_train import config_for, local_ray  # noqa: F401  (fixture)
 
@@ -42,6 +42,13 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_
     unsharded = evaluate(config.model_copy(update={"evaluate": config.evaluate.model_copy(update={"shards": 1})}))
     assert unsharded.matrix == result.matrix
     assert "zh" in format_matrix(result)
+    # one translation per language: only the languages asked for, the same search per pair
+    three = config.evaluate.model_copy(update={"languages": ["en", "fr", "zh"]})
+    subset = evaluate(config.model_copy(update={"evaluate": three}))
+    assert set(subset.matrix) == {(p, q) for p in ("en", "fr", "zh") for q in ("en", "fr", "zh") if p != q}
+    assert all(subset.matrix[pair] == result.matrix[pair] for pair in subset.matrix)
+    with pytest.raises(EvaluateError, match=r"\['xx'\] are not among them"):
+        evaluate(config.model_copy(update={"evaluate": three.model_copy(update={"languages": ["en", "xx"]})}))
 
     uri = config.tracking.uri
     run = tracking.get_run(uri, result.run_id)

@@ -303,3 +303,21 @@ def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkey
                         lambda metrics, checkpoint=None: seen.update(files=sorted(os.listdir(checkpoint.path))))
     recipe._report(0, model, optimizer, scheduler, progress, model.state_dict(), cfg, {})
     assert seen["files"] == ["config.yaml", "model.pt", "progress.json", "spm.model", "state.pt"]
+
+
+def test_scheduled_lr_warms_up_then_follows_the_schedule():
+    from orchestration.recipe import scheduled_lr
+
+    t = {"lr": 1.0, "min_lr": 0.1, "warmup_steps": 4, "max_steps": 104, "max_minutes": None}
+    assert [scheduled_lr({**t, "schedule": "cosine"}, s, 0.0) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    cosine = {**t, "schedule": "cosine"}
+    assert scheduled_lr(cosine, 4, 0.0) == pytest.approx(1.0, abs=1e-3)
+    assert scheduled_lr(cosine, 54, 0.0) == pytest.approx(0.55)  # half way: (1 + 0.1) / 2
+    assert scheduled_lr(cosine, 104, 0.0) == pytest.approx(0.1)
+    # with a time budget the nearer of the two ends the schedule: 30 of 60 s is half way
+    assert scheduled_lr({**cosine, "max_minutes": 1.0}, 5, 30.0) == pytest.approx(0.55)
+    assert scheduled_lr({**t, "schedule": "inverse_sqrt"}, 15, 0.0) == pytest.approx(0.5)  # sqrt(4 / 16)
+    assert scheduled_lr({**t, "schedule": "constant"}, 99, 0.0) == 1.0
+    plateau = {**t, "schedule": "plateau"}
+    assert scheduled_lr(plateau, 4, 0.0) == 1.0 and scheduled_lr(plateau, 5, 0.0) is None  # then ReduceLROnPlateau
+    assert scheduled_lr({**plateau, "warmup_steps": 0}, 0, 0.0) is None
