@@ -42,7 +42,7 @@ from pipelines.config import BibleSource  # noqa: E402
 from pipelines.sources import bible_db_path  # noqa: E402
 
 # The paper's setting: one encoder and one decoder per language, the NMT loss only, full softmax, 1:1 paths.
-PAPER = ["model.shared_encoder=false", "model.nmt_weight=1.0", "model.ranking_weight=0.0", "model.output=softmax",
+PAPER = ["model.embed_init=random", "model.shared_encoder=false", "model.nmt_weight=1.0", "model.ranking_weight=0.0", "model.output=softmax",
          "model.encoder_hidden=256", "model.decoder_hidden=128", "model.dropout=0.1", "model.ranking_pairs=source",
          "train.paths=[{kind: '1:1'}]", "train.lr=0.001", "train.schedule=plateau", "train.warmup_steps=0",
          "train.max_tokens=3000"]
@@ -51,6 +51,8 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "paper": ("the paper's recipe: per-language BLSTM-max encoders and decoders, NMT loss only, 1:1", PAPER),
     "previous_demo": ("the previous demo: per-language modules, NMT + ranking loss, adaptive softmax, 1:1",
                       [*PAPER, "model.ranking_weight=1.0", "model.output=adaptive"]),
+    "random_init": ("demo recipe, random token embeddings instead of cross-language LSI",
+                    ["model.embed_init=random"]),
     "lstm_last": ("demo recipe, LSTM last state (256-d) instead of BLSTM-max",
                   ["model.encoder=lstm_last", "model.encoder_hidden=256"]),
     "per_language_encoders": ("demo recipe, one encoder per language", ["model.shared_encoder=false"]),

@@ -90,6 +90,14 @@ class MultilingualNMT(nn.Module):
         """The sentence embeddings (B, D) of `ids` (B, T) in language `lang`."""
         return self._module(self.encoders, lang)(ids, lengths)
 
+    @torch.no_grad()
+    def set_token_embeddings(self, vectors: torch.Tensor) -> None:
+        """Every encoder's token embeddings from `vectors` (V, E), e.g. `model.lsi.lsi_embeddings`."""
+        for encoder in self.encoders.values():
+            if vectors.shape != encoder.embed.weight.shape:
+                raise ValueError(f"expected ({encoder.embed.weight.shape}) vectors, got {tuple(vectors.shape)}")
+            encoder.embed.weight.copy_(vectors)
+
     def set_token_order(self, counts: torch.Tensor) -> None:
         for dec in self.decoders.values():
             dec.set_token_order(counts)

@@ -40,6 +40,10 @@ class ModelConfig(Schema):
         "subword embeddings (a bag-of-subwords baseline).",
     )
     embed_dim: int = Field(default=128, gt=0, description="Token embedding size.")
+    embed_init: Literal["random", "lsi"] = Field(
+        default="random", description="Encoder token embeddings: random, or cross-language LSI of the training "
+        "data (a truncated SVD of the token x tuple matrix, seconds; translations start close together).",
+    )
     encoder_hidden: int = Field(default=256, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
     encoder_layers: int = Field(default=1, ge=1)
     decoder_hidden: int = Field(default=256, gt=0)

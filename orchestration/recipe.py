@@ -167,6 +167,8 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
     state = _restore()
     if state:
         model.load_state_dict(state["model"])
+    elif cfg["config"]["model"]["embed_init"] == "lsi":
+        _init_lsi(model, corpus, t["seed"], rank)
     torch.manual_seed(t["seed"] * 1000 + rank + (state["progress"]["step"] if state else 0))
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
     core: MultilingualNMT = model.module if hasattr(model, "module") else model
@@ -264,6 +266,21 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         if step % t["checkpoint_every_steps"] == 0 or stop:
             progress["done"] = stop
             _report(rank, core, optimizer, scheduler, progress, best_state, cfg, metrics)
+
+
+def _init_lsi(model: MultilingualNMT, corpus: ParallelCorpus, seed: int, rank: int) -> None:
+    """Cross-language LSI token embeddings from this worker's training data (every worker reads all
+    of it, so all start alike; DDP copies rank 0's weights anyway)."""
+    from model.lsi import cooccurrence_matrix, lsi_embeddings
+
+    started = time.monotonic()
+    matrix = cooccurrence_matrix([corpus.values[lang] for lang in corpus.languages],
+                                 [corpus.lengths[lang] for lang in corpus.languages],
+                                 vocab_size=model.args["vocab_size"])
+    model.set_token_embeddings(torch.from_numpy(lsi_embeddings(matrix, dim=model.args["embed_dim"], seed=seed)))
+    if rank == 0:
+        log.info("token embeddings from cross-language LSI of %d tuples in %.1fs", corpus.size,
+                 time.monotonic() - started)
 
 
 def _register_worker(train_dir: Path, rank: int, world: int) -> None:
