@@ -35,9 +35,14 @@ def cooccurrence_matrix(
     counts = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(vocab_size, tuples))
     counts.sum_duplicates()
     counts.data = np.log1p(counts.data)  # sublinear tf
-    df = np.diff(counts.indptr)  # tuples holding each token
-    idf = (np.log((tuples + 1) / (df + 1)) + 1).astype(np.float32)
-    return sp.diags(idf) @ counts
+    return sp.diags(idf_weights(counts)) @ counts
+
+
+def idf_weights(matrix: sp.spmatrix) -> np.ndarray:
+    """(V,) smoothed inverse document frequency of each token (row) over the tuples (columns)."""
+    tuples = matrix.shape[1]
+    df = np.diff(sp.csr_matrix(matrix).indptr)  # tuples holding each token
+    return (np.log((tuples + 1) / (df + 1)) + 1).astype(np.float32)
 
 
 def lsi_embeddings(matrix: sp.spmatrix, *, dim: int, seed: int = 0) -> np.ndarray:
