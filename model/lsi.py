@@ -54,4 +54,5 @@ def lsi_embeddings(matrix: sp.spmatrix, *, dim: int, seed: int = 0) -> np.ndarra
     u, s, _ = randomized_svd(matrix, dim, n_iter=4, random_state=seed)
     vectors = (u * np.sqrt(s)).astype(np.float32)  # (V, dim)
     seen = np.diff(sp.csr_matrix(matrix).indptr) > 0
+    vectors[~seen] = 0.0  # exact zeros, not the SVD's round-off
     return vectors / max(float(vectors[seen].std()), 1e-12)

@@ -305,7 +305,8 @@ def _report(rank, core, optimizer, scheduler, progress, best_state, cfg, metrics
     """Rank 0 writes a checkpoint directory; every rank calls `ray.train.report`."""
     import ray.train
 
-    report = {"step": progress["step"], "dev_error": progress["dev_error"], "done": progress["done"]}
+    # not "done": Ray Tune reads that key as "this trial has finished" and stops it
+    report = {"step": progress["step"], "dev_error": progress["dev_error"], "finished": progress["done"]}
     if rank != 0:
         ray.train.report(report, checkpoint=None)
         return

@@ -38,9 +38,9 @@ class Domain(Schema):
 
     choice: list[Any] | None = None
     grid: list[Any] | None = None
-    uniform: tuple[float, float] | None = None
-    loguniform: tuple[float, float] | None = None
-    randint: tuple[int, int] | None = Field(default=None, description="[low, high), integers.")
+    uniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high].")
+    loguniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high].")
+    randint: list[int] | None = Field(default=None, min_length=2, max_length=2, description="[low, high), integers.")
 
 
 class Asha(Schema):
@@ -58,7 +58,6 @@ class SearchSpace(Schema):
     )
     scheduler: Literal["asha", "fifo"] = "asha"
     asha: Asha = Field(default_factory=Asha)
-    seed: int = 0
 
 
 @dataclass
@@ -79,7 +78,11 @@ def load_space(path: str | Path) -> SearchSpace:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except ValidationError as exc:
-        problems = "\n".join(f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = "\n".join(
+            f"  {'.'.join(map(str, e['loc']))}: "
+            + ("unknown key (check its spelling)" if e["type"] == "extra_forbidden" else e["msg"])
+            for e in exc.errors()
+        )
         raise ConfigError(f"{path}: invalid search space:\n{problems}") from None
     for key, domain in space.space.items():
         if sum(v is not None for v in domain.model_dump().values()) != 1:
@@ -151,8 +154,9 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     ensure_ray(config.train.ray_address)
     per_trial = config.train.num_workers * config.train.cpus_per_worker
     concurrent = space.max_concurrent_trials or max(1, int(ray.cluster_resources().get("CPU", 1)) // per_trial)
-    # the trial itself only waits on its Ray Train run, whose workers hold the CPUs
-    trainable = ray_tune.with_resources(_trial, {"CPU": 0})
+    # the trial itself only waits on its Ray Train run, whose workers hold the CPUs (Tune needs a
+    # non-empty request: a hundredth of a CPU)
+    trainable = ray_tune.with_resources(_trial, {"CPU": 0.01})
     param_space = {"values": tune_domains(space), "base": config.to_dict(), "parent_run_id": run_id}
     scheduler = (ASHAScheduler(time_attr="step", grace_period=space.asha.grace_steps,
                                reduction_factor=space.asha.reduction_factor, max_t=config.train.max_steps)
@@ -165,8 +169,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
         tuner = ray_tune.Tuner(
             trainable, param_space=param_space,
             tune_config=ray_tune.TuneConfig(metric=METRIC, mode="min", num_samples=space.num_samples,
-                                            scheduler=scheduler, max_concurrent_trials=concurrent,
-                                            search_alg=ray_tune.search.BasicVariantGenerator(random_state=space.seed)),
+                                            scheduler=scheduler, max_concurrent_trials=concurrent),
             run_config=ray_tune.RunConfig(name="ray", storage_path=str(tune_dir), verbose=1),
         )
     try:
