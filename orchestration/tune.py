@@ -112,11 +112,6 @@ def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Confi
     return with_values(trial, {"train.checkpoint_every_steps": trial.train.eval_every_steps})
 
 
-def best_config(config: Config, values: dict[str, Any]) -> Config:
-    """The base config with the best trial's values, in the base run directory (for `interlingua run`)."""
-    return with_values(config, values)
-
-
 def _trial(params: dict[str, Any]) -> None:
     """One Tune trial: `interlingua train` of the base config plus the sampled values."""
     import ray.tune
@@ -181,7 +176,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
         values = best.config["values"]
         path = tune_dir / BEST_FILE
         path.write_text(f"# best of {len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
-                        + dump_yaml(best_config(config, values).to_dict()))
+                        + dump_yaml(with_values(config, values).to_dict()))  # base run_dir
         tracking.log_metrics(uri, run_id, {"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)},
                              step=0)
         tracking.set_tags(uri, run_id, {f"tune.best.{k}": str(v) for k, v in values.items()})
@@ -197,8 +192,7 @@ def _example(domain: Domain) -> Any:
     """A value of the domain, to validate its key before the search."""
     if domain.choice or domain.grid:
         return (domain.choice or domain.grid)[0]
-    low = (domain.uniform or domain.loguniform or domain.randint)[0]
-    return low
+    return (domain.uniform or domain.loguniform or domain.randint)[0]
 
 
 def _close_stopped_trials(uri: str, experiment: str, results) -> None:
