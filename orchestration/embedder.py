@@ -21,7 +21,7 @@ import torch
 from model.inference import embed
 from model.nmt import MultilingualNMT, load_model
 from orchestration.config import load_config
-from pipelines.text import Normalizer
+from pipelines.clean import Normalizer
 
 
 class SentenceEmbedder:

@@ -16,23 +16,23 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import dataset, sources
+from pipelines.clean import CleanTupleFn
 from pipelines.config import PrepareConfig, dump_yaml
-from pipelines.counting import STATS, Tally
+from pipelines.counting import STATS
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
+from pipelines.sources import ReadTupleFn
 from pipelines.split import SplitTuples, check_held_out
-from pipelines.text import Cleaner
 
 log = logging.getLogger(__name__)
 
-TOO_FEW_LANGUAGES = "too_few_languages"
 STATS_FILE = "stats.json"
 DEFAULT_RUNNER = "FnApiRunner"
 
@@ -51,63 +51,6 @@ def pipeline_options(beam_args: list[str], *, workers: int = 1) -> PipelineOptio
             extra.update(direct_num_workers=workers, direct_running_mode="multi_processing")
         options = PipelineOptions(beam_args, **extra)
     return options
-
-
-class ReadTupleFn(beam.DoFn):
-    """ReadTask -> (key, {lang: raw text or None for invalid UTF-8})."""
-
-    def start_bundle(self) -> None:
-        self.tally = Tally()
-
-    def process(self, task: sources.ReadTask) -> Iterator[Any]:
-        started, n = time.monotonic(), 0
-        for key, record in sources.read_task(task):
-            n += 1
-            self.tally.add("tuples/in")
-            if record == sources.MALFORMED:
-                self.tally.drop_tuple(sources.MALFORMED, [])
-                log.warning("dropped malformed record %s", key)
-                continue
-            for lang in record:
-                self.tally.add(f"sentences/{lang}/in")
-            yield key, record
-        where = f"book {task.book}" if task.kind == "bible" else f"lines {task.start_line}+"
-        log.info("read %s %s: %d records (%.0f/s)", task.source, where, n,
-                 n / max(time.monotonic() - started, 1e-6))
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()
-
-
-class CleanTupleFn(beam.DoFn):
-    """Normalize and filter each sentence; drop tuples left with too few languages."""
-
-    def __init__(self, config: PrepareConfig) -> None:
-        self.config = config
-
-    def setup(self) -> None:
-        self.cleaner = Cleaner(self.config.normalize, self.config.filters)
-
-    def start_bundle(self) -> None:
-        self.tally = Tally()
-
-    def process(self, element: tuple[str, dict[str, str | None]]) -> Iterator[Any]:
-        key, raw = element
-        kept, dropped, matched = self.cleaner.clean_tuple(raw)
-        for lang, reason in dropped.items():
-            self.tally.add(f"sentences/{lang}/dropped/{reason}")
-        for lang, names in matched.items():
-            for name in names:
-                self.tally.add(f"normalized/{lang}/{name}")
-        if len(kept) < self.config.filters.min_languages:
-            self.tally.drop_tuple(TOO_FEW_LANGUAGES, kept)
-            return
-        yield key, kept
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()
-
-
 
 
 def _write_stats(stats: dict[str, int], root: str) -> None:

@@ -16,10 +16,14 @@ import json
 import logging
 import os
 import sqlite3
+import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
+
+import apache_beam as beam
 
 from pipelines.config import BibleSource, PrepareConfig, TableSource, TextSource, source_name
+from pipelines.counting import Tally
 
 log = logging.getLogger(__name__)
 
@@ -298,3 +302,28 @@ def _read_bible(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None]]]:
     for (chapter, verse), sentences in sorted(by_key.items()):
         yield f"{task.source}:{task.book}:{chapter}:{verse}", sentences
 
+
+class ReadTupleFn(beam.DoFn):
+    """ReadTask -> (key, {lang: raw text or None for invalid UTF-8})."""
+
+    def start_bundle(self) -> None:
+        self.tally = Tally()
+
+    def process(self, task: ReadTask) -> Iterator[Any]:
+        started, n = time.monotonic(), 0
+        for key, record in read_task(task):
+            n += 1
+            self.tally.add("tuples/in")
+            if record == MALFORMED:
+                self.tally.drop_tuple(MALFORMED, [])
+                log.warning("dropped malformed record %s", key)
+                continue
+            for lang in record:
+                self.tally.add(f"sentences/{lang}/in")
+            yield key, record
+        where = f"book {task.book}" if task.kind == "bible" else f"lines {task.start_line}+"
+        log.info("read %s %s: %d records (%.0f/s)", task.source, where, n,
+                 n / max(time.monotonic() - started, 1e-6))
+
+    def finish_bundle(self) -> Iterator[Any]:
+        yield from self.tally.flush()

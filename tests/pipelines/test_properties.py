@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from orchestration.config import ConfigError, load_config
 from pipelines.config import FilterConfig, NormalizeConfig
 from pipelines.sources import MALFORMED, SourceError, plan_reads, read_task
-from pipelines.text import Cleaner
+from pipelines.clean import Cleaner
 
 LINE_BYTES = st.one_of(
     st.binary(max_size=60).map(lambda b: b.replace(b"\n", b" ")),  # random bytes: invalid UTF-8, NUL, ...

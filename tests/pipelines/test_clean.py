@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines import text as T
+from pipelines import clean as T
 from pipelines.config import FilterConfig, NormalizeConfig
 
 PSALM_3_1 = (19, 3, 1)

@@ -1,4 +1,4 @@
-"""Per-sentence and per-tuple cleaning: plain functions, testable without Beam.
+"""Per-sentence and per-tuple cleaning: plain functions, testable without Beam, and their DoFn.
 
 `Cleaner.clean_tuple` normalizes every sentence of a tuple and applies the
 filters; it returns the kept sentences and, for each dropped one, the reason.
@@ -10,12 +10,15 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from typing import Any, Iterator
 
+import apache_beam as beam
 import regex
 
-from pipelines.config import FilterConfig, NormalizeConfig
+from pipelines.config import FilterConfig, NormalizeConfig, PrepareConfig
+from pipelines.counting import Tally
 
-# Drop reasons, per sentence (the tuple-level ones are in pipelines.prepare).
+# Drop reasons, per sentence; a tuple left with fewer than `min_languages` is dropped as TOO_FEW_LANGUAGES.
 INVALID_UTF8 = "invalid_utf8"
 EMPTY = "empty"
 TOO_SHORT = "too_short"
@@ -23,6 +26,7 @@ TOO_LONG = "too_long"
 LENGTH_RATIO = "length_ratio"
 URL_EMAIL = "url_email"
 WRONG_SCRIPT = "wrong_script"
+TOO_FEW_LANGUAGES = "too_few_languages"
 
 # Languages written without spaces between words: their length is counted in characters.
 CJK_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo"})
@@ -208,3 +212,32 @@ class Cleaner:
                 dropped[lang] = LENGTH_RATIO
                 del kept[lang]
         return kept, dropped, matched
+
+
+class CleanTupleFn(beam.DoFn):
+    """Normalize and filter each sentence; drop tuples left with too few languages."""
+
+    def __init__(self, config: PrepareConfig) -> None:
+        self.config = config
+
+    def setup(self) -> None:
+        self.cleaner = Cleaner(self.config.normalize, self.config.filters)
+
+    def start_bundle(self) -> None:
+        self.tally = Tally()
+
+    def process(self, element: tuple[str, dict[str, str | None]]) -> Iterator[Any]:
+        key, raw = element
+        kept, dropped, matched = self.cleaner.clean_tuple(raw)
+        for lang, reason in dropped.items():
+            self.tally.add(f"sentences/{lang}/dropped/{reason}")
+        for lang, names in matched.items():
+            for name in names:
+                self.tally.add(f"normalized/{lang}/{name}")
+        if len(kept) < self.config.filters.min_languages:
+            self.tally.drop_tuple(TOO_FEW_LANGUAGES, kept)
+            return
+        yield key, kept
+
+    def finish_bundle(self) -> Iterator[Any]:
+        yield from self.tally.flush()
