@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from evaluation.xsim import average_error, error_matrix  # noqa: E402
 from model.lsi import cooccurrence_matrix, idf_weights, lsi_embeddings  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
-from orchestration.corpus import ParallelCorpus  # noqa: E402
-from pipelines.dataset import load_manifest, split_files  # noqa: E402
+from model.batching import ParallelCorpus  # noqa: E402
+from pipelines.dataset import load_manifest  # noqa: E402
 
 
 def main() -> None:
@@ -37,8 +37,8 @@ def main() -> None:
     config = load_config(args.config)
     manifest = load_manifest(config.data_dir)
     langs, vocab = manifest["languages"], manifest["spm"]["vocab_size"]
-    train = ParallelCorpus.read(split_files(config.data_dir, "train"), langs)
-    held = ParallelCorpus.read(split_files(config.data_dir, args.split), langs)
+    train = ParallelCorpus.read(config.data_dir, "train", langs)
+    held = ParallelCorpus.read(config.data_dir, args.split, langs)
     rows = held.complete_rows()
     matrix = cooccurrence_matrix([train.values[x] for x in langs], [train.lengths[x] for x in langs],
                                  vocab_size=vocab)

@@ -33,11 +33,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.xsim import similarity_error  # noqa: E402
+from evaluation.xsim import error_matrix  # noqa: E402
 from orchestration import tracking  # noqa: E402
+from orchestration import model_dir as model_files  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
-from orchestration.evaluate import evaluate  # noqa: E402
-from orchestration.train import train  # noqa: E402
+from orchestration.evaluate.job import evaluate  # noqa: E402
+from orchestration.train.driver import train  # noqa: E402
 from pipelines.config import BibleSource  # noqa: E402
 from pipelines.sources import bible_db_path  # noqa: E402
 
@@ -105,7 +106,7 @@ def paraphrase_errors(keys: list[str], embed) -> dict[str, float]:
     for lang, seen, others in PARAPHRASES:
         base = embed(texts(seen), lang)
         for other in others:
-            out[f"{lang}:{seen}->{other}"] = similarity_error(base, embed(texts(other), lang))
+            out[f"{lang}:{seen}->{other}"] = error_matrix({"a": base, "b": embed(texts(other), lang)})[("a", "b")]
     return out
 
 
@@ -122,7 +123,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     base = load_config(args.config)
-    data_dir, runs, results = base.data_dir.resolve(), Path(args.runs).resolve(), Path(args.results)
+    # paths as given (relative to the checkout): the recorded commands and folders work on any machine
+    data_dir, runs, results = base.data_dir, Path(args.runs), Path(args.results)
     if not (data_dir / "manifest.json").is_file():
         from pipelines.prepare import pipeline_options, run_prepare
 
@@ -138,8 +140,8 @@ def main() -> None:
         config, overrides = row_config(args.config, row, args.minutes, data_dir, runs)
         started = time.monotonic()
         trained = train(config, force=args.fresh)
-        progress = json.loads((trained.model_dir / "progress.json").read_text())
-        result = evaluate(config, reuse=True)
+        progress = model_files.progress(trained.model_dir)
+        result = evaluate(config)
         record["rows"][row] = {
             "what": ROWS[row][0], "command": command(args.config, overrides), "minutes": args.minutes,
             "train_s": progress["elapsed_s"], "steps": progress["step"], "dev_error": trained.dev_error,
@@ -154,7 +156,7 @@ def main() -> None:
     if args.use:
         config = load_config(args.config, ["name=quality-use", f"run_dir={runs / 'use'}",
                                            f"dataset_dir={data_dir}", "evaluate.encoder=use"])
-        result = evaluate(config, reuse=True)
+        result = evaluate(config)
         record["use"] = {"test": result.averages, "matrix": errors_by_pair(result),
                          "command": f"interlingua evaluate -c {args.config} evaluate.encoder=use"}
         record_path.write_text(json.dumps(record, indent=2))
@@ -163,7 +165,7 @@ def main() -> None:
     finished = {r: v for r, v in record["rows"].items() if v.get("test")}
     best = min(finished, key=lambda r: finished[r]["test"]["all"]) if finished else None
     if args.paraphrase and best:
-        from orchestration.embedder import SentenceEmbedder
+        from orchestration.serve.embedder import SentenceEmbedder
 
         keys = json.loads((Path(finished[best]["model_dir"]).parents[1] / "eval" / "test" / "embeddings"
                            / "keys.json").read_text())

@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.search import merge, prepare, search_shard  # noqa: E402
+from evaluation.search import merge, normalized, search_shard  # noqa: E402
 
 
 def rss_mb(pids_of_interest) -> float:
@@ -105,9 +105,9 @@ def main() -> None:
           f"medians of {args.repeats}")
     print(f"{'S':>8}{'single s':>10}{'ray s':>9}{'ratio':>7}{'single MB':>11}{'ray MB':>9}")
     for size in args.sizes:
-        candidates = prepare(rng.standard_normal((size, args.dim), dtype=np.float32), "cosine")
+        candidates = normalized(rng.standard_normal((size, args.dim), dtype=np.float32), "cosine")
         nq = min(args.queries, size)
-        queries = prepare(candidates[:nq] + 0.5 * rng.standard_normal((nq, args.dim), dtype=np.float32), "cosine")
+        queries = normalized(candidates[:nq] + 0.5 * rng.standard_normal((nq, args.dim), dtype=np.float32), "cosine")
         step = -(-size // args.shards)
         times = {"single": [], "ray": []}
         memory = {"single": 0.0, "ray": 0.0}

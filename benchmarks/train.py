@@ -4,12 +4,12 @@
 
 Both loops run the same `MultilingualNMT`, the same batch plan (seed,
 token budget, paths) and the same step (forward, backward, clip, Adam) with
-the same torch threads and the same allocator settings (`train.worker_env`,
+the same torch threads and the same allocator settings (`runtime.worker_env`,
 which this script re-executes itself under). The Ray loop is `interlingua
 train` itself with one worker (checkpoints and evaluation pushed past the
 measured steps); its tokens/s and CPU use come from its own per-window
 metrics in MLflow. Windows of `--window` steps, the first one (warm-up)
-dropped. With `train.use_gpu=true` both loops run on the GPU under bf16
+dropped. With `runtime.use_gpu=true` both loops run on the GPU under bf16
 autocast. Each repeat runs the bare loop, the Ray loop and (unless
 `--no-compare-output`) the bare loop with the other output layer (full vs
 adaptive softmax) back to back, so the per-repeat ratios compare runs a
@@ -44,13 +44,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from model.batching import ParallelCorpus, batch_stream  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
+from model.training import input_tokens, train_step  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
-from orchestration.corpus import ParallelCorpus, batch_stream, to_device  # noqa: E402
-from orchestration.recipe import _paths  # noqa: E402
-from orchestration.train import model_args, train  # noqa: E402
-from pipelines.dataset import load_manifest, split_files  # noqa: E402
+from orchestration.train.builders import model_args, training_paths  # noqa: E402
+from orchestration.train.driver import train  # noqa: E402
+from pipelines.dataset import load_manifest  # noqa: E402
 
 
 @dataclass
@@ -117,35 +118,29 @@ def fresh_bare_loop(config: Config, steps: int, window: int) -> tuple[list[Windo
 
 def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], float]:
     """The windows of a plain PyTorch loop (the first one dropped), on the GPU with bf16 autocast where
-    `train.use_gpu` asks for it, as the Ray workers do; and the peak GPU memory in GiB (nan on CPU)."""
-    torch.set_num_threads(config.train.cpus_per_worker)
-    device = torch.device("cuda" if config.train.use_gpu else "cpu")
+    `runtime.use_gpu` asks for it, as the Ray workers do; and the peak GPU memory in GiB (nan on CPU)."""
+    torch.set_num_threads(config.runtime.cpus_per_worker)
+    device = torch.device("cuda" if config.runtime.use_gpu else "cpu")
     manifest = load_manifest(config.data_dir)
     languages = config.train.languages or manifest["languages"]
-    corpus = ParallelCorpus.read(split_files(config.data_dir, "train"), languages)
+    corpus = ParallelCorpus.read(config.data_dir, "train", languages)
     torch.manual_seed(config.train.seed)
     model = MultilingualNMT(**model_args(config, languages, manifest["spm"]["vocab_size"]))
     if model.args["output"] == "adaptive":
         model.set_token_order(torch.from_numpy(corpus.token_counts(model.args["vocab_size"])))
     model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr)
-    stream = batch_stream(corpus, _paths(config.train.model_dump()), seed=config.train.seed, rank=0, world=1,
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay)
+    stream = batch_stream(corpus, training_paths(config.train), seed=config.train.seed, rank=0, world=1,
                           max_tokens=config.train.max_tokens, monolingual=config.train.monolingual)
     windows, tokens = [], 0
     start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
     for step in range(1, steps + 1):
         _, signature, rows = next(stream)
         sources, targets = corpus.batch(signature, rows)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            out = model(to_device(sources, device), to_device(targets, device),
-                        ranking_weight=config.model.ranking_weight)
-        optimizer.zero_grad(set_to_none=True)
-        out["loss"].backward()
-        if config.train.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
-        optimizer.step()
-        tokens += sum(int(lens.sum()) for _, lens in sources.values())  # host tensors: no GPU wait
-        tokens += sum(out["tokens"].values())  # on the model's device, read once a window as the recipe does
+        out = train_step(model, optimizer, sources, targets, ranking_weight=config.model.ranking_weight,
+                         grad_clip=config.train.grad_clip, device=device)
+        tokens += input_tokens(sources, targets, config.model.ranking_weight)  # as the Ray loop counts them
+        tokens += sum(out["tokens"].values())  # on the model's device, read once a window as the loop does
         if step % window == 0:
             tokens = int(tokens)
             now, cpu, wall = time.perf_counter(), time.process_time(), time.time()
@@ -163,9 +158,9 @@ def ray_loop(config: Config, steps: int, window: int) -> list[Window]:
             "dataset_dir": str(config.data_dir.resolve()),
             "tracking": config.tracking.model_copy(update={"uri": f"sqlite:///{tmp}/mlflow.db"}),
             "train": config.train.model_copy(update={
-                "max_steps": steps, "max_minutes": None, "num_workers": 1, "log_every_steps": window,
-                "eval_every_steps": steps + 1, "checkpoint_every_steps": steps + 1,
-            }),
+                "max_steps": steps, "max_minutes": None, "eval_every_steps": steps + 1}),
+            "runtime": config.runtime.model_copy(update={
+                "num_workers": 1, "log_every_steps": window, "checkpoint_every_steps": steps + 1}),
         })
         result = train(run)
         rates = sorted(tracking.metric_series(run.tracking.uri, result.run_id, "train/tokens_per_s"))
@@ -176,12 +171,12 @@ def ray_loop(config: Config, steps: int, window: int) -> list[Window]:
 
 
 def _same_env_as_workers(config: Config) -> None:
-    """Re-run this process with the Ray workers' environment (`train.worker_env`, malloc settings).
+    """Re-run this process with the Ray workers' environment (`runtime.worker_env`, malloc settings).
 
     The bare loop then runs under the same allocator settings as the Ray
     worker, so the ratio measures Ray alone. glibc reads them at start-up only.
     """
-    missing = {k: v for k, v in config.train.worker_env.items() if os.environ.get(k) != v}
+    missing = {k: v for k, v in config.runtime.worker_env.items() if os.environ.get(k) != v}
     if missing:
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **missing})
 
@@ -254,7 +249,7 @@ def main() -> None:
                 for run, base in zip(runs, bases)]
 
     print(f"\nconfig {args.config} {' '.join(args.overrides)}; {args.steps} steps x {args.repeats} repeats, "
-          f"windows of {args.window} steps (first dropped), {config.train.cpus_per_worker} torch threads, "
+          f"windows of {args.window} steps (first dropped), {config.runtime.cpus_per_worker} torch threads, "
           f"{os.cpu_count()} CPUs; medians over windows")
     print(f"{'loop':<34}{'tokens/s':>10}{'ratio':>7}{'cores':>8}{'others':>8}{'tok/CPU-s':>11}{'ratio':>7}")
     print(_summary("bare PyTorch, 1 process", flat(bare), machine, None))
@@ -269,7 +264,7 @@ def main() -> None:
         adaptive_ratios = paired(adaptive, softmax)
         print(f"adaptive / full softmax per repeat: {' '.join(f'{r:.2f}' for r in adaptive_ratios)}; "
               f"median {median(adaptive_ratios):.2f}")
-    if config.train.use_gpu:
+    if config.runtime.use_gpu:
         print(f"GPU {torch.cuda.get_device_name()}: peak memory of the bare loop "
               f"{max(peaks):.2f} GiB (bf16 autocast)")
     spread = {name: [w.tokens_per_s for w in flat(runs)] for name, runs in [("bare", bare), ("ray", rayed)]}

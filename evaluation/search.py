@@ -27,8 +27,9 @@ def higher_is_better(metric: str) -> bool:
     return metric in ("cosine", "ip")
 
 
-def prepare(vectors: np.ndarray, metric: str) -> np.ndarray:
-    """float32, C-contiguous, L2-normalized for cosine (a copy; the input is left alone)."""
+def normalized(vectors: np.ndarray, metric: str) -> np.ndarray:
+    """The vectors as the index takes them: float32, C-contiguous, L2-normalized for cosine (a copy;
+    the input is left alone)."""
     if vectors.ndim != 2:
         raise ValueError(f"expected a (N, D) array, got shape {vectors.shape}")
     out = np.array(vectors, dtype=np.float32, order="C", copy=True)
@@ -64,7 +65,7 @@ def _index(dim: int, metric: str, kind: str = "flat", size: int = 0) -> faiss.In
 def search_shard(
     queries: np.ndarray, shard: np.ndarray, k: int, metric: str, offset: int = 0, index: str = "flat"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of every query among one shard of prepared candidates; ids are global (offset + row)."""
+    """Top-k of every query among one shard of normalized candidates; ids are global (offset + row)."""
     if queries.shape[1] != shard.shape[1]:
         raise ValueError(f"queries have {queries.shape[1]} dimensions, candidates {shard.shape[1]}")
     built = _index(shard.shape[1], metric, index, len(shard))
@@ -91,7 +92,7 @@ def merge(parts: Iterable[tuple[np.ndarray, np.ndarray]], num_queries: int, k: i
 
 
 def pair_scores(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
-    """Score of each row of a with the same row of b (prepared vectors): (N,)."""
+    """Score of each row of a with the same row of b (normalized vectors): (N,)."""
     if metric in ("cosine", "ip"):
         return np.einsum("nd,nd->n", a, b)
     if metric == "l2":
@@ -127,7 +128,7 @@ def count_better(queries: np.ndarray, shard: np.ndarray, reference: np.ndarray, 
 def search(queries: np.ndarray, candidates: np.ndarray, k: int, metric: str = "cosine",
            shard_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Single-process search over candidate shards of `shard_size` rows (all at once when None)."""
-    q, c = prepare(queries, metric), prepare(candidates, metric)
+    q, c = normalized(queries, metric), normalized(candidates, metric)
     size = shard_size or len(c)
     parts = (search_shard(q, c[s:s + size], k, metric, s) for s in range(0, len(c), size))
     return merge(parts, len(q), k, metric)

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipelines.dataset import BOS_ID, EOS_ID, PAD_ID
+
 Output = Literal["softmax", "adaptive"]
 
 
@@ -35,9 +37,9 @@ class SentenceDecoder(nn.Module):
         lang_embed_dim: int = 32,
         output: Output = "softmax",
         adaptive_cutoffs: Sequence[int] = (),
-        pad_id: int = 0,
-        bos_id: int = 2,
-        eos_id: int = 3,
+        pad_id: int = PAD_ID,
+        bos_id: int = BOS_ID,
+        eos_id: int = EOS_ID,
     ) -> None:
         super().__init__()
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id

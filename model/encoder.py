@@ -20,6 +20,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from pipelines.dataset import PAD_ID
+
 Pooling = Literal["max", "last", "mean"]
 
 
@@ -33,7 +35,7 @@ class SentenceEncoder(nn.Module):
         num_layers: int = 1,
         pooling: Pooling = "max",
         dropout: float = 0.0,
-        padding_idx: int = 0,
+        padding_idx: int = PAD_ID,
     ) -> None:
         super().__init__()
         if pooling not in ("max", "last", "mean"):

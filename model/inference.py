@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from model.data import pad, token_budget_batches
+from model.batching import pad, token_budget_batches
 from model.nmt import MultilingualNMT
 
 

@@ -58,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     trn = with_config(sub.add_parser(
         "train",
         help="train the multilingual encoders on the prepared dataset (Ray Train; resumes a stopped run)",
-        description="Train with Ray Train on train.num_workers workers, on the cluster at "
-        "train.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.",
+        description="Train with Ray Train on runtime.num_workers workers, on the cluster at "
+        "runtime.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.",
     ))
     trn.add_argument("--force", action="store_true", help="discard this run's checkpoints and start over")
     ev = with_config(sub.add_parser(
@@ -69,6 +69,8 @@ def _parser() -> argparse.ArgumentParser:
         "in evaluate.shards shards with Ray tasks, log the L x L matrix to MLflow.",
     ))
     ev.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    ev.add_argument("--force", action="store_true",
+                    help="evaluate again even if this model was evaluated on this data and config")
     run = with_config(sub.add_parser(
         "run",
         help="prepare -> train -> evaluate -> register, skipping unchanged stages (for cron and schedulers)",
@@ -113,12 +115,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from pipelines.dataset import DatasetError
-    from pipelines.sources import SourceError
-    from pipelines.split import HeldOutError
-
     from orchestration.evaluate import EvaluateError
-    from orchestration.train import TrainError
+    from orchestration.train.driver import TrainError
+    from pipelines.dataset import DatasetError
+    from pipelines.errors import HeldOutError, SourceError
 
     return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError)
 
@@ -187,7 +187,7 @@ def _prepare(config, args: argparse.Namespace, beam_args: list[str]) -> int:
 
 
 def _train(config, args: argparse.Namespace) -> int:
-    from orchestration.train import train
+    from orchestration.train.driver import train
 
     result = train(config, force=args.force)
     verb = "already trained" if result.skipped else "trained"
@@ -200,16 +200,16 @@ def _train(config, args: argparse.Namespace) -> int:
 def _evaluate(config, args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from orchestration.evaluate import evaluate, format_matrix
+    from orchestration.evaluate.job import evaluate
 
-    result = evaluate(config, model_dir=Path(args.model) if args.model else None)
-    print(format_matrix(result))
+    result = evaluate(config, model_dir=Path(args.model) if args.model else None, force=args.force)
+    print(result.format_matrix())
     print(f"tables and heatmap: {result.out_dir}  (MLflow run {result.run_id})")
     return 0
 
 
 def _run(config, args: argparse.Namespace, beam_args: list[str]) -> int:
-    from orchestration.pipeline import EXIT_ALREADY_RUNNING, EXIT_FAILED, AlreadyRunning, run_pipeline
+    from orchestration.lifecycle.run import EXIT_ALREADY_RUNNING, EXIT_FAILED, AlreadyRunning, run_pipeline
 
     try:
         outcome = run_pipeline(config, wait=args.wait, beam_args=beam_args)
@@ -232,7 +232,7 @@ def _run(config, args: argparse.Namespace, beam_args: list[str]) -> int:
 
 
 def _compare(config, args: argparse.Namespace) -> int:
-    from orchestration.compare import compare_runs
+    from orchestration.lifecycle.compare import compare_runs
 
     print(compare_runs(config, experiment=args.experiment, max_runs=args.max_runs, pairs=args.pairs,
                        plot=args.plot, stage=args.stage))
@@ -240,7 +240,7 @@ def _compare(config, args: argparse.Namespace) -> int:
 
 
 def _tune(config, args: argparse.Namespace) -> int:
-    from orchestration.tune import load_space, tune
+    from orchestration.train.tune import load_space, tune
 
     result = tune(config, load_space(args.space), space_path=args.space)
     print(f"{result.trials} trials; best dev similarity error {result.best_error:.4f}")
@@ -252,7 +252,7 @@ def _tune(config, args: argparse.Namespace) -> int:
 def _search(config, args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from orchestration.lookup import nearest_sentences
+    from orchestration.serve.nearest import nearest_sentences
 
     if args.k < 1:
         raise ConfigError("-k must be at least 1")
@@ -275,11 +275,12 @@ def _embed(config, args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from orchestration.embedder import SentenceEmbedder
-    from orchestration.lookup import embed_lines
+    from orchestration import model_dir
+    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.serve.nearest import embed_lines
 
     try:
-        embedder = SentenceEmbedder.load(Path(args.model) if args.model else config.train_dir / "model")
+        embedder = SentenceEmbedder.load(Path(args.model) if args.model else model_dir.default(config.train_dir))
         if args.lang not in embedder.languages:
             raise ValueError(f"the model knows {embedder.languages}, not {args.lang!r}")
         source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="strict")

@@ -2,21 +2,38 @@
 
     cfg = load_config("configs/bible6.yaml", ["prepare.spm.vocab_size=8000"])
 
+Sections: `prepare` (pipelines.config), `model` and `train` (what is learned),
+`evaluate` (what is measured), `runtime` (how it runs: cluster, workers,
+devices, cadence), `tracking` (MLflow) and `registry` (champion policy).
 Unknown keys, wrong types and impossible values raise `ConfigError`, whose
 message names the key and, for keys read from a file, the file and line.
-Later stages add their sections (`train:`, `evaluate:`) beside `prepare:`.
 """
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from pipelines.config import PrepareConfig, Schema
-from typing import Literal
+
+log = logging.getLogger(__name__)
+
+# Keys that moved to another section (old -> new): configs and model directories written before the
+# move still load, with a warning that names the new place.
+MOVED_KEYS = {
+    **{f"train.{key}": f"runtime.{key}" for key in (
+        "num_workers", "cpus_per_worker", "use_gpu", "ray_address", "max_failures", "worker_env",
+        "log_every_steps", "checkpoint_every_steps", "keep_checkpoints")},
+    "evaluate.embed_actors": "runtime.embed_actors",
+    "evaluate.cpus_per_task": "runtime.cpus_per_task",
+    "evaluate.use_gpu": "runtime.use_gpu",
+    "tracking.registered_model": "registry.model_name",
+    "tracking.min_improvement": "registry.min_improvement",
+}
 
 
 class ConfigError(ValueError):
@@ -98,15 +115,19 @@ class TrainConfig(Schema):
     lr_patience_evals: int = Field(default=1, ge=0)
     early_stop_patience_evals: int | None = Field(default=4, ge=1)
     min_lr: float = Field(default=1e-5, ge=0)
-    log_every_steps: int = Field(default=20, gt=0)
     eval_every_steps: int = Field(default=200, gt=0)
-    checkpoint_every_steps: int = Field(default=200, gt=0)
-    keep_checkpoints: int = Field(default=2, ge=1)
     dev_max_sentences: int | None = Field(default=1000, gt=1, description="Dev tuples used for the error.")
-    num_workers: int = Field(default=1, ge=1)
-    cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
-    use_gpu: bool = False
+
+
+class RuntimeConfig(Schema):
+    """How a run executes: the cluster, workers, devices, fault tolerance, the cadence of logs and
+    checkpoints. None of it changes what is learned or measured, so no fingerprint reads it: changing
+    it never invalidates a dataset, a checkpoint or an evaluation."""
+
     ray_address: str | None = Field(default=None, description="An existing Ray cluster; a local one when unset.")
+    num_workers: int = Field(default=1, ge=1, description="Ray Train workers (DDP).")
+    cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
+    use_gpu: bool = Field(default=False, description="A GPU per training worker and per embedding actor.")
     max_failures: int = Field(default=3, ge=0, description="Worker-group restarts from the last checkpoint.")
     worker_env: dict[str, str] = Field(
         # Ray Train runs the loop in a thread of its worker actor; glibc gives such a
@@ -117,6 +138,11 @@ class TrainConfig(Schema):
                                  "MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(1 << 28)},
         description="Environment variables of every Ray Train worker process.",
     )
+    log_every_steps: int = Field(default=20, gt=0)
+    checkpoint_every_steps: int = Field(default=200, gt=0)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    embed_actors: int = Field(default=1, ge=1, description="Ray Data actors embedding in parallel.")
+    cpus_per_task: int = Field(default=1, ge=1, description="CPUs of each embedding actor and search task.")
 
 
 class EvaluateConfig(Schema):
@@ -133,9 +159,6 @@ class EvaluateConfig(Schema):
     recall_queries: int = Field(default=1000, ge=1, description="Queries checked against exact search.")
     margin_k: int = Field(default=4, ge=1, description="Neighbours of LASER's ratio margin.")
     max_tokens: int = Field(default=8000, gt=0, description="Embedding batch budget.")
-    embed_actors: int = Field(default=1, ge=1, description="Ray Data actors embedding in parallel.")
-    cpus_per_task: int = Field(default=1, ge=1)
-    use_gpu: bool = False
     dtype: Literal["float32", "float16"] = Field(default="float32", description="Stored embeddings.")
     encoder: Literal["model", "use"] = Field(
         default="model", description="The trained model, or the offline multilingual Universal Sentence "
@@ -149,7 +172,12 @@ class TrackingConfig(Schema):
         default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."
     )
     experiment: str = "interlingua"
-    registered_model: str | None = Field(
+
+
+class RegistryConfig(Schema):
+    """The champion/challenger policy of `interlingua run`."""
+
+    model_name: str | None = Field(
         default=None, description="Model Registry name of `interlingua run`'s models; the run name when unset."
     )
     min_improvement: float = Field(
@@ -169,7 +197,9 @@ class Config(Schema):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
 
     @property
     def data_dir(self) -> Path:
@@ -202,6 +232,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data, lines = _read_yaml(Path(path))
     for override in overrides:
         _apply_override(data, override)
+    moved = _move_old_keys(data)
+    if moved:
+        log.warning("%s: keys that moved (the config still loads; update it): %s", where,
+                    ", ".join(f"{old} -> {new}" for old, new in moved))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -223,6 +257,23 @@ def with_values(config: Config, values: dict[str, Any]) -> Config:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, "search space", {}, [f"{k}=" for k in values])) from None
+
+
+def _move_old_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """Move every key of MOVED_KEYS found in `data` to its new place; returns the (old, new) moved.
+    A value already set at the new place wins."""
+    moved = []
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        if not isinstance(data.get(section), dict) or key not in data[section]:
+            continue
+        value = data[section].pop(key)
+        new_section, new_key = new.split(".")
+        target = data.setdefault(new_section, {})
+        if isinstance(target, dict):
+            target.setdefault(new_key, value)
+        moved.append((old, new))
+    return moved
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
@@ -307,3 +358,16 @@ def _is_union_tag(part: Any) -> bool:
     # pydantic inserts the discriminator value ('bible', 'text', ...) into locations
     return part in ("bible", "text", "tsv", "jsonl")
 
+
+
+def evaluated_languages(config: Config, available: list[str]) -> list[str]:
+    """`evaluate.languages` (checked against what the model or dataset has), else all of `available`;
+    also the languages of the dev error during training."""
+    wanted = config.evaluate.languages
+    if wanted is None:
+        return available
+    missing = [lang for lang in wanted if lang not in available]
+    if missing or len(wanted) < 2:
+        raise ConfigError(f"evaluate.languages {wanted}: needs at least two of {available}"
+                          + (f"; {missing} are not among them" if missing else ""))
+    return list(wanted)

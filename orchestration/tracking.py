@@ -136,7 +136,7 @@ def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedd
     import pandas as pd
     from mlflow.models import infer_signature
 
-    from orchestration.pyfunc import SentenceEmbeddingModel
+    from orchestration.serve.pyfunc import SentenceEmbeddingModel
 
     mlflow.set_tracking_uri(uri)
     example = pd.DataFrame({"sentence": ["in the beginning god created the heaven and the earth."], "lang": ["en"]})
@@ -191,9 +191,11 @@ def download_model_dir(uri: str, name: str, version: str, dst: str | os.PathLike
 
     mlflow.set_tracking_uri(uri)
     local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst))
-    found = [p.parent for p in Path(local).rglob("model.pt")]
+    from orchestration.model_dir import MODEL_FILE
+
+    found = [p.parent for p in Path(local).rglob(MODEL_FILE)]
     if not found:
-        raise FileNotFoundError(f"models:/{name}/{version} holds no model.pt")
+        raise FileNotFoundError(f"models:/{name}/{version} holds no {MODEL_FILE}")
     return found[0]
 
 

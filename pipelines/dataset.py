@@ -26,6 +26,7 @@ FORMAT = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"
 SPM_MODEL = "spm.model"
+CONFIG_FILE = "config.yaml"  # the resolved run config, beside every output
 SPM_VOCAB = "spm.vocab"
 # Token ids: sentencepiece reserves these; the stored ids never contain bos/eos.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -71,6 +72,12 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def fingerprint(payload: Any) -> str:
+    """The content fingerprint of what a stage's output is made from (JSON-able values, key order
+    ignored): the one helper behind the dataset, checkpoint and evaluation caches."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def staging_dir(data_dir: Path, fingerprint: str) -> Path:

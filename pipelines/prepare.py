@@ -9,7 +9,6 @@ drop by reason: as Beam `Metrics` (visible in any runner's UI) and as a
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -99,9 +98,7 @@ class PrepareResult:
 
 def fingerprint(config: PrepareConfig, inputs: list[dict]) -> str:
     """Content fingerprint of a dataset: format, stage config and input hashes."""
-    blob = json.dumps({"format": dataset.FORMAT, "config": config.model_dump(mode="json"),
-                       "inputs": inputs}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return dataset.fingerprint({"format": dataset.FORMAT, "config": config.model_dump(mode="json"), "inputs": inputs})
 
 
 def run_prepare(
@@ -148,7 +145,7 @@ def run_prepare(
     (staging / STATS_FILE).unlink()
     manifest = _manifest(config, staging, stats, plan, print_, resolved_config)
     if resolved_config is not None:
-        (staging / "config.yaml").write_text(dump_yaml(resolved_config), encoding="utf-8")
+        (staging / dataset.CONFIG_FILE).write_text(dump_yaml(resolved_config), encoding="utf-8")
     dataset.publish(staging, data_dir, manifest)
     seconds = time.monotonic() - started
     log.info("published %s in %.1fs", data_dir, seconds)

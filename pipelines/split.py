@@ -17,6 +17,7 @@ import apache_beam as beam
 
 from pipelines.config import SplitConfig
 from pipelines.counting import STATS, Tally
+from pipelines.errors import HeldOutError
 from pipelines.tokenizer import unit_hash
 
 CONTAMINATED = "contaminated"
@@ -24,10 +25,6 @@ CONTAMINATED = "contaminated"
 CANDIDATE_MARGIN = 2
 
 Tuple = tuple[str, dict[str, str]]
-
-
-class HeldOutError(ValueError):
-    """Too few distinct tuples for the dev/test sizes asked for."""
 
 
 def sentence_ids(sentences: dict[str, str]) -> list[str]:

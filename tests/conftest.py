@@ -81,3 +81,13 @@ def small_dataset(tmp_path_factory) -> Config:
     config = small_config(tmp_path_factory.mktemp("small"))
     run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
     return config
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray cluster of 2 CPUs for the tests of one module (started once, as a user's would be)."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.search import count_better, merge, pair_scores, prepare, recall_at, search, search_shard
+from evaluation.search import count_better, merge, normalized, pair_scores, recall_at, search, search_shard
 
 
 def brute_force(queries, candidates, k, metric):
@@ -36,8 +36,8 @@ def test_sharded_equals_unsharded_and_brute_force(metric, shard_size):
 
 def test_shards_smaller_than_k_and_global_ids():
     rng = np.random.default_rng(1)
-    q = prepare(rng.normal(size=(4, 3)), "cosine")
-    c = prepare(rng.normal(size=(10, 3)), "cosine")
+    q = normalized(rng.normal(size=(4, 3)), "cosine")
+    c = normalized(rng.normal(size=(10, 3)), "cosine")
     parts = [search_shard(q, c[s:s + 2], 5, "cosine", s) for s in range(0, 10, 2)]
     assert parts[1][1].min() >= 2  # ids are offset into the whole candidate set
     scores, ids = merge(parts, 4, 5, "cosine")
@@ -47,8 +47,8 @@ def test_shards_smaller_than_k_and_global_ids():
 @pytest.mark.parametrize("metric", ["cosine", "l2", "l1"])
 def test_count_better_gives_the_true_rank(metric):
     rng = np.random.default_rng(2)
-    q = prepare(rng.normal(size=(40, 8)), metric)
-    c = prepare(rng.normal(size=(40, 8)), metric)
+    q = normalized(rng.normal(size=(40, 8)), metric)
+    c = normalized(rng.normal(size=(40, 8)), metric)
     reference = pair_scores(q, c, metric)
     counts = sum(count_better(q, c[s:s + 9], reference, metric, block=16) for s in range(0, 40, 9))
     order = brute_force(q, c, 40, metric)
@@ -59,8 +59,8 @@ def test_count_better_gives_the_true_rank(metric):
 @pytest.mark.parametrize("index", ["hnsw", "ivf"])
 def test_approximate_indexes_report_their_recall(index):
     rng = np.random.default_rng(3)
-    candidates = prepare(rng.normal(size=(4000, 32)), "cosine")
-    queries = prepare(candidates[:300] + 0.3 * rng.normal(size=(300, 32)).astype(np.float32), "cosine")
+    candidates = normalized(rng.normal(size=(4000, 32)), "cosine")
+    queries = normalized(candidates[:300] + 0.3 * rng.normal(size=(300, 32)).astype(np.float32), "cosine")
     exact = search_shard(queries, candidates, 5, "cosine")[1]
     approx = merge([search_shard(queries, candidates[s:s + 2000], 5, "cosine", s, index) for s in (0, 2000)],
                    300, 5, "cosine")[1]

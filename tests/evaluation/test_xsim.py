@@ -1,10 +1,11 @@
-"""The similarity-search error against a brute-force numpy computation on hand-built vectors."""
+"""The one similarity-search routine against brute-force numpy on hand-built vectors: the dev error
+(`error_matrix`) and the evaluation's metrics (`search_pairs` + `pair_metrics`) agree."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from evaluation.xsim import average_error, error_matrix, nearest, similarity_error
+from evaluation.xsim import average_error, error_matrix, pair_metrics, search_pairs
 
 
 def brute_force_error(src: np.ndarray, tgt: np.ndarray) -> float:
@@ -16,11 +17,12 @@ def brute_force_error(src: np.ndarray, tgt: np.ndarray) -> float:
 def test_known_errors():
     en = np.eye(4, dtype=np.float32)
     fr = np.eye(4, dtype=np.float32)[[0, 1, 3, 2]]  # sentences 2 and 3 swapped
-    assert similarity_error(en, en) == 0.0
-    assert similarity_error(en, fr) == 0.5
-    assert nearest(en, fr).tolist() == [0, 1, 3, 2]
+    assert error_matrix({"en": en, "fr": en.copy()}) == {("en", "fr"): 0.0, ("fr", "en"): 0.0}
+    assert error_matrix({"en": en, "fr": fr})[("en", "fr")] == 0.5
+    results = search_pairs({"en": en, "fr": fr}, k=1)
+    assert results[("en", "fr")].ids[:, 0].tolist() == [0, 1, 3, 2]
     scaled = fr * np.array([[1.0], [5.0], [0.1], [2.0]], dtype=np.float32)  # cosine ignores norms
-    assert similarity_error(en, scaled) == 0.5
+    assert error_matrix({"en": en, "fr": scaled})[("en", "fr")] == 0.5
 
 
 def test_agrees_with_brute_force_and_matrix_is_asymmetric():
@@ -36,8 +38,20 @@ def test_agrees_with_brute_force_and_matrix_is_asymmetric():
     assert average_error(matrix, ["en", "fr"]) == pytest.approx((matrix[("en", "fr")] + matrix[("fr", "en")]) / 2)
 
 
+def test_the_dev_error_and_the_evaluation_metrics_are_the_same_number():
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(150, 8)).astype(np.float32)
+    langs = {"en": base, "fr": base + rng.normal(scale=1.2, size=base.shape).astype(np.float32)}
+    metrics = pair_metrics(search_pairs(langs, shards=4, k=5), None, metric="cosine", margin_k=4)
+    for pair, err in error_matrix(langs).items():
+        assert metrics[pair]["error"] == err and metrics[pair]["p_at_1"] == pytest.approx(1 - err)
+        assert metrics[pair]["mean_rank"] >= 1 and "margin_error" in metrics[pair]
+
+
 def test_rejects_misaligned_input():
     with pytest.raises(ValueError, match="differ in size"):
-        similarity_error(np.ones((3, 4), np.float32), np.ones((2, 4), np.float32))
-    with pytest.raises(ValueError, match=r"\(Q, D\)"):
-        nearest(np.ones((3, 4), np.float32), np.ones((3, 5), np.float32))
+        error_matrix({"en": np.ones((3, 4), np.float32), "fr": np.ones((2, 4), np.float32)})
+    with pytest.raises(ValueError, match="dimensions"):
+        error_matrix({"en": np.ones((3, 4), np.float32), "fr": np.ones((3, 5), np.float32)})
+    with pytest.raises(ValueError, match="at least two languages"):
+        error_matrix({"en": np.ones((3, 4), np.float32)})

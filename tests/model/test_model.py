@@ -5,18 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-from model.data import pad, token_budget_batches
+from model.batching import ParallelCorpus, pad
 from model.inference import embed
 from model.nmt import MultilingualNMT, load_model, save_model
-from orchestration.corpus import ParallelCorpus
-from pipelines.dataset import split_files
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
 
 @pytest.fixture(scope="module")
 def corpus(small_dataset) -> ParallelCorpus:
-    return ParallelCorpus.read(split_files(small_dataset.data_dir, "train"), LANGS)
+    return ParallelCorpus.read(small_dataset.data_dir, "train", LANGS)
 
 
 def small_model(**kwargs) -> MultilingualNMT:
@@ -132,15 +130,6 @@ def test_embed_keeps_input_order_and_save_load_round_trip(corpus, tmp_path):
     loaded, meta = load_model(str(tmp_path / "m.pt"))
     assert meta == {"step": 3}
     np.testing.assert_allclose(embed(loaded, seqs, "ru"), emb, rtol=1e-5, atol=1e-6)
-
-
-def test_token_budget_batches():
-    costs = np.array([5, 1, 9, 3, 3, 20, 2])
-    batches = token_budget_batches(costs, max_tokens=10)
-    assert sorted(np.concatenate(batches).tolist()) == list(range(7))
-    for batch in batches:
-        assert len(batch) * costs[batch].max() <= 10 or len(batch) == 1
-    assert [costs[b].tolist() for b in batches][-1] == [20]  # over budget: alone
 
 
 @pytest.mark.parametrize("pooling,layers", [("max", 1), ("max", 2), ("last", 2)])

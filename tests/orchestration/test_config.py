@@ -107,3 +107,33 @@ def test_resolved_config_round_trips(tmp_path):
     again = load_config(path)
     assert again == cfg
     assert yaml.safe_load(path.read_text())["prepare"]["spm"]["vocab_size"] == 1234
+
+
+def test_how_it_runs_is_apart_from_what_is_learned():
+    cfg = load_config(None, ["runtime.num_workers=4", "runtime.use_gpu=true", "registry.min_improvement=0.01"])
+    assert cfg.runtime.num_workers == 4 and cfg.runtime.use_gpu and cfg.registry.min_improvement == 0.01
+    learned = set(cfg.train.model_dump())
+    assert not learned & set(cfg.runtime.model_dump())  # no key in both: no exclusion list to keep
+    with pytest.raises(ConfigError, match="registry.min_improvement"):
+        load_config(None, ["registry.min_improvement=2"])
+
+
+def test_keys_that_moved_still_load_from_old_configs_and_model_directories(tmp_path, caplog):
+    path = write(tmp_path, """
+train:
+  lr: 0.01
+  num_workers: 2
+  checkpoint_every_steps: 50
+evaluate:
+  embed_actors: 3
+tracking:
+  registered_model: prod
+  min_improvement: 0.02
+""")
+    cfg = load_config(path, ["train.use_gpu=true"])
+    assert cfg.train.lr == 0.01 and cfg.runtime.num_workers == 2 and cfg.runtime.checkpoint_every_steps == 50
+    assert cfg.runtime.use_gpu and cfg.runtime.embed_actors == 3
+    assert cfg.registry.model_name == "prod" and cfg.registry.min_improvement == 0.02
+    assert "train.num_workers -> runtime.num_workers" in caplog.text and "run.yaml" in caplog.text
+    # the new place wins over the old one
+    assert load_config(None, ["train.num_workers=2", "runtime.num_workers=3"]).runtime.num_workers == 3

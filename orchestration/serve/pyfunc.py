@@ -4,7 +4,7 @@
     vectors = model.predict(pd.DataFrame({"sentence": ["Dieu est amour."], "lang": ["fr"]}))  # (1, D)
 
 The model directory (model.pt, spm.model, config.yaml) travels inside the
-MLflow model as an artifact; `orchestration.embedder.SentenceEmbedder` does
+MLflow model as an artifact; `orchestration.serve.embedder.SentenceEmbedder` does
 the work, so the pyfunc gives exactly the training code's embeddings. The
 interlingua package must be installed where the model is loaded.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context: Any) -> None:
-        from orchestration.embedder import SentenceEmbedder
+        from orchestration.serve.embedder import SentenceEmbedder
 
         self.embedder = SentenceEmbedder.load(context.artifacts["model_dir"])
 

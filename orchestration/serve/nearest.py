@@ -1,4 +1,4 @@
-"""`interlingua search` and `interlingua embed`: the trained encoder used directly.
+"""`interlingua search` and `interlingua embed`: the trained encoder on raw text.
 
 search: a query sentence in any trained language -> its k nearest sentences of
 the evaluation split in the chosen languages, with cosine scores (the
@@ -13,21 +13,19 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from evaluation.search import search
+from orchestration import model_dir as model_files
 from orchestration.config import Config
-from orchestration.embedder import SentenceEmbedder
-from pipelines.dataset import split_files
+from orchestration.serve.embedder import SentenceEmbedder
+from pipelines.dataset import read_split
 
 log = logging.getLogger(__name__)
 
 
 def _split_texts(config: Config, languages: list[str]) -> tuple[list[str], dict[str, list[str | None]]]:
-    files = split_files(config.data_dir, config.evaluate.split)
     columns = ["key"] + [f"{lang}_text" for lang in languages]
-    table = pa.concat_tables([pq.read_table(f, columns=columns) for f in files]).sort_by("key")
+    table = read_split(config.data_dir, config.evaluate.split, columns).sort_by("key")
     return table["key"].to_pylist(), {lang: table[f"{lang}_text"].to_pylist() for lang in languages}
 
 
@@ -35,7 +33,7 @@ def nearest_sentences(
     config: Config, query: str, lang: str, targets: list[str], k: int, model_dir: Path | None = None
 ) -> dict[str, list[tuple[float, str, str]]]:
     """{target language: [(cosine, tuple key, text), ...] best first}."""
-    embedder = SentenceEmbedder.load(model_dir or config.train_dir / "model")
+    embedder = SentenceEmbedder.load(model_dir or model_files.default(config.train_dir))
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
     if unknown:
         raise ValueError(f"the model knows {embedder.languages}, not {unknown}")

@@ -24,12 +24,13 @@ import yaml
 from pydantic import Field, ValidationError
 
 from orchestration import tracking
+from orchestration.cluster import ensure_ray
 from orchestration.config import Config, ConfigError, with_values
 from pipelines.config import Schema, dump_yaml
 
 log = logging.getLogger(__name__)
 
-METRIC = "dev_error"  # the best dev similarity error so far, as `recipe._report` reports it
+METRIC = "dev_error"  # the best dev similarity error so far, as `checkpoint.report` reports it
 TUNE_DIR, BEST_FILE = "tune", "best.yaml"
 
 
@@ -109,7 +110,7 @@ def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Confi
     run_dir = Path(config.run_dir).resolve() / TUNE_DIR / "trials" / trial_id
     trial = with_values(config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": str(run_dir),
                                  "dataset_dir": str(config.data_dir.resolve())})
-    return with_values(trial, {"train.checkpoint_every_steps": trial.train.eval_every_steps})
+    return with_values(trial, {"runtime.checkpoint_every_steps": trial.train.eval_every_steps})
 
 
 def _trial(params: dict[str, Any]) -> None:
@@ -117,7 +118,7 @@ def _trial(params: dict[str, Any]) -> None:
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from orchestration.train import train
+    from orchestration.train.driver import train
 
     base = Config.model_validate(params["base"])
     trial_id = ray.tune.get_context().get_trial_id()
@@ -132,8 +133,6 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     from ray import tune as ray_tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    from orchestration.train import ensure_ray
-
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
     tune_dir = (Path(config.run_dir) / TUNE_DIR).resolve()
@@ -146,8 +145,8 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                                 {"space": space.model_dump(mode="json"), **config.to_dict()},
                                 resume_run_id=state.get("run_id"), tags={"interlingua.stage": "tune"})
     state_path.write_text(json.dumps({"run_id": run_id}))
-    ensure_ray(config.train.ray_address)
-    per_trial = config.train.num_workers * config.train.cpus_per_worker
+    ensure_ray(config.runtime.ray_address)
+    per_trial = config.runtime.num_workers * config.runtime.cpus_per_worker
     concurrent = space.max_concurrent_trials or max(1, int(ray.cluster_resources().get("CPU", 1)) // per_trial)
     # the trial itself only waits on its Ray Train run, whose workers hold the CPUs (Tune needs a
     # non-empty request: a hundredth of a CPU)

@@ -5,10 +5,10 @@ import pytest
 import yaml
 
 from orchestration import tracking
-from orchestration.compare import compare_runs
+from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError, load_config
-from orchestration.tune import load_space, trial_config, tune
-from tests.orchestration.test_train import config_for
+from orchestration.train.tune import load_space, trial_config, tune
+from tests.orchestration.helpers import config_for
 
 
 def write_space(tmp_path, text: str):
@@ -27,7 +27,7 @@ def test_space_errors_name_the_file_and_key(tmp_path, small_dataset):
         trial_config(config, {"train.learning_rate": 0.1}, "t1")
     trial = trial_config(config, {"train.lr": 0.02, "model.encoder_hidden": 24}, "t1")
     assert trial.train.lr == 0.02 and trial.model.encoder_hidden == 24
-    assert trial.train.checkpoint_every_steps == trial.train.eval_every_steps  # every report has a dev error
+    assert trial.runtime.checkpoint_every_steps == trial.train.eval_every_steps  # every report has a dev error
     assert str(trial.run_dir).endswith("tune/trials/t1") and trial.data_dir == config.data_dir.resolve()
 
 
@@ -36,7 +36,7 @@ def test_tune_runs_trials_nested_in_mlflow_and_writes_the_best_config(small_data
     import ray
 
     config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
-                        "train.cpus_per_worker=1")
+                        "runtime.cpus_per_worker=1")
     space = write_space(tmp_path, """
 num_samples: 1
 max_concurrent_trials: 1
@@ -62,7 +62,7 @@ space:
     assert sorted(t.data.params["train.lr"] for t in trials) == ["0.0001", "0.01"]
     errors = sorted(t.data.metrics["dev/best_xsim_error"] for t in trials)
     assert errors[0] == pytest.approx(result.best_error)
-    assert [int(t.data.params["train.checkpoint_every_steps"]) for t in trials] == [10, 10]
+    assert [int(t.data.params["runtime.checkpoint_every_steps"]) for t in trials] == [10, 10]
 
     table = compare_runs(config, stage="train")
     assert "2 training runs" in table and "train.lr" in table

@@ -1,32 +1,61 @@
-"""Training data from the Parquet shards: token ids per language, batch plans per epoch.
+"""Training batches: token ids of a split in flat arrays, per-epoch batch plans, padded tensors.
 
-Each worker reads the token-id columns of the split (flat arrays, no Python
+Each worker holds the token-id columns of the split as flat arrays (no Python
 objects per sentence) and draws its batches from a deterministic plan:
 
     plan_epoch(seed, epoch, rank, world): a seeded permutation of all tuples,
       this worker's share [rank::world] (disjoint across workers), a training
       path per tuple, tuples grouped by signature, length-bucketed by token
-      budget, batches shuffled.
+      budget (`token_budget_batches`), batches shuffled.
 
 The data position is therefore just the number of batches consumed: a resumed
-worker regenerates the same plans and skips that many.
+worker regenerates the same plans and skips that many (`batch_stream`).
+
+The one convention every caller shares: an encoder input ends with EOS
+(as in LASER), a decoder target holds the bare ids (the decoder adds BOS/EOS).
 """
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
-from model.data import pad, token_budget_batches
-from model.paths import Signature, TrainingPath, sample_path
+from model.training_paths import Signature, TrainingPath, sample_path
+from pipelines.dataset import EOS_ID, PAD_ID
 
-log = logging.getLogger(__name__)
+
+def pad(sequences: Sequence[np.ndarray], *, eos: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (B, T) and lengths (B,); with `eos`, EOS is appended to each sequence."""
+    lengths = np.array([len(s) + eos for s in sequences], dtype=np.int64)
+    if len(sequences) == 0:
+        raise ValueError("cannot pad an empty batch")
+    if lengths.min() == 0:
+        raise ValueError("an empty token sequence cannot be encoded")
+    ids = np.full((len(sequences), int(lengths.max())), PAD_ID, dtype=np.int64)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = seq
+        if eos:
+            ids[row, len(seq)] = EOS_ID
+    return torch.from_numpy(ids), torch.from_numpy(lengths)
+
+
+def token_budget_batches(costs: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Split positions into batches of similar cost (length) with batch size x max cost <= max_tokens.
+
+    Positions are sorted by cost (stable), so batches are length buckets; a
+    position costlier than the budget gets a batch of its own.
+    """
+    order = np.argsort(costs, kind="stable")
+    batches, start = [], 0
+    for end in range(1, len(order) + 1):
+        if end == len(order) or (end - start + 1) * costs[order[end]] > max_tokens:
+            batches.append(order[start:end])
+            start = end
+    return batches
 
 
 class ParallelCorpus:
@@ -46,10 +75,16 @@ class ParallelCorpus:
         self.size = len(next(iter(self.lengths.values()))) if self.languages else 0
 
     @classmethod
-    def read(cls, files: Sequence[str | Path], languages: Sequence[str]) -> ParallelCorpus:
-        tables = [pq.read_table(f, columns=[f"{lang}_ids" for lang in languages]) for f in files]
-        table = pa.concat_tables(tables)
+    def from_table(cls, table: pa.Table, languages: Sequence[str]) -> ParallelCorpus:
+        """From a split's table holding the `{lang}_ids` columns (`pipelines.dataset.read_split`)."""
         return cls(languages, {lang: table.column(f"{lang}_ids").combine_chunks() for lang in languages})
+
+    @classmethod
+    def read(cls, data_dir: str | Path, split: str, languages: Sequence[str]) -> ParallelCorpus:
+        """The token ids of `languages` in one split of a prepared dataset."""
+        from pipelines.dataset import read_split
+
+        return cls.from_table(read_split(data_dir, split, [f"{lang}_ids" for lang in languages]), languages)
 
     def ids(self, lang: str, row: int) -> np.ndarray:
         start = self.offsets[lang][row]
@@ -131,8 +166,3 @@ def batch_stream(
             seen = skip
         epoch += 1
 
-
-def to_device(pairs: dict[str, tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> dict:
-    """Token ids onto `device`; lengths stay on the host, where packing reads them: a GPU copy
-    would be copied back by `pack_padded_sequence`, stalling every step on the GPU."""
-    return {lang: (ids.to(device, non_blocking=True), lens) for lang, (ids, lens) in pairs.items()}

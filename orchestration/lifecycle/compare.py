@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.report import grid
 from orchestration import tracking
 from orchestration.config import Config
 
@@ -74,11 +75,7 @@ def _matrix(run: Any) -> tuple[list[str], np.ndarray]:
     pairs = {k.rsplit("/", 1)[1]: v for k, v in run.data.metrics.items()
              if k.startswith("eval/xsim_error/") and "avg_" not in k}
     langs = sorted({lang for pair in pairs for lang in pair.split("-")})
-    grid = np.full((len(langs), len(langs)), np.nan)
-    for pair, value in pairs.items():
-        p, q = pair.split("-")
-        grid[langs.index(p), langs.index(q)] = value
-    return langs, grid
+    return langs, grid({tuple(pair.split("-")): value for pair, value in pairs.items()}, langs)
 
 
 def _plot(uri: str, runs: list, path: str) -> None:
@@ -103,11 +100,11 @@ def _plot(uri: str, runs: list, path: str) -> None:
         curves.legend(fontsize=7)
     best_langs, best = _matrix(runs[0])
     for ax, run in zip(axes[0][1:], others):
-        langs, grid = _matrix(run)
+        langs, values = _matrix(run)
         if langs != best_langs:
             ax.set_title(f"{run.info.run_name}: other languages")
             continue
-        diff = 100 * (grid - best)
+        diff = 100 * (values - best)
         image = ax.imshow(diff, cmap="RdBu_r", vmin=-np.nanmax(np.abs(diff)), vmax=np.nanmax(np.abs(diff)))
         ax.set_xticks(range(len(langs)), langs)
         ax.set_yticks(range(len(langs)), langs)

@@ -20,6 +20,7 @@ import torch
 
 from model.inference import embed
 from model.nmt import MultilingualNMT, load_model
+from orchestration import model_dir as model_files
 from orchestration.config import load_config
 from pipelines.clean import Normalizer
 
@@ -32,16 +33,10 @@ class SentenceEmbedder:
 
     @classmethod
     def load(cls, model_dir: str | Path, *, device: str = "cpu", max_tokens: int = 8000) -> SentenceEmbedder:
-        model_dir = Path(model_dir)
-        missing = [n for n in ("model.pt", "spm.model", "config.yaml") if not (model_dir / n).is_file()]
-        if missing:
-            raise FileNotFoundError(
-                f"{model_dir}: not a model directory (missing {', '.join(missing)}); "
-                "`interlingua train` writes one to <run_dir>/train/model"
-            )
-        model, _ = load_model(str(model_dir / "model.pt"), map_location=device)
-        processor = spm.SentencePieceProcessor(model_file=str(model_dir / "spm.model"))
-        config = load_config(model_dir / "config.yaml")
+        model_dir = model_files.check(Path(model_dir))
+        model, _ = load_model(str(model_dir / model_files.MODEL_FILE), map_location=device)
+        processor = spm.SentencePieceProcessor(model_file=str(model_dir / model_files.SPM_FILE))
+        config = load_config(model_dir / model_files.CONFIG_FILE)
         return cls(model.to(device), processor, Normalizer(config.prepare.normalize),
                    max_tokens=max_tokens, device=device)
 

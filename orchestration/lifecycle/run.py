@@ -6,10 +6,8 @@ train its dataset and model/train config, evaluate the model file, dataset
 and evaluate config, register the model file. A scheduled run with no new
 data therefore does nothing expensive; new data re-runs what depends on it.
 
-The stages are MLflow runs nested under one pipeline run. A challenger is
-registered (pyfunc) and compared with the `champion` alias on the same,
-current evaluation set (the champion is re-evaluated on it), and promoted
-only when its average error is lower by `register.min_improvement`.
+The stages are MLflow runs nested under one pipeline run. A new model is
+registered and promoted or not by `champion.register_and_decide`.
 
 Exit codes (`EXIT_*`): 0 trained and promoted, 3 nothing to do, 4 trained but
 not promoted, 5 another run holds the lock, 1 failed, 2 bad config or input.
@@ -20,7 +18,6 @@ import errno
 import fcntl
 import logging
 import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +30,6 @@ log = logging.getLogger(__name__)
 
 EXIT_PROMOTED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_NOTHING_TO_DO, EXIT_NOT_PROMOTED, EXIT_ALREADY_RUNNING = 3, 4, 5
-MODEL_TAG = "interlingua.model_sha256"
 
 
 class AlreadyRunning(RuntimeError):
@@ -75,8 +71,11 @@ def run_lock(run_dir: Path, wait: bool = False) -> Iterator[None]:
 
 
 def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | None = None) -> Outcome:
-    from orchestration.evaluate import evaluate, format_matrix
-    from orchestration.train import train
+    """prepare -> train -> evaluate -> register under the run dir's lock; the outcome and its exit code."""
+    from orchestration.evaluate.job import evaluate
+    from orchestration.lifecycle.champion import MODEL_TAG, register_and_decide
+    from orchestration.model_dir import MODEL_FILE
+    from orchestration.train.driver import train
     from pipelines.dataset import file_sha256
     from pipelines.prepare import pipeline_options, run_prepare
 
@@ -94,17 +93,20 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             outcome.stages["prepare"] = "skipped" if prepared.skipped else "ran"
             trained = train(config, restart_stale=True, parent_run_id=parent)
             outcome.stages["train"] = "skipped" if trained.skipped else "ran"
-            challenger = evaluate(config, reuse=True, parent_run_id=parent)
+            challenger = evaluate(config, parent_run_id=parent)
             outcome.stages["evaluate"] = "skipped" if challenger.skipped else "ran"
-            outcome.matrix = format_matrix(challenger)
-            sha = file_sha256(trained.model_dir / "model.pt")
-            name = config.tracking.registered_model or config.name
+            outcome.matrix = challenger.format_matrix()
+            sha = file_sha256(trained.model_dir / MODEL_FILE)
+            name = config.registry.model_name or config.name
             if tracking.find_version(uri, name, MODEL_TAG, sha) is not None:
                 outcome.stages["register"] = "skipped"
                 outcome.code, outcome.message = EXIT_NOTHING_TO_DO, "nothing to do: this model was registered already"
             else:
                 outcome.stages["register"] = "ran"
-                _register(config, uri, name, sha, trained, challenger, parent, outcome)
+                decision = register_and_decide(config, uri, name, sha, trained, challenger, parent)
+                outcome.code = EXIT_PROMOTED if decision.promoted else EXIT_NOT_PROMOTED
+                outcome.message = decision.message
+                outcome.champion_error, outcome.challenger_error = decision.champion_error, decision.challenger_error
             tracking.set_tags(uri, parent, {f"stage.{k}": v for k, v in outcome.stages.items()}
                               | {"decision": outcome.message})
         except BaseException:
@@ -128,42 +130,3 @@ def _close_killed_runs(uri: str, experiment: str, run_dir: str) -> None:
         tracking.end_run(uri, stale.info.run_id, "KILLED")
         log.warning("MLflow run %s of an earlier `interlingua run` on %s was left RUNNING by a killed process; "
                     "marked KILLED", stale.info.run_id, run_dir)
-
-
-def _register(config: Config, uri: str, name: str, sha: str, trained, challenger, parent: str,
-              outcome: Outcome) -> None:
-    from orchestration.evaluate import evaluate
-
-    info = tracking.log_pyfunc_model(uri, trained.run_id, trained.model_dir, _embedding_dim(trained.model_dir))
-    version = tracking.register_model(uri, info.model_uri, name, {
-        MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
-    })
-    outcome.challenger_error = challenger.averages["all"]
-    current = tracking.champion(uri, name)
-    margin = config.tracking.min_improvement
-    if current is None:
-        promoted, reason = True, "no champion yet"
-    else:
-        with tempfile.TemporaryDirectory(prefix="champion-") as tmp:
-            champion_dir = tracking.download_model_dir(uri, name, current.version, tmp)
-            champion = evaluate(config, model_dir=champion_dir, label=f"champion-v{current.version}",
-                                parent_run_id=parent)
-        outcome.champion_error = champion.averages["all"]
-        promoted = outcome.challenger_error < outcome.champion_error - margin
-        reason = (f"challenger v{version} {100 * outcome.challenger_error:.2f}% vs champion v{current.version} "
-                  f"{100 * outcome.champion_error:.2f}% (needs {100 * margin:.2f} points better)")
-    if promoted:
-        tracking.promote(uri, name, version)
-    metrics = {"register/challenger_error": outcome.challenger_error, "register/promoted": float(promoted)}
-    if outcome.champion_error is not None:
-        metrics["register/champion_error"] = outcome.champion_error
-    tracking.log_metrics(uri, parent, metrics, 0)
-    outcome.code = EXIT_PROMOTED if promoted else EXIT_NOT_PROMOTED
-    outcome.message = f"{'promoted' if promoted else 'not promoted'} {name} v{version}: {reason}"
-    log.info(outcome.message)
-
-
-def _embedding_dim(model_dir: Path) -> int:
-    from model.nmt import load_model
-
-    return load_model(str(model_dir / "model.pt"))[0].embedding_dim

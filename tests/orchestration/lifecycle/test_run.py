@@ -1,4 +1,4 @@
-"""`interlingua run` and `compare` on real Bible text: stage cache, champion/challenger, pyfunc, lock,
+"""`interlingua run` on real Bible text: the stage cache, the champion decision, a killed run, the lock,
 against the embedded sqlite store and a real `mlflow server`."""
 from __future__ import annotations
 
@@ -11,24 +11,20 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from orchestration import tracking
 from orchestration.cli import main
-from orchestration.compare import compare_runs
 from orchestration.config import load_config
-from orchestration.embedder import SentenceEmbedder
-from orchestration.pipeline import (
+from orchestration.lifecycle.compare import compare_runs
+from orchestration.lifecycle.run import (
     EXIT_ALREADY_RUNNING, EXIT_NOT_PROMOTED, EXIT_NOTHING_TO_DO, EXIT_PROMOTED, run_lock, run_pipeline,
 )
 from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
-from tests.orchestration.test_train import TINY, checkpoints, local_ray, wait_for  # noqa: F401  (fixture)
+from tests.orchestration.helpers import TINY, checkpoints, wait_for
 
 LANGS = list(VERSIONS)
-LEARNS = ["train.max_steps=150", "model.ranking_weight=1.0", "model.shared_encoder=true", "train.lr=0.003",
-          "model.embed_dim=64", "model.encoder_hidden=64", "model.decoder_hidden=64",
-          "train.eval_every_steps=25", "train.early_stop_patience_evals=null"]
+RETUNED = ["train.lr=0.003", "model.ranking_weight=1.0"]  # another model/train config: a new challenger
 
 
 def write_corpus(folder: Path, book_lines, books: list[int]) -> str:
@@ -48,7 +44,7 @@ def pipeline_config(tmp_path: Path, template: str, uri: str, *overrides: str):
 
 
 @pytest.mark.slow
-def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines, local_ray):  # noqa: F811
+def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines, local_ray):
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = pipeline_config(tmp_path, template, uri)
@@ -60,23 +56,24 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     assert second.code == EXIT_NOTHING_TO_DO
     assert second.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "skipped")
 
-    # a challenger trained much longer, with the ranking loss and one shared encoder, must beat the 10-step
-    # champion (per-language encoders cannot learn an alignment from ~150 tuples; a shared one does: ~92% vs 97%)
-    better = pipeline_config(tmp_path, template, uri, *LEARNS)
-    third = run_pipeline(better)
+    # another config: a challenger, measured against the champion re-evaluated on the same split; it is
+    # promoted exactly when it is better (which one wins on 10 steps is not this test's business)
+    retuned = pipeline_config(tmp_path, template, uri, *RETUNED)
+    third = run_pipeline(retuned)
     assert third.stages == {"prepare": "skipped", "train": "ran", "evaluate": "ran", "register": "ran"}
-    assert third.code == EXIT_PROMOTED, third.message
-    assert third.challenger_error < third.champion_error
+    promoted = third.challenger_error < third.champion_error
+    assert third.code == (EXIT_PROMOTED if promoted else EXIT_NOT_PROMOTED), third.message
+    champion_version = "2" if promoted else "1"
+    assert str(tracking.champion(uri, "pipe").version) == champion_version
 
     # new data: prepare and everything after it run again; an impossible margin keeps the champion
     write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS + [17])  # + Esther
-    stricter = pipeline_config(tmp_path, template, uri, *LEARNS, "tracking.min_improvement=1.0")
+    stricter = pipeline_config(tmp_path, template, uri, *RETUNED, "registry.min_improvement=1.0")
     fourth = run_pipeline(stricter)
     assert fourth.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
     assert fourth.code == EXIT_NOT_PROMOTED and "not promoted" in fourth.message
     assert fourth.champion_error is not None  # the champion was re-evaluated on the new test split
-    champion = tracking.champion(uri, "pipe")
-    assert str(champion.version) == "2"
+    assert str(tracking.champion(uri, "pipe").version) == champion_version
 
     # the stages are runs under one pipeline run each
     pipeline_runs = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
@@ -85,32 +82,9 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     assert {r.data.tags["interlingua.stage"] for r in children} == {"train", "evaluate"}
     assert tracking.get_run(uri, fourth.run_id).data.metrics["register/promoted"] == 0.0
 
-    # compare: the differing parameters and the errors, side by side
-    table = compare_runs(stricter, pairs=True, plot=str(tmp_path / "compare.png"))
-    assert "model.ranking_weight" in table and "error %" in table and "fr-en" in table
-    assert (tmp_path / "compare.png").stat().st_size > 10_000
-
-    # the champion as a pyfunc model, loaded in a fresh process, embeds as the training code does
-    sentences = ["in the beginning god created the heaven and the earth.", "au commencement, dieu créa."]
-    script = (
-        "import json, sys, mlflow, pandas as pd\n"
-        f"mlflow.set_tracking_uri({uri!r})\n"
-        "m = mlflow.pyfunc.load_model('models:/pipe@champion')\n"
-        f"print(json.dumps(m.predict(pd.DataFrame({{'sentence': {sentences!r}, 'lang': ['en', 'fr']}})).tolist()))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    loaded = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
-    with_run = tracking.get_run(uri, champion.tags["train_run_id"])
-    assert with_run.info.status == "FINISHED"
-    model_dir = tracking.download_model_dir(uri, "pipe", champion.version, tmp_path / "champion")
-    embedder = SentenceEmbedder.load(model_dir)
-    expected = np.concatenate([embedder.embed(sentences[:1], "en"), embedder.embed(sentences[1:], "fr")])
-    np.testing.assert_allclose(loaded, expected, rtol=1e-5, atol=1e-6)
-
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_path, book_lines, local_ray):  # noqa: F811
+def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_path, book_lines, local_ray):
     import ray
 
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
@@ -121,7 +95,7 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
         "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
         *TINY, "train.max_steps=150", "train.early_stop_patience_evals=null", "evaluate.shards=2",
         # the test's Ray cluster outlives the killed driver, as a real cluster would
-        f"train.ray_address={ray.get_runtime_context().gcs_address}",
+        f"runtime.ray_address={ray.get_runtime_context().gcs_address}",
     ]
     train_dir = tmp_path / "run" / "train"
     log = open(tmp_path / "killed.log", "wb")
@@ -209,7 +183,7 @@ def mlflow_server(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_run_and_compare_against_a_tracking_server(tmp_path, book_lines, mlflow_server, local_ray):  # noqa: F811
+def test_run_and_compare_against_a_tracking_server(tmp_path, book_lines, mlflow_server, local_ray):
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
     config = pipeline_config(tmp_path, template, mlflow_server, "name=served")
     assert run_pipeline(config).code == EXIT_PROMOTED

@@ -1,0 +1,74 @@
+"""One optimization step and the learning-rate schedule, shared by the Ray Train loop and the benchmarks.
+
+Plain PyTorch over plain arguments: `orchestration.train.loop` calls them with
+values from the config, `benchmarks/train.py` with the same values outside Ray.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from model.nmt import Pair
+
+
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    sources: dict[str, Pair],
+    targets: dict[str, Pair],
+    *,
+    ranking_weight: float,
+    grad_clip: float | None,
+    device: torch.device,
+) -> dict[str, Any]:
+    """Forward one homogeneous batch, backward, clip, optimizer step; returns the model's outputs.
+
+    `model` is a `MultilingualNMT`, possibly DDP-wrapped. Token ids go to `device`; lengths stay on
+    the host. On a GPU the forward pass runs under bf16 autocast.
+    """
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        out = model(to_device(sources, device), to_device(targets, device), ranking_weight=ranking_weight)
+    optimizer.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return out
+
+
+def input_tokens(sources: dict[str, Pair], targets: dict[str, Pair], ranking_weight: float) -> int:
+    """Tokens the encoders read in one batch: the sources, and the targets too when the ranking loss
+    encodes them (host tensors: no device wait)."""
+    encoded = {**sources, **targets} if ranking_weight > 0 else sources
+    return int(sum(lens.sum() for _, lens in encoded.values()))
+
+
+def to_device(pairs: dict[str, Pair], device: torch.device) -> dict[str, Pair]:
+    """Token ids onto `device`; lengths stay on the host, where packing reads them: a GPU copy
+    would be copied back by `pack_padded_sequence`, stalling every step on the GPU."""
+    return {lang: (ids.to(device, non_blocking=True), lens) for lang, (ids, lens) in pairs.items()}
+
+
+def scheduled_lr(
+    step: int, elapsed_s: float, *, lr: float, warmup_steps: int, schedule: str, min_lr: float,
+    max_steps: int, max_minutes: float | None,
+) -> float | None:
+    """The learning rate of the step after `step` steps and `elapsed_s` seconds of training; None where
+    ReduceLROnPlateau owns it (the plateau schedule after warmup)."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if schedule == "plateau":
+        return lr if step == warmup_steps and step > 0 else None
+    if schedule == "constant":
+        return lr
+    if schedule == "inverse_sqrt":
+        return lr * math.sqrt(max(warmup_steps, 1) / (step + 1))
+    if schedule != "cosine":
+        raise ValueError(f"unknown schedule {schedule!r}")
+    done = step / max_steps  # cosine over the nearer of the two budgets
+    if max_minutes is not None:
+        done = max(done, elapsed_s / (60 * max_minutes))
+    return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
+

@@ -1,0 +1,10 @@
+"""`interlingua evaluate`: the Ray batch job that measures a model by similarity search.
+
+    embedding.py   Ray Data: a split's complete tuples -> embeddings per language (model or USE)
+    job.py         evaluate(): the stage cache, embedding, sharded search (`evaluation.xsim` on Ray
+                   tasks), metrics, report files and the MLflow run
+"""
+
+
+class EvaluateError(RuntimeError):
+    """An evaluation that cannot run as asked; the message says what to change."""

@@ -1,0 +1,182 @@
+"""`interlingua evaluate`: embed a held-out split with Ray Data, search it in shards with Ray tasks.
+
+    result = evaluate(load_config("configs/bible6-cpu.yaml"))
+
+1. `resolve_encoder`: the model directory (default: the run's trained model) or the USE baseline.
+2. The stage cache: an evaluation of the same model file, dataset and `evaluate`
+   config (its fingerprint in `state.json`) is returned as it is, unless `force`.
+3. `embed_split` (Ray Data actors); embeddings saved per language to
+   `<run_dir>/eval/<split>/embeddings/<lang>.npy`, rows in key order.
+4. `measure`: every ordered pair searched by `evaluation.xsim.search_pairs`
+   on Ray tasks (`evaluate.shards` shards, merged exactly), then the metrics.
+5. `evaluation.report` files and an MLflow run nested under the training run.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluation.metrics import subset_averages
+from evaluation.report import FILES, format_matrix, write_report
+from evaluation.xsim import approximate_recall, pair_metrics, search_pairs
+from orchestration import model_dir as model_files
+from orchestration import tracking
+from orchestration.cluster import RayExecutor, ensure_ray
+from orchestration.config import Config, ConfigError, evaluated_languages
+from orchestration.evaluate import EvaluateError
+from orchestration.evaluate.embedding import embed_split
+from orchestration.state import read_state, write_state
+from pipelines.dataset import file_sha256, fingerprint, load_manifest
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+
+
+@dataclass
+class Encoder:
+    """What is evaluated: a model file, or the USE baseline (`model_path` None)."""
+
+    model_path: Path | None
+    languages: list[str]
+    meta: dict[str, Any]  # the model's training progress (step, dev error)
+
+
+@dataclass
+class EvalResult:
+    matrix: dict[tuple[str, str], float]
+    pairs: dict[str, dict[str, float]]
+    averages: dict[str, float]
+    languages: list[str]
+    run_id: str
+    out_dir: Path
+    skipped: bool = False
+
+    def format_matrix(self) -> str:
+        return format_matrix(self.matrix, self.averages, self.languages)
+
+
+def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None = None,
+             parent_run_id: str | None = None, force: bool = False) -> EvalResult:
+    """Evaluate a model directory (default: the run's trained model) or the USE baseline.
+
+    `label` names the output (`<run_dir>/eval/<split>-<label>`) and the MLflow run. An evaluation of
+    the same model file, dataset and evaluate config is returned as it is unless `force`.
+    """
+    encoder = resolve_encoder(config, model_dir)
+    label = label or (None if config.evaluate.encoder == "model" else config.evaluate.encoder)
+    out_dir = (config.eval_dir / (f"{config.evaluate.split}-{label}" if label else config.evaluate.split)).resolve()
+    fp = eval_fingerprint(config, encoder)
+    state = read_state(out_dir / STATE_FILE)
+    if not force and state.get("fingerprint") == fp and (out_dir / "metrics.json").is_file():
+        log.info("%s: this model was evaluated on this data already", out_dir)
+        return _cached(out_dir, encoder.languages, state["run_id"])
+    ensure_ray(config.runtime.ray_address, log_to_driver=False)
+    embeddings, keys, texts = embed_split(config, encoder.model_path, encoder.languages)
+    _save_embeddings(out_dir / "embeddings", embeddings, keys)
+    log.info("embedded %d tuples x %d languages; searching %d pairs in %d shards", len(keys),
+             len(encoder.languages), len(encoder.languages) * (len(encoder.languages) - 1), config.evaluate.shards)
+    pairs = measure(config, embeddings, texts)
+    matrix = {pair: m["error"] for pair, m in pairs.items()}
+    averages = {"all": float(np.mean(list(matrix.values()))), **subset_averages(matrix, encoder.languages)}
+    named = {f"{p}-{q}": m for (p, q), m in pairs.items()}
+    write_report(out_dir, matrix, named, averages, encoder.languages, len(keys))
+    run_id = _log(config, out_dir, named, averages, encoder.meta, len(keys), label, parent_run_id)
+    write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id})
+    return EvalResult(matrix, named, averages, encoder.languages, run_id, out_dir)
+
+
+def resolve_encoder(config: Config, model_dir: Path | None) -> Encoder:
+    """The evaluated model and the languages measured; EvaluateError when there is no model."""
+    if config.evaluate.encoder == "use":
+        available = config.train.languages or load_manifest(config.data_dir)["languages"]
+        return Encoder(None, _languages(config, available), {"encoder": "use"})
+    from model.nmt import load_model
+
+    model_dir = Path(model_dir or model_files.default(config.train_dir)).resolve()
+    model_path = model_dir / model_files.MODEL_FILE
+    if not model_path.is_file():
+        raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")
+    languages = load_model(str(model_path))[0].languages
+    return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir))
+
+
+def eval_fingerprint(config: Config, encoder: Encoder) -> str:
+    """What an evaluation depends on: the model file, the dataset, the evaluate config."""
+    return fingerprint({
+        "model": file_sha256(encoder.model_path) if encoder.model_path else config.evaluate.encoder,
+        "data": load_manifest(config.data_dir)["fingerprint"],
+        "evaluate": config.evaluate.model_dump(),
+    })
+
+
+def measure(config: Config, embeddings: dict[str, np.ndarray], texts: dict[str, list[str]]
+            ) -> dict[tuple[str, str], dict[str, float]]:
+    """Every ordered pair's metrics, searched on Ray tasks; with an approximate index also its recall
+    against an exact search of the first `evaluate.recall_queries` queries."""
+    e = config.evaluate
+    executor = RayExecutor(config.runtime.cpus_per_task)
+    k = max(5, e.margin_k)
+    results = search_pairs(embeddings, metric=e.metric, shards=e.shards, k=k, index=e.index, executor=executor)
+    pairs = pair_metrics(results, texts, metric=e.metric, margin_k=e.margin_k)
+    if e.index != "flat":
+        queries = min(e.recall_queries, len(next(iter(embeddings.values()))))
+        exact = search_pairs(embeddings, metric=e.metric, shards=e.shards, k=k, queries=queries, executor=executor)
+        for pair, recall in approximate_recall(results, exact).items():
+            pairs[pair].update(recall)
+    return pairs
+
+
+def _languages(config: Config, available: list[str]) -> list[str]:
+    try:
+        return evaluated_languages(config, available)
+    except ConfigError as exc:
+        raise EvaluateError(str(exc)) from None
+
+
+def _cached(out_dir: Path, languages: list[str], run_id: str) -> EvalResult:
+    record = json.loads((out_dir / "metrics.json").read_text())
+    matrix = {tuple(k.split("-", 1)): v["error"] for k, v in record["pairs"].items()}
+    return EvalResult(matrix, record["pairs"], record["averages"], languages, run_id, out_dir, skipped=True)
+
+
+def _save_embeddings(folder: Path, embeddings: dict[str, np.ndarray], keys: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for lang, emb in embeddings.items():
+        np.save(folder / f"{lang}.npy", emb)
+    (folder / "keys.json").write_text(json.dumps(keys))
+
+
+def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int,
+         label: str | None, parent_run_id: str | None) -> str:
+    """The evaluation as an MLflow run, nested under the training run (or `parent_run_id`)."""
+    from orchestration.train.driver import STATE_FILE as TRAIN_STATE
+
+    uri = tracking.resolve_uri(config.tracking.uri)
+    encoder = config.evaluate.encoder
+    train_run = None
+    if encoder == "model" and not label:
+        train_run = read_state(config.train_dir / TRAIN_STATE).get("run_id")
+    suffix = f"-{label}" if label else ""
+    run_id = tracking.start_run(
+        uri, config.tracking.experiment, f"{config.name}-eval-{config.evaluate.split}{suffix}", config.to_dict(),
+        parent_run_id=parent_run_id or train_run,
+        tags={"interlingua.stage": "evaluate", "interlingua.encoder": encoder,
+              "interlingua.model_step": str(meta.get("step")),
+              **({"interlingua.train_run_id": train_run} if train_run else {})},
+    )
+    rename = {"error": "xsim_error"}
+    metrics = {f"eval/{rename.get(name, name)}/{pair}": value for pair, m in named.items() for name, value in m.items()}
+    metrics["eval/xsim_error"] = averages["all"]
+    metrics.update({f"eval/xsim_error/avg_{name}": v for name, v in averages.items() if name != "all"})
+    metrics["eval/sentences"] = size
+    tracking.log_metrics(uri, run_id, metrics, 0)
+    for name in FILES:
+        tracking.log_artifact(uri, run_id, out_dir / name)
+    tracking.end_run(uri, run_id, "FINISHED")
+    return run_id

@@ -1,0 +1,68 @@
+"""Config -> the flat arguments of the model and the training loop, checked before any work starts."""
+from __future__ import annotations
+
+from typing import Any
+
+from model.training_paths import TrainingPath
+from orchestration.config import Config, ConfigError, TrainConfig, evaluated_languages
+
+
+def model_args(config: Config, languages: list[str], vocab_size: int) -> dict[str, Any]:
+    """The flat constructor arguments of `MultilingualNMT` from the config."""
+    m = config.model
+    cutoffs = m.adaptive_cutoffs or [vocab_size // 16, vocab_size // 4]
+    if m.output == "adaptive" and not (0 < cutoffs[0] and cutoffs == sorted(set(cutoffs)) and cutoffs[-1] < vocab_size):
+        raise ConfigError(
+            f"model.adaptive_cutoffs {cutoffs}: must increase and stay below the vocabulary size {vocab_size}"
+        )
+    return dict(
+        languages=languages, vocab_size=vocab_size,
+        pooling={"blstm_max": "max", "lstm_last": "last", "bow_mean": "mean"}[m.encoder],
+        embed_dim=m.embed_dim, encoder_hidden=m.encoder_hidden, encoder_layers=m.encoder_layers,
+        decoder_hidden=m.decoder_hidden, decoder_layers=m.decoder_layers, dropout=m.dropout,
+        shared_encoder=m.shared_encoder, shared_decoder=m.shared_decoder, output=m.output,
+        adaptive_cutoffs=cutoffs if m.output == "adaptive" else [],
+        ranking_scale=m.ranking_scale, ranking_margin=m.ranking_margin, nmt_weight=m.nmt_weight,
+        ranking_pairs=m.ranking_pairs,
+    )
+
+
+def training_paths(train: TrainConfig) -> list[TrainingPath]:
+    """The training paths of `train.paths`."""
+    return [TrainingPath(kind=p.kind, weight=p.weight, m=p.m, sources=tuple(p.sources) if p.sources else None,
+                         targets=tuple(p.targets) if p.targets else None) for p in train.paths]
+
+
+def schedule_args(train: TrainConfig) -> dict[str, Any]:
+    """The keyword arguments of `model.training.scheduled_lr`."""
+    return dict(lr=train.lr, warmup_steps=train.warmup_steps, schedule=train.schedule, min_lr=train.min_lr,
+                max_steps=train.max_steps, max_minutes=train.max_minutes)
+
+
+def trained_languages(config: Config, available: list[str]) -> list[str]:
+    """`train.languages` (all of the dataset's when unset), checked with every path's sources and targets."""
+    languages = config.train.languages or available
+    missing = [lang for lang in languages if lang not in available]
+    if missing:
+        raise ConfigError(f"train.languages: {missing} not in the dataset, which has {available}")
+    for i, path in enumerate(config.train.paths):
+        for field in ("sources", "targets"):
+            bad = [lang for lang in getattr(path, field) or [] if lang not in languages]
+            if bad:
+                raise ConfigError(f"train.paths.{i}.{field}: {bad} not among the trained languages {languages}")
+    return languages
+
+
+def dev_languages(config: Config, languages: list[str]) -> list[str]:
+    """The languages of the dev error: `evaluate.languages` among the trained ones."""
+    try:
+        return evaluated_languages(config, languages)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (the trained languages)") from None
+
+
+def check_losses(config: Config) -> None:
+    """Refuse option combinations that leave a batch without a loss."""
+    if config.model.nmt_weight == 0 and config.train.monolingual:
+        raise ConfigError("train.monolingual with model.nmt_weight=0: an auto-encoding batch has no ranking "
+                          "pair and so no loss; turn one of them off")

@@ -1,0 +1,109 @@
+"""What a training checkpoint holds, and how it is written, restored and exported.
+
+A checkpoint directory (one per `runtime.checkpoint_every_steps`, reported to
+Ray Train, which keeps `runtime.keep_checkpoints` of them under
+`<run_dir>/train/ray`) is a model directory (`orchestration.model_dir`: the
+best model so far, spm.model, config.yaml, progress.json) plus `state.pt`:
+model, optimizer, scheduler, progress and the best weights, everything a
+restarted worker group needs to go on from the same step (= data position).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model.nmt import MultilingualNMT, save_model
+from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
+from pipelines.config import dump_yaml
+
+STATE_FILE = "state.pt"
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint and exported as progress.json."""
+
+    step: int = 0  # optimizer steps taken, also the number of batches consumed
+    elapsed_s: float = 0.0  # training time, restarts excluded
+    dev_error: float | None = None  # the best dev similarity error so far
+    best_step: int | None = None
+    bad_evals: int = 0  # evaluations since the best one
+    history: list[dict[str, Any]] = field(default_factory=list)  # every resume: step and world size
+    done: bool = False
+    world: int = 1
+
+
+@dataclass
+class TrainingState:
+    """Everything a restarted worker needs (`state.pt`)."""
+
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any] | None
+    progress: Progress
+    best_model: dict[str, Any]
+
+
+def restore() -> TrainingState | None:
+    """The state of the checkpoint Ray Train restarts this worker group from, if any."""
+    import ray.train
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as path:
+        blob = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
+    return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], Progress(**blob["progress"]),
+                         blob["best_model"])
+
+
+def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_model: str,
+           config: dict[str, Any], metrics: dict[str, float]) -> None:
+    """Rank 0 writes a checkpoint directory and reports it; every other rank reports without one.
+
+    The directory is written in a private temporary folder and handed to Ray only when whole, so a
+    failure on the way (a full disk) is an error of this worker, never a partial checkpoint.
+    """
+    import ray.train
+
+    progress = state.progress
+    # not "done": Ray Tune reads that key as "this trial has finished" and stops it
+    summary = {"step": progress.step, "dev_error": progress.dev_error, "finished": progress.done}
+    if rank != 0:
+        ray.train.report(summary, checkpoint=None)
+        return
+    with tempfile.TemporaryDirectory(prefix="interlingua-ckpt-") as tmp:
+        folder = Path(tmp)
+        torch.save({"model": state.model, "optimizer": state.optimizer, "scheduler": state.scheduler,
+                    "progress": asdict(progress), "best_model": state.best_model}, folder / STATE_FILE)
+        best = MultilingualNMT(**model_args)
+        best.load_state_dict(state.best_model)
+        save_model(best, str(folder / MODEL_FILE), step=progress.best_step, dev_error=progress.dev_error)
+        shutil.copy(spm_model, folder / SPM_FILE)
+        (folder / CONFIG_FILE).write_text(dump_yaml(config))
+        (folder / PROGRESS_FILE).write_text(json.dumps(asdict(progress), indent=2))
+        ray.train.report(summary, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+
+
+def export(checkpoint, model_dir: Path) -> dict[str, Any]:
+    """Copy the model directory out of a checkpoint (without the training state), atomically; returns
+    its progress."""
+    staging = model_dir.with_name(f".{model_dir.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    with checkpoint.as_directory() as src:
+        shutil.copytree(src, staging, ignore=shutil.ignore_patterns(STATE_FILE))
+        meta = json.loads((Path(src) / PROGRESS_FILE).read_text())
+    previous = model_dir.with_name(f".{model_dir.name}.previous")
+    shutil.rmtree(previous, ignore_errors=True)
+    if model_dir.exists():
+        os.replace(model_dir, previous)  # two renames: the old model is never half-deleted
+    os.replace(staging, model_dir)
+    shutil.rmtree(previous, ignore_errors=True)
+    return meta

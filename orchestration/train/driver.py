@@ -1,0 +1,151 @@
+"""`interlingua train`: the driver that launches Ray Train on the prepared dataset.
+
+    result = train(load_config("configs/bible6-cpu.yaml"))
+
+One `TorchTrainer` runs `loop.train_loop_per_worker` on `runtime.num_workers`
+workers (DDP over gloo on CPU, NCCL on GPU), on the Ray cluster at
+`runtime.ray_address` or a local one. Checkpoints go to `<run_dir>/train/ray`;
+running the same config again resumes from the last one (Ray restores the
+run from its storage), and a finished run is not trained again. What a run
+depends on is its fingerprint: the dataset, `model` and `train` (never
+`runtime`). The MLflow run is created here, handed to rank 0 for metrics,
+given the artifacts at the end, and marked FAILED if training fails. The best
+model (by dev similarity error) is exported to `<run_dir>/train/model/`.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestration import model_dir as model_files
+from orchestration import tracking
+from orchestration.cluster import ensure_ray
+from orchestration.config import Config
+from orchestration.state import read_state, write_state
+from orchestration.train import builders
+from pipelines.config import dump_yaml
+from pipelines.dataset import SPM_MODEL, fingerprint, load_manifest
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "run.json"
+
+
+class TrainError(RuntimeError):
+    """A training run that cannot start as asked; the message says what to change."""
+
+
+@dataclass
+class TrainResult:
+    model_dir: Path
+    run_id: str
+    step: int
+    dev_error: float | None
+    skipped: bool
+
+
+def train_fingerprint(config: Config, manifest: dict[str, Any]) -> str:
+    """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`)."""
+    return fingerprint({"data": manifest["fingerprint"], "model": config.model.model_dump(),
+                        "train": config.train.model_dump()})
+
+
+def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str) -> dict[str, Any]:
+    """Everything a worker needs, as plain values (absolute paths: workers run elsewhere); checks the
+    config against the dataset first."""
+    languages = builders.trained_languages(config, list(manifest["languages"]))
+    builders.check_losses(config)
+    data_dir = config.data_dir.resolve()
+    return {
+        "model_args": builders.model_args(config, languages, manifest["spm"]["vocab_size"]),
+        "languages": languages,
+        "dev_languages": builders.dev_languages(config, languages),
+        "data_dir": str(data_dir),
+        "spm_model": str(data_dir / SPM_MODEL),
+        "train_dir": str(config.train_dir.resolve()),
+        "config": config.to_dict(),
+        "mlflow": {"uri": uri, "run_id": run_id},
+    }
+
+
+def train(config: Config, *, force: bool = False, restart_stale: bool = False,
+          parent_run_id: str | None = None, callbacks: list | None = None,
+          tags: dict[str, str] | None = None) -> TrainResult:
+    """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
+    the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
+    manifest = load_manifest(config.data_dir)
+    train_dir = config.train_dir.resolve()
+    fp = train_fingerprint(config, manifest)
+    state_path = train_dir / STATE_FILE
+    state = read_state(state_path)
+    if state and state.get("fingerprint") != fp and restart_stale:
+        log.info("%s was trained on another dataset or config; training again", train_dir)
+        force = True
+    if state and state.get("fingerprint") != fp and not force:
+        raise TrainError(
+            f"{train_dir} holds a run of another dataset or model/train config; resuming it would mix "
+            "them. Use --force to start over, or another run_dir."
+        )
+    if force and train_dir.exists():
+        shutil.rmtree(train_dir)
+        state = {}
+    uri = tracking.resolve_uri(config.tracking.uri)
+    model_dir = model_files.default(train_dir)
+    if state.get("done") and (model_dir / model_files.MODEL_FILE).is_file():
+        log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
+        return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
+
+    train_dir.mkdir(parents=True, exist_ok=True)
+    cfg = loop_config(config, manifest, "", uri)  # validates before anything starts
+    run_id = tracking.start_run(
+        uri, config.tracking.experiment, config.name, config.to_dict(),
+        resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={"interlingua.stage": "train", **(tags or {})},
+    )
+    cfg["mlflow"]["run_id"] = run_id
+    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})
+    (train_dir / model_files.CONFIG_FILE).write_text(dump_yaml(config.to_dict()))
+    from orchestration.train import checkpoint  # torch: imported only when training
+
+    try:
+        meta = checkpoint.export(_fit(config, cfg, train_dir, callbacks or []), model_dir)
+        tracking.log_artifacts(uri, run_id, model_dir, "model")
+        if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
+            tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
+    except BaseException as exc:
+        tracking.end_run(uri, run_id, "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED")
+        raise
+    tracking.end_run(uri, run_id, "FINISHED")
+    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, **meta})
+    return TrainResult(model_dir, run_id, meta["step"], meta.get("dev_error"), skipped=False)
+
+
+def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
+    """Ray Train's run; the last reported checkpoint (it holds the best model so far)."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from orchestration.train.loop import train_loop_per_worker
+
+    r = config.runtime
+    ensure_ray(r.ray_address)
+    resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {})}
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=cfg,
+        scaling_config=ScalingConfig(num_workers=r.num_workers, use_gpu=r.use_gpu, resources_per_worker=resources),
+        run_config=RunConfig(
+            name="ray",
+            storage_path=str(train_dir),
+            failure_config=FailureConfig(max_failures=r.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=r.keep_checkpoints),
+            worker_runtime_env={"env_vars": dict(r.worker_env)},
+            callbacks=callbacks,
+        ),
+    )
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise TrainError(f"training ended without a checkpoint in {train_dir / 'ray'}")
+    return result.checkpoint

@@ -1,0 +1,233 @@
+"""The training recipe: `train_loop_per_worker`, run by Ray Train on every worker.
+
+    set_up          the config, this worker's data and batch stream, the (DDP-wrapped) model,
+                    the optimizer and schedule, restored from Ray's checkpoint when restarting
+    step            one homogeneous batch (a training path's signature): `model.training.train_step`
+    end_of_window   every `runtime.log_every_steps`: metrics, the progress line, the time limit
+    evaluate_dev    every `train.eval_every_steps`: rank 0 measures the dev similarity error, which
+                    drives ReduceLROnPlateau, the best model and early stopping on every rank alike
+    checkpoint      every `runtime.checkpoint_every_steps`: `checkpoint.report`
+
+Its state is a `Worker`, its progress a `checkpoint.Progress`.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from model.batching import ParallelCorpus, batch_stream
+from model.inference import embed
+from model.nmt import MultilingualNMT
+from model.training import input_tokens, scheduled_lr, train_step
+from orchestration import tracking
+from orchestration.config import Config
+from orchestration.train import checkpoint
+from orchestration.train.builders import schedule_args, training_paths
+from orchestration.train.checkpoint import Progress, TrainingState
+from orchestration.train.distributed import broadcast
+from orchestration.train.window import Window, log_progress
+
+log = logging.getLogger("interlingua.train")
+
+
+@dataclass
+class Worker:
+    """One worker's training: what it trains, on what, and where it stands."""
+
+    cfg: dict[str, Any]  # the driver's plain values (`driver.loop_config`)
+    config: Config
+    rank: int
+    device: torch.device
+    corpus: ParallelCorpus
+    model: torch.nn.Module  # DDP-wrapped with several workers
+    core: MultilingualNMT  # the model itself
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.ReduceLROnPlateau | None
+    progress: Progress
+    best_state: dict[str, Any]
+    stream: Iterator[tuple[int, tuple, np.ndarray]] = field(repr=False)
+    dev: ParallelCorpus | None = None  # rank 0 only
+    dev_rows: np.ndarray | None = None
+
+
+def train_loop_per_worker(cfg: dict[str, Any]) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    worker = set_up(cfg)
+    run, window = worker.config.runtime, Window(cfg["languages"])
+    started, elapsed_before = time.monotonic(), worker.progress.elapsed_s
+    stop = worker.progress.done
+    while not stop:
+        epoch = step(worker, window)
+        worker.progress.elapsed_s = elapsed_before + time.monotonic() - started
+        n, metrics = worker.progress.step, {}
+        if n % run.log_every_steps == 0 or n >= worker.config.train.max_steps:
+            stop = end_of_window(worker, window, epoch, metrics)
+        if n % worker.config.train.eval_every_steps == 0 or stop:
+            stop = evaluate_dev(worker, metrics) or stop
+        if metrics and worker.rank == 0:
+            tracking.log_metrics(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"], metrics, n)
+        if n % run.checkpoint_every_steps == 0 or stop:
+            worker.progress.done = stop
+            save_checkpoint(worker, metrics)
+
+
+def set_up(cfg: dict[str, Any]) -> Worker:
+    """This worker's model, optimizer, data and stream, from Ray's checkpoint when restarting."""
+    import ray.train
+    import ray.train.torch
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    config = Config.model_validate(cfg["config"])
+    t = config.train
+    torch.set_num_threads(config.runtime.cpus_per_worker)
+    device = ray.train.torch.get_device()
+    _register_worker(Path(cfg["train_dir"]), rank, world)
+
+    corpus = ParallelCorpus.read(cfg["data_dir"], "train", cfg["languages"])
+    model = MultilingualNMT(**cfg["model_args"])
+    if model.args["output"] == "adaptive":
+        model.set_token_order(torch.from_numpy(corpus.token_counts(model.args["vocab_size"])))
+    state = checkpoint.restore()
+    if state:
+        model.load_state_dict(state.model)
+    elif config.model.embed_init == "lsi":
+        _init_lsi(model, corpus, t.seed, rank)
+    torch.manual_seed(t.seed * 1000 + rank + (state.progress.step if state else 0))
+    model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
+    core: MultilingualNMT = model.module if hasattr(model, "module") else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+        optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience_evals, min_lr=t.min_lr
+    ) if t.schedule == "plateau" else None
+    progress, best_state = Progress(world=world), copy.deepcopy(core.state_dict())
+    if state:
+        optimizer.load_state_dict(state.optimizer)
+        if scheduler is not None:
+            scheduler.load_state_dict(state.scheduler)
+        progress, best_state = _resumed(state.progress, world, rank), state.best_model
+    stream = batch_stream(corpus, training_paths(t), seed=t.seed, rank=rank, world=world, max_tokens=t.max_tokens,
+                          monolingual=t.monolingual, skip=progress.step)
+    worker = Worker(cfg, config, rank, device, corpus, model, core, optimizer, scheduler, progress, best_state,
+                    stream)
+    if rank == 0:
+        # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
+        # the first step: the first metrics window measures training, and a bad store fails now
+        tracking.get_run(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"])
+        worker.dev = ParallelCorpus.read(cfg["data_dir"], "dev", cfg["dev_languages"])
+        worker.dev_rows = worker.dev.complete_rows()[: t.dev_max_sentences]
+    return worker
+
+
+def step(worker: Worker, window: Window) -> int:
+    """One optimizer step on the next batch of the stream; returns the batch's epoch."""
+    epoch, signature, rows = next(worker.stream)
+    lr = scheduled_lr(worker.progress.step, worker.progress.elapsed_s, **schedule_args(worker.config.train))
+    if lr is not None:
+        for group in worker.optimizer.param_groups:
+            group["lr"] = lr
+    sources, targets = worker.corpus.batch(signature, rows)
+    ranking_weight = worker.config.model.ranking_weight
+    out = train_step(worker.model, worker.optimizer, sources, targets, ranking_weight=ranking_weight,
+                     grad_clip=worker.config.train.grad_clip, device=worker.device)
+    worker.progress.step += 1
+    window.add(out, input_tokens(sources, targets, ranking_weight))
+    return epoch
+
+
+def end_of_window(worker: Worker, window: Window, epoch: int, metrics: dict[str, float]) -> bool:
+    """The window's metrics into `metrics`, the progress line; True when the step or time budget is spent
+    (rank 0's clock decides for every rank)."""
+    t, progress = worker.config.train, worker.progress
+    metrics.update(window.metrics(worker.device))
+    metrics["train/lr"] = worker.optimizer.param_groups[0]["lr"]
+    metrics["train/epoch"] = epoch
+    over_time = t.max_minutes is not None and progress.elapsed_s >= 60 * t.max_minutes
+    stop = bool(broadcast([float(over_time)], worker.device)[0]) or progress.step >= t.max_steps
+    if worker.rank == 0:
+        log_progress(progress.step, metrics, progress.elapsed_s, max_steps=t.max_steps, max_minutes=t.max_minutes)
+    window.reset()
+    return stop
+
+
+def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
+    """Rank 0's dev error, on every rank: LR plateau, best model, early stop (True when it is time)."""
+    from evaluation.xsim import average_error, error_matrix
+
+    progress, t = worker.progress, worker.config.train
+    pairs = None
+    if worker.rank == 0:
+        embeddings = {lang: embed(worker.core, [worker.dev.ids(lang, r) for r in worker.dev_rows], lang,
+                                  device=worker.device, autocast=worker.device.type == "cuda")
+                      for lang in worker.dev.languages}
+        pairs = error_matrix(embeddings)
+    value = broadcast([average_error(pairs) if pairs else 0.0], worker.device)[0]
+    if worker.scheduler is not None and progress.step >= t.warmup_steps:
+        worker.scheduler.step(value)
+    if progress.dev_error is None or value < progress.dev_error:
+        progress.dev_error, progress.best_step, progress.bad_evals = value, progress.step, 0
+        worker.best_state = copy.deepcopy(worker.core.state_dict())
+    else:
+        progress.bad_evals += 1
+    patience = t.early_stop_patience_evals
+    stop = patience is not None and progress.bad_evals >= patience
+    if worker.rank == 0:
+        if stop:
+            log.info("early stop at step %d: no dev improvement in %d evaluations", progress.step, patience)
+        metrics["dev/xsim_error"] = value
+        metrics.update({f"dev/xsim_error/{p}-{q}": e for (p, q), e in pairs.items()})
+        log.info("step %d dev similarity error %.4f (best %.4f at step %s)",
+                 progress.step, value, progress.dev_error, progress.best_step)
+    return stop
+
+
+def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
+    """Every rank reports; rank 0 with the checkpoint (`checkpoint.report`)."""
+    state = TrainingState(worker.core.state_dict(), worker.optimizer.state_dict(),
+                          worker.scheduler.state_dict() if worker.scheduler is not None else None,
+                          worker.progress, worker.best_state)
+    checkpoint.report(worker.rank, state, worker.core.args, spm_model=worker.cfg["spm_model"],
+                      config=worker.cfg["config"], metrics=metrics)
+
+
+def _resumed(progress: Progress, world: int, rank: int) -> Progress:
+    if progress.world != world:
+        log.warning("resumed with %d workers instead of %d: batch plans differ from here on", world, progress.world)
+    progress.history.append({"resumed_at_step": progress.step, "world": world})
+    progress.world = world
+    if rank == 0:
+        log.info("resumed from step %d", progress.step)
+    return progress
+
+
+def _init_lsi(model: MultilingualNMT, corpus: ParallelCorpus, seed: int, rank: int) -> None:
+    """Cross-language LSI token embeddings from this worker's training data (every worker reads all
+    of it, so all start alike; DDP copies rank 0's weights anyway)."""
+    from model.lsi import cooccurrence_matrix, lsi_embeddings
+
+    started = time.monotonic()
+    matrix = cooccurrence_matrix([corpus.values[lang] for lang in corpus.languages],
+                                 [corpus.lengths[lang] for lang in corpus.languages],
+                                 vocab_size=model.args["vocab_size"])
+    model.set_token_embeddings(torch.from_numpy(lsi_embeddings(matrix, dim=model.args["embed_dim"], seed=seed)))
+    if rank == 0:
+        log.info("token embeddings from cross-language LSI of %d tuples in %.1fs", corpus.size,
+                 time.monotonic() - started)
+
+
+def _register_worker(train_dir: Path, rank: int, world: int) -> None:
+    """workers/rank-N.json: which process on which node holds each rank (for operators and fault tests)."""
+    folder = train_dir / "workers"
+    folder.mkdir(parents=True, exist_ok=True)
+    info = {"pid": os.getpid(), "node": socket.gethostname(), "world": world, "started": time.time()}
+    (folder / f"rank-{rank}.json").write_text(json.dumps(info))

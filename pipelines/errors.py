@@ -1,0 +1,10 @@
+"""The preparation's user errors, importable without Beam (the CLI catches them for every command)."""
+from __future__ import annotations
+
+
+class SourceError(ValueError):
+    """Bad input found before the pipeline starts; the message names file, line and counts."""
+
+
+class HeldOutError(ValueError):
+    """Too few distinct tuples for the dev/test sizes asked for."""

@@ -1,0 +1,85 @@
+"""Helpers of the orchestration tests: tiny run configs on the prepared Bible books, waiting on runs."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from orchestration.config import Config, load_config
+
+# a model and a cadence small enough for a test
+TINY = [
+    "model.embed_dim=16", "model.encoder_hidden=16", "model.decoder_hidden=16",
+    "runtime.log_every_steps=5", "train.eval_every_steps=10", "runtime.checkpoint_every_steps=10",
+    "train.dev_max_sentences=40",
+]
+
+
+def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config:
+    """A run on the session's prepared dataset (`small_dataset`), with its own run dir and MLflow store."""
+    return load_config(None, [
+        f"run_dir={tmp_path / 'run'}",
+        f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        "prepare.spm.vocab_size=2000",
+        *TINY, *overrides,
+    ])
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def checkpoints(train_dir: Path) -> list[dict]:
+    """Progress of the checkpoints Ray has registered (those a restart resumes from), by step."""
+    found = []
+    try:
+        snapshot = json.loads((train_dir / "ray" / "checkpoint_manager_snapshot.json").read_text())
+        for result in snapshot["checkpoint_results"]:
+            found.append(json.loads((train_dir / "ray" / result["checkpoint_dir_name"] / "progress.json").read_text()))
+    except (OSError, json.JSONDecodeError, KeyError):
+        pass  # not written yet, or being replaced
+    return sorted(found, key=lambda p: p["step"])
+
+
+def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the command exited ({proc.returncode}) before {what}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
+    """A model directory (`orchestration.model_dir`) holding an untrained shared-encoder model over the
+    dataset's sentencepiece vocabulary: what `interlingua train` exports, without the training."""
+    import shutil
+
+    import torch
+
+    from model.nmt import MultilingualNMT, save_model
+    from orchestration import model_dir as files
+    from pipelines.config import dump_yaml
+    from pipelines.dataset import SPM_MODEL, load_manifest
+
+    manifest = load_manifest(small_dataset.data_dir)
+    torch.manual_seed(0)
+    model = MultilingualNMT(languages=manifest["languages"], vocab_size=manifest["spm"]["vocab_size"],
+                            embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(folder / files.MODEL_FILE), step=0, dev_error=None)
+    shutil.copy(small_dataset.data_dir / SPM_MODEL, folder / files.SPM_FILE)
+    (folder / files.CONFIG_FILE).write_text(dump_yaml(small_dataset.to_dict()))
+    return folder

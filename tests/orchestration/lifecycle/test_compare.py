@@ -1,0 +1,53 @@
+"""`interlingua compare` on its own, over MLflow records written here (mechanics, not quality)."""
+from __future__ import annotations
+
+from orchestration import tracking
+from orchestration.config import load_config
+from orchestration.lifecycle.compare import compare_runs
+
+
+def log_eval(uri: str, name: str, lr: float, errors: dict[str, float], train_run: str) -> str:
+    run = tracking.start_run(uri, "interlingua", name, {"name": name, "train": {"lr": lr, "seed": 0}},
+                             tags={"interlingua.stage": "evaluate", "interlingua.train_run_id": train_run})
+    metrics = {f"eval/xsim_error/{pair}": e for pair, e in errors.items()}
+    metrics["eval/xsim_error"] = sum(errors.values()) / len(errors)
+    metrics["eval/xsim_error/avg_ef"] = metrics["eval/xsim_error"]
+    tracking.log_metrics(uri, run, metrics, 0)
+    tracking.end_run(uri, run, "FINISHED")
+    return run
+
+
+def log_train(uri: str, name: str, curve: list[float]) -> str:
+    run = tracking.start_run(uri, "interlingua", name, {"name": name}, tags={"interlingua.stage": "train"})
+    for step, error in enumerate(curve, start=1):
+        tracking.log_metrics(uri, run, {"dev/xsim_error": error}, step * 10)
+    tracking.log_metrics(uri, run, {"dev/best_xsim_error": min(curve)}, 10 * len(curve))
+    tracking.end_run(uri, run, "FINISHED")
+    return run
+
+
+def test_runs_best_first_with_the_differing_parameters_pairs_and_a_figure(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = load_config(None, [f"tracking.uri={uri}"])
+    slow = log_train(uri, "slow", [0.9, 0.8])
+    fast = log_train(uri, "fast", [0.7, 0.3])
+    log_eval(uri, "a-eval", 0.001, {"en-fr": 0.50, "fr-en": 0.40}, slow)
+    log_eval(uri, "b-eval", 0.01, {"en-fr": 0.20, "fr-en": 0.10}, fast)
+    lines = compare_runs(config, pairs=True, plot=str(tmp_path / "cmp.png")).splitlines()
+    assert lines[0] == "experiment 'interlingua': 2 evaluation runs, best first"
+    header = lines[1].split()
+    assert header[:3] == ["run", "train.lr", "error"] and "train.seed" not in header  # only what differs
+    assert lines[3].split()[:3] == ["b-eval", "0.01", "15.00"] and lines[4].split()[:3] == ["a-eval", "0.001", "45.00"]
+    pair_rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("en-fr", "fr-en"))}
+    assert pair_rows == {"en-fr": ["20.00", "50.00"], "fr-en": ["10.00", "40.00"]}
+    assert (tmp_path / "cmp.png").stat().st_size > 10_000
+
+    trains = compare_runs(config, stage="train").splitlines()
+    assert trains[0] == "experiment 'interlingua': 2 training runs, best first"
+    assert trains[3].split()[0] == "fast" and trains[3].split()[-1] == "FINISHED"
+
+
+def test_an_empty_experiment_says_so(tmp_path):
+    config = load_config(None, [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert compare_runs(config, experiment="nothing") == (
+        f"no evaluation runs in experiment 'nothing' of sqlite:///{tmp_path / 'mlflow.db'}")

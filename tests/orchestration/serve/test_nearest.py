@@ -1,0 +1,38 @@
+"""`interlingua embed` and `interlingua search` on a model trained on real Bible text."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from orchestration.train.driver import train
+from tests.orchestration.helpers import config_for
+
+
+@pytest.mark.slow
+def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, local_ray, verse, capsys):
+    from orchestration.cli import main
+    from orchestration.serve.embedder import SentenceEmbedder
+
+    config = config_for(small_dataset, tmp_path, "train.max_steps=10")
+    train(config)
+    overrides = [f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}"]
+    ruth = [verse("l", 8, 1, n) for n in (1, 2, 3)]  # Ruth 1:1-3 in French, real text
+    (tmp_path / "fr.txt").write_text("\n".join(ruth) + "\n", encoding="utf-8")
+    out = tmp_path / "fr.npy"
+    assert main(["embed", *overrides, "-l", "fr", "-i", str(tmp_path / "fr.txt"), "-o", str(out)]) == 0
+    vectors = np.load(out)
+    embedder = SentenceEmbedder.load(config.train_dir / "model")
+    assert vectors.shape == (3, embedder.model.embedding_dim)
+    np.testing.assert_allclose(vectors, embedder.embed(ruth, "fr"), rtol=1e-5, atol=1e-6)
+    # the same sentence as stored in the dataset (normalized, lowercased) embeds the same
+    np.testing.assert_allclose(embedder.embed([ruth[0].upper()], "fr"), vectors[:1], rtol=1e-5, atol=1e-6)
+
+    capsys.readouterr()
+    assert main(["search", *overrides, "-q", ruth[0], "-l", "fr", "--in", "en,zh", "-k", "3"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "[en]" and printed[4] == "[zh]" and len(printed) == 8
+    scores = [float(line.split()[0]) for line in printed[1:4]]
+    assert scores == sorted(scores, reverse=True) and all(-1.0 <= s <= 1.0 for s in scores)
+    assert main(["search", *overrides, "-q", ruth[0], "-l", "de"]) == 2
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
+    assert main(["embed", *overrides, "-l", "fr", "-i", str(tmp_path / "bad.txt"), "-o", str(out)]) == 2

@@ -1,0 +1,69 @@
+"""Every MLflow call of the project, on its own, against an embedded sqlite store."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchestration import tracking
+from orchestration.lifecycle.champion import MODEL_TAG
+from tests.orchestration.helpers import free_ports, untrained_model_dir
+
+
+@pytest.fixture
+def uri(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_a_relative_sqlite_store_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert tracking.resolve_uri("sqlite:///runs/m.db") == f"sqlite:///{tmp_path / 'runs' / 'm.db'}"
+    assert tracking.resolve_uri("sqlite:////abs/m.db") == "sqlite:////abs/m.db"
+    assert tracking.resolve_uri("http://host:5000") == "http://host:5000"
+
+
+def test_params_are_the_flattened_config():
+    assert tracking.flatten({"train": {"lr": 0.001, "paths": [1]}, "name": "x"}) == {
+        "train.lr": "0.001", "train.paths": "[1]", "name": "x"}
+
+
+def test_runs_nest_resume_and_keep_their_metrics(uri):
+    parent = tracking.start_run(uri, "exp", "parent", {"name": "p"})
+    run = tracking.start_run(uri, "exp", "child", {"train": {"lr": 0.5}}, parent_run_id=parent,
+                             tags={"interlingua.stage": "train"})
+    tracking.log_metrics(uri, run, {"dev/xsim_error": 0.5}, step=10)
+    tracking.log_metrics(uri, run, {"dev/xsim_error": 0.25}, step=20)
+    tracking.end_run(uri, run, "FAILED")
+    assert tracking.start_run(uri, "exp", "child", {}, resume_run_id=run) == run  # resumed, not a new run
+    got = tracking.get_run(uri, run)
+    assert got.info.status == "RUNNING" and got.data.params["train.lr"] == "0.5"
+    assert got.data.tags["mlflow.parentRunId"] == parent
+    assert tracking.metric_history(uri, run, "dev/xsim_error") == [(10, 0.5), (20, 0.25)]
+    fresh = tracking.start_run(uri, "exp", "again", {}, resume_run_id="0" * 32)  # gone: a new run instead
+    assert fresh != run
+    found = tracking.search_runs(uri, "exp", "tags.`interlingua.stage` = 'train'")
+    assert [r.info.run_id for r in found] == [run]
+    assert tracking.search_runs(uri, "no-such-experiment") == []
+
+
+def test_an_unreachable_server_fails_fast_with_its_address():
+    (port,) = free_ports(1)
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match=f"127.0.0.1:{port} is unreachable"):
+        tracking.check_reachable(f"http://127.0.0.1:{port}")
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.slow
+def test_registry_versions_champion_alias_and_download(uri, small_dataset, tmp_path):
+    model_dir = untrained_model_dir(small_dataset, tmp_path / "model")
+    run = tracking.start_run(uri, "exp", "train", {})
+    info = tracking.log_pyfunc_model(uri, run, model_dir, embedding_dim=32)
+    assert tracking.champion(uri, "m") is None
+    version = tracking.register_model(uri, info.model_uri, "m", {MODEL_TAG: "abc"})
+    assert version == "1" and tracking.find_version(uri, "m", MODEL_TAG, "abc") == "1"
+    assert tracking.find_version(uri, "m", MODEL_TAG, "other") is None
+    tracking.promote(uri, "m", version)
+    assert str(tracking.champion(uri, "m").version) == "1"
+    downloaded = tracking.download_model_dir(uri, "m", "1", tmp_path / "download")
+    assert (downloaded / "model.pt").read_bytes() == (model_dir / "model.pt").read_bytes()

@@ -1,0 +1,116 @@
+"""Checkpoints and the exported model on a full disk: nothing partial is ever handed on."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from orchestration.train import checkpoint
+from orchestration.train.checkpoint import Progress, TrainingState
+
+
+def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, monkeypatch):
+    import shutil
+
+    from ray.train import Checkpoint
+
+    checkpoint_dir = tmp_path / "checkpoint"
+    checkpoint_dir.mkdir()
+    for name, text in {"model.pt": "new weights", "spm.model": "new spm", "config.yaml": "name: new",
+                       "progress.json": json.dumps({"step": 20, "dev_error": 0.5}), "state.pt": "optimizer"}.items():
+        (checkpoint_dir / name).write_text(text)
+    model_dir = tmp_path / "train" / "model"
+    model_dir.mkdir(parents=True)
+    old = {"model.pt": "old weights", "spm.model": "old spm", "config.yaml": "name: old"}
+    for name, text in old.items():
+        (model_dir / name).write_text(text)
+
+    copies = []
+    real_copy = shutil.copyfile  # what copytree's copy2 calls for the bytes
+
+    def disk_fills(src, dst, **kwargs):
+        copies.append(src)
+        if len(copies) == 2:
+            raise OSError(28, "No space left on device", str(dst))
+        return real_copy(src, dst, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", disk_fills)
+    with pytest.raises(OSError, match="No space left on device"):
+        checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
+    assert {p.name: p.read_text() for p in model_dir.iterdir()} == old  # the previous model, whole
+
+    monkeypatch.setattr(shutil, "copyfile", real_copy)  # space freed: the rerun's export replaces it
+    meta = checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
+    assert meta["step"] == 20 and (model_dir / "model.pt").read_text() == "new weights"
+    assert not (model_dir / "state.pt").exists()
+    assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # no staging or previous copies left
+
+
+def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkeypatch):
+    """rank 0 writes the checkpoint into a private temporary directory and reports it only when whole:
+    ENOSPC on the way is an error of that worker (FailureConfig restarts from the last registered
+    checkpoint), never a partial checkpoint handed to Ray."""
+    import ray.train
+
+    from model.nmt import MultilingualNMT
+
+    model = MultilingualNMT(languages=["en", "fr"], vocab_size=50, embed_dim=8, encoder_hidden=8, decoder_hidden=8)
+    optimizer = torch.optim.Adam(model.parameters())
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+    spm_model = tmp_path / "spm.model"
+    spm_model.write_bytes(b"spm")
+    state = TrainingState(model.state_dict(), optimizer.state_dict(), scheduler.state_dict(),
+                          Progress(step=20, dev_error=0.5, best_step=20), model.state_dict())
+
+    def report() -> None:
+        checkpoint.report(0, state, model.args, spm_model=str(spm_model), config={"name": "t"}, metrics={})
+
+    reported, written = [], []
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: reported.append(checkpoint))
+    real_save = torch.save
+
+    def disk_fills(obj, path, *args, **kwargs):
+        written.append(Path(path).parent)
+        if len(written) == 2:  # state.pt fits, model.pt does not
+            raise OSError(28, "No space left on device", str(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", disk_fills)
+    with pytest.raises(OSError, match="No space left on device"):
+        report()
+    assert reported == []  # nothing reached Ray
+    assert not written[0].exists()  # the partial checkpoint directory is gone
+
+    monkeypatch.setattr(torch, "save", real_save)
+    seen = {}
+    monkeypatch.setattr(ray.train, "report",
+                        lambda metrics, checkpoint=None: seen.update(files=sorted(os.listdir(checkpoint.path))))
+    report()
+    assert seen["files"] == ["config.yaml", "model.pt", "progress.json", "spm.model", "state.pt"]
+
+
+def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
+    """What `report` writes is what `restore` gives back to a restarted worker, typed."""
+    import ray.train
+
+    from model.nmt import MultilingualNMT
+
+    model = MultilingualNMT(languages=["en", "fr"], vocab_size=50, embed_dim=8, encoder_hidden=8, decoder_hidden=8)
+    optimizer = torch.optim.Adam(model.parameters())
+    spm_model = tmp_path / "spm.model"
+    spm_model.write_bytes(b"spm")
+    progress = Progress(step=40, elapsed_s=12.5, dev_error=0.25, best_step=30, bad_evals=1,
+                        history=[{"resumed_at_step": 20, "world": 2}], world=2)
+    kept = tmp_path / "kept"
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: __import__("shutil").copytree(
+        checkpoint.path, kept))
+    checkpoint.report(0, TrainingState(model.state_dict(), optimizer.state_dict(), None, progress,
+                                       model.state_dict()), model.args, spm_model=str(spm_model),
+                      config={"name": "t"}, metrics={})
+    monkeypatch.setattr(ray.train, "get_checkpoint", lambda: ray.train.Checkpoint.from_directory(str(kept)))
+    restored = checkpoint.restore()
+    assert restored.progress == progress and restored.scheduler is None
+    assert json.loads((kept / "progress.json").read_text())["best_step"] == 30

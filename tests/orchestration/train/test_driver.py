@@ -1,0 +1,71 @@
+"""`interlingua train` with Ray Train on real Bible text: export, MLflow, the stage cache, bad configs."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from model.nmt import load_model
+from orchestration import tracking
+from orchestration.config import load_config
+from orchestration.train.driver import TrainError, train
+from tests.orchestration.helpers import config_for
+
+
+def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, local_ray):
+    config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0")
+    result = train(config)
+    assert not result.skipped and result.step == 20
+    model, meta = load_model(str(result.model_dir / "model.pt"))
+    assert meta["dev_error"] == result.dev_error and 0.0 <= result.dev_error < 1.0
+    assert {p.name for p in result.model_dir.iterdir()} >= {"model.pt", "spm.model", "config.yaml", "progress.json"}
+    assert load_config(result.model_dir / "config.yaml").model == config.model  # reproducible from it
+    assert model.embedding_dim == 32
+
+    uri = config.tracking.uri
+    run = tracking.get_run(uri, result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["model.encoder"] == "blstm_max" and run.data.params["train.max_steps"] == "20"
+    for key in ("train/loss", "train/tokens_per_s", "train/cpu_cores", "train/ppl/en", "dev/xsim_error",
+                "dev/xsim_error/fr-en"):
+        assert key in run.data.metrics, key
+    assert 0 < run.data.metrics["train/cpu_cores"] <= 1.05 * os.cpu_count()
+    assert [s for s, _ in tracking.metric_history(uri, result.run_id, "dev/xsim_error")] == [10, 20]
+    artifacts = {a.path for a in tracking._client(uri).list_artifacts(result.run_id, "model")}
+    assert "model/model.pt" in artifacts and "model/spm.model" in artifacts
+
+    again = train(config)  # the same run again: nothing to do
+    assert again.skipped and again.run_id == result.run_id
+    with pytest.raises(TrainError, match="another dataset or model/train config"):
+        train(config_for(small_dataset, tmp_path, "train.max_steps=20", "train.lr=0.01"))
+
+
+def test_a_failed_training_is_marked_failed(small_dataset, tmp_path, local_ray):
+    # M:N with 7 sources cannot be formed from 6 languages: the workers fail
+    config = config_for(small_dataset, tmp_path, "train.paths=[{kind: 'M:N', m: 7}]", "runtime.max_failures=0")
+    with pytest.raises(Exception, match="no training batch"):
+        train(config)
+    state = json.loads((config.train_dir / "run.json").read_text())
+    assert tracking.get_run(config.tracking.uri, state["run_id"]).info.status == "FAILED"
+
+
+def test_bad_language_in_a_path_is_rejected_before_training(small_dataset, tmp_path):
+    config = config_for(small_dataset, tmp_path, "train.paths=[{kind: '1:1', targets: [de]}]")
+    with pytest.raises(Exception, match=r"train.paths.0.targets: \['de'\] not among"):
+        train(config)
+
+
+
+
+def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does(small_dataset, tmp_path):
+    from orchestration.train.driver import train_fingerprint
+    from pipelines.dataset import load_manifest
+
+    manifest = load_manifest(small_dataset.data_dir)
+    base = train_fingerprint(config_for(small_dataset, tmp_path), manifest)
+    for runtime in ("runtime.num_workers=2", "runtime.cpus_per_worker=2", "runtime.max_failures=0",
+                    "runtime.checkpoint_every_steps=7", "runtime.log_every_steps=3", "runtime.worker_env={}"):
+        assert train_fingerprint(config_for(small_dataset, tmp_path, runtime), manifest) == base, runtime
+    for learned in ("train.lr=0.5", "train.max_tokens=100", "model.encoder_hidden=8", "train.seed=1"):
+        assert train_fingerprint(config_for(small_dataset, tmp_path, learned), manifest) != base, learned

@@ -1,0 +1,101 @@
+"""Fault tolerance on a real two-node Ray cluster on loopback: a killed worker and a killed driver."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.nmt import load_model
+from orchestration import tracking
+from tests.orchestration.helpers import TINY, checkpoints, free_ports, wait_for
+
+
+def ray_bin() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster(tmp_path_factory):
+    """`ray start --head` and `ray start --address=...`: two raylets, one CPU each."""
+    temp_dir = f"/tmp/rt{os.getpid()}"  # short: Ray's socket paths have a length limit
+    port, *node_ports = free_ports(7)
+    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--include-dashboard=false"]
+    # Ray's token authentication (on by default for `ray start`), with a token for this test only
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
+    subprocess.run([ray_bin(), "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", *common],
+                   check=True, env=env, capture_output=True)
+    p = iter(node_ports)
+    subprocess.run([
+        ray_bin(), "start", f"--address=127.0.0.1:{port}", *common[:3],
+        f"--node-manager-port={next(p)}", f"--object-manager-port={next(p)}",
+        f"--dashboard-agent-listen-port={next(p)}", f"--dashboard-agent-grpc-port={next(p)}",
+        f"--metrics-export-port={next(p)}", f"--runtime-env-agent-port={next(p)}",
+    ], check=True, env=env, capture_output=True)
+    yield f"127.0.0.1:{port}", env
+    for proc in Path("/proc").glob("[0-9]*"):  # this cluster's processes only
+        try:
+            if temp_dir.encode() in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
+@pytest.mark.slow
+def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_killed_driver(
+    small_dataset, tmp_path, two_node_cluster
+):
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text("name: two-nodes\n")
+    args = [
+        str(Path(sys.executable).with_name("interlingua")), "train", "-c", str(config_path),
+        f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,
+        f"runtime.ray_address={two_node_cluster[0]}", "runtime.num_workers=2", "train.max_steps=300",
+        "train.early_stop_patience_evals=null",
+    ]
+    env = two_node_cluster[1]
+    train_dir = tmp_path / "run" / "train"
+    log = open(tmp_path / "train.log", "wb")
+    driver = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver)
+        worker = json.loads((train_dir / "workers" / "rank-1.json").read_text())["pid"]
+        os.kill(worker, signal.SIGKILL)  # FailureConfig: the group restarts from the checkpoint
+        resumed = wait_for(
+            lambda: [c for c in checkpoints(train_dir) if c["history"]], 180, "a resumed checkpoint", driver
+        )
+        assert resumed[0]["history"][0]["world"] == 2 and resumed[0]["history"][0]["resumed_at_step"] >= 10
+        killed_at = wait_for(
+            lambda: [c["step"] for c in checkpoints(train_dir) if c["step"] >= 60], 180, "step 60", driver
+        )[-1]
+        driver.send_signal(signal.SIGKILL)  # the whole job dies mid-run
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert not (train_dir / "model").exists()
+
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    progress = json.loads((train_dir / "model" / "progress.json").read_text())
+    assert progress["step"] == 300 and progress["done"]
+    resumes = [h["resumed_at_step"] for h in progress["history"]]
+    assert len(resumes) >= 2 and resumes[-1] >= killed_at  # the rerun started from its last checkpoint
+
+    state = json.loads((train_dir / "run.json").read_text())
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = tracking.get_run(uri, state["run_id"])
+    assert run.info.status == "FINISHED"
+    steps = [s for s, _ in tracking.metric_history(uri, state["run_id"], "dev/xsim_error")]
+    assert steps[-1] == 300 and steps[0] == 10
+    runs = tracking._client(uri).search_runs([run.info.experiment_id])
+    assert len(runs) == 1  # resumed into the same MLflow run, not a duplicate
+    model, meta = load_model(str(train_dir / "model" / "model.pt"))
+    assert meta["dev_error"] == progress["dev_error"]
+    assert isinstance(model.encoders["fr"].lstm, torch.nn.LSTM)
