@@ -44,14 +44,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.batching import ParallelCorpus, batch_stream  # noqa: E402
+from model.batching import BatchStream, sample_corpus, shard_units  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
 from model.training import input_tokens, train_step  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.train.builders import model_args, training_paths  # noqa: E402
 from orchestration.train.driver import train  # noqa: E402
-from pipelines.dataset import load_manifest  # noqa: E402
+from pipelines.dataset import load_manifest, split_files  # noqa: E402
 
 
 @dataclass
@@ -123,20 +123,22 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
     device = torch.device("cuda" if config.runtime.use_gpu else "cpu")
     manifest = load_manifest(config.data_dir)
     languages = config.train.languages or manifest["languages"]
-    corpus = ParallelCorpus.read(config.data_dir, "train", languages)
+    units = shard_units(split_files(config.data_dir, "train"))
     torch.manual_seed(config.train.seed)
     model = MultilingualNMT(**model_args(config, languages, manifest["spm"]["vocab_size"]))
     if model.args["output"] == "adaptive":
-        model.set_token_order(torch.from_numpy(corpus.token_counts(model.args["vocab_size"])))
+        sample = sample_corpus(units, languages, config.train.sample_tuples)
+        model.set_token_order(torch.from_numpy(sample.token_counts(model.args["vocab_size"])))
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay)
-    stream = batch_stream(corpus, training_paths(config.train), seed=config.train.seed, rank=0, world=1,
-                          max_tokens=config.train.max_tokens, monolingual=config.train.monolingual)
+    stream = BatchStream(units, languages, training_paths(config.train), seed=config.train.seed, rank=0, world=1,
+                         max_tokens=config.train.max_tokens, window_tuples=config.train.window_tuples,
+                         monolingual=config.train.monolingual)
     windows, tokens = [], 0
     start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
     for step in range(1, steps + 1):
-        _, signature, rows = next(stream)
-        sources, targets = corpus.batch(signature, rows)
+        batch = next(stream)
+        sources, targets = batch.sources, batch.targets
         out = train_step(model, optimizer, sources, targets, ranking_weight=config.model.ranking_weight,
                          grad_clip=config.train.grad_clip, device=device)
         tokens += input_tokens(sources, targets, config.model.ranking_weight)  # as the Ray loop counts them

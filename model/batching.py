@@ -1,34 +1,40 @@
-"""Training batches: token ids of a split in flat arrays, per-epoch batch plans, padded tensors.
+"""Training batches streamed from the Parquet shards: bounded windows, per-window plans, padded tensors.
 
-Each worker holds the token-id columns of the split as flat arrays (no Python
-objects per sentence) and draws its batches from a deterministic plan:
+Each worker streams its own share of the training split and holds one window of it at a time:
 
-    plan_epoch(seed, epoch, rank, world): a seeded permutation of all tuples,
-      this worker's share [rank::world] (disjoint across workers), a training
-      path per tuple, tuples grouped by signature, length-bucketed by token
-      budget (`token_budget_batches`), batches shuffled.
+    units    the row groups of the split's Parquet shards (`shard_units`), each read whole
+    epoch    a seeded permutation of the units; this worker's share is [rank::world], so the
+             workers never see the same tuple in one epoch
+    window   consecutive units of the share, up to `window_tuples` tuples (at least one unit)
+    plan     within a window: a seeded permutation of its tuples, a training path per tuple,
+             tuples grouped by signature, length-bucketed by token budget, batches shuffled
 
-The data position is therefore just the number of batches consumed: a resumed
-worker regenerates the same plans and skips that many (`batch_stream`).
+The data position is (epoch, window, batch): a resumed worker reads the window it stopped in,
+rebuilds the same plan and skips the batches it had consumed, reading nothing before it.
 
 The one convention every caller shares: an encoder input ends with EOS
 (as in LASER), a decoder target holds the bare ids (the decoder adds BOS/EOS).
 """
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
 from model.training_paths import Signature, TrainingPath, sample_path
 from pipelines.dataset import EOS_ID, PAD_ID
 
+Pair = tuple[torch.Tensor, torch.Tensor]
 
-def pad(sequences: Sequence[np.ndarray], *, eos: bool) -> tuple[torch.Tensor, torch.Tensor]:
+
+def pad(sequences: Sequence[np.ndarray], *, eos: bool) -> Pair:
     """Right-padded ids (B, T) and lengths (B,); with `eos`, EOS is appended to each sequence."""
     lengths = np.array([len(s) + eos for s in sequences], dtype=np.int64)
     if len(sequences) == 0:
@@ -59,7 +65,7 @@ def token_budget_batches(costs: np.ndarray, max_tokens: int) -> list[np.ndarray]
 
 
 class ParallelCorpus:
-    """Token ids of one split: per language, flat values + offsets; a tuple may lack languages."""
+    """Token ids of some tuples: per language, flat values + offsets; a tuple may lack languages."""
 
     def __init__(self, languages: Sequence[str], columns: dict[str, pa.ListArray]) -> None:
         self.languages = list(languages)
@@ -76,12 +82,12 @@ class ParallelCorpus:
 
     @classmethod
     def from_table(cls, table: pa.Table, languages: Sequence[str]) -> ParallelCorpus:
-        """From a split's table holding the `{lang}_ids` columns (`pipelines.dataset.read_split`)."""
+        """From a table holding the `{lang}_ids` columns of a split (or part of one)."""
         return cls(languages, {lang: table.column(f"{lang}_ids").combine_chunks() for lang in languages})
 
     @classmethod
     def read(cls, data_dir: str | Path, split: str, languages: Sequence[str]) -> ParallelCorpus:
-        """The token ids of `languages` in one split of a prepared dataset."""
+        """The token ids of `languages` in a whole split of a prepared dataset (dev, test: small)."""
         from pipelines.dataset import read_split
 
         return cls.from_table(read_split(data_dir, split, [f"{lang}_ids" for lang in languages]), languages)
@@ -101,7 +107,7 @@ class ParallelCorpus:
     def token_counts(self, vocab_size: int) -> np.ndarray:
         return sum(np.bincount(v, minlength=vocab_size) for v in self.values.values())
 
-    def batch(self, signature: Signature, rows: np.ndarray) -> tuple[dict, dict]:
+    def batch(self, signature: Signature, rows: np.ndarray) -> tuple[dict[str, Pair], dict[str, Pair]]:
         """Tensors of one homogeneous batch: sources end with EOS, targets are bare ids."""
         sources_langs, target_langs = signature
         sources = {lang: pad([self.ids(lang, r) for r in rows], eos=True) for lang in sources_langs}
@@ -109,22 +115,73 @@ class ParallelCorpus:
         return sources, targets
 
 
-def plan_epoch(
-    corpus: ParallelCorpus,
-    paths: Sequence[TrainingPath],
-    *,
-    seed: int,
-    epoch: int,
-    rank: int = 0,
-    world: int = 1,
-    max_tokens: int,
-    monolingual: bool = False,
-) -> list[tuple[Signature, np.ndarray]]:
-    """This worker's batches of one epoch (see the module docstring); the same for the same inputs."""
-    rows = np.random.default_rng([seed, epoch]).permutation(corpus.size)[rank::world]
-    rng = np.random.default_rng([seed, epoch, rank, 1])
+# --- the stream -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Unit:
+    """One row group of one Parquet shard: what a worker reads at once."""
+
+    path: str
+    row_group: int
+    rows: int
+
+
+@dataclass
+class DataPosition:
+    """Where a worker's stream stands: the next batch is batch `batch` of window `window` of `epoch`."""
+
+    epoch: int = 0
+    window: int = 0
+    batch: int = 0
+
+
+@dataclass
+class Batch:
+    epoch: int
+    signature: Signature
+    sources: dict[str, Pair]
+    targets: dict[str, Pair]
+
+
+def shard_units(files: Sequence[str | Path]) -> list[Unit]:
+    """Every row group of the shards, in file order (from the Parquet footers: no data is read)."""
+    units = []
+    for path in files:
+        meta = pq.ParquetFile(path).metadata
+        units += [Unit(str(path), i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
+                  if meta.row_group(i).num_rows]
+    return units
+
+
+def epoch_windows(units: Sequence[Unit], *, seed: int, epoch: int, rank: int, world: int,
+                  window_tuples: int) -> list[list[Unit]]:
+    """This worker's windows of one epoch: its share of a seeded permutation of the units, cut into
+    runs of up to `window_tuples` tuples (a larger unit is a window of its own)."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(units))[rank::world]
+    windows: list[list[Unit]] = []
+    size = 0
+    for i in order.tolist():
+        if not windows or size + units[i].rows > window_tuples:
+            windows.append([])
+            size = 0
+        windows[-1].append(units[i])
+        size += units[i].rows
+    return windows
+
+
+def read_units(units: Sequence[Unit], languages: Sequence[str]) -> ParallelCorpus:
+    """The token ids of the units' tuples, in the given order."""
+    columns = [f"{lang}_ids" for lang in languages]
+    tables = [pq.ParquetFile(u.path).read_row_group(u.row_group, columns=columns) for u in units]
+    return ParallelCorpus.from_table(pa.concat_tables(tables), languages)
+
+
+def plan_window(corpus: ParallelCorpus, paths: Sequence[TrainingPath], *, seed: int, epoch: int, rank: int,
+                window: int, max_tokens: int, monolingual: bool = False) -> list[tuple[Signature, np.ndarray]]:
+    """The batches of one window (see the module docstring); the same for the same inputs."""
+    rng = np.random.default_rng([seed, epoch, rank, window])
     groups: dict[Signature, list[int]] = defaultdict(list)
-    for row in rows.tolist():
+    for row in rng.permutation(corpus.size).tolist():
         signature = sample_path(paths, corpus.available(row), rng, monolingual=monolingual)
         if signature is not None:
             groups[signature].append(row)
@@ -138,31 +195,69 @@ def plan_epoch(
     return [batches[i] for i in order]
 
 
-def batch_stream(
-    corpus: ParallelCorpus,
-    paths: Sequence[TrainingPath],
-    *,
-    seed: int,
-    rank: int,
-    world: int,
-    max_tokens: int,
-    monolingual: bool = False,
-    skip: int = 0,
-) -> Iterator[tuple[int, Signature, np.ndarray]]:
-    """Endless (epoch, signature, rows), epoch after epoch; the first `skip` batches are skipped."""
-    epoch, seen = 0, 0
-    while True:
-        plan = plan_epoch(
-            corpus, paths, seed=seed, epoch=epoch, rank=rank, world=world,
-            max_tokens=max_tokens, monolingual=monolingual,
-        )
-        if not plan:
-            raise ValueError("no training batch can be formed: no tuple serves any training path")
-        if seen + len(plan) <= skip:
-            seen += len(plan)
-        else:
-            for signature, rows in plan[max(0, skip - seen):]:
-                yield epoch, signature, rows
-            seen = skip
-        epoch += 1
+class BatchStream:
+    """A worker's endless batches, epoch after epoch, from `position` on; `position` always names the
+    next batch, so saving it with a checkpoint resumes the stream exactly. `digest` chains every batch
+    handed out (its epoch, window and tuples): two streams that gave the same batches agree on it."""
 
+    def __init__(self, units: Sequence[Unit], languages: Sequence[str], paths: Sequence[TrainingPath], *,
+                 seed: int, rank: int, world: int, max_tokens: int, window_tuples: int,
+                 monolingual: bool = False, position: DataPosition | None = None, digest: str = "") -> None:
+        if len(units) < world:
+            raise ValueError(f"{len(units)} Parquet row groups cannot be shared by {world} workers: "
+                             "prepare the dataset with more training shards (prepare.output.train_shards)")
+        self.units, self.languages, self.paths = list(units), list(languages), list(paths)
+        self.seed, self.rank, self.world = seed, rank, world
+        self.max_tokens, self.window_tuples, self.monolingual = max_tokens, window_tuples, monolingual
+        self.position = position or DataPosition()
+        self.digest = digest
+        self._loaded: tuple[int, int] | None = None
+        self._corpus: ParallelCorpus | None = None
+        self._plan: list[tuple[Signature, np.ndarray]] = []
+        self._windows: list[list[Unit]] = []
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        for _ in range(2 * len(self.units) + 2):  # windows that give no batch are skipped
+            p = self.position
+            self._load(p.epoch, p.window)
+            if p.batch < len(self._plan):
+                signature, rows = self._plan[p.batch]
+                sources, targets = self._corpus.batch(signature, rows)
+                self._chain(p, rows)
+                self.position = DataPosition(p.epoch, p.window, p.batch + 1)
+                return Batch(p.epoch, signature, sources, targets)
+            last = p.window + 1 >= len(self._windows)
+            self.position = DataPosition(p.epoch + 1, 0, 0) if last else DataPosition(p.epoch, p.window + 1, 0)
+        raise ValueError("no training batch can be formed: no tuple serves any training path")
+
+    def _load(self, epoch: int, window: int) -> None:
+        if self._loaded == (epoch, window):
+            return
+        if self._loaded is None or self._loaded[0] != epoch:
+            self._windows = epoch_windows(self.units, seed=self.seed, epoch=epoch, rank=self.rank,
+                                          world=self.world, window_tuples=self.window_tuples)
+        self._corpus = read_units(self._windows[window], self.languages)
+        self._plan = plan_window(self._corpus, self.paths, seed=self.seed, epoch=epoch, rank=self.rank,
+                                 window=window, max_tokens=self.max_tokens, monolingual=self.monolingual)
+        self._loaded = (epoch, window)
+
+    def _chain(self, p: DataPosition, rows: np.ndarray) -> None:
+        h = hashlib.blake2b(self.digest.encode(), digest_size=16)
+        h.update(f"{p.epoch}/{p.window}/{p.batch}".encode())
+        h.update(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+        self.digest = h.hexdigest()
+
+
+def sample_corpus(units: Sequence[Unit], languages: Sequence[str], max_tuples: int) -> ParallelCorpus:
+    """The first units in file order up to `max_tuples` tuples (at least one unit): the bounded sample
+    that corpus statistics (LSI, token frequencies) are computed from."""
+    chosen, size = [], 0
+    for unit in units:
+        if chosen and size + unit.rows > max_tuples:
+            break
+        chosen.append(unit)
+        size += unit.rows
+    return read_units(chosen, languages)

@@ -98,6 +98,14 @@ class TrainConfig(Schema):
     monolingual: bool = Field(default=False, description="Allow auto-encoding paths (target = source).")
     languages: list[str] | None = Field(default=None, description="Train on these; all of the dataset's when unset.")
     max_tokens: int = Field(default=2000, gt=0, description="Batch budget: sentences x longest length.")
+    window_tuples: int = Field(
+        default=200_000, gt=0, description="Tuples a worker holds at once: its batches are planned (shuffled, "
+        "length-bucketed) within windows of this many tuples (or one Parquet row group, if larger).",
+    )
+    sample_tuples: int = Field(
+        default=1_000_000, gt=0, description="Training tuples (the first, in shard order) that corpus "
+        "statistics are computed from: the LSI initialization and the adaptive softmax's token order.",
+    )
     max_steps: int = Field(default=20000, gt=0)
     max_minutes: float | None = Field(default=None, gt=0, description="Stop after this much training time.")
     seed: int = 0

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from model.batching import DataPosition
 from model.nmt import MultilingualNMT, save_model
 from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
 from pipelines.config import dump_yaml
@@ -30,7 +31,7 @@ STATE_FILE = "state.pt"
 class Progress:
     """Where training stands; saved in every checkpoint and exported as progress.json."""
 
-    step: int = 0  # optimizer steps taken, also the number of batches consumed
+    step: int = 0  # optimizer steps taken, also the number of batches each worker consumed
     elapsed_s: float = 0.0  # training time, restarts excluded
     dev_error: float | None = None  # the best dev similarity error so far
     best_step: int | None = None
@@ -38,6 +39,14 @@ class Progress:
     history: list[dict[str, Any]] = field(default_factory=list)  # every resume: step and world size
     done: bool = False
     world: int = 1
+    data: DataPosition = field(default_factory=DataPosition)  # rank 0's next batch (every rank's, world 1)
+    data_digest: str = ""  # rank 0's chain of the batches consumed (`model.batching.BatchStream.digest`)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Progress:
+        """From a saved progress (checkpoints before the data position was saved have none)."""
+        data = DataPosition(**values.get("data", {}))
+        return cls(**{**values, "data": data})
 
 
 @dataclass
@@ -49,6 +58,7 @@ class TrainingState:
     scheduler: dict[str, Any] | None
     progress: Progress
     best_model: dict[str, Any]
+    positions: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's stream: position, digest
 
 
 def restore() -> TrainingState | None:
@@ -60,8 +70,8 @@ def restore() -> TrainingState | None:
         return None
     with checkpoint.as_directory() as path:
         blob = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
-    return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], Progress(**blob["progress"]),
-                         blob["best_model"])
+    return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], Progress.from_dict(blob["progress"]),
+                         blob["best_model"], blob.get("positions", {}))
 
 
 def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_model: str,
@@ -82,7 +92,8 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
     with tempfile.TemporaryDirectory(prefix="interlingua-ckpt-") as tmp:
         folder = Path(tmp)
         torch.save({"model": state.model, "optimizer": state.optimizer, "scheduler": state.scheduler,
-                    "progress": asdict(progress), "best_model": state.best_model}, folder / STATE_FILE)
+                    "progress": asdict(progress), "best_model": state.best_model, "positions": state.positions},
+                   folder / STATE_FILE)
         best = MultilingualNMT(**model_args)
         best.load_state_dict(state.best_model)
         save_model(best, str(folder / MODEL_FILE), step=progress.best_step, dev_error=progress.dev_error)

@@ -1,6 +1,8 @@
 """The two collectives of the loop: rank 0's decisions on every rank, and sums over the workers."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -20,3 +22,12 @@ def all_sum(values: list[float], device: torch.device) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     torch.distributed.all_reduce(tensor)
     return tensor.tolist()
+
+
+def gather(value: Any) -> list[Any]:
+    """Every rank's `value` (picklable), in rank order, on every rank."""
+    if not torch.distributed.is_initialized():
+        return [value]
+    out: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, value)
+    return out

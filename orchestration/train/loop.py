@@ -1,7 +1,9 @@
 """The training recipe: `train_loop_per_worker`, run by Ray Train on every worker.
 
-    set_up          the config, this worker's data and batch stream, the (DDP-wrapped) model,
-                    the optimizer and schedule, restored from Ray's checkpoint when restarting
+    set_up          the config, this worker's batch stream (`model.batching.BatchStream`: its own
+                    share of the shards, a bounded window at a time), the (DDP-wrapped) model,
+                    the optimizer and schedule, restored from Ray's checkpoint when restarting,
+                    the stream at the data position it had reached
     step            one homogeneous batch (a training path's signature): `model.training.train_step`
     end_of_window   every `runtime.log_every_steps`: metrics, the progress line, the time limit
     evaluate_dev    every `train.eval_every_steps`: rank 0 measures the dev similarity error, which
@@ -18,14 +20,14 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
-from model.batching import ParallelCorpus, batch_stream
+from model.batching import BatchStream, DataPosition, ParallelCorpus, sample_corpus, shard_units
 from model.inference import embed
 from model.nmt import MultilingualNMT
 from model.training import input_tokens, scheduled_lr, train_step
@@ -34,8 +36,9 @@ from orchestration.config import Config
 from orchestration.train import checkpoint
 from orchestration.train.builders import schedule_args, training_paths
 from orchestration.train.checkpoint import Progress, TrainingState
-from orchestration.train.distributed import broadcast
+from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress
+from pipelines.dataset import split_files
 
 log = logging.getLogger("interlingua.train")
 
@@ -48,14 +51,13 @@ class Worker:
     config: Config
     rank: int
     device: torch.device
-    corpus: ParallelCorpus
     model: torch.nn.Module  # DDP-wrapped with several workers
     core: MultilingualNMT  # the model itself
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.ReduceLROnPlateau | None
     progress: Progress
     best_state: dict[str, Any]
-    stream: Iterator[tuple[int, tuple, np.ndarray]] = field(repr=False)
+    stream: BatchStream = field(repr=False)
     dev: ParallelCorpus | None = None  # rank 0 only
     dev_rows: np.ndarray | None = None
 
@@ -94,15 +96,19 @@ def set_up(cfg: dict[str, Any]) -> Worker:
     device = ray.train.torch.get_device()
     _register_worker(Path(cfg["train_dir"]), rank, world)
 
-    corpus = ParallelCorpus.read(cfg["data_dir"], "train", cfg["languages"])
+    units = shard_units(split_files(cfg["data_dir"], "train"))
+    torch.manual_seed(t.seed)  # the initial weights: the same on every worker and in every attempt
     model = MultilingualNMT(**cfg["model_args"])
-    if model.args["output"] == "adaptive":
-        model.set_token_order(torch.from_numpy(corpus.token_counts(model.args["vocab_size"])))
     state = checkpoint.restore()
+    if model.args["output"] == "adaptive" or (config.model.embed_init == "lsi" and not state):
+        sample = sample_corpus(units, cfg["languages"], t.sample_tuples)  # read once, then let go
+        if model.args["output"] == "adaptive":
+            model.set_token_order(torch.from_numpy(sample.token_counts(model.args["vocab_size"])))
+        if not state:
+            _init_lsi(model, sample, t.seed, rank)
+        del sample
     if state:
         model.load_state_dict(state.model)
-    elif config.model.embed_init == "lsi":
-        _init_lsi(model, corpus, t.seed, rank)
     torch.manual_seed(t.seed * 1000 + rank + (state.progress.step if state else 0))
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
     core: MultilingualNMT = model.module if hasattr(model, "module") else model
@@ -116,10 +122,11 @@ def set_up(cfg: dict[str, Any]) -> Worker:
         if scheduler is not None:
             scheduler.load_state_dict(state.scheduler)
         progress, best_state = _resumed(state.progress, world, rank), state.best_model
-    stream = batch_stream(corpus, training_paths(t), seed=t.seed, rank=rank, world=world, max_tokens=t.max_tokens,
-                          monolingual=t.monolingual, skip=progress.step)
-    worker = Worker(cfg, config, rank, device, corpus, model, core, optimizer, scheduler, progress, best_state,
-                    stream)
+    position, digest = _stream_start(state, rank, world)
+    stream = BatchStream(units, cfg["languages"], training_paths(t), seed=t.seed, rank=rank, world=world,
+                         max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
+                         position=position, digest=digest)
+    worker = Worker(cfg, config, rank, device, model, core, optimizer, scheduler, progress, best_state, stream)
     if rank == 0:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
         # the first step: the first metrics window measures training, and a bad store fails now
@@ -131,18 +138,18 @@ def set_up(cfg: dict[str, Any]) -> Worker:
 
 def step(worker: Worker, window: Window) -> int:
     """One optimizer step on the next batch of the stream; returns the batch's epoch."""
-    epoch, signature, rows = next(worker.stream)
+    batch = next(worker.stream)
     lr = scheduled_lr(worker.progress.step, worker.progress.elapsed_s, **schedule_args(worker.config.train))
     if lr is not None:
         for group in worker.optimizer.param_groups:
             group["lr"] = lr
-    sources, targets = worker.corpus.batch(signature, rows)
+    sources, targets = batch.sources, batch.targets
     ranking_weight = worker.config.model.ranking_weight
     out = train_step(worker.model, worker.optimizer, sources, targets, ranking_weight=ranking_weight,
                      grad_clip=worker.config.train.grad_clip, device=worker.device)
     worker.progress.step += 1
     window.add(out, input_tokens(sources, targets, ranking_weight))
-    return epoch
+    return batch.epoch
 
 
 def end_of_window(worker: Worker, window: Window, epoch: int, metrics: dict[str, float]) -> bool:
@@ -192,12 +199,27 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
 
 
 def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
-    """Every rank reports; rank 0 with the checkpoint (`checkpoint.report`)."""
+    """Every rank reports; rank 0 with the checkpoint (`checkpoint.report`), which holds every rank's
+    data position."""
+    positions = gather({"position": asdict(worker.stream.position), "digest": worker.stream.digest})
+    worker.progress.data, worker.progress.data_digest = worker.stream.position, worker.stream.digest
     state = TrainingState(worker.core.state_dict(), worker.optimizer.state_dict(),
                           worker.scheduler.state_dict() if worker.scheduler is not None else None,
-                          worker.progress, worker.best_state)
+                          worker.progress, worker.best_state, dict(enumerate(positions)))
     checkpoint.report(worker.rank, state, worker.core.args, spm_model=worker.cfg["spm_model"],
                       config=worker.cfg["config"], metrics=metrics)
+
+
+def _stream_start(state: TrainingState | None, rank: int, world: int) -> tuple[DataPosition | None, str]:
+    """Where this rank's stream goes on: the position it had reached, or a fresh epoch after the
+    furthest one when the number of workers changed (the shares of an epoch depend on it)."""
+    if not state:
+        return None, ""
+    if len(state.positions) == world:
+        saved = state.positions[rank]
+        return DataPosition(**saved["position"]), saved["digest"]
+    epoch = max([p["position"]["epoch"] for p in state.positions.values()] or [state.progress.data.epoch])
+    return DataPosition(epoch=epoch + 1), ""
 
 
 def _resumed(progress: Progress, world: int, rank: int) -> Progress:
@@ -211,8 +233,8 @@ def _resumed(progress: Progress, world: int, rank: int) -> Progress:
 
 
 def _init_lsi(model: MultilingualNMT, corpus: ParallelCorpus, seed: int, rank: int) -> None:
-    """Cross-language LSI token embeddings from this worker's training data (every worker reads all
-    of it, so all start alike; DDP copies rank 0's weights anyway)."""
+    """Cross-language LSI token embeddings from the training sample (the same on every worker, so all
+    start alike; DDP copies rank 0's weights anyway)."""
     from model.lsi import cooccurrence_matrix, lsi_embeddings
 
     started = time.monotonic()

@@ -1,49 +1,96 @@
-"""Training batches: the per-epoch plans of each worker, resuming a stream, padding, token budgets."""
+"""Training batches streamed from the shards: windows, per-window plans, resuming at a data position,
+disjoint workers, padding and token budgets (on the real Bible token ids of the test dataset)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from model.batching import ParallelCorpus, batch_stream, plan_epoch, token_budget_batches
+from model.batching import (
+    BatchStream, DataPosition, ParallelCorpus, epoch_windows, plan_window, read_units, sample_corpus, shard_units,
+    token_budget_batches,
+)
 from model.training_paths import TrainingPath
+from pipelines.dataset import split_files
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
 
 @pytest.fixture(scope="module")
-def corpus(small_dataset) -> ParallelCorpus:
-    return ParallelCorpus.read(small_dataset.data_dir, "train", LANGS)
+def units(small_dataset):
+    return shard_units(split_files(small_dataset.data_dir, "train"))
 
 
-def test_plans_are_deterministic_disjoint_and_within_budget(corpus):
+def stream(units, **kwargs) -> BatchStream:
+    args = dict(seed=0, rank=0, world=1, max_tokens=300, window_tuples=80, paths=[TrainingPath(kind="1:N")])
+    args.update(kwargs)
+    return BatchStream(units, LANGS, args.pop("paths"), **args)
+
+
+def batch_ids(batch) -> list[tuple]:
+    """A batch as plain values: epoch, signature and every token id."""
+    tensors = [t for pair in (*batch.sources.values(), *batch.targets.values()) for t in pair]
+    return [batch.epoch, batch.signature, *[t.tolist() for t in tensors]]
+
+
+def test_units_are_the_row_groups_and_windows_are_bounded(units, small_dataset):
+    total = sum(u.rows for u in units)
+    assert len(units) == 3 and total == len(ParallelCorpus.read(small_dataset.data_dir, "train", LANGS).lengths["en"])
+    windows = epoch_windows(units, seed=0, epoch=0, rank=0, world=1, window_tuples=1)
+    assert [len(w) for w in windows] == [1, 1, 1]  # a unit larger than the window is a window of its own
+    whole = epoch_windows(units, seed=0, epoch=0, rank=0, world=1, window_tuples=10**6)
+    assert len(whole) == 1 and sorted(u.path for u in whole[0]) == sorted(u.path for u in units)
+    orders = {tuple(w[0].path for w in epoch_windows(units, seed=0, epoch=e, rank=0, world=1, window_tuples=1))
+              for e in range(8)}
+    assert len(orders) > 1  # every epoch its own order
+
+
+def test_workers_never_see_the_same_tuple_in_one_epoch(units):
+    shares = [epoch_windows(units, seed=3, epoch=0, rank=r, world=2, window_tuples=10**6) for r in (0, 1)]
+    mine = [{(u.path, u.row_group) for w in share for u in w} for share in shares]
+    assert not mine[0] & mine[1] and len(mine[0] | mine[1]) == len(units)
+    with pytest.raises(ValueError, match="more training shards"):
+        stream(units, world=len(units) + 1)
+
+
+def test_window_plans_are_deterministic_complete_and_within_budget(units):
+    corpus = read_units(units[:1], LANGS)
     paths = [TrainingPath(kind="1:1"), TrainingPath(kind="M:1", weight=0.5)]
-    kwargs = dict(seed=3, epoch=0, max_tokens=400)
-    assert [(s, r.tolist()) for s, r in plan_epoch(corpus, paths, **kwargs)] == [
-        (s, r.tolist()) for s, r in plan_epoch(corpus, paths, **kwargs)
-    ]
-    shares = [plan_epoch(corpus, paths, rank=r, world=2, **kwargs) for r in (0, 1)]
-    rows = [np.concatenate([b for _, b in share]) for share in shares]
-    assert not set(rows[0]) & set(rows[1])
-    assert len(rows[0]) + len(rows[1]) == corpus.size  # every tuple serves some path
-    for signature, batch in shares[0]:
+    kwargs = dict(seed=3, epoch=0, rank=0, window=0, max_tokens=400)
+    plan = plan_window(corpus, paths, **kwargs)
+    assert [(s, r.tolist()) for s, r in plan] == [(s, r.tolist()) for s, r in plan_window(corpus, paths, **kwargs)]
+    rows = np.concatenate([r for _, r in plan])
+    assert sorted(rows.tolist()) == list(range(corpus.size))  # every tuple serves some path, once
+    for signature, batch in plan:
         langs = signature[0] + signature[1]
         longest = max(int(corpus.lengths[lang][batch].max()) + 1 for lang in langs)
         assert len(batch) * longest <= 400 or len(batch) == 1
         assert all(corpus.lengths[lang][batch].min() > 0 for lang in langs)
-    other_epoch = plan_epoch(corpus, paths, seed=3, epoch=1, max_tokens=400)
-    assert [r.tolist() for _, r in other_epoch] != [r.tolist() for _, r in plan_epoch(corpus, paths, **kwargs)]
+    other = plan_window(corpus, paths, **{**kwargs, "window": 1})
+    assert [r.tolist() for _, r in other] != [r.tolist() for _, r in plan]
 
 
-def test_stream_resumes_at_the_same_batch(corpus):
-    paths = [TrainingPath(kind="1:N")]
-    kwargs = dict(seed=0, rank=0, world=1, max_tokens=300)
-    full = batch_stream(corpus, paths, **kwargs)
-    first = [next(full) for _ in range(60)]  # crosses an epoch boundary
-    assert first[-1][0] >= 1
-    resumed = batch_stream(corpus, paths, skip=37, **kwargs)
-    for expected in first[37:]:
-        got = next(resumed)
-        assert got[0] == expected[0] and got[1] == expected[1] and (got[2] == expected[2]).all()
+def test_a_stream_resumed_at_its_position_gives_the_same_batches(units):
+    full = stream(units)
+    seen, positions, digests = [], [], []
+    for _ in range(60):  # crosses windows and an epoch boundary
+        positions.append(full.position)
+        seen.append(batch_ids(next(full)))
+        digests.append(full.digest)
+    assert seen[-1][0] >= 1 and len({(p.epoch, p.window) for p in positions}) > 3
+    for k in (1, 23, 37):
+        resumed = stream(units, position=positions[k], digest=digests[k - 1])
+        assert [batch_ids(next(resumed)) for _ in range(60 - k)] == seen[k:]
+        assert resumed.digest == digests[-1]  # the chain proves the same batches were seen
+    assert stream(units, position=DataPosition(0, 0, 5)).digest == ""
+
+
+def test_the_statistics_sample_is_bounded_and_in_shard_order(units):
+    one = sample_corpus(units, LANGS, max_tuples=1)
+    assert one.size == units[0].rows  # at least one whole unit
+    everything = sample_corpus(units, LANGS, max_tuples=10**6)
+    first = read_units(units, LANGS)
+    assert everything.size == first.size
+    np.testing.assert_array_equal(everything.values["fr"], first.values["fr"])
 
 
 def test_token_budget_batches():

@@ -99,3 +99,52 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_kil
     model, meta = load_model(str(train_dir / "model" / "model.pt"))
     assert meta["dev_error"] == progress["dev_error"]
     assert isinstance(model.encoders["fr"].lstm, torch.nn.LSTM)
+
+
+# --- a killed worker resumes at the same data position --------------------------------------------
+
+def final_state(train_dir: Path) -> dict:
+    """The training state of the last checkpoint Ray registered."""
+    snapshot = json.loads((train_dir / "ray" / "checkpoint_manager_snapshot.json").read_text())
+    last = max(snapshot["checkpoint_results"], key=lambda r: r["metrics"]["step"])
+    return torch.load(train_dir / "ray" / last["checkpoint_dir_name"] / "state.pt", weights_only=False)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_dataset, tmp_path, local_ray):
+    """The same run with and without a killed worker sees the same batches and ends with the same weights:
+    the stream resumes at the checkpoint's data position (windows of 60 tuples: mid-epoch, mid-window)."""
+    import ray
+
+    from orchestration.train.driver import train
+    from tests.orchestration.helpers import config_for
+
+    overrides = ["train.max_steps=120", "train.early_stop_patience_evals=null", "model.dropout=0.0",
+                 "train.window_tuples=60", "model.ranking_weight=1.0", "runtime.max_failures=2"]
+    straight = config_for(small_dataset, tmp_path / "straight", *overrides)
+    train(straight)
+
+    run_dir = tmp_path / "killed" / "run"
+    args = [str(Path(sys.executable).with_name("interlingua")), "train", f"run_dir={run_dir}",
+            f"dataset_dir={small_dataset.data_dir}", f"tracking.uri=sqlite:///{tmp_path / 'killed.db'}",
+            "prepare.spm.vocab_size=2000", *TINY, *overrides,
+            f"runtime.ray_address={ray.get_runtime_context().gcs_address}"]
+    train_dir = run_dir / "train"
+    driver = subprocess.Popen(args, stdout=open(tmp_path / "killed.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver)
+        worker = json.loads((train_dir / "workers" / "rank-0.json").read_text())["pid"]
+        os.kill(worker, signal.SIGKILL)
+        assert driver.wait(300) == 0, (tmp_path / "killed.log").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    killed, clean = final_state(train_dir), final_state(straight.train_dir)
+    resumes = [h["resumed_at_step"] for h in killed["progress"]["history"]]
+    assert resumes and 0 < resumes[0] < 120  # it was killed and resumed mid-run
+    assert killed["progress"]["step"] == clean["progress"]["step"] == 120
+    assert killed["progress"]["data"] == clean["progress"]["data"]
+    assert killed["progress"]["data"]["epoch"] >= 1  # several epochs, several windows each
+    assert killed["progress"]["data_digest"] == clean["progress"]["data_digest"]  # the same batches, in order
+    for name, tensor in clean["model"].items():
+        assert torch.equal(killed["model"][name], tensor), name
