@@ -16,6 +16,14 @@ subtracts it, repeat by repeat; the others do not.
 Each repeat runs every variant once (interleaved); the paired ratio is a
 repeat's Beam time over the same repeat's floor, which cancels slow drift of
 the machine.
+
+    python benchmarks/prepare.py --dask [--repeats 3] [--config configs/bible6.yaml]
+
+instead runs the job side by side in process and on Beam's DaskRunner against
+a local dask.distributed cluster (a scheduler and 2 single-threaded worker
+processes, `pipelines.local_cluster`), interleaved, checks that both wrote the
+same files, and prints the medians and their ratio. Cluster start-up is not
+timed; each Dask run includes its client connection and graph submission.
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ import sentencepiece as spm
 
 from orchestration.config import load_config
 from pipelines import sources, tokenizer
+from pipelines.local_cluster import local_dask_cluster
 from pipelines.prepare import pipeline_options, run_prepare
 
 TINY_BOOK = 63  # 2 John, 13 verses
@@ -70,13 +79,47 @@ def fixed_cost_config(config):
     return config.model_copy(update={"prepare": prepare})
 
 
+def dask_side_by_side(config, repeats: int, workers: int = 2) -> None:
+    """The same job in process and on a local Dask cluster, interleaved; medians and their ratio."""
+    names = {"in-process": "in process (FnApiRunner)", "dask": f"Dask: scheduler + {workers} worker processes"}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    files: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory() as tmp, \
+            local_dask_cluster(Path(tmp) / "dask", workers=workers, threads=1) as address:
+        args = {"in-process": [], "dask": ["--runner=DaskRunner", f"--dask_client_address={address}"]}
+        for rep in range(repeats):
+            for name in names:
+                started = time.perf_counter()
+                result = run_prepare(config.prepare, Path(tmp) / name, options=pipeline_options(args[name]),
+                                     resolved_config=config.to_dict(), force=True)
+                times[name].append(time.perf_counter() - started)
+                files[name] = {f["path"]: f["sha256"] for s in result.manifest["splits"].values()
+                               for f in s["files"]} | {"spm.model": result.manifest["spm"]["sha256"]}
+            print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items()), flush=True)
+    same = files["dask"] == files["in-process"]
+    tuples = result.manifest["counts"]["tuples"]["in"]
+    print(f"\n{config.prepare.languages} Bible: {tuples:,} tuples; medians of {repeats}, interleaved; "
+          f"{'identical' if same else 'DIFFERENT'} files")
+    for name, label in names.items():
+        print(f"{label:<40} {statistics.median(times[name]):>7.1f} s")
+    ratio = statistics.median(times["dask"]) / statistics.median(times["in-process"])
+    print(f"{'ratio Dask / in process':<40} {ratio:>7.2f}")
+    if not same:
+        raise SystemExit("the Dask run wrote other files than the in-process run")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/bible6.yaml")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dask", action="store_true",
+                        help="in process against a local Dask cluster (scheduler + 2 workers) instead")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     config = load_config(args.config)
+    if args.dask:
+        dask_side_by_side(config, args.repeats)
+        return
     tiny = fixed_cost_config(config)
     variants = {1: "beam, 1 process", 2: "beam, 2 processes"}
     times: dict[str, list[float]] = {"floor": [], **{v: [] for v in variants.values()}}

@@ -16,23 +16,31 @@ from typing import Sequence
 import numpy as np
 
 
-def retrieval_metrics(
-    ids: np.ndarray, better_counts: np.ndarray | None, target_texts: Sequence[str] | None = None
-) -> dict[str, float]:
-    """ids (S, k >= 5) best first, better_counts (S,) from `search.count_better` summed over shards
-    (None after an approximate search: no mean rank)."""
-    truth = np.arange(len(ids))[:, None]
-    hits = ids == truth
-    out = {
-        "error": float(1.0 - hits[:, 0].mean()),
-        "p_at_1": float(hits[:, 0].mean()),
-        "p_at_5": float(hits[:, :5].any(axis=1).mean()),
-    }
+def retrieval_counts(ids: np.ndarray, better_counts: np.ndarray | None,
+                     target_texts: np.ndarray | None = None, *, offset: int = 0) -> dict[str, int]:
+    """What `metrics_from_counts` needs, counted over one block of queries (rows offset, offset + 1,
+    ...): ids (b, k >= 5) best first, better_counts (b,) from `search.count_better` summed over shards
+    (None after an approximate search: no mean rank), target_texts (S,) of the whole searched language
+    (texts or their hashes). Counts of blocks add up to the counts of all queries."""
+    truth = offset + np.arange(len(ids))[:, None]  # (b, 1)
+    hits = ids == truth  # (b, k)
+    out = {"queries": len(ids), "hits_at_1": int(hits[:, 0].sum()), "hits_at_5": int(hits[:, :5].any(axis=1).sum())}
     if better_counts is not None:
-        out["mean_rank"] = float((1 + better_counts).mean())
+        out["rank_sum"] = int((1 + better_counts).sum())
     if target_texts is not None:
-        texts = np.asarray(target_texts, dtype=object)
-        out["text_error"] = float(np.mean(texts[ids[:, 0]] != texts[truth[:, 0]]))
+        texts = np.asarray(target_texts)
+        out["text_errors"] = int(np.sum(texts[ids[:, 0]] != texts[truth[:, 0]]))
+    return out
+
+
+def metrics_from_counts(counts: dict[str, int]) -> dict[str, float]:
+    """The metrics of all queries from their summed `retrieval_counts` (and `margin_errors`)."""
+    n = counts["queries"]
+    out = {"error": float(1.0 - counts["hits_at_1"] / n), "p_at_1": counts["hits_at_1"] / n,
+           "p_at_5": counts["hits_at_5"] / n}
+    for count, name in (("rank_sum", "mean_rank"), ("text_errors", "text_error"), ("margin_errors", "margin_error")):
+        if count in counts:
+            out[name] = counts[count] / n
     return out
 
 
@@ -47,10 +55,6 @@ def margin_choice(
     forward_mean = forward_scores.mean(axis=1, keepdims=True)  # (S, 1)
     margin = forward_scores / ((forward_mean + backward_mean[forward_ids]) / 2)  # (S, k)
     return forward_ids[np.arange(len(forward_ids)), margin.argmax(axis=1)]
-
-
-def margin_error(chosen: np.ndarray) -> float:
-    return float(np.mean(chosen != np.arange(len(chosen))))
 
 
 # the paper names its six languages by the initials of their English names (Table 1)

@@ -101,12 +101,14 @@ def pair_scores(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
 
 
 def count_better(queries: np.ndarray, shard: np.ndarray, reference: np.ndarray, metric: str,
-                 block: int = 4096) -> np.ndarray:
+                 block: int | None = None) -> np.ndarray:
     """For each query, how many rows of the shard score strictly better than `reference` (Q,).
 
     Summed over shards, 1 + this is the rank of the true translation. Computed
-    in blocks of queries, so memory stays block x shard.
+    in blocks of queries (by default 4096, fewer for large shards: at most 2^25
+    scores, 128 MiB, at a time), so memory stays block x shard.
     """
+    block = block or max(1, min(4096, (1 << 25) // max(len(shard), 1)))
     counts = np.zeros(len(queries), dtype=np.int64)
     # the true pair's own score, computed another way, may differ in the last bits: a tolerance
     # keeps it from counting as better than itself (near-ties count as not better)
@@ -128,7 +130,14 @@ def count_better(queries: np.ndarray, shard: np.ndarray, reference: np.ndarray, 
 def search(queries: np.ndarray, candidates: np.ndarray, k: int, metric: str = "cosine",
            shard_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Single-process search over candidate shards of `shard_size` rows (all at once when None)."""
-    q, c = normalized(queries, metric), normalized(candidates, metric)
-    size = shard_size or len(c)
-    parts = (search_shard(q, c[s:s + size], k, metric, s) for s in range(0, len(c), size))
+    size = shard_size or len(candidates)
+    return search_blocks(queries, ((s, candidates[s:s + size]) for s in range(0, len(candidates), size)), k, metric)
+
+
+def search_blocks(queries: np.ndarray, blocks: Iterable[tuple[int, np.ndarray]], k: int,
+                  metric: str = "cosine") -> tuple[np.ndarray, np.ndarray]:
+    """Single-process search over candidates that come block by block, (first row, (n, D) rows), each
+    normalized as it comes: only one block is held at a time. (scores (Q, k), ids (Q, k))."""
+    q = normalized(queries, metric)
+    parts = (search_shard(q, normalized(block, metric), k, metric, start) for start, block in blocks)
     return merge(parts, len(q), k, metric)

@@ -6,7 +6,7 @@
     interlingua train --config configs/bible6-cpu.yaml    # Ray Train; resumes a stopped run
     interlingua evaluate --config configs/bible6-cpu.yaml # L x L similarity-search error -> MLflow
     interlingua search -c configs/bible6-cpu.yaml -q "Dieu est amour." -l fr --in en,zh
-    interlingua embed -c configs/bible6-cpu.yaml -l en -i sentences.txt -o emb.npy
+    interlingua embed -c configs/bible6-cpu.yaml -l en -i corpus/ 'more/*.txt' -o embeddings/   # Ray Data
     interlingua run -c configs/bible6-cpu.yaml            # the whole job, for cron (see exit codes)
     interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
     interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
@@ -30,12 +30,22 @@ log = logging.getLogger("interlingua")
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("interlingua")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="interlingua",
         description="Learn language-independent sentence embeddings from N-way parallel corpora.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, Beam's included")
+    parser.add_argument("--version", action="version", version=f"interlingua {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -104,23 +114,42 @@ def _parser() -> argparse.ArgumentParser:
     srch.add_argument("--in", dest="targets", help="languages to search, comma-separated (default: all others)")
     srch.add_argument("-k", type=int, default=5, help="neighbours per language (default 5)")
     srch.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
-    emb = with_config(sub.add_parser("embed", help="sentences (one per line) -> an embeddings file (.npy)"))
+    emb = with_config(sub.add_parser(
+        "embed", help="sentences (text lines or a Parquet column) -> embedding blocks + manifest (Ray Data)",
+        description="Embed text files (one sentence per line) and Parquet files (--column) with a Ray Data actor "
+        "pool (runtime.embed_actors, runtime.cpus_per_task or a GPU each) into OUT/part-NNNNN.npy blocks and "
+        "OUT/manifest.json. A rerun skips complete blocks. -o FILE.npy embeds small text input in this process.",
+    ))
     emb.add_argument("--lang", "-l", required=True, help="the sentences' language")
-    emb.add_argument("--input", "-i", default="-", help="a text file, one sentence per line (default: stdin)")
-    emb.add_argument("--output", "-o", required=True, help="the .npy file to write, (N, D)")
+    emb.add_argument("--input", "-i", nargs="+", default=["-"],
+                     help="text or Parquet files, directories, globs ('corpus/*.txt'); '-' is stdin (with FILE.npy)")
+    emb.add_argument("--output", "-o", required=True,
+                     help="a directory (blocks + manifest.json), or FILE.npy: one (N, D) array (small inputs)")
+    emb.add_argument("--column", default="text", help="the text column of Parquet inputs (default: text)")
+    emb.add_argument("--block-rows", type=int, default=20000, help="sentences per block (default 20000)")
     emb.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     emb.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    emb.add_argument("--force", action="store_true", help="replace the embeddings of other inputs in the output")
+    with_config(sub.add_parser(
+        "mine",
+        help="mine parallel sentences from monolingual text by margin (faiss); the pairs feed `prepare`",
+        description="Embed every mine.inputs language, search both ways, score by ratio margin, drop the known "
+        "garbage, keep pairs above mine.threshold (or the max-F1 threshold on mine.gold). "
+        "Example: interlingua mine -c configs/bible6-cpu.yaml \"mine.inputs=[{lang: fr, path: fr.txt}, "
+        "{lang: en, path: en.txt}]\" mine.threshold=1.06",
+    ))
     with_config(sub.add_parser("config", help="print the resolved configuration as YAML"))
     return parser
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
     from orchestration.evaluate import EvaluateError
+    from orchestration.mine import MineError
     from orchestration.train.driver import TrainError
     from pipelines.dataset import DatasetError
     from pipelines.errors import HeldOutError, SourceError
 
-    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError)
+    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError, MineError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -163,10 +192,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _embed(config, args)
         if args.command == "tune":
             return _tune(config, args)
+        if args.command == "mine":
+            return _mine(config)
         return _prepare(config, args, beam_args)
     except _USER_ERRORS as exc:
         print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except ConnectionError as exc:  # the tracking store or the cluster: not the input's fault, exit 1
+        print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _prepare(config, args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -249,6 +283,18 @@ def _tune(config, args: argparse.Namespace) -> int:
     return 0
 
 
+def _mine(config) -> int:
+    from orchestration.mine.job import mine
+
+    result = mine(config)
+    for pair in result.pairs:
+        gold = "" if pair.scores is None else " P {precision:.3f} R {recall:.3f} F1 {f1:.3f}".format(**pair.scores)
+        print(f"{pair.name}: {pair.candidates:,} candidates, {len(pair.kept):,} pairs above {pair.threshold:.4f}"
+              f"{gold}; dropped: " + ", ".join(f"{r} {n:,}" for r, n in pair.dropped.items()))
+    print(f"pairs and report: {result.out_dir}  (MLflow run {result.run_id})")
+    return 0
+
+
 def _search(config, args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -273,26 +319,44 @@ def _search(config, args: argparse.Namespace) -> int:
 def _embed(config, args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import numpy as np
-
     from orchestration import model_dir
-    from orchestration.serve.embedder import SentenceEmbedder
-    from orchestration.serve.nearest import embed_lines
 
+    model = Path(args.model) if args.model else model_dir.default(config.train_dir)
     try:
-        embedder = SentenceEmbedder.load(Path(args.model) if args.model else model_dir.default(config.train_dir))
-        if args.lang not in embedder.languages:
-            raise ValueError(f"the model knows {embedder.languages}, not {args.lang!r}")
-        source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="strict")
-        with source:
-            chunks = [c.astype(args.dtype) for c in embed_lines(embedder, source, args.lang)]
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{args.input}: not valid UTF-8 ({exc})") from None
+        if args.output.endswith(".npy"):
+            return _embed_small(model, args)
+        if "-" in args.input:
+            raise ConfigError("stdin (-i -) is embedded in this process: give -o FILE.npy")
+        from orchestration.serve.corpus import embed_corpus
+
+        r = config.runtime
+        result = embed_corpus(args.input, Path(args.output), lang=args.lang, model_dir=model, config=config.to_dict(),
+                              column=args.column, dtype=args.dtype, block_rows=args.block_rows, actors=r.embed_actors,
+                              cpus_per_actor=r.cpus_per_task, use_gpu=r.use_gpu,
+                              max_tokens=config.evaluate.max_tokens, force=args.force, ray_address=r.ray_address)
     except (ValueError, OSError) as exc:
         raise ConfigError(str(exc)) from None
-    vectors = np.concatenate(chunks) if chunks else np.zeros((0, embedder.model.embedding_dim), args.dtype)
+    print(f"{result.rows} sentences ({result.empty} empty) -> {result.out_dir}/ in {result.blocks} blocks "
+          f"({result.computed} embedded now, {result.blocks - result.computed} complete already; "
+          f"{result.seconds:.0f} s); see manifest.json")
+    return 0
+
+
+def _embed_small(model, args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from orchestration.serve.corpus import embed_in_process
+    from orchestration.serve.embedder import SentenceEmbedder
+
+    embedder = SentenceEmbedder.load(model)
+    if args.lang not in embedder.languages:
+        raise ValueError(f"the model knows {embedder.languages}, not {args.lang!r}")
+    if any(name.endswith(".parquet") for name in args.input):
+        raise ValueError("Parquet input needs an output directory (-o DIR), not a .npy file")
+    vectors, empty = embed_in_process(embedder, args.input, args.lang)
+    vectors = vectors.astype(args.dtype)
     np.save(args.output, vectors)
-    print(f"{len(vectors)} sentences -> {args.output} ({vectors.shape[1]}-d {args.dtype})")
+    print(f"{len(vectors)} sentences ({empty} empty) -> {args.output} ({vectors.shape[1]}-d {args.dtype})")
     return 0
 
 

@@ -1,11 +1,10 @@
 """Ray: the one place a command connects to (or starts) a cluster, and the executor that runs
-the shard searches of `evaluation.xsim` as Ray tasks."""
+the searches of `evaluation.xsim` as Ray tasks."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
-
-import numpy as np
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator
 
 
 def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
@@ -17,18 +16,30 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
 
 
 class RayExecutor:
-    """`evaluation.xsim.Executor` on Ray: arrays in the object store once, each call a Ray task."""
+    """`evaluation.xsim.Executor` on Ray: a value in the object store once, each call a Ray task.
 
-    def __init__(self, cpus_per_task: int = 1) -> None:
-        self.cpus_per_task = cpus_per_task
+    `map` keeps at most `max_in_flight` tasks submitted (default: twice the cluster's CPUs over
+    `cpus_per_task`) and yields their results in call order, so the driver holds a bounded number
+    of results however many tasks a search has.
+    """
 
-    def put(self, array: np.ndarray) -> Any:
+    def __init__(self, cpus_per_task: int = 1, max_in_flight: int | None = None) -> None:
+        self.cpus_per_task, self.max_in_flight = cpus_per_task, max_in_flight
+
+    def put(self, value: Any) -> Any:
         import ray
 
-        return ray.put(array)
+        return ray.put(value)
 
-    def map(self, fn: Callable[..., Any], calls: list[tuple]) -> list[Any]:
+    def map(self, fn: Callable[..., Any], calls: Iterable[tuple]) -> Iterator[Any]:
         import ray
 
         task = ray.remote(num_cpus=self.cpus_per_task)(fn)
-        return ray.get([task.remote(*args) for args in calls])
+        limit = self.max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)) // self.cpus_per_task)
+        pending: deque = deque()
+        for args in calls:
+            pending.append(task.remote(*args))
+            if len(pending) >= limit:
+                yield ray.get(pending.popleft())
+        while pending:
+            yield ray.get(pending.popleft())

@@ -101,7 +101,7 @@ class Normalizer:
         if text.isprintable():  # no control, format or separator character but the space
             text = " ".join(text.split())
         else:
-            text = _CONTROL.sub("", _SPACES.sub(" ", text)).strip()
+            text = _SPACES.sub(" ", _CONTROL.sub("", text)).strip()  # remove first: " \u200e " leaves one space
         if self.config.lowercase:
             text = text.lower()
         return text, matched
@@ -215,7 +215,10 @@ class Cleaner:
 
 
 class CleanTupleFn(beam.DoFn):
-    """Normalize and filter each sentence; drop tuples left with too few languages."""
+    """Normalize and filter each sentence; drop tuples left with too few languages.
+
+    Yields the kept tuple and its counts (`Stat`s): apply it with `CountedParDo`.
+    """
 
     def __init__(self, config: PrepareConfig) -> None:
         self.config = config
@@ -223,21 +226,17 @@ class CleanTupleFn(beam.DoFn):
     def setup(self) -> None:
         self.cleaner = Cleaner(self.config.normalize, self.config.filters)
 
-    def start_bundle(self) -> None:
-        self.tally = Tally()
-
     def process(self, element: tuple[str, dict[str, str | None]]) -> Iterator[Any]:
         key, raw = element
         kept, dropped, matched = self.cleaner.clean_tuple(raw)
+        tally = Tally()
         for lang, reason in dropped.items():
-            self.tally.add(f"sentences/{lang}/dropped/{reason}")
+            tally.add(f"sentences/{lang}/dropped/{reason}")
         for lang, names in matched.items():
             for name in names:
-                self.tally.add(f"normalized/{lang}/{name}")
+                tally.add(f"normalized/{lang}/{name}")
         if len(kept) < self.config.filters.min_languages:
-            self.tally.drop_tuple(TOO_FEW_LANGUAGES, kept)
-            return
-        yield key, kept
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()
+            tally.drop_tuple(TOO_FEW_LANGUAGES, kept)
+        else:
+            yield key, kept
+        yield from tally.flush()

@@ -22,7 +22,8 @@ DEFAULT_BIBLE_VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y",
 class Schema(BaseModel):
     """Base for every config section: unknown keys and silent coercions are errors."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # no inf/nan: the resolved config is written as JSON and YAML, and must load back the same
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 def _check_languages(languages: list[str]) -> list[str]:
@@ -106,7 +107,22 @@ class TableSource(Schema):
         return self.columns.get(lang, lang)
 
 
-Source = Annotated[Union[BibleSource, TextSource, TableSource], Field(discriminator="kind")]
+class MinedSource(Schema):
+    """Pairs mined by `interlingua mine`: the pair file of `languages` in its output folder."""
+
+    kind: Literal["mined"]
+    path: str = Field(description="The output folder of `interlingua mine` (its manifest.json names the files).")
+    languages: list[str] = Field(min_length=2, max_length=2, description="The mined pair, e.g. [fr, en].")
+    min_score: float = Field(default=0.0, ge=0, description="Pairs of a lower margin score are dropped (counted).")
+    name: str | None = None
+
+    @field_validator("languages")
+    @classmethod
+    def _langs(cls, languages: list[str]) -> list[str]:
+        return _check_languages(languages)
+
+
+Source = Annotated[Union[BibleSource, TextSource, TableSource, MinedSource], Field(discriminator="kind")]
 
 
 class RemovePattern(Schema):
@@ -264,7 +280,7 @@ class PrepareConfig(Schema):
         return out
 
 
-def source_name(source: BibleSource | TextSource | TableSource, index: int) -> str:
+def source_name(source: BibleSource | TextSource | TableSource | MinedSource, index: int) -> str:
     """The name that prefixes a source's tuple keys: its `name`, else `<kind><index>`."""
     return source.name or f"{source.kind}{index}"
 

@@ -1,29 +1,44 @@
 """Counting what a step forwards and drops, by reason, as Beam Metrics and as data.
 
-A DoFn keeps a `Tally` per bundle and flushes it in `finish_bundle`: to Beam
-`Metrics` (for the runner's UI) and as `(name, n)` elements on the `stats`
-output, which the job sums into the manifest. Beam retries bundles whole, so
-the data-based sums are exact on every runner.
+A counting DoFn keeps a `Tally` while it handles one element and flushes it at
+the end of that `process` call: to Beam `Metrics` (for the runner's UI) and as
+`Stat` elements on the DoFn's one output, beside the elements it forwards.
+`CountedParDo` applies such a DoFn and splits its output into
+`{main: elements, "stats": (name, n) pairs}`, which the job sums into the
+manifest. Beam retries bundles whole, so the data-based sums are exact on every
+runner.
+
+Why one output and no `finish_bundle`: Beam 2.77's DaskRunner gives every
+tagged output of a multi-output ParDo (and of Partition) all of the ParDo's
+elements, main and tagged alike, and drops whatever `finish_bundle` emits (it
+collects a bundle's outputs before calling it). A single output split by two
+Filters, with counts emitted from `process`, means the same on every runner.
+Only steps that see many elements per call count often (a read task, a
+shard); the others count rare events (drops), so flushing per call stays
+nearly free.
 """
 from __future__ import annotations
 
 import collections
-from typing import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 STATS = "stats"
 
 
-class Tally:
-    """Counts kept in a DoFn during a bundle; flushed as Metrics and `stats` elements.
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """A count on a step's output, beside the elements it forwards."""
 
-    Counting per bundle, not per element, keeps the accounting nearly free.
-    """
+    name: str
+    n: int
+
+
+class Tally:
+    """Counts kept while a DoFn handles one element; flushed as Metrics and `Stat` elements."""
 
     def __init__(self) -> None:
         self.counts: collections.Counter[str] = collections.Counter()
@@ -37,10 +52,33 @@ class Tally:
         for lang in sentences:
             self.counts[f"sentences/{lang}/dropped/{reason}"] += 1
 
-    def flush(self) -> Iterator[beam.pvalue.TaggedOutput]:
+    def flush(self) -> Iterator[Stat]:
+        """Every count as a `Stat` (and a Beam counter); the tally is empty afterwards."""
         for name, n in self.counts.items():
             Metrics.counter("prepare", name).inc(n)
-            yield beam.pvalue.TaggedOutput(
-                STATS, WindowedValue((name, n), MIN_TIMESTAMP, [GlobalWindow()])
-            )
+            yield Stat(name, n)
         self.counts.clear()
+
+
+def _forwarded(element: Any) -> bool:
+    return not isinstance(element, Stat)
+
+
+def _stat_pair(element: Any) -> list[tuple[str, int]]:
+    return [(element.name, element.n)] if isinstance(element, Stat) else []
+
+
+class CountedParDo(beam.PTransform):
+    """ParDo(fn, *side_inputs) -> {main: what fn forwards, "stats": (name, n) counts}.
+
+    `fn` yields its elements and its `Stat` counts on its one output.
+    """
+
+    def __init__(self, fn: beam.DoFn, *side_inputs: Any, main: str = "tuples") -> None:
+        super().__init__()
+        self.fn, self.side_inputs, self.main = fn, side_inputs, main
+
+    def expand(self, pcoll: beam.PCollection) -> dict[str, beam.PCollection]:
+        out = pcoll | "Apply" >> beam.ParDo(self.fn, *self.side_inputs)
+        return {self.main: out | "Forwarded" >> beam.Filter(_forwarded),
+                STATS: out | "Counts" >> beam.FlatMap(_stat_pair)}

@@ -9,18 +9,25 @@ Layout of a dataset directory (`<run_dir>/data`):
 
 A run builds everything in a sibling staging directory and renames it into
 place only when complete, so a crash never leaves a dataset that looks done.
+A dataset at a URI (s3://, gs://, hdfs://, file://) is committed by its
+manifest instead (`pipelines.staging`): its files sit under a per-run prefix
+that the manifest names. Readers here take either kind of location and read
+only the files that the manifest names, by their paths relative to the dataset.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from pipelines import storage
 
 FORMAT = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
@@ -53,7 +60,7 @@ def shard_name(split: str, index: int, count: int) -> str:
 
 
 def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> None:
-    """Write rows (sorted by key for identical reruns) to one Parquet file.
+    """Write rows (sorted by key for identical reruns) to one Parquet file (a local path or a URI).
 
     Its size and checksum are taken once, for the manifest, when the dataset is complete.
     """
@@ -62,16 +69,21 @@ def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> 
     # column by column: half the time of Table.from_pylist over row dicts
     table = pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in fields},
                      schema=fields)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    pq.write_table(table, path, compression="zstd")
+    fs, where = storage.resolve(path)  # a local path or a URI: the same writer, the same bytes
+    fs.create_dir(posixpath.dirname(where), recursive=True)
+    pq.write_table(table, where, filesystem=fs, compression="zstd")
+
+
+def shard_rows(path: str | Path) -> int:
+    """The number of rows in one Parquet shard (a local path or a URI), from its footer."""
+    fs, where = storage.resolve(path)
+    with fs.open_input_file(where) as handle:
+        return pq.ParquetFile(handle).metadata.num_rows
 
 
 def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The SHA-256 of a file (a local path or a URI), hex."""
+    return storage.sha256(path)
 
 
 def fingerprint(payload: Any) -> str:
@@ -100,27 +112,36 @@ def publish(staging: Path, data_dir: Path, manifest: dict[str, Any]) -> None:
 
 
 def load_manifest(data_dir: str | Path) -> dict[str, Any]:
-    """The manifest of a complete dataset. Raises DatasetError otherwise."""
-    path = Path(data_dir) / MANIFEST
-    if not path.is_file():
+    """The manifest of a complete dataset (a local directory or a URI). Raises DatasetError otherwise."""
+    path = storage.join(data_dir, MANIFEST)
+    try:
+        manifest = json.loads(storage.read_bytes(path))
+    except FileNotFoundError:
         raise DatasetError(
             f"{data_dir}: no {MANIFEST}: not a finished dataset; run `interlingua prepare` first"
-        )
-    manifest = json.loads(path.read_text())
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: not a readable manifest ({exc}); run `interlingua prepare --force`") from exc
     if manifest.get("format") != FORMAT:
         raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     return manifest
 
 
-def split_files(data_dir: str | Path, split: str) -> list[Path]:
-    """The Parquet shards of one split of a complete dataset."""
+def split_files(data_dir: str | Path, split: str) -> list[Path] | list[str]:
+    """The Parquet shards of one split of a complete dataset: Paths under a local directory, URIs under a URI."""
     manifest = load_manifest(data_dir)
     if split not in manifest["splits"]:
         raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest['splits'])}")
-    return [Path(data_dir) / f["path"] for f in manifest["splits"][split]["files"]]
+    paths = [f["path"] for f in manifest["splits"][split]["files"]]
+    if storage.is_uri(data_dir):
+        return [storage.join(data_dir, p) for p in paths]
+    return [Path(data_dir) / p for p in paths]
 
 
 def read_split(data_dir: str | Path, split: str, columns: list[str] | None = None) -> pa.Table:
     """One split as a pyarrow Table (all shards, in shard order)."""
-    tables = [pq.read_table(p, columns=columns) for p in split_files(data_dir, split)]
+    tables = []
+    for location in split_files(data_dir, split):
+        fs, path = storage.resolve(location)
+        tables.append(pq.read_table(path, columns=columns, filesystem=fs))
     return pa.concat_tables(tables)

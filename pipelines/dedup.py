@@ -5,9 +5,10 @@ import hashlib
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
+import numpy as np
 
 from pipelines.config import DedupConfig
-from pipelines.counting import STATS, Tally
+from pipelines.counting import STATS, CountedParDo, Tally
 
 DUPLICATE = "duplicate"
 NEAR_DUPLICATE = "near_duplicate"
@@ -22,22 +23,18 @@ def content_key(sentences: dict[str, str]) -> str:
 
 
 class KeepFirstFn(beam.DoFn):
-    """Among tuples with equal content (or one LSH bucket), keep the smallest key."""
+    """Among tuples with equal content (or one LSH bucket), keep the smallest key; count the rest."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
-    def start_bundle(self) -> None:
-        self.tally = Tally()
-
     def process(self, element: tuple[str, Iterable[Tuple]]) -> Iterator[Any]:
         group = sorted(element[1], key=lambda t: t[0])
+        tally = Tally()
         for key, sentences in group[1:]:
-            self.tally.drop_tuple(self.reason, sentences)
+            tally.drop_tuple(self.reason, sentences)
         yield group[0]
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()
+        yield from tally.flush()
 
 
 class DedupTuples(beam.PTransform):
@@ -52,17 +49,20 @@ class DedupTuples(beam.PTransform):
             tuples
             | "KeyByContent" >> beam.Map(lambda t: (content_key(t[1]), t))
             | "GroupByContent" >> beam.GroupByKey()
-            | "KeepFirstOfEqual" >> beam.ParDo(KeepFirstFn(DUPLICATE)).with_outputs(STATS, main="kept")
+            | "KeepFirstOfEqual" >> CountedParDo(KeepFirstFn(DUPLICATE), main="kept")
         )
         if not self.config.near_duplicates:
-            return {"tuples": exact.kept, STATS: exact[STATS]}
-        near = exact.kept | "NearDedup" >> NearDedup(self.config)
+            return {"tuples": exact["kept"], STATS: exact[STATS]}
+        near = exact["kept"] | "NearDedup" >> NearDedup(self.config)
         stats = (exact[STATS], near[STATS]) | "DedupStats" >> beam.Flatten()
-        return {"tuples": near.kept, STATS: stats}
+        return {"tuples": near["kept"], STATS: stats}
 
 
 class NearDedup(beam.PTransform):
-    """MinHash LSH over character shingles of the whole tuple (datasketch signatures)."""
+    """MinHash LSH over character shingles of the whole tuple (datasketch signatures).
+
+    Tuples -> {'kept': tuples, 'stats': (name, n) counts of the near-duplicates dropped}.
+    """
 
     def __init__(self, config: DedupConfig) -> None:
         super().__init__()
@@ -81,7 +81,7 @@ class NearDedup(beam.PTransform):
         return (
             {"tuple": tuples | "KeyByKey" >> beam.Map(lambda t: (t[0], t[1])), "dup": marked}
             | "JoinMarks" >> beam.CoGroupByKey()
-            | "DropNearDuplicates" >> beam.ParDo(_DropMarkedFn()).with_outputs(STATS, main="kept")
+            | "DropNearDuplicates" >> CountedParDo(_DropMarkedFn(), main="kept")
         )
 
 
@@ -92,7 +92,7 @@ def _lsh_bands(t: Tuple, cfg: DedupConfig) -> Iterator[tuple[str, tuple[str, byt
     shingles = {text[i : i + cfg.shingle_chars] for i in range(max(len(text) - cfg.shingle_chars + 1, 1))}
     mh = MinHash(num_perm=cfg.num_perm, seed=1)
     mh.update_batch([s.encode() for s in shingles])
-    values = mh.hashvalues
+    values = np.asarray(mh.hashvalues, dtype=np.uint64)  # datasketch 2 keeps uint32: read back as uint64 below
     rows = cfg.num_perm // cfg.bands
     for band in range(cfg.bands):
         chunk = values[band * rows : (band + 1) * rows].tobytes()
@@ -100,7 +100,6 @@ def _lsh_bands(t: Tuple, cfg: DedupConfig) -> Iterator[tuple[str, tuple[str, byt
 
 
 def _near_duplicates_in_band(element: Any, threshold: float) -> Iterator[str]:
-    import numpy as np
 
     members = sorted(element[1])
     if len(members) < 2:
@@ -112,16 +111,12 @@ def _near_duplicates_in_band(element: Any, threshold: float) -> Iterator[str]:
 
 
 class _DropMarkedFn(beam.DoFn):
-    def start_bundle(self) -> None:
-        self.tally = Tally()
-
     def process(self, element: Any) -> Iterator[Any]:
         key, joined = element
+        tally = Tally()
         for sentences in joined["tuple"]:
             if joined["dup"]:
-                self.tally.drop_tuple(NEAR_DUPLICATE, sentences)
+                tally.drop_tuple(NEAR_DUPLICATE, sentences)
             else:
                 yield key, sentences
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()
+        yield from tally.flush()

@@ -2,16 +2,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 import sentencepiece as spm
 
-from pipelines import dataset, tokenizer
+from pipelines import dataset, storage, tokenizer
 from pipelines.config import SpmConfig
-from pipelines.counting import STATS, Tally
+from pipelines.counting import STATS, CountedParDo, Tally
+from pipelines.joins import JoinSingleton
 from pipelines.tokenizer import unit_hash
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,12 @@ def _sample(t: Tuple, rates: dict[str, float]) -> list[tuple[str, list[str]]]:
         for _ in range(tokenizer.copies(rates[lang], key, lang))
     ]
     return [(key, texts)] if texts else []
+
+
+def _sample_group(group: tuple[dict[str, float], list[Tuple]]) -> list[tuple[str, list[str]]]:
+    """(rates, tuples) -> the sample drawn from those tuples."""
+    rates, tuples = group
+    return [drawn for t in tuples for drawn in _sample(t, rates)]
 
 
 class CountLanguagesFn(beam.CombineFn):
@@ -54,7 +60,7 @@ class CountLanguagesFn(beam.CombineFn):
 
 
 class TrainFn(beam.DoFn):
-    """The gathered sample -> the serialized BPE model; counts the sampled sentences."""
+    """The gathered sample -> the serialized BPE model, and the count of sampled sentences (a `Stat`)."""
 
     def __init__(self, config: SpmConfig) -> None:
         self.config = config
@@ -82,7 +88,8 @@ class TrainBpe(beam.PTransform):
     The sampling rates come from the sentence counts of `pool`, the
     deduplicated tuples that the split draws from (a few per cent more than
     train holds). They are known when decontamination runs, so the sampling
-    happens in the same pass over the tuples instead of a second one.
+    happens in the same pass over the tuples instead of a second one (on Dask,
+    a shuffle join brings them: see `pipelines.joins`).
     """
 
     def __init__(self, config: SpmConfig) -> None:
@@ -91,24 +98,26 @@ class TrainBpe(beam.PTransform):
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> Any:
         cfg = self.config
-        rates = beam.pvalue.AsSingleton(
+        rates = (
             inputs["pool"]
-            | "CountPerLanguage" >> beam.CombineGlobally(CountLanguagesFn())
+            | "CountPerLanguage" >> beam.CombineGlobally(CountLanguagesFn()).without_defaults()
             | "SamplingRates" >> beam.Map(tokenizer.sampling_rates, cfg)
         )
         trained = (
-            inputs["train"]
-            | "SampleSentences" >> beam.FlatMap(_sample, rates)
+            {"elements": inputs["train"], "value": rates}
+            | "JoinRates" >> JoinSingleton(key=lambda t: t[0])
+            | "SampleSentences" >> beam.FlatMap(_sample_group)
             # without_defaults: a global combine with a default re-reads its whole
             # output as a side input (the sample: tens of MB, deep-sized by Beam's cache)
             | "GatherSample" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
-            | "TrainModel" >> beam.ParDo(TrainFn(cfg)).with_outputs(STATS, main="model")
+            | "TrainModel" >> CountedParDo(TrainFn(cfg), main="model")
         )
-        return {"model": trained.model, STATS: trained[STATS]}
+        return {"model": trained["model"], STATS: trained[STATS]}
 
 
 class WriteShardFn(beam.DoFn):
-    """All tuples of one shard -> BPE-encoded rows in one Parquet file; counts what each split gets.
+    """(shard, {'tuples': its tuples, 'model': [the BPE model]}) -> BPE-encoded rows in one Parquet
+    file; yields what it wrote as `Stat`s.
 
     Encoding here, after the shuffle, keeps token ids out of it, and lets
     sentencepiece encode a whole shard in one (multi-threaded) call.
@@ -120,15 +129,18 @@ class WriteShardFn(beam.DoFn):
     def setup(self) -> None:
         self._proto: bytes | None = None
 
-    def start_bundle(self) -> None:
-        self.tally = Tally()
-
-    def process(self, element: tuple[tuple[str, int], Iterable[Tuple]], model: bytes) -> Iterator[Any]:
-        if model is not self._proto:
+    def process(self, element: tuple[tuple[str, int], dict[str, Iterable[Any]]]) -> Iterator[Any]:
+        (split, shard), joined = element
+        tuples, models, tally = list(joined["tuples"]), list(joined["model"]), Tally()
+        if not tuples:
+            return  # no row fell in this shard: the driver writes it empty
+        if not models:
+            raise ValueError(f"{split} shard {shard}: no BPE model to encode with: no training sentence was "
+                             "left (all held out or dropped); lower prepare.split.dev_size and test_size")
+        (model,) = models
+        if model != self._proto:
             self.sp = spm.SentencePieceProcessor(model_proto=model)
             self._proto = model
-        (split, shard), tuples = element
-        tuples = list(tuples)
         ids = iter(self.sp.encode([text for _, sentences in tuples for text in sentences.values()]))
         rows = []
         for key, sentences in tuples:
@@ -136,23 +148,20 @@ class WriteShardFn(beam.DoFn):
             for lang, text in sentences.items():
                 tokens = next(ids)
                 row[f"{lang}_text"], row[f"{lang}_ids"], row[f"{lang}_len"] = text, tokens, len(tokens)
-                self.tally.add(f"sentences/{lang}/out/{split}")
+                tally.add(f"sentences/{lang}/out/{split}")
             rows.append(row)
-        self.tally.add(f"tuples/out/{split}", len(rows))
+        tally.add(f"tuples/out/{split}", len(rows))
         name = dataset.shard_name(split, shard, self.shards[split])
-        dataset.write_shard(os.path.join(self.root, name), rows, self.languages)
+        dataset.write_shard(storage.join(self.root, name), rows, self.languages)
         log.info("wrote %s: %d rows", name, len(rows))
-        yield name
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()
+        yield from tally.flush()
 
 
-def _write_model(proto: bytes, root: str) -> None:
-    with open(os.path.join(root, dataset.SPM_MODEL), "wb") as handle:
-        handle.write(proto)
-    with open(os.path.join(root, dataset.SPM_VOCAB), "w", encoding="utf-8") as handle:
-        handle.write(tokenizer.vocab_tsv(proto))
+def _write_model(proto: bytes, root: str) -> list[Any]:
+    """Write spm.model and spm.vocab under `root`; no output (it joins the stats, to be waited for)."""
+    storage.write_bytes(storage.join(root, dataset.SPM_MODEL), proto)
+    storage.write_bytes(storage.join(root, dataset.SPM_VOCAB), tokenizer.vocab_tsv(proto).encode("utf-8"))
+    return []
 
 
 class EncodeAndWrite(beam.PTransform):
@@ -166,18 +175,22 @@ class EncodeAndWrite(beam.PTransform):
         splits = {s: inputs[s] for s in dataset.SPLITS}
         trained = {"train": inputs["train"], "pool": inputs["pool"]} | "TrainBpe" >> TrainBpe(self.config)
         model = trained["model"]
-        _ = model | "WriteModel" >> beam.Map(_write_model, self.root)
+        # the write's (empty) output joins the stats: a runner that computes only what
+        # the job's last step depends on (Beam 2.77's DaskRunner) still writes the model
+        model_written = model | "WriteModel" >> beam.FlatMap(_write_model, self.root)
         keyed = [
             pcoll | f"Shard{split.title()}" >> beam.Map(
                 lambda t, s=split: ((s, int(unit_hash("shard", t[0]) * self.shards[s])), t))
             for split, pcoll in splits.items()
         ]
+        # the model joins each shard's tuples (a copy per shard) in the shard grouping, the shuffle
+        # that was needed anyway: no side input on any runner (see pipelines.joins)
+        every_shard = [(s, i) for s, n in self.shards.items() for i in range(n)]
         written = (
-            keyed
-            | "AllSplits" >> beam.Flatten()
-            | "GroupByShard" >> beam.GroupByKey()
-            | "EncodeAndWriteShards" >> beam.ParDo(
-                WriteShardFn(self.root, self.languages, self.shards), beam.pvalue.AsSingleton(model)
-            ).with_outputs(STATS, main="files")
+            {"tuples": keyed | "AllSplits" >> beam.Flatten(),
+             "model": model | "ModelPerShard" >> beam.FlatMap(lambda m: [(k, m) for k in every_shard])}
+            | "GroupByShard" >> beam.CoGroupByKey()
+            | "EncodeAndWriteShards" >> beam.ParDo(WriteShardFn(self.root, self.languages, self.shards))
+            | "ShardStats" >> beam.Map(lambda stat: (stat.name, stat.n))
         )
-        return (written[STATS], trained[STATS]) | "EncodeStats" >> beam.Flatten()
+        return (written, trained[STATS], model_written) | "EncodeStats" >> beam.Flatten()

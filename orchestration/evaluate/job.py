@@ -5,11 +5,15 @@
 1. `resolve_encoder`: the model directory (default: the run's trained model) or the USE baseline.
 2. The stage cache: an evaluation of the same model file, dataset and `evaluate`
    config (its fingerprint in `state.json`) is returned as it is, unless `force`.
-3. `embed_split` (Ray Data actors); embeddings saved per language to
-   `<run_dir>/eval/<split>/embeddings/<lang>.npy`, rows in key order.
+3. `embed_split` (Ray Data actors) writes the embeddings block by block to
+   `<run_dir>/eval/<split>/embeddings/` (`evaluation.store`: per language, rows in key order).
 4. `measure`: every ordered pair searched by `evaluation.xsim.search_pairs`
-   on Ray tasks (`evaluate.shards` shards, merged exactly), then the metrics.
+   on Ray tasks, each reading one block of queries and one of `evaluate.shards`
+   candidate shards from disk; the merged top-k go to `<out_dir>/search/`, then the metrics.
 5. `evaluation.report` files and an MLflow run nested under the training run.
+
+The driver holds a block of queries at a time, never a split's embeddings or texts
+(`orchestration.evaluate.memory` measures its peak memory).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import numpy as np
 
 from evaluation.metrics import subset_averages
 from evaluation.report import FILES, format_matrix, write_report
+from evaluation.store import StoredEmbeddings
 from evaluation.xsim import approximate_recall, pair_metrics, search_pairs
 from orchestration import model_dir as model_files
 from orchestration import tracking
@@ -77,16 +82,16 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
         log.info("%s: this model was evaluated on this data already", out_dir)
         return _cached(out_dir, encoder.languages, state["run_id"])
     ensure_ray(config.runtime.ray_address, log_to_driver=False)
-    embeddings, keys, texts = embed_split(config, encoder.model_path, encoder.languages)
-    _save_embeddings(out_dir / "embeddings", embeddings, keys)
-    log.info("embedded %d tuples x %d languages; searching %d pairs in %d shards", len(keys),
+    store = embed_split(config, encoder.model_path, encoder.languages, out_dir / "embeddings",
+                        meta={"model": model_identity(config, encoder), "split": config.evaluate.split})
+    log.info("embedded %d tuples x %d languages; searching %d pairs in %d shards", len(store),
              len(encoder.languages), len(encoder.languages) * (len(encoder.languages) - 1), config.evaluate.shards)
-    pairs = measure(config, embeddings, texts)
+    pairs = measure(config, store, out_dir / "search")
     matrix = {pair: m["error"] for pair, m in pairs.items()}
     averages = {"all": float(np.mean(list(matrix.values()))), **subset_averages(matrix, encoder.languages)}
     named = {f"{p}-{q}": m for (p, q), m in pairs.items()}
-    write_report(out_dir, matrix, named, averages, encoder.languages, len(keys))
-    run_id = _log(config, out_dir, named, averages, encoder.meta, len(keys), label, parent_run_id)
+    write_report(out_dir, matrix, named, averages, encoder.languages, len(store))
+    run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id)
     write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id})
     return EvalResult(matrix, named, averages, encoder.languages, run_id, out_dir)
 
@@ -109,24 +114,31 @@ def resolve_encoder(config: Config, model_dir: Path | None) -> Encoder:
 def eval_fingerprint(config: Config, encoder: Encoder) -> str:
     """What an evaluation depends on: the model file, the dataset, the evaluate config."""
     return fingerprint({
-        "model": file_sha256(encoder.model_path) if encoder.model_path else config.evaluate.encoder,
+        "model": model_identity(config, encoder),
         "data": load_manifest(config.data_dir)["fingerprint"],
         "evaluate": config.evaluate.model_dump(),
     })
 
 
-def measure(config: Config, embeddings: dict[str, np.ndarray], texts: dict[str, list[str]]
+def model_identity(config: Config, encoder: Encoder) -> str:
+    """The evaluated model's identity: its file's sha256, or the baseline's name."""
+    return file_sha256(encoder.model_path) if encoder.model_path else config.evaluate.encoder
+
+
+def measure(config: Config, store: StoredEmbeddings, results_dir: Path
             ) -> dict[tuple[str, str], dict[str, float]]:
-    """Every ordered pair's metrics, searched on Ray tasks; with an approximate index also its recall
-    against an exact search of the first `evaluate.recall_queries` queries."""
+    """Every ordered pair's metrics, searched on Ray tasks that read the stored embeddings (results
+    written to `results_dir`); with an approximate index also its recall against an exact search of
+    the first `evaluate.recall_queries` queries."""
     e = config.evaluate
     executor = RayExecutor(config.runtime.cpus_per_task)
     k = max(5, e.margin_k)
-    results = search_pairs(embeddings, metric=e.metric, shards=e.shards, k=k, index=e.index, executor=executor)
-    pairs = pair_metrics(results, texts, metric=e.metric, margin_k=e.margin_k)
+    results = search_pairs(store, metric=e.metric, shards=e.shards, k=k, index=e.index, executor=executor,
+                           results_dir=results_dir)
+    pairs = pair_metrics(results, store.hashes(), metric=e.metric, margin_k=e.margin_k)
     if e.index != "flat":
-        queries = min(e.recall_queries, len(next(iter(embeddings.values()))))
-        exact = search_pairs(embeddings, metric=e.metric, shards=e.shards, k=k, queries=queries, executor=executor)
+        queries = min(e.recall_queries, len(store))
+        exact = search_pairs(store, metric=e.metric, shards=e.shards, k=k, queries=queries, executor=executor)
         for pair, recall in approximate_recall(results, exact).items():
             pairs[pair].update(recall)
     return pairs
@@ -143,13 +155,6 @@ def _cached(out_dir: Path, languages: list[str], run_id: str) -> EvalResult:
     record = json.loads((out_dir / "metrics.json").read_text())
     matrix = {tuple(k.split("-", 1)): v["error"] for k, v in record["pairs"].items()}
     return EvalResult(matrix, record["pairs"], record["averages"], languages, run_id, out_dir, skipped=True)
-
-
-def _save_embeddings(folder: Path, embeddings: dict[str, np.ndarray], keys: list[str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for lang, emb in embeddings.items():
-        np.save(folder / f"{lang}.npy", emb)
-    (folder / "keys.json").write_text(json.dumps(keys))
 
 
 def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int,

@@ -3,14 +3,18 @@
 The trained model is logged as an MLflow pyfunc model and registered under
 `registry.model_name`. The version holding the alias `champion` is evaluated
 again on the same, current evaluation set, and the challenger takes the alias
-only when its average error is lower by `registry.min_improvement`; both
-numbers and the decision are logged to the pipeline run.
+only when its average error is lower by more than `registry.min_improvement`
+and, when `registry.max_pair_regression` is set, no language pair is worse
+than the champion's by more than that budget (`decide`). The errors, the
+rule's parameters, the pairs that blocked the promotion and the decision are
+logged to the pipeline run.
 """
 from __future__ import annotations
 
 import logging
 import tempfile
 from dataclasses import dataclass
+from typing import Mapping
 
 from orchestration import tracking
 from orchestration.config import Config
@@ -18,6 +22,45 @@ from orchestration.config import Config
 log = logging.getLogger(__name__)
 
 MODEL_TAG = "interlingua.model_sha256"  # a registered version's model file, to find it again
+Pair = tuple[str, str]  # (query language, searched language), as in EvalResult.matrix
+# Errors are sentence counts over the split size: compare them with a tolerance far below one sentence, so
+# that a difference exactly at the margin is not decided by float rounding (0.20 - 0.05 < 0.15 in floats).
+TOLERANCE = 1e-9
+MAX_LISTED_PAIRS = 10  # in the decision message (all of them go to the run's metrics)
+MAX_TAG_CHARS = 5000  # MLflow caps tag values (8,000 characters in MLflow 3); keep well under
+
+
+@dataclass(frozen=True)
+class PairRegression:
+    """A language pair on which the challenger is worse than the champion by more than the budget."""
+
+    pair: Pair
+    challenger_error: float
+    champion_error: float
+
+    @property
+    def delta(self) -> float:
+        """How much worse the challenger is, as a fraction (0.05 = 5 points)."""
+        return self.challenger_error - self.champion_error
+
+    @property
+    def name(self) -> str:
+        return f"{self.pair[0]}-{self.pair[1]}"
+
+    def __str__(self) -> str:
+        return f"{self.name} {100 * self.challenger_error:.2f}% vs {100 * self.champion_error:.2f}%"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The rule's outcome: promoted when better on average and no pair regresses beyond the budget."""
+
+    better: bool  # the average error beats the champion's by more than min_improvement
+    blocking: tuple[PairRegression, ...] = ()  # the pairs beyond the budget, worst first
+
+    @property
+    def promoted(self) -> bool:
+        return self.better and not self.blocking
 
 
 @dataclass
@@ -27,18 +70,55 @@ class Decision:
     version: str
     challenger_error: float
     champion_error: float | None  # None when there was no champion
+    blocking: tuple[PairRegression, ...] = ()
 
 
 def beats(challenger_error: float, champion_error: float, min_improvement: float) -> bool:
-    """The rule: the challenger's average error is lower than the champion's by more than `min_improvement`
-    (errors as fractions; a tie keeps the champion)."""
-    return challenger_error < champion_error - min_improvement
+    """The average rule: the challenger's average error is lower than the champion's by more than
+    `min_improvement` (errors as fractions; a tie keeps the champion)."""
+    return challenger_error < champion_error - min_improvement - TOLERANCE
+
+
+def pair_regressions(challenger: Mapping[Pair, float], champion: Mapping[Pair, float],
+                     max_pair_regression: float | None) -> tuple[PairRegression, ...]:
+    """The pairs on which the challenger's error exceeds the champion's by more than `max_pair_regression`,
+    worst first; none when the budget is None. A pair the champion was measured on and the challenger was
+    not (a language it dropped) counts as 100 % error for the challenger; pairs only the challenger has
+    cannot regress."""
+    if max_pair_regression is None:
+        return ()
+    found = [PairRegression(pair, challenger.get(pair, 1.0), error) for pair, error in champion.items()]
+    worse = [r for r in found if r.delta > max_pair_regression + TOLERANCE]
+    return tuple(sorted(worse, key=lambda r: (-r.delta, r.pair)))
+
+
+def decide(*, challenger_error: float, champion_error: float, challenger_matrix: Mapping[Pair, float],
+           champion_matrix: Mapping[Pair, float], min_improvement: float,
+           max_pair_regression: float | None) -> Verdict:
+    """Both rules on both models' errors measured on the same split (matrices: {(src, tgt): error}).
+    The pairs are checked even when the average already fails, so that the log says every reason."""
+    return Verdict(beats(challenger_error, champion_error, min_improvement),
+                   pair_regressions(challenger_matrix, champion_matrix, max_pair_regression))
+
+
+def explain(verdict: Verdict, *, challenger: str, champion: str, challenger_error: float, champion_error: float,
+            min_improvement: float, max_pair_regression: float | None) -> str:
+    """The reason, for people: both averages, the margin, and the blocking pairs with both errors."""
+    reason = (f"challenger {challenger} {100 * challenger_error:.2f}% vs champion {champion} "
+              f"{100 * champion_error:.2f}% (needs {100 * min_improvement:.2f} points better)")
+    if verdict.blocking:
+        listed = ", ".join(str(r) for r in verdict.blocking[:MAX_LISTED_PAIRS])
+        more = len(verdict.blocking) - MAX_LISTED_PAIRS
+        reason += (f"; {len(verdict.blocking)} pair(s) worse than the champion's by more than "
+                   f"{100 * max_pair_regression:.2f} points (challenger vs champion): {listed}"
+                   + (f" and {more} more" if more > 0 else ""))
+    return reason
 
 
 def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, challenger,
                         parent_run_id: str) -> Decision:
-    """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult); promote it when it
-    beats the champion re-evaluated on the same split by `registry.min_improvement`."""
+    """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult); promote it when
+    `decide` says so against the champion re-evaluated on the same split."""
     from model.nmt import load_model
     from orchestration.evaluate.job import evaluate
     from orchestration.model_dir import MODEL_FILE
@@ -49,25 +129,48 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
         MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
     })
     challenger_error, champion_error = challenger.averages["all"], None
+    rule = {"min_improvement": config.registry.min_improvement,
+            "max_pair_regression": config.registry.max_pair_regression}
     current = tracking.champion(uri, name)
-    margin = config.registry.min_improvement
     if current is None:
-        promoted, reason = True, "no champion yet"
+        verdict, reason = Verdict(better=True), "no champion yet"
     else:
         with tempfile.TemporaryDirectory(prefix="champion-") as tmp:
             champion_dir = tracking.download_model_dir(uri, name, current.version, tmp)
             champion = evaluate(config, model_dir=champion_dir, label=f"champion-v{current.version}",
                                 parent_run_id=parent_run_id)
         champion_error = champion.averages["all"]
-        promoted = beats(challenger_error, champion_error, margin)
-        reason = (f"challenger v{version} {100 * challenger_error:.2f}% vs champion v{current.version} "
-                  f"{100 * champion_error:.2f}% (needs {100 * margin:.2f} points better)")
-    if promoted:
+        verdict = decide(challenger_error=challenger_error, champion_error=champion_error,
+                         challenger_matrix=challenger.matrix, champion_matrix=champion.matrix, **rule)
+        reason = explain(verdict, challenger=f"v{version}", champion=f"v{current.version}",
+                         challenger_error=challenger_error, champion_error=champion_error, **rule)
+    if verdict.promoted:
         tracking.promote(uri, name, version)
-    metrics = {"register/challenger_error": challenger_error, "register/promoted": float(promoted)}
+    log_decision(uri, parent_run_id, verdict, challenger_error=challenger_error, champion_error=champion_error,
+                 **rule)
+    message = f"{'promoted' if verdict.promoted else 'not promoted'} {name} v{version}: {reason}"
+    log.info(message)
+    return Decision(verdict.promoted, message, version, challenger_error, champion_error, verdict.blocking)
+
+
+def log_decision(uri: str, run_id: str, verdict: Verdict, *, challenger_error: float,
+                 champion_error: float | None, min_improvement: float, max_pair_regression: float | None) -> None:
+    """The decision's inputs and outcome on the pipeline run: both averages, `register/promoted`, and per
+    blocking pair `register/pair_regression/<src>-<tgt>` (challenger minus champion error) as metrics; the
+    rule's parameters and the blocking pairs with both errors as `register.*` tags."""
+    metrics = {"register/challenger_error": challenger_error, "register/promoted": float(verdict.promoted),
+               "register/blocking_pairs": float(len(verdict.blocking))}
     if champion_error is not None:
         metrics["register/champion_error"] = champion_error
-    tracking.log_metrics(uri, parent_run_id, metrics, 0)
-    message = f"{'promoted' if promoted else 'not promoted'} {name} v{version}: {reason}"
-    log.info(message)
-    return Decision(promoted, message, version, challenger_error, champion_error)
+    metrics.update({f"register/pair_regression/{r.name}": r.delta for r in verdict.blocking})
+    items = list(metrics.items())
+    for start in range(0, len(items), 1000):  # MLflow takes at most 1,000 metrics per batch
+        tracking.log_metrics(uri, run_id, dict(items[start:start + 1000]), 0)
+    blocking = "; ".join(str(r) for r in verdict.blocking) or "none"
+    if len(blocking) > MAX_TAG_CHARS:
+        blocking = blocking[:MAX_TAG_CHARS - 40].rsplit(";", 1)[0] + "; ... (all in register/pair_regression/*)"
+    tracking.set_tags(uri, run_id, {
+        "register.min_improvement": str(min_improvement),
+        "register.max_pair_regression": "none" if max_pair_regression is None else str(max_pair_regression),
+        "register.blocking_pairs": blocking,
+    })

@@ -8,13 +8,14 @@ Works against any tracking URI, the embedded sqlite store or a server.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from evaluation.report import grid
 from orchestration import tracking
-from orchestration.config import Config
+from orchestration.config import Config, ConfigError
 
 IGNORED = {"run_dir", "dataset_dir", "name"}  # differ by construction
 
@@ -40,6 +41,11 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
     """The runs of `stage` (evaluation runs by test error; training runs and tune trials by best dev error)."""
     uri = tracking.resolve_uri(config.tracking.uri)
     experiment = experiment or config.tracking.experiment
+    if max_runs < 1:
+        raise ConfigError(f"--max-runs {max_runs}: show at least one run")
+    if plot and not Path(plot).resolve().parent.is_dir():
+        raise ConfigError(f"--plot {plot}: the folder {Path(plot).resolve().parent} does not exist")
+    tracking.check_reachable(uri)
     metric, pair_prefix = METRICS[stage]
     runs = tracking.search_runs(uri, experiment, f"tags.`interlingua.stage` = '{stage}'", max_runs)
     if not runs:

@@ -1,69 +1,73 @@
-"""`interlingua search` and `interlingua embed`: the trained encoder on raw text.
+"""`interlingua search`: the trained encoder on a query sentence.
 
-search: a query sentence in any trained language -> its k nearest sentences of
-the evaluation split in the chosen languages, with cosine scores (the
-paper's Tables 5-8). The candidates are the embeddings `interlingua evaluate`
-wrote; when they are missing, the split is embedded here.
+A query sentence in any trained language -> its k nearest sentences of the
+evaluation split in the chosen languages, with cosine scores (the paper's
+Tables 5-8). The candidates are the embeddings `interlingua evaluate` wrote
+(`evaluation.store`, the split's complete tuples), read block by block when
+they are of this model; otherwise the split is embedded here.
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
-from evaluation.search import search
+from evaluation.search import search, search_blocks
+from evaluation.store import MANIFEST, StoredEmbeddings
 from orchestration import model_dir as model_files
 from orchestration.config import Config
 from orchestration.serve.embedder import SentenceEmbedder
-from pipelines.dataset import read_split
+from pipelines.dataset import file_sha256, read_split
 
 log = logging.getLogger(__name__)
 
-
-def _split_texts(config: Config, languages: list[str]) -> tuple[list[str], dict[str, list[str | None]]]:
-    columns = ["key"] + [f"{lang}_text" for lang in languages]
-    table = read_split(config.data_dir, config.evaluate.split, columns).sort_by("key")
-    return table["key"].to_pylist(), {lang: table[f"{lang}_text"].to_pylist() for lang in languages}
+Hits = list[tuple[float, str, str]]  # (cosine, tuple key, text), best first
 
 
 def nearest_sentences(
     config: Config, query: str, lang: str, targets: list[str], k: int, model_dir: Path | None = None
-) -> dict[str, list[tuple[float, str, str]]]:
-    """{target language: [(cosine, tuple key, text), ...] best first}."""
-    embedder = SentenceEmbedder.load(model_dir or model_files.default(config.train_dir))
+) -> dict[str, Hits]:
+    """{target language: [(cosine, tuple key, text), ...] best first}; ValueError for a language the
+    model does not know."""
+    model_dir = Path(model_dir or model_files.default(config.train_dir))
+    embedder = SentenceEmbedder.load(model_dir)
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
     if unknown:
         raise ValueError(f"the model knows {embedder.languages}, not {unknown}")
-    keys, texts = _split_texts(config, targets)
-    stored = config.eval_dir / config.evaluate.split / "embeddings"
-    query_vec = embedder.embed([query], lang)
+    query_vec = embedder.embed([query], lang)  # (1, D)
+    store = stored_embeddings(config, model_dir)
     out = {}
     for target in targets:
-        rows = [i for i, text in enumerate(texts[target]) if text is not None]
-        cached = stored / f"{target}.npy"
-        if cached.is_file() and json.loads((stored / "keys.json").read_text()) == [keys[i] for i in rows]:
-            candidates = np.load(cached).astype(np.float32)
+        if store is not None and target in store.languages:
+            out[target] = _search_stored(store, query_vec, target, k)
         else:
-            log.info("embedding %d %s sentences of the %s split", len(rows), target, config.evaluate.split)
-            candidates = embedder.embed([texts[target][i] for i in rows], target)
-        scores, ids = search(query_vec, candidates, min(k, len(rows)), "cosine")
-        out[target] = [(float(s), keys[rows[i]], texts[target][rows[i]]) for s, i in zip(scores[0], ids[0])]
+            out[target] = _search_split(config, embedder, query_vec, target, k)
     return out
 
 
-def embed_lines(embedder: SentenceEmbedder, lines: Iterable[str], lang: str, chunk: int = 10000) -> Iterator[np.ndarray]:
-    """Embeddings of `lines`, chunk by chunk (progress logged per chunk)."""
-    batch: list[str] = []
-    done = 0
-    for line in lines:
-        batch.append(line.rstrip("\r\n"))
-        if len(batch) == chunk:
-            yield embedder.embed(batch, lang)
-            done += len(batch)
-            log.info("embedded %d sentences", done)
-            batch = []
-    if batch:
-        yield embedder.embed(batch, lang)
+def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:
+    """The evaluation's stored embeddings of the split when this model made them, else None."""
+    folder = config.eval_dir / config.evaluate.split / "embeddings"
+    if not (folder / MANIFEST).is_file():
+        return None
+    store = StoredEmbeddings.open(folder)
+    if store.meta.get("model") != file_sha256(model_dir / model_files.MODEL_FILE):
+        log.info("%s holds another model's embeddings; embedding the split here", folder)
+        return None
+    return store
+
+
+def _search_stored(store: StoredEmbeddings, query_vec: np.ndarray, target: str, k: int) -> Hits:
+    scores, ids = search_blocks(query_vec, store.blocks(target), min(k, len(store)), "cosine")  # (1, k)
+    return [(float(s), str(store.column("key", i, i + 1)[0]), str(store.column(f"{target}_text", i, i + 1)[0]))
+            for s, i in zip(scores[0], ids[0])]
+
+
+def _search_split(config: Config, embedder: SentenceEmbedder, query_vec: np.ndarray, target: str, k: int) -> Hits:
+    table = read_split(config.data_dir, config.evaluate.split, ["key", f"{target}_text"]).sort_by("key")
+    table = table.filter(table[f"{target}_text"].is_valid())
+    keys, texts = table["key"].to_pylist(), table[f"{target}_text"].to_pylist()
+    log.info("embedding %d %s sentences of the %s split", len(texts), target, config.evaluate.split)
+    scores, ids = search(query_vec, embedder.embed(texts, target), min(k, len(texts)), "cosine")
+    return [(float(s), keys[i], texts[i]) for s, i in zip(scores[0], ids[0])]

@@ -6,14 +6,28 @@
 The model directory (model.pt, spm.model, config.yaml) travels inside the
 MLflow model as an artifact; `orchestration.serve.embedder.SentenceEmbedder` does
 the work, so the pyfunc gives exactly the training code's embeddings. The
-interlingua package must be installed where the model is loaded.
+project travels with it too, as a wheel in the model's `code/` folder that its
+requirements.txt names, beside the pinned `REQUIREMENTS`
+(`tracking.log_pyfunc_model`): MLflow's environment managers install both.
+
+MLflow logs this file as the model's code (models from code: nothing is
+pickled); `set_model` at the end names the model it defines.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import mlflow.models
 import mlflow.pyfunc
 import numpy as np
+import pandas as pd
+
+# The third-party distributions imported when the model loads (`orchestration.serve.embedder` and what it
+# imports), pinned at logging time to the versions installed then. apache-beam and pyarrow are here only
+# because `pipelines.clean` (the normalization), `pipelines.counting` and `pipelines.dataset` import them
+# at module level; serving itself uses neither. mlflow pins itself.
+REQUIREMENTS = ("torch", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow",
+                "apache-beam")
 
 
 class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
@@ -22,8 +36,8 @@ class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
 
         self.embedder = SentenceEmbedder.load(context.artifacts["model_dir"])
 
-    def predict(self, context, model_input, params=None):  # no type hints: MLflow would read them as a schema
-        """model_input: a DataFrame (or dict of lists) with columns `sentence` and `lang`."""
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+        """model_input: a DataFrame with columns `sentence` and `lang`; returns (N, D) float32."""
         sentences = list(model_input["sentence"])
         langs = list(model_input["lang"])
         out = np.zeros((len(sentences), self.embedder.model.embedding_dim), dtype=np.float32)
@@ -31,3 +45,6 @@ class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
             rows = [i for i, value in enumerate(langs) if value == lang]
             out[rows] = self.embedder.embed([sentences[i] for i in rows], lang)
         return out
+
+
+mlflow.models.set_model(SentenceEmbeddingModel())

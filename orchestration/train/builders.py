@@ -4,7 +4,8 @@ from __future__ import annotations
 from typing import Any
 
 from model.training_paths import TrainingPath
-from orchestration.config import Config, ConfigError, TrainConfig, evaluated_languages
+from orchestration.config import Config, ConfigError, evaluated_languages
+from orchestration.config_sections import TrainConfig
 
 
 def model_args(config: Config, languages: list[str], vocab_size: int) -> dict[str, Any]:

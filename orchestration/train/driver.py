@@ -98,8 +98,9 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
-    train_dir.mkdir(parents=True, exist_ok=True)
     cfg = loop_config(config, manifest, "", uri)  # validates before anything starts
+    tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work
+    train_dir.mkdir(parents=True, exist_ok=True)
     run_id = tracking.start_run(
         uri, config.tracking.experiment, config.name, config.to_dict(),
         resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={"interlingua.stage": "train", **(tags or {})},

@@ -18,6 +18,7 @@ import copy
 import json
 import logging
 import os
+import resource
 import socket
 import time
 from dataclasses import asdict, dataclass, field
@@ -159,6 +160,7 @@ def end_of_window(worker: Worker, window: Window, epoch: int, metrics: dict[str,
     metrics.update(window.metrics(worker.device))
     metrics["train/lr"] = worker.optimizer.param_groups[0]["lr"]
     metrics["train/epoch"] = epoch
+    metrics["train/max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this worker's peak
     over_time = t.max_minutes is not None and progress.elapsed_s >= 60 * t.max_minutes
     stop = bool(broadcast([float(over_time)], worker.device)[0]) or progress.step >= t.max_steps
     if worker.rank == 0:

@@ -25,7 +25,7 @@ from pydantic import Field, ValidationError
 
 from orchestration import tracking
 from orchestration.cluster import ensure_ray
-from orchestration.config import Config, ConfigError, with_values
+from orchestration.config import Config, ConfigError, load_yaml, with_values
 from pipelines.config import Schema, dump_yaml
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class TuneResult:
 def load_space(path: str | Path) -> SearchSpace:
     """The search space file; ConfigError names the file and the key of every problem."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = load_yaml(Path(path).read_text(encoding="utf-8"))
         space = SearchSpace.model_validate(data)
     except FileNotFoundError:
         raise ConfigError(f"{path}: search space file not found") from None

@@ -55,3 +55,49 @@ def test_rejects_misaligned_input():
         error_matrix({"en": np.ones((3, 4), np.float32), "fr": np.ones((3, 5), np.float32)})
     with pytest.raises(ValueError, match="at least two languages"):
         error_matrix({"en": np.ones((3, 4), np.float32)})
+
+
+def aligned(n=120, dim=16, noise=1.0, seed=3):
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(n, dim)).astype(np.float32)
+    return {lang: base + rng.normal(scale=s, size=base.shape).astype(np.float32)
+            for lang, s in [("en", 0.0), ("fr", noise), ("zh", 1.5 * noise)]}
+
+
+def store_of(folder, arrays, texts, cuts):
+    from evaluation.store import publish, write_block
+
+    keys = [f"k{i:05d}" for i in range(len(arrays["en"]))]
+    records = [write_block(folder / "staging", keys[a:b], {lang: x[a:b] for lang, x in arrays.items()},
+                           {lang: t[a:b] for lang, t in texts.items()}) for a, b in zip(cuts, cuts[1:])]
+    return publish(folder / "staging", folder / "emb", records, languages=list(arrays))
+
+
+@pytest.mark.parametrize("shards,query_block", [(1, 1000), (3, 16), (7, 50)])
+def test_stored_search_equals_in_memory_search_and_brute_force(tmp_path, shards, query_block):
+    arrays = aligned()
+    texts = {lang: [f"{lang} {i % 50}" for i in range(120)] for lang in arrays}  # repeated texts: text_error < error
+    store = store_of(tmp_path, arrays, texts, cuts=[0, 13, 14, 64, 120])
+    in_memory = search_pairs(arrays, shards=1, k=5)
+    on_disk = search_pairs(store, shards=shards, k=5, query_block=query_block, results_dir=tmp_path / "search")
+    for pair, r in in_memory.items():
+        np.testing.assert_array_equal(on_disk[pair].ids[0:120], r.ids)
+        np.testing.assert_array_equal(on_disk[pair].better[0:120], r.better)
+        np.testing.assert_allclose(on_disk[pair].scores[0:120], r.scores, rtol=1e-6, atol=1e-6)
+        p, q = pair
+        assert np.mean(r.ids[:, 0] != np.arange(120)) == pytest.approx(brute_force_error(arrays[p], arrays[q]))
+    assert (tmp_path / "search" / "fr-en" / "ids.npy").is_file()
+    expected = pair_metrics(in_memory, texts, metric="cosine", margin_k=4)
+    got = pair_metrics(on_disk, store.hashes(), metric="cosine", margin_k=4, block=query_block)
+    assert got == expected  # exact: error, P@k, mean rank, margin and text errors
+    assert 0 < expected[("en", "zh")]["text_error"] < expected[("en", "zh")]["error"]
+
+
+def test_stored_search_of_the_first_queries(tmp_path):
+    arrays = aligned(n=40)
+    store = store_of(tmp_path, arrays, {lang: ["x"] * 40 for lang in arrays}, cuts=[0, 9, 40])
+    first = search_pairs(store, shards=2, k=3, queries=10, query_block=4)
+    full = search_pairs(arrays, k=3)
+    for pair, r in first.items():
+        assert r.ids.shape == (10, 3)
+        np.testing.assert_array_equal(r.ids, full[pair].ids[:10])

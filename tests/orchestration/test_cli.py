@@ -65,3 +65,23 @@ def test_train_without_a_dataset_says_to_prepare_first(tmp_path, capsys):
     assert "no manifest.json" in err and "interlingua prepare" in err and "Traceback" not in err
     assert main(["train", "train.paths=[{kind: '2:2'}]"]) == 2
     assert "train.paths.0.kind" in capsys.readouterr().err
+
+
+def test_an_unreachable_tracking_server_fails_train_and_compare_at_once(small_dataset, tmp_path, capsys):
+    from tests.orchestration.helpers import free_ports
+
+    (port,) = free_ports(1)
+    where = [f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}", "prepare.spm.vocab_size=2000",
+             f"tracking.uri=http://127.0.0.1:{port}"]
+    for command in (["train", *where], ["compare", *where]):
+        assert main(command) == 1
+        err = capsys.readouterr().err
+        assert f"127.0.0.1:{port} is unreachable" in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "train").exists()  # nothing started
+
+
+def test_compare_refuses_impossible_options_before_any_work(tmp_path, capsys):
+    assert main(["compare", "--max-runs", "0"]) == 2
+    assert "--max-runs 0" in capsys.readouterr().err
+    assert main(["compare", "--plot", str(tmp_path / "missing" / "c.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err

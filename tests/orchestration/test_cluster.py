@@ -1,11 +1,13 @@
-"""Ray as the search executor: shard searches as Ray tasks give what the in-process search gives."""
+"""Ray as the search executor: searches as Ray tasks give what the in-process search gives, from
+arrays in the object store or from embeddings on disk that each task reads itself."""
 from __future__ import annotations
 
 import numpy as np
 
 from evaluation.search import search
-from evaluation.xsim import LocalExecutor, search_pairs
+from evaluation.xsim import LocalExecutor, pair_metrics, search_pairs
 from orchestration.cluster import RayExecutor
+from tests.evaluation.test_xsim import aligned, store_of
 
 
 def test_ray_sharded_search_equals_single_process(local_ray):
@@ -19,3 +21,17 @@ def test_ray_sharded_search_equals_single_process(local_ray):
             np.testing.assert_array_equal(on_ray[pair].ids, local[pair].ids)
             np.testing.assert_array_equal(on_ray[pair].better, local[pair].better)
         np.testing.assert_array_equal(local[("fr", "en")].ids, search(emb["fr"], emb["en"], 5, metric)[1])
+
+
+def test_ray_tasks_read_stored_embeddings_a_few_in_flight(local_ray, tmp_path):
+    arrays = aligned(n=90)
+    texts = {lang: [f"{lang} {i % 30}" for i in range(90)] for lang in arrays}
+    store = store_of(tmp_path, arrays, texts, cuts=[0, 40, 41, 90])
+    local = search_pairs(arrays, k=5)
+    executor = RayExecutor(max_in_flight=3)  # 6 pairs x 3 query blocks x 4 shards = 72 tasks, 3 at a time
+    on_ray = search_pairs(store, shards=4, k=5, query_block=32, executor=executor, results_dir=tmp_path / "r")
+    for pair in local:
+        np.testing.assert_array_equal(on_ray[pair].ids[0:90], local[pair].ids)
+        np.testing.assert_array_equal(on_ray[pair].better[0:90], local[pair].better)
+    assert pair_metrics(on_ray, store.hashes(), metric="cosine", margin_k=4) == pair_metrics(
+        local, texts, metric="cosine", margin_k=4)

@@ -137,3 +137,10 @@ tracking:
     assert "train.num_workers -> runtime.num_workers" in caplog.text and "run.yaml" in caplog.text
     # the new place wins over the old one
     assert load_config(None, ["train.num_workers=2", "runtime.num_workers=3"]).runtime.num_workers == 3
+
+
+def test_numbers_in_exponent_notation_are_numbers_and_infinities_are_refused(tmp_path):
+    cfg = load_config(write(tmp_path, "train:\n  lr: 3e-4\n  min_lr: 1E-6\n"), ["model.dropout=1e-1"])
+    assert (cfg.train.lr, cfg.train.min_lr, cfg.model.dropout) == (3e-4, 1e-6, 0.1)
+    with pytest.raises(ConfigError, match=r"prepare.spm.temperature: Input should be a finite number"):
+        load_config(None, ["prepare.spm.temperature=.inf"])

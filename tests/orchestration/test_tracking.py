@@ -1,10 +1,13 @@
 """Every MLflow call of the project, on its own, against an embedded sqlite store."""
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 
+import orchestration
 from orchestration import tracking
 from orchestration.lifecycle.champion import MODEL_TAG
 from tests.orchestration.helpers import free_ports, untrained_model_dir
@@ -67,3 +70,46 @@ def test_registry_versions_champion_alias_and_download(uri, small_dataset, tmp_p
     assert str(tracking.champion(uri, "m").version) == "1"
     downloaded = tracking.download_model_dir(uri, "m", "1", tmp_path / "download")
     assert (downloaded / "model.pt").read_bytes() == (model_dir / "model.pt").read_bytes()
+
+
+@pytest.mark.slow
+def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(tmp_path, monkeypatch):
+    import shutil
+    import zipfile
+
+    root = Path(orchestration.__file__).resolve().parents[1]
+    fake = tmp_path / "checkout"  # a fixed copy: the real checkout may be edited while the test runs
+    fake.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(root / name, fake / name)
+    for package in ("pipelines", "model", "orchestration", "evaluation"):
+        (fake / package).mkdir()
+        (fake / package / "__init__.py").write_text(f"NAME = {package!r}\n")
+    monkeypatch.setattr(orchestration, "__file__", str(fake / "orchestration" / "__init__.py"))
+
+    first = tracking.build_project_wheel(tmp_path / "a")
+    assert tracking.build_project_wheel(tmp_path / "b").name == first.name  # same sources, same version
+    assert re.fullmatch(r"interlingua-[0-9.]+\+src[0-9a-f]{12}-py3-none-any\.whl", first.name)
+    names = set(zipfile.ZipFile(first).namelist())
+    assert {f"{p}/__init__.py" for p in ("pipelines", "model", "orchestration", "evaluation")} <= names
+    assert {n.split("/")[0] for n in names} - {"pipelines", "model", "orchestration", "evaluation"} == {
+        f"{first.name.split('-py3')[0]}.dist-info"}
+    assert not (fake / "build").exists() and "[egg_info]" not in (fake / "setup.cfg").read_text()
+
+    (fake / "model" / "__init__.py").write_text("NAME = 'changed'\n")
+    assert tracking.build_project_wheel(tmp_path / "c").name != first.name  # new code: a new environment
+
+
+def test_a_non_editable_install_cannot_build_the_wheel_and_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(orchestration, "__file__", str(tmp_path / "site-packages" / "orchestration" / "__init__.py"))
+    with pytest.raises(FileNotFoundError, match="pip install -e"):
+        tracking.build_project_wheel(tmp_path / "out")
+
+
+def test_requirements_are_pinned_without_the_local_label():
+    import torch
+    import yaml
+
+    assert tracking.pinned(["torch", "PyYAML"]) == [f"torch=={torch.__version__.split('+')[0]}",
+                                                   f"PyYAML=={yaml.__version__}"]
+    assert "+" not in tracking.pinned(["torch"])[0]  # 2.13.0+cpu here: the label names an index, not a release

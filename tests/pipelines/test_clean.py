@@ -66,8 +66,6 @@ def test_whitespace_control_characters_and_case(verse, normalize):
     assert keep_case(raw, "en")[0] == "Jesus wept."
 
 
-@pytest.mark.xfail(strict=True, reason="Normalizer collapses spaces before it removes format characters: "
-                   "' \\u200e ' leaves two spaces (11 Arabic verses)")
 def test_a_format_character_between_spaces_leaves_one_space(verse, normalize):
     jonah = verse("y", 32, 2, 2)  # Jonah 2:2 in Arabic: "... . \u200e ..."
     assert " \u200e " in jonah

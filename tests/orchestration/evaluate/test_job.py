@@ -1,15 +1,72 @@
-"""`interlingua evaluate` on a model trained on real Bible text: Ray sharded search, MLflow matrix."""
+"""`interlingua evaluate` on a model trained on real Bible text: Ray Data embeddings on disk, Ray sharded
+search reading them, the MLflow matrix; the same metrics as embedding and searching in memory."""
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from evaluation.store import StoredEmbeddings
+from evaluation.xsim import pair_metrics, search_pairs
 from orchestration import tracking
 from orchestration.evaluate import EvaluateError
+from orchestration.evaluate.embedding import embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
 from orchestration.train.driver import train
+from pipelines.dataset import read_split
 from tests.orchestration.helpers import config_for
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
+
+
+def interleaved_shards(data_dir: Path, out: Path) -> Path:
+    """The dataset with its test split in two shards of alternate rows: key ranges that overlap."""
+    shutil.copytree(data_dir, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["splits"]["test"]
+    table = pa.concat_tables([pq.read_table(out / f["path"]) for f in entry["files"]])
+    for f in entry["files"]:
+        (out / f["path"]).unlink()
+    entry["files"] = []
+    for i in range(2):
+        path = f"test/part-0000{i}-of-00002.parquet"
+        pq.write_table(table.take(list(range(i, len(table), 2))), out / path)
+        entry["files"].append({"path": path, "rows": len(range(i, len(table), 2)), "bytes": 0, "sha256": ""})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def in_memory_metrics(config, model_path):
+    """The route before embeddings went to disk: the split's complete tuples read whole, embedded in this
+    process, searched in memory, texts compared as strings."""
+    from model.inference import embed
+    from model.nmt import load_model
+
+    table = read_split(config.data_dir, "test").sort_by("key")
+    complete = np.all([table[f"{lang}_ids"].is_valid().to_numpy(zero_copy_only=False) for lang in LANGS], axis=0)
+    table = table.filter(complete)
+    model, _ = load_model(str(model_path))
+    embeddings = {lang: embed(model, [np.asarray(ids, np.int64) for ids in table[f"{lang}_ids"].to_pylist()], lang,
+                              max_tokens=config.evaluate.max_tokens) for lang in LANGS}
+    texts = {lang: table[f"{lang}_text"].to_pylist() for lang in LANGS}
+    results = search_pairs(embeddings, shards=1, k=5)
+    return {f"{p}-{q}": m for (p, q), m in pair_metrics(results, texts, metric="cosine", margin_k=4).items()}
+
+
+def test_shards_read_in_key_order_need_no_sort(tmp_path):
+    def shard(name, keys):
+        pq.write_table(pa.table({"key": pa.array(keys, pa.string())}), tmp_path / name)
+        return str(tmp_path / name)
+
+    a, b, empty = shard("a.parquet", ["k3", "k4"]), shard("b.parquet", ["k1", "k2"]), shard("e.parquet", [])
+    assert key_ordered([a, b, empty]) == [b, a, empty]
+    assert key_ordered([a, shard("c.parquet", ["k2", "k5"])]) is None  # overlapping ranges
+    assert key_ordered([shard("d.parquet", ["k2", "k1"])]) is None  # a shard out of order
 
 
 @pytest.mark.slow
@@ -25,6 +82,25 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_
     assert fr_en["p_at_5"] >= fr_en["p_at_1"] and fr_en["mean_rank"] >= 1
     assert set(result.averages) == {"all", "ef", "efs", "efsr", "efsra", "efsraz"}
     assert result.averages["efsraz"] == pytest.approx(result.averages["all"])
+    assert (result.out_dir / "embeddings" / "fr" / "part-00000.npy").is_file()
+    # the streamed job gives exactly the metrics of the in-memory route
+    assert result.pairs == in_memory_metrics(config, config.train_dir / "model" / "model.pt")
+
+    # small batches: many blocks, published in key order, aligned, the same vectors
+    store = StoredEmbeddings.open(result.out_dir / "embeddings")
+    blocks = embed_split(config, config.train_dir / "model" / "model.pt", LANGS, tmp_path / "blocks", batch_rows=7)
+    assert len(blocks.starts) > 3 and blocks.starts[-1] == 40  # blocks as Ray Data cut the batches
+    assert list(blocks.column("key")) == list(store.column("key")) == sorted(store.column("key"))
+    for lang in LANGS:
+        np.testing.assert_allclose(blocks.rows(lang, 0, 40), store.rows(lang, 0, 40), rtol=1e-5, atol=1e-6)
+        assert list(blocks.column(f"{lang}_text")) == list(store.column(f"{lang}_text"))
+    # shards whose keys interleave: Ray Data sorts them, the same rows in the same order
+    two = config.model_copy(update={"dataset_dir": str(interleaved_shards(config.data_dir, tmp_path / "two"))})
+    assert key_ordered([str(p) for p in sorted((two.data_dir / "test").iterdir())]) is None
+    sorted_store = embed_split(two, config.train_dir / "model" / "model.pt", LANGS, tmp_path / "sorted")
+    assert list(sorted_store.column("key")) == list(store.column("key"))
+    np.testing.assert_allclose(sorted_store.rows("zh", 0, 40), store.rows("zh", 0, 40), rtol=1e-5, atol=1e-6)
+
     again = evaluate(config)  # the same model, data and evaluate config: the stage cache answers
     assert again.skipped and again.run_id == result.run_id and again.matrix == result.matrix
     unsharded = evaluate(config.model_copy(update={"evaluate": config.evaluate.model_copy(update={"shards": 1})}))
@@ -46,7 +122,6 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_
     assert "eval/margin_error/fr-en" in run.data.metrics and "eval/xsim_error/avg_efs" in run.data.metrics
     names = {a.path for a in tracking._client(uri).list_artifacts(result.run_id)}
     assert {"error_matrix.png", "error_matrix.csv", "metrics.json"} <= names
-    assert (result.out_dir / "embeddings" / "fr.npy").is_file()
 
 
 @pytest.mark.slow

@@ -66,9 +66,11 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     champion_version = "2" if promoted else "1"
     assert str(tracking.champion(uri, "pipe").version) == champion_version
 
-    # new data: prepare and everything after it run again; an impossible margin keeps the champion
+    # new data: prepare and everything after it run again; an impossible margin keeps the champion, and a
+    # zero pair budget names every pair on which the challenger is worse
     write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS + [17])  # + Esther
-    stricter = pipeline_config(tmp_path, template, uri, *RETUNED, "registry.min_improvement=1.0")
+    stricter = pipeline_config(tmp_path, template, uri, *RETUNED, "registry.min_improvement=1.0",
+                               "registry.max_pair_regression=0.0")
     fourth = run_pipeline(stricter)
     assert fourth.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
     assert fourth.code == EXIT_NOT_PROMOTED and "not promoted" in fourth.message
@@ -80,7 +82,17 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     assert len(pipeline_runs) == 4
     children = tracking.search_runs(uri, "interlingua", f"tags.`mlflow.parentRunId` = '{fourth.run_id}'")
     assert {r.data.tags["interlingua.stage"] for r in children} == {"train", "evaluate"}
-    assert tracking.get_run(uri, fourth.run_id).data.metrics["register/promoted"] == 0.0
+    pipeline = tracking.get_run(uri, fourth.run_id).data
+    assert pipeline.metrics["register/promoted"] == 0.0 and pipeline.tags["register.max_pair_regression"] == "0.0"
+
+    # the pair guard compared the two evaluation runs of this pipeline run, pair by pair
+    evals = {r.info.run_name: r.data.metrics for r in children if r.data.tags["interlingua.stage"] == "evaluate"}
+    challenger, champion = evals["pipe-eval-test"], evals[f"pipe-eval-test-champion-v{champion_version}"]
+    worse = {key.split("/")[-1] for key, error in challenger.items()
+             if key.startswith("eval/xsim_error/") and "avg_" not in key and error > champion[key]}
+    blocked = {key.split("/")[-1] for key in pipeline.metrics if key.startswith("register/pair_regression/")}
+    assert blocked == worse and pipeline.metrics["register/blocking_pairs"] == len(worse)
+    assert ("pair(s) worse than the champion's" in fourth.message) == bool(worse), fourth.message
 
 
 @pytest.mark.slow

@@ -1,15 +1,18 @@
 """`interlingua embed` and `interlingua search` on a model trained on real Bible text."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
+from orchestration.evaluate.job import evaluate
 from orchestration.train.driver import train
 from tests.orchestration.helpers import config_for
 
 
 @pytest.mark.slow
-def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, local_ray, verse, capsys):
+def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, local_ray, verse, capsys, caplog):
     from orchestration.cli import main
     from orchestration.serve.embedder import SentenceEmbedder
 
@@ -20,6 +23,7 @@ def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, l
     (tmp_path / "fr.txt").write_text("\n".join(ruth) + "\n", encoding="utf-8")
     out = tmp_path / "fr.npy"
     assert main(["embed", *overrides, "-l", "fr", "-i", str(tmp_path / "fr.txt"), "-o", str(out)]) == 0
+    assert "3 sentences (0 empty)" in capsys.readouterr().out
     vectors = np.load(out)
     embedder = SentenceEmbedder.load(config.train_dir / "model")
     assert vectors.shape == (3, embedder.model.embedding_dim)
@@ -34,5 +38,15 @@ def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, l
     scores = [float(line.split()[0]) for line in printed[1:4]]
     assert scores == sorted(scores, reverse=True) and all(-1.0 <= s <= 1.0 for s in scores)
     assert main(["search", *overrides, "-q", ruth[0], "-l", "de"]) == 2
+
+    # after `evaluate`, search reads the split's stored embeddings block by block: the same neighbours
+    evaluate(config)
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO, logger="orchestration.serve.nearest"):
+        assert main(["search", *overrides, "-q", ruth[0], "-l", "fr", "--in", "en,zh", "-k", "3"]) == 0
+    assert not [r for r in caplog.records if r.name == "orchestration.serve.nearest"]  # nothing embedded here
+    stored = capsys.readouterr().out.splitlines()
+    assert [line.split(None, 1)[1:] for line in stored] == [line.split(None, 1)[1:] for line in printed]
+    np.testing.assert_allclose([float(line.split()[0]) for line in stored[1:4]], scores, atol=2e-3)
     (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
     assert main(["embed", *overrides, "-l", "fr", "-i", str(tmp_path / "bad.txt"), "-o", str(out)]) == 2

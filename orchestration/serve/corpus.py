@@ -1,0 +1,250 @@
+"""`interlingua embed` at corpus scale: text and Parquet files -> embedding blocks, a Ray Data job.
+
+    result = embed_corpus(["corpus/*.txt"], Path("out"), lang="en", model_dir=Path("runs/x/train/model"))
+
+    out/part-00000.npy   (n, D) the embeddings of one block of sentences, in input order
+    out/part-00000.json  the block: its source file, first line, rows, empty lines, sha256 (written last)
+    out/manifest.json    inputs (sizes, sha256, lines), the model and its model.pt sha256, every block,
+                         the totals and the resolved config; written when the counts add up
+
+The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
+checks UTF-8), then Ray Data hands the blocks to an actor pool
+(`runtime.embed_actors`, `runtime.cpus_per_task` CPUs or a GPU each): each
+actor loads `SentenceEmbedder` once (the normalization and sentencepiece model
+of training), reads its block from the file, embeds it and writes it under a
+temporary name, renamed when whole. A rerun of the same inputs, model and
+options skips every block whose `.json` is there, so a killed job resumes;
+other inputs in the same folder are refused unless `force`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from orchestration import model_dir as model_files
+from orchestration.cluster import ensure_ray
+from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_block, read_lines,
+                                        resolve_inputs)
+from pipelines.dataset import file_sha256, fingerprint
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class CorpusResult:
+    out_dir: Path
+    rows: int  # sentences embedded, all blocks
+    empty: int  # of them empty
+    blocks: int
+    computed: int  # blocks embedded by this run (the others were complete already)
+    seconds: float
+
+
+class EmbedBlockFn:
+    """A Ray Data actor: the model loaded once; block specs in, each block embedded and written."""
+
+    def __init__(self, model_dir: str, lang: str, out_dir: str, fingerprint: str, column: str, dtype: str,
+                 max_tokens: int, device: str, threads: int) -> None:
+        import torch
+
+        from orchestration.serve.embedder import SentenceEmbedder
+
+        torch.set_num_threads(threads)
+        self.embedder = SentenceEmbedder.load(model_dir, device=device, max_tokens=max_tokens)
+        self.lang, self.out_dir, self.fingerprint = lang, Path(out_dir), fingerprint
+        self.column, self.dtype = column, dtype
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        records = []
+        for i in range(len(batch["index"])):
+            spec = BlockSpec(**{f.name: _plain(batch[f.name][i]) for f in dataclasses.fields(BlockSpec)})
+            sentences = read_block(spec, column=self.column)
+            vectors = self.embedder.embed(sentences, self.lang).astype(self.dtype)  # (rows, D)
+            records.append(write_block(self.out_dir, spec, vectors, sum(not s for s in sentences), self.fingerprint))
+        return {"index": np.array([r["index"] for r in records]), "rows": np.array([r["rows"] for r in records])}
+
+
+def write_block(out_dir: Path, spec: BlockSpec, vectors: np.ndarray, empty: int, fp: str) -> dict[str, Any]:
+    """part-NNNNN.npy under a temporary name, renamed when whole, then its record part-NNNNN.json:
+    the completion marker a rerun looks for."""
+    name = f"part-{spec.index:05d}"
+    tmp = out_dir / f"{name}.tmp.npy"
+    np.save(tmp, vectors)
+    record = {"name": f"{name}.npy", "index": spec.index, "source": spec.path, "kind": spec.kind,
+              "first_line": spec.first + 1, "rows": spec.rows, "empty": empty, "sha256": file_sha256(tmp),
+              "fingerprint": fp}
+    os.replace(tmp, out_dir / f"{name}.npy")
+    _write_json(out_dir / f"{name}.json", record)
+    return record
+
+
+def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: Path, config: dict[str, Any],
+                 column: str = "text", dtype: str = "float32", block_rows: int = 20000, actors: int = 1,
+                 cpus_per_actor: int = 1, use_gpu: bool = False, max_tokens: int = 8000, force: bool = False,
+                 ray_address: str | None = None) -> CorpusResult:
+    """Embed every sentence of `inputs` (files, directories, globs) into blocks in `out_dir` (see the
+    module), on the Ray cluster at `ray_address` (`orchestration.cluster.ensure_ray`) when blocks
+    are left to do; CorpusError on bad input or an `out_dir` holding other embeddings (without `force`)."""
+    started = time.monotonic()
+    model_path = model_files.check(model_dir) / model_files.MODEL_FILE
+    languages, dim = _model_languages(model_path)
+    if lang not in languages:
+        raise CorpusError(f"the model knows {languages}, not {lang!r}")
+    files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows)
+    model = {"dir": str(model_dir.resolve()), "model_sha256": file_sha256(model_path)}
+    fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model["model_sha256"],
+                      "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = _completed(out_dir, fp, blocks, force)
+    pending = [b for b in blocks if b.index not in done]
+    total = sum(f.rows for f in files)
+    log.info("%d sentences (%d empty) in %d files -> %d blocks of %d, %d complete already", total,
+             sum(f.empty for f in files), len(files), len(blocks), block_rows, len(done))
+    if pending:
+        ensure_ray(ray_address, log_to_driver=False)
+        job = dict(model_dir=str(model_dir), lang=lang, out_dir=str(out_dir), fingerprint=fp, column=column,
+                   dtype=dtype, max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor)
+        _run(pending, job, actors, cpus_per_actor, use_gpu, Progress(sum(b.rows for b in pending)))
+    records = [json.loads((out_dir / f"part-{b.index:05d}.json").read_text()) for b in blocks]
+    manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
+                         dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
+                              use_gpu=use_gpu, max_tokens=max_tokens))
+    _write_json(out_dir / MANIFEST, manifest)
+    return CorpusResult(out_dir, manifest["rows"], manifest["empty"], len(blocks), len(pending),
+                        time.monotonic() - started)
+
+
+def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 10000) -> tuple[np.ndarray, int]:
+    """Small inputs without Ray: the lines of text files (or "-", stdin) embedded here, chunk by chunk:
+    ((N, D) float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
+    chunks, batch, empty = [], [], 0
+    for name in names:
+        with (open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else open(name, "rb")) as handle:
+            for line in read_lines(handle, "<stdin>" if name == "-" else name):
+                batch.append(line)
+                empty += not line
+                if len(batch) == chunk:
+                    chunks.append(embedder.embed(batch, lang))
+                    log.info("embedded %d sentences", chunk * len(chunks))
+                    batch = []
+    if batch:
+        chunks.append(embedder.embed(batch, lang))
+    return (np.concatenate(chunks) if chunks else np.zeros((0, embedder.model.embedding_dim), np.float32)), empty
+
+
+def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, use_gpu: bool,
+         progress: Progress) -> None:
+    """The Ray Data job over the blocks still to do; progress as blocks finish, in any order."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
+    bars, context.enable_progress_bars = context.enable_progress_bars, False
+    try:
+        dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
+        written = dataset.map_batches(EmbedBlockFn, fn_constructor_kwargs=job, batch_size=1, batch_format="numpy",
+                                      compute=ray.data.ActorPoolStrategy(size=min(actors, len(pending))), num_cpus=cpus,
+                                      num_gpus=1 if use_gpu else 0)
+        for record in written.iter_rows():
+            progress.update(int(record["rows"]))
+    finally:
+        context.enable_progress_bars = bars
+        progress.close()
+
+
+def _completed(out_dir: Path, fp: str, blocks: list[BlockSpec], force: bool) -> set[int]:
+    """The blocks of this plan already written; CorpusError (or, with `force`, a clean folder) when
+    the folder holds embeddings of other inputs, model or options."""
+    markers = sorted(out_dir.glob("part-*.json"))
+    stale = [m for m in markers if json.loads(m.read_text()).get("fingerprint") != fp]
+    manifest = out_dir / MANIFEST
+    if manifest.is_file() and json.loads(manifest.read_text()).get("fingerprint") != fp:
+        stale.append(manifest)
+    if stale and not force:
+        raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0].name}); "
+                          "pass --force to replace them, or choose another output directory")
+    if stale:
+        for path in [*out_dir.glob("part-*"), manifest]:
+            path.unlink(missing_ok=True)
+        return set()
+    for path in out_dir.glob("part-*.tmp.npy"):
+        path.unlink()  # a block a killed run left half-written
+    wanted = {f"part-{b.index:05d}": b for b in blocks}
+    return {wanted[m.stem].index for m in markers if m.stem in wanted and (out_dir / f"{m.stem}.npy").is_file()}
+
+
+def _manifest(files: list[InputFile], records: list[dict], model: dict, lang: str, dtype: str, dim: int,
+              config: dict[str, Any], fp: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The manifest, once every block's rows and empty lines add up to the inputs'."""
+    rows, empty = sum(r["rows"] for r in records), sum(r["empty"] for r in records)
+    if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
+        raise AssertionError(f"blocks hold {rows} sentences ({empty} empty), the inputs "
+                             f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})")
+    blocks = [{k: r[k] for k in ("name", "source", "first_line", "rows", "empty", "sha256")} for r in records]
+    return {"fingerprint": fp, "lang": lang, "dtype": dtype, "dim": dim, "rows": rows, "empty": empty,
+            "inputs": [dataclasses.asdict(f) for f in files], "model": model, "blocks": blocks,
+            "job": job, "config": config}
+
+
+class Progress:
+    """Sentences done, sentences/s and ETA: one updating line on a terminal, else a log line every
+    `every_s` seconds."""
+
+    def __init__(self, total: int, *, every_s: float = 30.0) -> None:
+        self.total, self.done, self.every_s = total, 0, every_s
+        self.start = self.last = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def update(self, rows: int) -> None:
+        self.done += rows
+        now = time.monotonic()
+        if self.tty:
+            sys.stderr.write(f"\r{self.line(now)}")
+            sys.stderr.flush()
+        elif now - self.last >= self.every_s or self.done == self.total:
+            log.info("%s", self.line(now))
+            self.last = now
+
+    def line(self, now: float) -> str:
+        rate = self.done / max(now - self.start, 1e-9)
+        eta = (self.total - self.done) / rate if rate else float("inf")
+        return (f"embedded {self.done:,}/{self.total:,} sentences ({100 * self.done / max(self.total, 1):.0f} %), "
+                f"{rate:,.0f} sentences/s, ETA {_duration(eta)}")
+
+    def close(self) -> None:
+        if self.tty and self.done:
+            sys.stderr.write("\n")
+
+
+def _duration(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "?"
+    minutes, s = divmod(int(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{s:02d}"
+
+
+def _model_languages(model_path: Path) -> tuple[list[str], int]:
+    from model.nmt import load_model
+
+    model, _ = load_model(str(model_path))
+    return model.languages, model.embedding_dim
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)

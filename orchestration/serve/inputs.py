@@ -1,0 +1,174 @@
+"""The inputs of `interlingua embed`: text files (one sentence per line) and Parquet files (a text column).
+
+    paths = resolve_inputs(["corpus/", "more/*.txt", "news.parquet"])
+    files, blocks = plan_blocks(paths, column="text", block_rows=20000)
+    sentences = read_block(blocks[0], column="text")            # one block, nothing more
+
+`plan_blocks` reads every input once, streaming: it checks UTF-8 (an error
+names the file and line), hashes the bytes, counts lines and empty lines, and
+notes where each block of `block_rows` lines starts, so a block is read on its
+own (by byte offset, or by Parquet row groups) and the same inputs always give
+the same blocks. A line ends with LF or CRLF; a byte-order mark opening a file
+is dropped; empty lines (and null Parquet values) are sentences too.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator, Sequence
+
+BOM = b"\xef\xbb\xbf"
+
+
+class CorpusError(ValueError):
+    """Input that cannot be embedded as given; the message names the file (and line) and what to do."""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    kind: str  # "text" or "parquet"
+    bytes: int
+    sha256: str
+    rows: int  # sentences (lines, or Parquet rows)
+    empty: int  # of them empty (or null)
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    index: int  # the block's number: part-{index:05d}
+    path: str
+    kind: str
+    first: int  # 0-based line (row) of the block's first sentence in its file
+    rows: int
+    offset: int = 0  # byte offset of the first line (text files)
+
+
+def resolve_inputs(specs: Sequence[str]) -> list[Path]:
+    """Files named directly, by glob (`*`, `?`, `[`, `**`) or as a directory (its visible files), in
+    the order given, each once; directories and glob matches sorted by name. CorpusError when a name
+    matches nothing."""
+    found: list[Path] = []
+    for spec in specs:
+        path = Path(spec)
+        if path.is_dir():
+            matches = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        elif any(c in spec for c in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+        elif path.is_file():
+            matches = [path]
+        else:
+            raise CorpusError(f"{spec}: no such file or directory")
+        if not matches:
+            raise CorpusError(f"{spec}: matches no file")
+        found += [m.resolve() for m in matches if m.resolve() not in found]
+    return found
+
+
+def plan_blocks(paths: Iterable[Path], *, column: str, block_rows: int) -> tuple[list[InputFile], list[BlockSpec]]:
+    """Scan every input (`*.parquet` as Parquet, anything else as text) and cut it into blocks of
+    `block_rows` sentences; CorpusError on bad UTF-8, a missing or non-text column."""
+    if block_rows < 1:
+        raise CorpusError("--block-rows must be at least 1")
+    files, blocks = [], []
+    for path in paths:
+        scan = _scan_parquet(path, column) if path.suffix == ".parquet" else _scan_text(path, block_rows)
+        info, offsets = scan
+        files.append(info)
+        for n, first in enumerate(range(0, info.rows, block_rows)):
+            blocks.append(BlockSpec(len(blocks), info.path, info.kind, first, min(block_rows, info.rows - first),
+                                    offsets[n] if info.kind == "text" else 0))
+    return files, blocks
+
+
+def _scan_text(path: Path, block_rows: int) -> tuple[InputFile, list[int]]:
+    digest, offsets, lines, empty, position = hashlib.sha256(), [], 0, 0, 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if lines % block_rows == 0:
+                offsets.append(position)
+            digest.update(raw)
+            lines += 1
+            empty += not decode_line(raw, path, lines, first=position == 0)
+            position += len(raw)
+    return InputFile(str(path), "text", position, digest.hexdigest(), lines, empty), offsets
+
+
+def decode_line(raw: bytes, path: Path | str, number: int, *, first: bool = False) -> str:
+    """One line's text without its line end (and a file's opening BOM); CorpusError naming the file
+    and 1-based line when it is not UTF-8."""
+    if first:
+        raw = raw.removeprefix(BOM)
+    try:
+        return raw.rstrip(b"\r\n").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line: "
+                          f"{raw[exc.start:exc.start + 4]!r}); convert the file to UTF-8 (e.g. iconv)") from None
+
+
+def read_lines(handle: BinaryIO, name: str) -> Iterator[str]:
+    """The lines of an open binary stream as text (`decode_line`), for small in-process inputs."""
+    for number, raw in enumerate(handle, 1):
+        yield decode_line(raw, name, number, first=number == 1)
+
+
+def _scan_parquet(path: Path, column: str) -> tuple[InputFile, list[int]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.dataset import file_sha256
+
+    parquet = pq.ParquetFile(path)
+    schema = parquet.schema_arrow
+    if column not in schema.names:
+        raise CorpusError(f"{path}: no column {column!r} (it has {', '.join(schema.names)}); pass --column NAME")
+    if not (pa.types.is_string(schema.field(column).type) or pa.types.is_large_string(schema.field(column).type)):
+        raise CorpusError(f"{path}: column {column!r} is {schema.field(column).type}, not text; pass --column NAME")
+    empty, seen = 0, 0
+    for batch in parquet.iter_batches(columns=[column], batch_size=65536):
+        values = batch.column(0)
+        try:
+            values.validate(full=True)
+        except pa.ArrowInvalid:
+            raise CorpusError(f"{path}: row {seen + _first_invalid(values) + 1}: not valid UTF-8") from None
+        empty += values.null_count + sum(1 for v in values.to_pylist() if v == "")
+        seen += len(values)
+    return InputFile(str(path), "parquet", path.stat().st_size, file_sha256(path), seen, empty), []
+
+
+def _first_invalid(values) -> int:
+    import pyarrow as pa
+
+    raw = values.cast(pa.binary()).to_pylist()
+    return next(i for i, v in enumerate(raw) if v is not None and not _is_utf8(v))
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def read_block(block: BlockSpec, *, column: str) -> list[str]:
+    """The sentences of one block (null Parquet values as empty sentences)."""
+    if block.kind == "text":
+        with open(block.path, "rb") as handle:
+            handle.seek(block.offset)
+            return [decode_line(handle.readline(), block.path, block.first + i + 1, first=block.offset == 0 and i == 0)
+                    for i in range(block.rows)]
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(block.path)
+    groups, start = [], 0
+    for g in range(parquet.num_row_groups):
+        size = parquet.metadata.row_group(g).num_rows
+        if start < block.first + block.rows and start + size > block.first:
+            groups.append((g, start))
+        start += size
+    table = parquet.read_row_groups([g for g, _ in groups], columns=[column])
+    values = table[column].slice(block.first - groups[0][1], block.rows).to_pylist()
+    return ["" if v is None else v for v in values]

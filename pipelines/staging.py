@@ -1,0 +1,114 @@
+"""Where a run writes its dataset before committing it, and the commit: a rename or a manifest.
+
+A local directory (`run/data`, no scheme) is published by renaming: the run
+writes a sibling `.data.partial-<fingerprint>` and swaps it into place when
+complete (`dataset.publish`). The layout is flat (`data/spm.model`,
+`data/train/part-...`), which the training code reads directly.
+
+A URI (`s3://`, `gs://`, `hdfs://`, `file://`) is committed by its manifest,
+because object stores cannot rename a directory:
+
+1. every file of the run goes under a fresh prefix `<data_dir>/attempt-<fp>-<time>-<id>/`
+   (a new one per run, so a rerun never touches the files of the dataset in use);
+2. the manifest, written last as `<data_dir>/manifest.json`, names those files by
+   their paths relative to `<data_dir>`; writing it is the commit. Readers
+   (`dataset.load_manifest`, `split_files`, `read_split`) trust only the manifest,
+   so an unfinished prefix is never read, and the previous manifest with its
+   files stays the dataset until the new manifest replaces it;
+3. only then are the other `attempt-*` prefixes deleted: the previous dataset's and
+   those of crashed runs.
+
+The manifest replaces the previous one atomically: on a filesystem that renames
+(local, HDFS) it is written beside and moved over; on an object store it is one
+PUT, which readers see whole or not at all.
+
+Tested: the local filesystem through `pyarrow.fs` (`file://` URIs), the same
+calls that serve the other schemes. Untested: real object stores and HDFS,
+in particular S3/GCS credentials and consistency, HDFS's rename (which may
+refuse to replace an existing manifest), and the cost of pyarrow resolving the
+filesystem for every file. One writer per dataset location at a time: a
+commit deletes every other attempt prefix, a concurrent run's included; a
+reader still on the previous manifest loses its files then (as with the
+rename). Consumers follow the manifest's paths (`manifest["spm"]["model"]`
+is `attempt-.../spm.model` here), not `<data_dir>/spm.model`.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipelines import dataset, storage
+
+ATTEMPT = "attempt-"
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Where a run writes (`root`: a local directory or a URI prefix), and how its manifest names
+    what is under it (`prefix`, relative to the dataset: "" for a local directory, `attempt-.../`)."""
+
+    root: str
+    prefix: str
+
+    def location(self, name: str) -> str:
+        """The location of a dataset file, e.g. `train/part-00000-of-00004.parquet`."""
+        return storage.join(self.root, name)
+
+
+def stage(data_dir: str | Path, fingerprint: str) -> Staging:
+    """An empty place for a new run's files: a staging directory, or a fresh prefix under a URI."""
+    if not storage.is_uri(data_dir):
+        path = dataset.staging_dir(Path(data_dir), fingerprint)
+        if path.exists():
+            shutil.rmtree(path)  # left by a crashed run of the same config
+        path.mkdir(parents=True)
+        return Staging(str(path), "")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name = f"{ATTEMPT}{fingerprint[:12]}-{stamp}-{uuid.uuid4().hex[:8]}"
+    return Staging(storage.join(data_dir, name), name + "/")
+
+
+def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> None:
+    """Make the staged files the dataset at `data_dir`, then drop the previous one.
+
+    Raises DatasetError, before committing, if a file the manifest names is missing or of another size.
+    """
+    if not storage.is_uri(data_dir):
+        dataset.publish(Path(staging.root), Path(data_dir), manifest)
+        return
+    _check_members(data_dir, manifest)
+    _write_manifest(data_dir, manifest)
+    for name in storage.subdirectories(data_dir):
+        if name.startswith(ATTEMPT) and name + "/" != staging.prefix:
+            storage.delete_dir(storage.join(data_dir, name))
+
+
+def _check_members(data_dir: str | Path, manifest: dict[str, Any]) -> None:
+    for split in manifest["splits"].values():
+        for f in split["files"]:
+            location = storage.join(data_dir, f["path"])
+            if not storage.exists(location) or storage.size(location) != f["bytes"]:
+                raise dataset.DatasetError(
+                    f"{location}: missing or not {f['bytes']} bytes as its manifest says; "
+                    "nothing was committed: run `interlingua prepare --force` again")
+    if not storage.exists(storage.join(data_dir, manifest["spm"]["model"])):
+        raise dataset.DatasetError(f"{data_dir}: {manifest['spm']['model']} is missing; nothing was committed")
+
+
+def _write_manifest(data_dir: str | Path, manifest: dict[str, Any]) -> None:
+    body = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    fs, path = storage.resolve(storage.join(data_dir, dataset.MANIFEST))
+    if fs.type_name not in ("local", "hdfs"):
+        storage.write_bytes(storage.join(data_dir, dataset.MANIFEST), body)  # one PUT: atomic
+        return
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    with fs.open_output_stream(tmp) as stream:
+        stream.write(body)
+    fs.move(tmp, path)  # a rename: the old manifest or the new one, never half of one

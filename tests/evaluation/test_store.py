@@ -1,0 +1,74 @@
+"""Embeddings on disk: blocks written in any order come back in key order, aligned, by row range."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from evaluation.store import NpyFile, NpyWriter, StoredEmbeddings, publish, text_hashes, write_block
+
+
+def stored(tmp_path, n=50, dim=6, cuts=(0, 7, 8, 30, 50), seed=0):
+    """n tuples in en/fr written as blocks (cut at `cuts` of a shuffled order), published."""
+    rng = np.random.default_rng(seed)
+    keys = [f"k{i:04d}" for i in range(n)]
+    arrays = {lang: rng.normal(size=(n, dim)).astype(np.float32) for lang in ("en", "fr")}
+    texts = {lang: [f"{lang} sentence {i % 9}" for i in range(n)] for lang in ("en", "fr")}
+    staging = tmp_path / ".emb.partial"
+    records = []
+    for a, b in reversed(list(zip(cuts, cuts[1:]))):  # blocks finish in any order, rows shuffled
+        rows = rng.permutation(np.arange(a, b))
+        records.append(write_block(staging, [keys[i] for i in rows], {lang: x[rows] for lang, x in arrays.items()},
+                                   {lang: [t[i] for i in rows] for lang, t in texts.items()}))
+    store = publish(staging, tmp_path / "emb", records, languages=["en", "fr"], meta={"model": "m"})
+    return store, keys, arrays, texts
+
+
+def test_blocks_come_back_in_key_order_and_aligned(tmp_path):
+    store, keys, arrays, texts = stored(tmp_path)
+    assert len(store) == 50 and store.starts == (0, 7, 8, 30, 50) and store.meta == {"model": "m"}
+    for lang in ("en", "fr"):
+        np.testing.assert_array_equal(store.rows(lang, 0, 50), arrays[lang])
+        np.testing.assert_array_equal(store.rows(lang, 5, 31), arrays[lang][5:31])  # across 4 blocks
+        assert store.rows(lang, 7, 7).shape == (0, 6)
+        assert [start for start, _ in store.blocks(lang)] == [0, 7, 8, 30]
+        np.testing.assert_array_equal(store.column(f"{lang}_hash"), text_hashes(texts[lang]))
+    assert list(store.column("key")) == keys == json.loads((tmp_path / "emb" / "keys.json").read_text())
+    assert list(store.column("fr_text", 29, 31)) == texts["fr"][29:31]
+    assert not (tmp_path / ".emb.partial").exists()
+    assert sorted(p.name for p in (tmp_path / "emb" / "en").iterdir()) == [f"part-{i:05d}.npy" for i in range(4)]
+    reopened = StoredEmbeddings.open(tmp_path / "emb")
+    assert reopened == store
+
+
+def test_publishing_again_replaces_the_folder_whole(tmp_path):
+    stored(tmp_path, seed=0)
+    store, _, arrays, _ = stored(tmp_path, seed=1, cuts=(0, 50))
+    assert store.starts == (0, 50)
+    np.testing.assert_array_equal(store.rows("en", 0, 50), arrays["en"])
+
+
+def test_overlapping_blocks_are_refused(tmp_path):
+    staging = tmp_path / "s"
+    vectors = {"en": np.zeros((2, 3), np.float32)}
+    records = [write_block(staging, ["a", "c"], vectors, {"en": ["x", "y"]}),
+               write_block(staging, ["b", "d"], vectors, {"en": ["x", "y"]})]
+    with pytest.raises(AssertionError, match="overlap"):
+        publish(staging, tmp_path / "out", records, languages=["en"])
+
+
+def test_text_hashes_tell_equal_texts():
+    hashes = text_hashes(["Dieu est amour.", "dieu est amour.", "Dieu est amour."])
+    assert hashes.dtype == np.uint64 and hashes[0] == hashes[2] != hashes[1]
+
+
+def test_npy_files_are_written_and_read_by_row_range(tmp_path):
+    writer = NpyWriter(tmp_path / "x.npy", (10, 3), np.int64)
+    data = np.arange(30).reshape(10, 3)
+    writer.write(6, data[6:])
+    writer.write(0, data[:6])
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), data)
+    read = NpyFile(tmp_path / "x.npy")
+    assert read.shape == (10, 3) and len(read) == 10
+    np.testing.assert_array_equal(read[3:8], data[3:8])

@@ -1,0 +1,78 @@
+"""`interlingua mine` on real Bible text, BUCC's protocol: true translations hidden among distractors."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from orchestration import tracking
+from orchestration.cli import main
+from orchestration.config import load_config
+from orchestration.mine import MineError
+from orchestration.mine.job import mine
+from tests.conftest import write_lines
+
+TRUE_BOOKS = [8, 32]  # Ruth, Jonah: 133 verses in both languages
+FR_ONLY, EN_ONLY = [17], [25]  # Esther in French, Lamentations in English: no translation on the other side
+
+
+@pytest.fixture
+def bucc(tmp_path, book_lines):
+    """fr and en inputs (true pairs shuffled among distractors) and the gold file of the true pairs."""
+    true = book_lines({"fr": "l", "en": "k"}, TRUE_BOOKS)
+    fr = true["fr"] + book_lines({"fr": "l"}, FR_ONLY)["fr"]
+    en = book_lines({"en": "k"}, EN_ONLY)["en"] + true["en"][::-1]
+    write_lines(tmp_path / "fr.txt", fr)
+    write_lines(tmp_path / "en.txt", en)
+    write_lines(tmp_path / "gold.tsv", [f"{f}\t{e}" for f, e in zip(true["fr"], true["en"])])
+    return tmp_path, len(true["fr"])
+
+
+def bucc_config(folder, *overrides):
+    return load_config(None, [
+        f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", "mine.model=use",
+        f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+        *overrides,
+    ])
+
+
+@pytest.mark.slow
+def test_mining_finds_the_hidden_translations_with_a_calibrated_threshold(bucc, local_ray):
+    folder, true_pairs = bucc
+    config = bucc_config(folder, f"mine.gold={{path: '{folder / 'gold.tsv'}'}}")
+    result = mine(config)
+    (pair,) = result.pairs
+    assert pair.name == "fr-en" and pair.index == "flat" and pair.curve is not None
+    # USE on real verses: most of the 133 true pairs found, few distractor pairs kept
+    assert pair.scores["f1"] > 0.8 and pair.scores["precision"] > 0.8, pair.scores
+    table = pq.read_table(result.out_dir / "pairs-fr-en.parquet")
+    assert table.column_names == ["fr_text", "en_text", "score", "fwd_rank", "bwd_rank"]
+    assert len(table) == len(pair.kept) and min(table["score"].to_pylist()) >= pair.threshold
+    manifest = json.loads((result.out_dir / "manifest.json").read_text())
+    entry = manifest["pairs"]["fr-en"]
+    assert entry["rows"] == len(table) and entry["gold"] == pair.scores
+    assert manifest["inputs"]["fr"]["read"] == true_pairs + 167 and manifest["inputs"]["en"]["read"] == true_pairs + 154
+    accounted = entry["rows"] + sum(entry["dropped"].values())
+    assert accounted == entry["candidates"]  # every candidate kept or dropped under a reason
+    run = tracking.get_run(config.tracking.uri, result.run_id)
+    assert run.data.tags["interlingua.stage"] == "mine" and run.data.metrics["mine/fr-en/f1"] == pair.scores["f1"]
+
+
+@pytest.mark.slow
+def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ray, capsys):
+    folder, _ = bucc
+    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", "mine.model=use",
+            f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+            "mine.threshold=1.2"]
+    assert main(args) == 0
+    assert "fr-en:" in capsys.readouterr().out
+    with pytest.raises(MineError, match="no file matches"):
+        mine(bucc_config(folder, "mine.threshold=1.1",
+                         f"mine.inputs=[{{lang: fr, path: '{folder / 'nope*.txt'}'}}, {{lang: en, path: x}}]"))
+    (folder / "bad.txt").write_bytes(b"caf\xe9\n")
+    with pytest.raises(MineError, match=r"bad.txt:1: not valid UTF-8"):
+        mine(bucc_config(folder, "mine.threshold=1.1",
+                         f"mine.inputs=[{{lang: fr, path: '{folder / 'bad.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]"))
+    assert main(["mine", "mine.inputs=[{lang: fr, path: a}, {lang: en, path: b}]"]) == 2
+    assert "mine.threshold or mine.gold" in capsys.readouterr().err

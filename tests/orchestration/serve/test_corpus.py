@@ -1,0 +1,113 @@
+"""`interlingua embed` at corpus scale on real Bible text: a Ray Data job over a glob of text files and
+a Parquet file, blocks + manifest that add up, resumable block by block; bad input named and refused."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from orchestration.serve.corpus import embed_corpus
+from orchestration.serve.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
+from pipelines.dataset import file_sha256
+from tests.orchestration.helpers import untrained_model_dir
+
+
+@pytest.fixture(scope="module")
+def model_dir(small_dataset, tmp_path_factory):
+    return untrained_model_dir(small_dataset, tmp_path_factory.mktemp("embed") / "model")
+
+
+@pytest.fixture
+def corpus(tmp_path, book_lines):
+    """Ruth, Obadiah and Jonah (85, 21, 48 verses) in French as two text files (LF with 2 empty lines; CRLF without a
+    final newline) and a Parquet file (a null value), and every sentence in order."""
+    fr = book_lines({"fr": "l"}, [8, 31, 32])["fr"]
+    ruth, obadiah, jonah = fr[:85], fr[85:106], fr[106:]
+    ruth = ruth[:10] + [""] + ruth[10:40] + [""] + ruth[40:]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_bytes("".join(s + "\n" for s in ruth).encode())
+    (tmp_path / "in" / "b.txt").write_bytes("\r\n".join(obadiah).encode())
+    pq.write_table(pa.table({"id": range(len(jonah)), "verse": jonah[:5] + [None] + jonah[6:]}),
+                   tmp_path / "jonah.parquet", row_group_size=16)
+    sentences = ruth + obadiah + jonah[:5] + [""] + jonah[6:]
+    return [str(tmp_path / "in" / "*.txt"), str(tmp_path / "jonah.parquet")], sentences
+
+
+def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir, corpus, tmp_path, local_ray):
+    from orchestration.serve.embedder import SentenceEmbedder
+
+    inputs, sentences = corpus
+    out = tmp_path / "out"
+    options = dict(lang="fr", model_dir=model_dir, config={"name": "test"}, column="verse", block_rows=32, actors=2)
+    first = embed_corpus(inputs, out, **options)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert first.rows == manifest["rows"] == len(sentences) == 156 and first.empty == manifest["empty"] == 3
+    assert [i["rows"] for i in manifest["inputs"]] == [87, 21, 48]
+    assert [i["empty"] for i in manifest["inputs"]] == [2, 0, 1]
+    assert all(i["bytes"] == (tmp_path / i["path"]).stat().st_size for i in manifest["inputs"])
+    assert [(b["source"].rsplit("/", 1)[1], b["first_line"], b["rows"]) for b in manifest["blocks"]] == [
+        ("a.txt", 1, 32), ("a.txt", 33, 32), ("a.txt", 65, 23), ("b.txt", 1, 21), ("jonah.parquet", 1, 32),
+        ("jonah.parquet", 33, 16)]
+    assert sum(b["rows"] for b in manifest["blocks"]) == manifest["rows"]
+    assert sum(b["empty"] for b in manifest["blocks"]) == manifest["empty"]
+    assert all(file_sha256(out / b["name"]) == b["sha256"] for b in manifest["blocks"])
+    assert manifest["model"]["model_sha256"] == file_sha256(model_dir / "model.pt")
+    assert manifest["config"] == {"name": "test"}
+    vectors = np.concatenate([np.load(out / b["name"]) for b in manifest["blocks"]])
+    expected = SentenceEmbedder.load(model_dir).embed(sentences, "fr")  # the same normalization and BPE
+    np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-6)
+
+    # a killed run: one block missing, another half-written; the rerun embeds only the missing one
+    (out / "part-00002.npy").unlink()
+    (out / "part-00002.json").unlink()
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.npy")}
+    (out / "part-00004.tmp.npy").write_bytes(b"half")
+    again = embed_corpus(inputs, out, **options)
+    assert again.computed == 1 and again.blocks == 6
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.npy") if p.name != "part-00002.npy"} == kept
+    assert not list(out.glob("*.tmp*"))
+    assert json.loads((out / "manifest.json").read_text()) == manifest  # identical, sha256 included
+    assert embed_corpus(inputs, out, **options).computed == 0
+
+    # other inputs in the same folder: refused, replaced with force
+    with pytest.raises(CorpusError, match="--force"):
+        embed_corpus(inputs[:1], out, **options)
+    forced = embed_corpus(inputs[:1], out, **options, force=True)
+    assert forced.rows == 108
+    assert sorted(p.name for p in out.glob("part-*.npy")) == [f"part-0000{i}.npy" for i in range(4)]
+
+
+def test_inputs_are_resolved_and_planned_in_order(corpus, tmp_path):
+    inputs, sentences = corpus
+    paths = resolve_inputs([str(tmp_path / "in"), *inputs])  # the folder, then its glob again: each file once
+    assert [p.name for p in paths] == ["a.txt", "b.txt", "jonah.parquet"]
+    files, blocks = plan_blocks(paths, column="verse", block_rows=50)
+    assert [f.rows for f in files] == [87, 21, 48]
+    assert [s for b in blocks for s in read_block(b, column="verse")] == sentences
+
+
+def test_bad_input_is_named(tmp_path, model_dir, capsys, small_dataset, verse):
+    from orchestration.cli import main
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(verse("l", 8, 1, 1).encode() + b"\n\ncaf\xe9 au lait\n")
+    with pytest.raises(CorpusError, match=r"bad.txt:3: not valid UTF-8"):
+        plan_blocks([bad], column="text", block_rows=10)
+    args = ["embed", f"dataset_dir={small_dataset.data_dir}", "-l", "fr", "--model", str(model_dir), "-o"]
+    assert main([*args, str(tmp_path / "out"), "-i", str(bad)]) == 2
+    assert "bad.txt:3: not valid UTF-8" in capsys.readouterr().err
+    assert main([*args, str(tmp_path / "out.npy"), "-i", str(bad)]) == 2  # the in-process form too
+    assert "bad.txt:3: not valid UTF-8" in capsys.readouterr().err
+    assert main([*args, str(tmp_path / "out"), "-i", str(tmp_path / "none*.txt")]) == 2
+    assert "matches no file" in capsys.readouterr().err
+    pq.write_table(pa.table({"n": [1, 2]}), tmp_path / "n.parquet")
+    with pytest.raises(CorpusError, match="no column 'verse'"):
+        plan_blocks([tmp_path / "n.parquet"], column="verse", block_rows=10)
+    with pytest.raises(CorpusError, match="column 'n' is int64, not text"):
+        plan_blocks([tmp_path / "n.parquet"], column="n", block_rows=10)
+    with pytest.raises(CorpusError, match="the model knows"):
+        embed_corpus([str(bad)], tmp_path / "out", lang="de", model_dir=model_dir, config={})
+    assert not (tmp_path / "out").exists()  # nothing written, no Ray started for bad input
