@@ -31,7 +31,7 @@ from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
 # pipeline_options lives in pipelines.runners; callers import it from here
-from pipelines.runners import for_cluster, pipeline_options, release  # noqa: F401  # noqa: F401  (re-exported: callers import it from here)
+from pipelines.runners import for_cluster, pipeline_options, release  # noqa: F401  (re-exported: callers import it from here)
 from pipelines.sources import ReadTupleFn
 from pipelines.split import SplitTuples, check_held_out
 
