@@ -166,6 +166,7 @@ def approximate_index(candidates: np.ndarray, *, lists: int | None = None, pq_by
     ivf = faiss.IndexIVFPQFastScan(quantizer, dim, lists, subquantizers, 4, faiss.METRIC_INNER_PRODUCT)
     ivf.by_residual = True  # off by default in faiss; a residual has about half a vector's energy to code
     ivf.cp.min_points_per_centroid = 16  # k-means warns below this many training rows per list
+    ivf.pq.cp.niter = 10  # not 25: 16 levels of one dimension settle early (same recall, 1/3 of the time)
     rows = np.random.default_rng(seed).permutation(n)[: sample or max(20 * lists, 1024)]
     ivf.train(np.ascontiguousarray(candidates[np.sort(rows)]))
     ivf.nprobe = nprobe
