@@ -85,15 +85,11 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.mining import approximate_index  # noqa: E402
+from evaluation.mining import QUERY_BLOCK, approximate_index  # noqa: E402
 from evaluation.search import recall_at, search  # noqa: E402
 from orchestration.evaluate.memory import peak_rss  # noqa: E402
 
 K = 4
-# One faiss search call builds the fast-scan lookup tables of all its queries at once, about 20 KB a
-# query at 256-d: 2.3 GB of peak for 100k queries, ~20 GB for 1M. Blocks of 1,024 keep it near 20 MB
-# and ran fastest (100k queries: 2.5 s against 3.0 s in blocks of 4,096; one call was slower still).
-QUERY_BLOCK = 1024
 
 
 def stand_in(size: int, dim: int, *, seed: int = 0, topics: int = 4000, paired: float = 0.5,

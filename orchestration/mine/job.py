@@ -11,6 +11,7 @@ pairs. Output in `<run_dir>/mine` (`mine.output_dir`): `report.write_outputs`.
 """
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -48,14 +49,14 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         raise MineError("mine.inputs: give two or more inputs, one per language")
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
+    out_dir = config.mine_dir.resolve()
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
-        encoder, normalize, model_meta = load_encoder(config, Path(tmp))
+        encoder, normalize, model_meta = load_encoder(config, Path(tmp), out_dir / "embeddings")
         sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
         embeddings = {lang: encoder(s.raw, lang) for lang, s in sentences.items()}  # (N, D) each
     gold = load_gold(config, normalize)
     results = [mine_language_pair(config, sentences[x], sentences[y], embeddings[x], embeddings[y], gold)
                for x, y in combinations([i.lang for i in m.inputs], 2)]
-    out_dir = config.mine_dir.resolve()
     run_id = write_outputs(config, out_dir, results, sentences, model_meta, uri, parent_run_id)
     return MineResult(out_dir, results, run_id)
 
@@ -94,8 +95,10 @@ def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarra
                         scores, curve)
 
 
-def load_encoder(config: Config, tmp: Path) -> tuple[Encoder, Any, dict[str, Any]]:
-    """The embedding function of `mine.model`, the normalization it was trained with, and what it is."""
+def load_encoder(config: Config, tmp: Path, embeddings_dir: Path) -> tuple[Encoder, Any, dict[str, Any]]:
+    """The embedding function of `mine.model`, the normalization it was trained with, and what it is.
+    A trained model embeds with the streaming Ray Data job (`serve.corpus.embed_corpus`) into
+    `embeddings_dir`/<lang>, which a rerun of the same sentences and model resumes; USE in this process."""
     from pipelines.config import NormalizeConfig
 
     choice = config.mine.model
@@ -126,7 +129,31 @@ def load_encoder(config: Config, tmp: Path) -> tuple[Encoder, Any, dict[str, Any
     if unknown:
         raise MineError(f"mine.inputs: the model knows {embedder.languages}, not {unknown}")
     meta = {"model": str(folder), "model_sha256": file_sha256(folder / model_files.MODEL_FILE)}
-    return embedder.embed, embedder.normalizer.config, meta
+
+    def encode(texts: list[str], lang: str) -> np.ndarray:
+        return embed_streaming(config, texts, lang, folder, embeddings_dir / lang)
+
+    return encode, embedder.normalizer.config, meta
+
+
+def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path, out: Path) -> np.ndarray:
+    """(N, D) embeddings of `texts` by the corpus job: the sentences go to `out`/sentences.parquet, the
+    blocks to `out`; blocks of an earlier run of the same sentences and model are kept."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestration.serve.corpus import embed_corpus
+
+    out.mkdir(parents=True, exist_ok=True)
+    source = out / "sentences.parquet"
+    pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), source)
+    runtime = config.runtime
+    result = embed_corpus([str(source)], out / "blocks", lang=lang, model_dir=model_dir, config=config.to_dict(),
+                          column="text", actors=runtime.embed_actors, cpus_per_actor=runtime.cpus_per_task,
+                          use_gpu=runtime.use_gpu, max_tokens=config.evaluate.max_tokens, force=True,
+                          ray_address=runtime.ray_address)
+    manifest = json.loads((result.out_dir / "manifest.json").read_text())
+    return np.concatenate([np.load(result.out_dir / b["name"]) for b in manifest["blocks"]])
 
 
 def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str, str]]]:

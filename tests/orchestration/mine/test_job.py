@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -76,3 +77,27 @@ def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ra
                          f"mine.inputs=[{{lang: fr, path: '{folder / 'bad.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]"))
     assert main(["mine", "mine.inputs=[{lang: fr, path: a}, {lang: en, path: b}]"]) == 2
     assert "mine.threshold or mine.gold" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_model_directory_embeds_with_the_corpus_job_and_a_rerun_reuses_its_blocks(bucc, small_dataset, local_ray):
+    from orchestration.serve.embedder import SentenceEmbedder
+    from tests.orchestration.helpers import untrained_model_dir
+
+    folder, _ = bucc
+    model = untrained_model_dir(small_dataset, folder / "model")
+    config = bucc_config(folder, f"mine.model={model}", "mine.threshold=1.0")
+    result = mine(config)
+    blocks = result.out_dir / "embeddings" / "fr" / "blocks"
+    manifest = json.loads((blocks / "manifest.json").read_text())
+    # the distinct French sentences, embedded by the Ray Data job as the model embeds them in-process
+    sentences = pq.read_table(result.out_dir / "embeddings" / "fr" / "sentences.parquet")["text"].to_pylist()
+    assert manifest["rows"] == len(sentences) == json.loads((result.out_dir / "manifest.json").read_text())[
+        "inputs"]["fr"]["distinct"]
+    stored = np.concatenate([np.load(blocks / b["name"]) for b in manifest["blocks"]])
+    np.testing.assert_allclose(stored, SentenceEmbedder.load(model).embed(sentences, "fr"), atol=1e-5)
+    marker = blocks / "part-00000.json"
+    written = marker.stat().st_mtime_ns
+    again = mine(config)
+    assert marker.stat().st_mtime_ns == written  # the rerun kept the finished block
+    assert len(again.pairs[0].kept) == len(result.pairs[0].kept)
