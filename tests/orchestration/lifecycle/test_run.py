@@ -203,3 +203,36 @@ def test_run_and_compare_against_a_tracking_server(tmp_path, book_lines, mlflow_
     assert str(tracking.champion(mlflow_server, "served").version) == "1"
     table = compare_runs(config)
     assert "served-eval-test" in table and "1 evaluation runs" in table
+
+
+@pytest.mark.slow
+def test_the_loop_closes_the_champion_mines_pairs_and_run_retrains_on_them(tmp_path, book_lines, local_ray):
+    """run -> mine with the champion -> run on the corpus plus the mined pairs: a new dataset, model and
+    decision. Ruth and Jonah hidden among distractors, as in tests/orchestration/mine."""
+    from orchestration.mine.job import mine
+
+    template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert run_pipeline(pipeline_config(tmp_path, template, uri)).code == EXIT_PROMOTED
+    manifest = tmp_path / "run" / "data" / "manifest.json"
+    tuples_before = json.loads(manifest.read_text())["counts"]["tuples"]["in"]
+
+    hidden = book_lines({"fr": "l", "en": "k"}, [8, 32])
+    write_lines(tmp_path / "fr.txt", hidden["fr"] + book_lines({"fr": "l"}, [17])["fr"])
+    write_lines(tmp_path / "en.txt", book_lines({"en": "k"}, [25])["en"] + hidden["en"][::-1])
+    inputs = (f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, "
+              f"{{lang: en, path: '{tmp_path / 'en.txt'}'}}]")
+    mined = mine(pipeline_config(tmp_path, template, uri, "mine.model=champion", inputs, "mine.threshold=1.0",
+                                 "mine.max_hub=1000"))
+    (pair,) = mined.pairs
+    assert len(pair.kept) > 0
+
+    sources = (f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}, "
+               f"{{kind: mined, path: '{mined.out_dir}', languages: [fr, en], min_score: 1.0}}]")
+    retrained = run_pipeline(pipeline_config(tmp_path, template, uri, sources))
+    assert retrained.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
+    counts = json.loads(manifest.read_text())["counts"]["tuples"]
+    assert counts["in"] == tuples_before + len(pair.kept)  # every mined pair reached prepare
+    assert "below_min_score" not in counts["dropped"]
+    promoted = retrained.challenger_error < retrained.champion_error
+    assert retrained.code == (EXIT_PROMOTED if promoted else EXIT_NOT_PROMOTED), retrained.message
