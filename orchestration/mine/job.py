@@ -1,6 +1,6 @@
 """`interlingua mine`: embed each language, search both ways, score, filter, threshold, write, log.
 
-    result = mine(load_config("configs/mine-bible.yaml"))
+    result = mine(load_config("run.yaml", ["mine.threshold=1.06", "mine.inputs=[...]"]))
 
 For every pair of input languages (x, y), in the order given: the k nearest
 neighbours each way (exact faiss search in shards on Ray tasks, or IVF-PQ above
