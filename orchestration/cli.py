@@ -76,8 +76,10 @@ def _parser() -> argparse.ArgumentParser:
         "evaluate",
         help="similarity-search error of a trained model on the dev or test split (Ray + faiss)",
         description="Embed evaluate.split with a Ray Data actor pool, search every ordered language pair "
-        "in evaluate.shards shards with Ray tasks, log the L x L matrix to MLflow.",
+        "in evaluate.shards shards with Ray tasks, log the L x L matrix to MLflow; then each of "
+        "evaluate.testsets, each its own MLflow run.",
     ))
+    ev.add_argument("--testset", help="evaluate only this evaluate.testsets entry")
     ev.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
     ev.add_argument("--force", action="store_true",
                     help="evaluate again even if this model was evaluated on this data and config")
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--pairs", action="store_true", help="also show every language pair's error")
     cmp.add_argument("--stage", choices=["evaluate", "train"], default="evaluate",
                      help="evaluation runs (test error, default) or training runs and tune trials (dev error)")
+    cmp.add_argument("--testset", help="the evaluation runs of this evaluate.testsets name (default: the split's)")
     cmp.add_argument("--plot", help="write a figure (learning curves, error-matrix differences) to this PNG")
     cmp.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     srch = with_config(sub.add_parser(
@@ -236,9 +239,14 @@ def _evaluate(config, args: argparse.Namespace) -> int:
 
     from orchestration.evaluate.job import evaluate
 
-    result = evaluate(config, model_dir=Path(args.model) if args.model else None, force=args.force)
-    print(result.format_matrix())
-    print(f"tables and heatmap: {result.out_dir}  (MLflow run {result.run_id})")
+    model_dir = Path(args.model) if args.model else None
+    names = [args.testset] if args.testset else [None, *(t.name for t in config.evaluate.testsets)]
+    for name in names:
+        result = evaluate(config, model_dir=model_dir, force=args.force, testset=name)
+        if len(names) > 1 or args.testset:
+            print(f"test set {name}:" if name else f"split {config.evaluate.split}:")
+        print(result.format_matrix())
+        print(f"tables and heatmap: {result.out_dir}  (MLflow run {result.run_id})")
     return 0
 
 
@@ -269,7 +277,7 @@ def _compare(config, args: argparse.Namespace) -> int:
     from orchestration.lifecycle.compare import compare_runs
 
     print(compare_runs(config, experiment=args.experiment, max_runs=args.max_runs, pairs=args.pairs,
-                       plot=args.plot, stage=args.stage))
+                       plot=args.plot, stage=args.stage, testset=args.testset))
     return 0
 
 

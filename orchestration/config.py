@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from orchestration.config_sections import (
     EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, TrackingConfig, TrainConfig,
@@ -60,6 +60,14 @@ class Config(Schema):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     mine: MineConfig = Field(default_factory=MineConfig)
+
+    @model_validator(mode="after")
+    def _decision_set(self) -> "Config":
+        names = [t.name for t in self.evaluate.testsets]
+        if self.registry.decide_on is not None and self.registry.decide_on not in names:
+            raise ValueError(f"registry.decide_on: {self.registry.decide_on!r} is not an evaluate.testsets name "
+                             f"({', '.join(names) or 'none given'})")
+        return self
 
     @property
     def data_dir(self) -> Path:

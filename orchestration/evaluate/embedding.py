@@ -70,6 +70,24 @@ class UseEmbedFn:
         return write_batch(out, staging=self.staging, languages=self.languages)
 
 
+class TextEmbedFn:
+    """A trained model on raw texts (a test set's): its own normalization and sentencepiece model."""
+
+    def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
+                 staging: str):
+        from orchestration.serve.embedder import SentenceEmbedder
+
+        self.embedder = SentenceEmbedder.load(Path(model_path).parent, device="cuda" if use_gpu else "cpu",
+                                              max_tokens=max_tokens)
+        self.languages, self.dtype, self.staging = languages, dtype, staging
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
+        for lang in self.languages:
+            out[f"{lang}_emb"] = self.embedder.embed(list(batch[f"{lang}_text"]), lang).astype(self.dtype)
+        return write_batch(out, staging=self.staging, languages=self.languages)
+
+
 def write_batch(batch: dict[str, np.ndarray], *, staging: str, languages: list[str]) -> dict[str, np.ndarray]:
     """One embedded batch written as a block of `evaluation.store`; its record out."""
     if not len(batch["key"]):
@@ -144,30 +162,52 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
     """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
     with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline).
     EvaluateError under 2 tuples."""
-    import ray.data
-
-    e, r = config.evaluate, config.runtime
     use = model_path is None
-    staging = folder.with_name(f".{folder.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
     with _ordered():
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
         tuples = complete_tuples(config, languages, use, batch_rows).materialize()
-        written = tuples.map_batches(
-            UseEmbedFn if use else EmbedFn,
-            fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
-                                       use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging)),
-            batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
-            num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
-        )
-        records = list(written.iter_rows())
+        records = _embed(config, tuples, UseEmbedFn if use else EmbedFn, model_path, languages, folder, batch_rows)
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise EvaluateError(f"split {e.split!r} has {rows} complete tuples; the search needs at least 2")
+        shutil.rmtree(_staging(folder), ignore_errors=True)
+        raise EvaluateError(f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2")
     _log_skipped(config, rows)
-    return publish(staging, folder, records, languages=languages, meta=meta)
+    return publish(_staging(folder), folder, records, languages=languages, meta=meta)
+
+
+def embed_texts(config: Config, table, model_path: Path | None, languages: list[str], folder: Path,
+                meta: dict[str, Any] | None = None, batch_rows: int = 1024) -> StoredEmbeddings:
+    """Embed a test set's texts (a pyarrow table: key, <lang>_text, in key order) into `folder`, each
+    model with its own tokenizer (`model_path` None: the USE baseline)."""
+    import ray.data
+
+    tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
+    with _ordered():
+        records = _embed(config, tuples, UseEmbedFn if model_path is None else TextEmbedFn, model_path, languages,
+                         folder, batch_rows)
+    return publish(_staging(folder), folder, records, languages=languages, meta=meta)
+
+
+def _staging(folder: Path) -> Path:
+    return folder.with_name(f".{folder.name}.partial")
+
+
+def _embed(config: Config, tuples, actor: type, model_path: Path | None, languages: list[str], folder: Path,
+           batch_rows: int) -> list[dict[str, Any]]:
+    """The block records of `tuples` embedded by an actor pool of `actor` into the staging folder."""
+    import ray.data
+
+    e, r = config.evaluate, config.runtime
+    staging = _staging(folder)
+    shutil.rmtree(staging, ignore_errors=True)
+    written = tuples.map_batches(
+        actor, fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
+                                          use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging)),
+        batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
+        num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
+    )
+    return list(written.iter_rows())
 
 
 def _log_skipped(config: Config, rows: int) -> None:

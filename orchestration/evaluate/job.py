@@ -34,7 +34,7 @@ from orchestration import tracking
 from orchestration.cluster import RayExecutor, ensure_ray
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError
-from orchestration.evaluate.embedding import embed_split
+from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.state import read_state, write_state
 from pipelines.dataset import file_sha256, fingerprint, load_manifest
 
@@ -48,8 +48,9 @@ class Encoder:
     """What is evaluated: a model file, or the USE baseline (`model_path` None)."""
 
     model_path: Path | None
-    languages: list[str]
+    languages: list[str]  # the evaluated ones
     meta: dict[str, Any]  # the model's training progress (step, dev error)
+    known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
 
 
 @dataclass
@@ -61,39 +62,61 @@ class EvalResult:
     run_id: str
     out_dir: Path
     skipped: bool = False
+    data: str = ""  # what was searched: the dataset's fingerprint, or a test set's
 
     def format_matrix(self) -> str:
         return format_matrix(self.matrix, self.averages, self.languages)
 
 
 def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None = None,
-             parent_run_id: str | None = None, force: bool = False) -> EvalResult:
-    """Evaluate a model directory (default: the run's trained model) or the USE baseline.
+             parent_run_id: str | None = None, force: bool = False, testset: str | None = None) -> EvalResult:
+    """Evaluate a model directory (default: the run's trained model) or the USE baseline on the
+    dataset's `evaluate.split`, or on the `evaluate.testsets` entry named `testset`.
 
-    `label` names the output (`<run_dir>/eval/<split>-<label>`) and the MLflow run. An evaluation of
-    the same model file, dataset and evaluate config is returned as it is unless `force`.
+    `label` names the output (`<run_dir>/eval/<split or testset-NAME>-<label>`) and the MLflow run. An
+    evaluation of the same model file, data and evaluate config is returned as it is unless `force`.
     """
     encoder = resolve_encoder(config, model_dir)
     label = label or (None if config.evaluate.encoder == "model" else config.evaluate.encoder)
-    out_dir = (config.eval_dir / (f"{config.evaluate.split}-{label}" if label else config.evaluate.split)).resolve()
-    fp = eval_fingerprint(config, encoder)
+    name = f"testset-{testset}" if testset else config.evaluate.split
+    out_dir = (config.eval_dir / (f"{name}-{label}" if label else name)).resolve()
+    texts = _testset(config, testset, encoder) if testset else None
+    languages = texts.languages if texts else encoder.languages
+    data = texts.data if texts else load_manifest(config.data_dir)["fingerprint"]
+    fp = eval_fingerprint(config, encoder, data)
     state = read_state(out_dir / STATE_FILE)
     if not force and state.get("fingerprint") == fp and (out_dir / "metrics.json").is_file():
         log.info("%s: this model was evaluated on this data already", out_dir)
-        return _cached(out_dir, encoder.languages, state["run_id"])
+        return _cached(out_dir, languages, state["run_id"], data)
     ensure_ray(config.runtime.ray_address, log_to_driver=False)
-    store = embed_split(config, encoder.model_path, encoder.languages, out_dir / "embeddings",
-                        meta={"model": model_identity(config, encoder), "split": config.evaluate.split})
-    log.info("embedded %d tuples x %d languages; searching %d pairs in %d shards", len(store),
-             len(encoder.languages), len(encoder.languages) * (len(encoder.languages) - 1), config.evaluate.shards)
+    meta = {"model": model_identity(config, encoder), "split": name, "data": data}
+    if texts:
+        store = embed_texts(config, texts.table, encoder.model_path, languages, out_dir / "embeddings", meta)
+    else:
+        store = embed_split(config, encoder.model_path, languages, out_dir / "embeddings", meta=meta)
+    log.info("%s: embedded %d tuples x %d languages; searching %d pairs in %d shards", name, len(store),
+             len(languages), len(languages) * (len(languages) - 1), config.evaluate.shards)
     pairs = measure(config, store, out_dir / "search")
     matrix = {pair: m["error"] for pair, m in pairs.items()}
-    averages = {"all": float(np.mean(list(matrix.values()))), **subset_averages(matrix, encoder.languages)}
+    averages = {"all": float(np.mean(list(matrix.values()))), **subset_averages(matrix, languages)}
     named = {f"{p}-{q}": m for (p, q), m in pairs.items()}
-    write_report(out_dir, matrix, named, averages, encoder.languages, len(store))
-    run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id)
-    write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id})
-    return EvalResult(matrix, named, averages, encoder.languages, run_id, out_dir)
+    write_report(out_dir, matrix, named, averages, languages, len(store))
+    tags = {"interlingua.data": data, **({"interlingua.testset": testset} if testset else {})}
+    run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id, name, tags)
+    write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id, "data": data})
+    return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
+
+
+def _testset(config: Config, name: str, encoder: Encoder):
+    from orchestration.evaluate.testsets import load_testset
+
+    spec = next((t for t in config.evaluate.testsets if t.name == name), None)
+    if spec is None:
+        raise EvaluateError(f"no test set {name!r} in evaluate.testsets "
+                            f"({', '.join(t.name for t in config.evaluate.testsets) or 'none'})")
+    if spec.files is not None and encoder.known is None:  # the baseline: the test set's own languages
+        return load_testset(spec, list(spec.files))
+    return load_testset(spec, encoder.known if spec.files is not None else encoder.languages)
 
 
 def resolve_encoder(config: Config, model_dir: Path | None) -> Encoder:
@@ -108,15 +131,16 @@ def resolve_encoder(config: Config, model_dir: Path | None) -> Encoder:
     if not model_path.is_file():
         raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")
     languages = load_model(str(model_path))[0].languages
-    return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir))
+    return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), languages)
 
 
-def eval_fingerprint(config: Config, encoder: Encoder) -> str:
-    """What an evaluation depends on: the model file, the dataset, the evaluate config."""
+def eval_fingerprint(config: Config, encoder: Encoder, data: str) -> str:
+    """What an evaluation depends on: the model file, the data searched (a fingerprint), the evaluate
+    config (but the list of test sets: adding one changes no other evaluation)."""
     return fingerprint({
         "model": model_identity(config, encoder),
-        "data": load_manifest(config.data_dir)["fingerprint"],
-        "evaluate": config.evaluate.model_dump(),
+        "data": data,
+        "evaluate": config.evaluate.model_dump(exclude={"testsets"}),
     })
 
 
@@ -151,14 +175,15 @@ def _languages(config: Config, available: list[str]) -> list[str]:
         raise EvaluateError(str(exc)) from None
 
 
-def _cached(out_dir: Path, languages: list[str], run_id: str) -> EvalResult:
+def _cached(out_dir: Path, languages: list[str], run_id: str, data: str) -> EvalResult:
     record = json.loads((out_dir / "metrics.json").read_text())
     matrix = {tuple(k.split("-", 1)): v["error"] for k, v in record["pairs"].items()}
-    return EvalResult(matrix, record["pairs"], record["averages"], languages, run_id, out_dir, skipped=True)
+    return EvalResult(matrix, record["pairs"], record["averages"], languages, run_id, out_dir, skipped=True,
+                      data=data)
 
 
 def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int,
-         label: str | None, parent_run_id: str | None) -> str:
+         label: str | None, parent_run_id: str | None, name: str, tags: dict[str, str]) -> str:
     """The evaluation as an MLflow run, nested under the training run (or `parent_run_id`)."""
     from orchestration.train.driver import STATE_FILE as TRAIN_STATE
 
@@ -169,10 +194,10 @@ def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], s
         train_run = read_state(config.train_dir / TRAIN_STATE).get("run_id")
     suffix = f"-{label}" if label else ""
     run_id = tracking.start_run(
-        uri, config.tracking.experiment, f"{config.name}-eval-{config.evaluate.split}{suffix}", config.to_dict(),
+        uri, config.tracking.experiment, f"{config.name}-eval-{name}{suffix}", config.to_dict(),
         parent_run_id=parent_run_id or train_run,
         tags={"interlingua.stage": "evaluate", "interlingua.encoder": encoder,
-              "interlingua.model_step": str(meta.get("step")),
+              "interlingua.model_step": str(meta.get("step")), **tags,
               **({"interlingua.train_run_id": train_run} if train_run else {})},
     )
     rename = {"error": "xsim_error"}

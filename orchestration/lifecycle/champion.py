@@ -2,7 +2,8 @@
 
 The trained model is logged as an MLflow pyfunc model and registered under
 `registry.model_name`. The version holding the alias `champion` is evaluated
-again on the same, current evaluation set, and the challenger takes the alias
+again on the same, current evaluation set (the run's split, or the test set
+`registry.decide_on`, e.g. a pinned one), and the challenger takes the alias
 only when its average error is lower by more than `registry.min_improvement`
 and, when `registry.max_pair_regression` is set, no language pair is worse
 than the champion's by more than that budget (`decide`). The errors, the
@@ -117,8 +118,9 @@ def explain(verdict: Verdict, *, challenger: str, champion: str, challenger_erro
 
 def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, challenger,
                         parent_run_id: str) -> Decision:
-    """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult); promote it when
-    `decide` says so against the champion re-evaluated on the same split."""
+    """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult on the split, or on the
+    test set `registry.decide_on`); promote it when `decide` says so against the champion re-evaluated on
+    the same data (RuntimeError if that data's fingerprint differs: numbers on different inputs)."""
     from model.nmt import load_model
     from orchestration.evaluate.job import evaluate
     from orchestration.model_dir import MODEL_FILE
@@ -138,7 +140,10 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
         with tempfile.TemporaryDirectory(prefix="champion-") as tmp:
             champion_dir = tracking.download_model_dir(uri, name, current.version, tmp)
             champion = evaluate(config, model_dir=champion_dir, label=f"champion-v{current.version}",
-                                parent_run_id=parent_run_id)
+                                parent_run_id=parent_run_id, testset=config.registry.decide_on)
+        if champion.data != challenger.data:
+            raise RuntimeError(f"the champion was measured on data {champion.data}, the challenger on "
+                               f"{challenger.data}: not comparable; rerun")
         champion_error = champion.averages["all"]
         verdict = decide(challenger_error=challenger_error, champion_error=champion_error,
                          challenger_matrix=challenger.matrix, champion_matrix=champion.matrix, **rule)
@@ -148,6 +153,8 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
         tracking.promote(uri, name, version)
     log_decision(uri, parent_run_id, verdict, challenger_error=challenger_error, champion_error=champion_error,
                  **rule)
+    tracking.set_tags(uri, parent_run_id, {"register.evaluation_set": config.registry.decide_on or
+                                           config.evaluate.split, "register.evaluation_data": challenger.data})
     message = f"{'promoted' if verdict.promoted else 'not promoted'} {name} v{version}: {reason}"
     log.info(message)
     return Decision(verdict.promoted, message, version, challenger_error, champion_error, verdict.blocking)

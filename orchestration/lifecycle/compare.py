@@ -37,8 +37,9 @@ METRICS = {"evaluate": ("eval/xsim_error", "eval/xsim_error/"), "train": ("dev/b
 
 
 def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int = 20, pairs: bool = False,
-                 plot: str | None = None, stage: str = "evaluate") -> str:
-    """The runs of `stage` (evaluation runs by test error; training runs and tune trials by best dev error)."""
+                 plot: str | None = None, stage: str = "evaluate", testset: str | None = None) -> str:
+    """The runs of `stage` (evaluation runs by test error, on the split or on the test set `testset`;
+    training runs and tune trials by best dev error)."""
     uri = tracking.resolve_uri(config.tracking.uri)
     experiment = experiment or config.tracking.experiment
     if max_runs < 1:
@@ -47,9 +48,14 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
         raise ConfigError(f"--plot {plot}: the folder {Path(plot).resolve().parent} does not exist")
     tracking.check_reachable(uri)
     metric, pair_prefix = METRICS[stage]
-    runs = tracking.search_runs(uri, experiment, f"tags.`interlingua.stage` = '{stage}'", max_runs)
+    where = f"tags.`interlingua.stage` = '{stage}'"
+    if stage == "evaluate":
+        on = f"= '{testset}'" if testset else "IS NULL"  # a test set's runs, or the split's
+        where += f" and tags.`interlingua.testset` {on}"
+    runs = tracking.search_runs(uri, experiment, where, max_runs)
     if not runs:
-        return f"no {LABELS[stage]} runs in experiment {experiment!r} of {uri}"
+        what = f"{LABELS[stage]} runs" + (f" on test set {testset!r}" if testset else "")
+        return f"no {what} in experiment {experiment!r} of {uri}"
     runs = sorted(runs, key=lambda r: r.data.metrics.get(metric, np.inf))
     differing = _differing([r.data.params for r in runs])
     averages = sorted({k.rsplit("avg_", 1)[1] for r in runs for k in r.data.metrics if "/avg_" in k}, key=len)

@@ -94,8 +94,11 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             trained = train(config, restart_stale=True, parent_run_id=parent)
             outcome.stages["train"] = "skipped" if trained.skipped else "ran"
             challenger = evaluate(config, parent_run_id=parent)
-            outcome.stages["evaluate"] = "skipped" if challenger.skipped else "ran"
+            tested = {t.name: evaluate(config, parent_run_id=parent, testset=t.name) for t in config.evaluate.testsets}
+            outcome.stages["evaluate"] = "skipped" if all(r.skipped for r in [challenger, *tested.values()]) else "ran"
             outcome.matrix = challenger.format_matrix()
+            if config.registry.decide_on:  # the decision on a test set (e.g. a pinned one), not the split
+                challenger = tested[config.registry.decide_on]
             sha = file_sha256(trained.model_dir / MODEL_FILE)
             name = config.registry.model_name or config.name
             if tracking.find_version(uri, name, MODEL_TAG, sha) is not None:

@@ -1,0 +1,121 @@
+"""Test sets beside the dataset's split (`evaluate.testsets`): read, checked, and held as their texts.
+
+    testset = load_testset(spec, model_languages)   # Testset: name, table (key, <lang>_text...), identity
+
+Two kinds, both embedded from their text by each model with its own
+normalization and sentencepiece model (`serve.embedder.SentenceEmbedder`), so
+that models with different tokenizers are measured on the same input:
+
+- `files`: one line-aligned file per language (the xx-en similarity sets of
+  1,000 pairs, or N-way dev/devtest sets with one file per language). A line
+  that is empty in any language drops its tuple (counted as `empty`).
+- `dataset`: a prepared dataset's split, pinned by its manifest fingerprint: a
+  frozen evaluation set for champion decisions, so that decisions stay
+  comparable when new data changes the run's own split. A tuple lacking an
+  evaluated language is dropped (counted as `incomplete`).
+
+Test sets are small (thousands of lines), so the driver reads them whole.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from orchestration.config_sections import TestsetConfig
+from orchestration.evaluate import EvaluateError
+from pipelines.dataset import MANIFEST, file_sha256, fingerprint, load_manifest, read_split
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Testset:
+    name: str
+    table: pa.Table  # key (line number or tuple key, in order), then <lang>_text per language
+    languages: list[str]
+    identity: dict[str, Any]  # the files and their sha256, or the dataset, split and fingerprint
+    read: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def data(self) -> str:
+        """What is searched, as logged with evaluations and decisions: a pinned dataset's manifest
+        fingerprint and split, or a fingerprint of the files' sha256."""
+        if "dataset" in self.identity:
+            return f"{self.identity['fingerprint']}/{self.identity['split']}"
+        return fingerprint(self.identity)
+
+
+def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
+    """The test set of `spec` over the evaluated `languages` (a files set: its own, each of which the
+    model must know). EvaluateError naming the test set and file on bad input."""
+    if spec.files is not None:
+        unknown = [lang for lang in spec.files if lang not in languages]
+        if unknown:
+            raise EvaluateError(f"evaluate.testsets {spec.name}: the model knows {languages}, not {unknown}")
+        testset = _from_files(spec)
+    else:
+        testset = _from_dataset(spec, languages)
+    if len(testset.table) < 2:
+        raise EvaluateError(f"evaluate.testsets {spec.name}: {len(testset.table)} complete tuples of "
+                            f"{testset.read} (dropped: {testset.dropped}); the search needs at least 2")
+    if testset.dropped:
+        log.warning("test set %s: %d of %d tuples dropped (%s)", spec.name, sum(testset.dropped.values()),
+                    testset.read, ", ".join(f"{reason} {n}" for reason, n in testset.dropped.items()))
+    return testset
+
+
+def _from_files(spec: TestsetConfig) -> Testset:
+    from orchestration.serve.inputs import CorpusError, read_lines
+
+    columns, identity = {}, {}
+    for lang, name in spec.files.items():
+        path = Path(name)
+        if not path.is_file():
+            raise EvaluateError(f"evaluate.testsets {spec.name}: {path} ({lang}) is not a file")
+        try:
+            with open(path, "rb") as handle:
+                columns[lang] = list(read_lines(handle, str(path)))
+        except CorpusError as exc:
+            raise EvaluateError(f"evaluate.testsets {spec.name}: {exc}") from None
+        identity[lang] = {"path": str(path.resolve()), "sha256": file_sha256(path)}
+    counts = {lang: len(lines) for lang, lines in columns.items()}
+    if len(set(counts.values())) > 1:
+        raise EvaluateError(f"evaluate.testsets {spec.name}: the files must be line-aligned, but have "
+                            + ", ".join(f"{spec.files[lang]} {n} lines" for lang, n in counts.items()))
+    read = next(iter(counts.values()))
+    keep = [i for i in range(read) if all(lines[i].strip() for lines in columns.values())]
+    table = pa.table({"key": [f"{i + 1:09d}" for i in keep],
+                      **{f"{lang}_text": [lines[i] for i in keep] for lang, lines in columns.items()}})
+    dropped = {"empty": read - len(keep)} if read > len(keep) else {}
+    return Testset(spec.name, table, list(columns), {"files": identity}, read, dropped)
+
+
+def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
+    folder = Path(spec.dataset)
+    if not (folder / MANIFEST).is_file():
+        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} holds no prepared dataset ({MANIFEST})")
+    manifest = load_manifest(folder)
+    if spec.fingerprint is None:
+        raise EvaluateError(f"evaluate.testsets {spec.name}: pin the dataset with fingerprint: "
+                            f"{manifest['fingerprint']} (its manifest's), so that a changed set is refused")
+    if manifest["fingerprint"] != spec.fingerprint:
+        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has fingerprint {manifest['fingerprint']}, "
+                            f"pinned {spec.fingerprint}: the pinned set changed; restore it, or pin the new one")
+    missing = [lang for lang in languages if lang not in manifest["languages"]]
+    if missing:
+        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has no {missing} (it holds "
+                            f"{manifest['languages']})")
+    table = read_split(folder, spec.split, ["key", *[f"{lang}_text" for lang in languages]])
+    read = len(table)
+    table = table.filter(functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_text"]) for lang in languages]))
+    table = table.sort_by("key")
+    dropped = {"incomplete": read - len(table)} if read > len(table) else {}
+    identity = {"dataset": str(folder.resolve()), "split": spec.split, "fingerprint": spec.fingerprint}
+    return Testset(spec.name, table, list(languages), identity, read, dropped)

@@ -1,0 +1,155 @@
+"""`evaluate.testsets` on real Bible text: line-aligned files and a pinned prepared split, embedded from
+their text with each model's own tokenizer, logged apart, compared apart, and a champion decision on one."""
+from __future__ import annotations
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from orchestration import tracking
+from orchestration.config import ConfigError, load_config
+from orchestration.evaluate import EvaluateError
+from orchestration.evaluate.job import evaluate
+from orchestration.evaluate.testsets import load_testset
+from orchestration.lifecycle.champion import register_and_decide
+from orchestration.lifecycle.compare import compare_runs
+from pipelines.dataset import load_manifest
+from tests.conftest import write_lines
+from tests.orchestration.helpers import config_for, untrained_model_dir
+
+RUTH = 8
+
+
+def spec(**fields):
+    return load_config(None, [f"evaluate.testsets=[{json.dumps(fields)}]"]).evaluate.testsets[0]
+
+
+@pytest.fixture
+def ruth(tmp_path, book_lines):
+    """Ruth in French and English, one verse per line (85 lines each), and the lines."""
+    lines = book_lines({"fr": "l", "en": "k"}, [RUTH])
+    return {lang: str(write_lines(tmp_path / f"ruth.{lang}", text)) for lang, text in lines.items()}, lines
+
+
+def test_line_aligned_files_become_tuples_and_an_empty_line_drops_its_tuple(ruth, tmp_path):
+    files, lines = ruth
+    testset = load_testset(spec(name="ruth", files=files), ["en", "fr", "es"])
+    assert testset.languages == ["fr", "en"] and len(testset.table) == len(lines["fr"]) == 85
+    assert testset.table["fr_text"][0].as_py() == lines["fr"][0] and testset.dropped == {}
+    assert set(testset.identity["files"]) == {"fr", "en"} and len(testset.identity["files"]["fr"]["sha256"]) == 64
+    write_lines(tmp_path / "gap.en", lines["en"][:3] + [""] + lines["en"][4:])
+    gap = load_testset(spec(name="gap", files={"fr": files["fr"], "en": str(tmp_path / "gap.en")}), ["fr", "en"])
+    assert len(gap.table) == 84 and gap.read == 85 and gap.dropped == {"empty": 1}
+    assert lines["fr"][3] not in gap.table["fr_text"].to_pylist()
+
+
+def test_bad_test_sets_are_refused_naming_the_file(ruth, tmp_path):
+    files, lines = ruth
+    write_lines(tmp_path / "short.en", lines["en"][:80])
+    with pytest.raises(EvaluateError, match=r"line-aligned, but have .*ruth.fr 85 lines, .*short.en 80 lines"):
+        load_testset(spec(name="t", files={"fr": files["fr"], "en": str(tmp_path / "short.en")}), ["fr", "en"])
+    with pytest.raises(EvaluateError, match=r"the model knows \['fr', 'en'\], not \['de'\]"):
+        load_testset(spec(name="t", files={"fr": files["fr"], "de": files["en"]}), ["fr", "en"])
+    (tmp_path / "bad.en").write_bytes(b"fine\ncaf\xe9\n")
+    with pytest.raises(EvaluateError, match=r"bad.en:2: not valid UTF-8"):
+        load_testset(spec(name="t", files={"fr": files["fr"], "en": str(tmp_path / "bad.en")}), ["fr", "en"])
+    with pytest.raises(EvaluateError, match="nope.en .* is not a file"):
+        load_testset(spec(name="t", files={"fr": files["fr"], "en": str(tmp_path / "nope.en")}), ["fr", "en"])
+    with pytest.raises(ConfigError, match="registry.decide_on: 'pinned' is not an evaluate.testsets name"):
+        load_config(None, ["registry.decide_on=pinned"])
+
+
+def test_a_pinned_dataset_is_refused_when_it_changed_or_is_not_pinned(small_dataset, tmp_path):
+    data = small_dataset.data_dir
+    current = load_manifest(data)["fingerprint"]
+    with pytest.raises(EvaluateError, match=f"pin the dataset with fingerprint: {current}"):
+        load_testset(spec(name="p", dataset=str(data)), ["fr", "en"])
+    with pytest.raises(EvaluateError, match=f"has fingerprint {current}, pinned 0123: the pinned set changed"):
+        load_testset(spec(name="p", dataset=str(data), fingerprint="0123"), ["fr", "en"])
+    with pytest.raises(EvaluateError, match=r"has no \['xx'\]"):
+        load_testset(spec(name="p", dataset=str(data), fingerprint=current), ["fr", "xx"])
+    pinned = load_testset(spec(name="p", dataset=str(data), fingerprint=current, split="dev"), ["fr", "en"])
+    assert len(pinned.table) == 40 and pinned.identity["fingerprint"] == current
+
+
+def config_with_testsets(small_dataset, tmp_path, files, *overrides):
+    pinned = {"name": "pinned", "dataset": str(small_dataset.data_dir),
+              "fingerprint": load_manifest(small_dataset.data_dir)["fingerprint"]}
+    testsets = json.dumps([{"name": "ruth", "files": files}, pinned])
+    return config_for(small_dataset, tmp_path, f"evaluate.testsets={testsets}", "evaluate.shards=2", *overrides)
+
+
+@pytest.mark.slow
+def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_dataset, ruth, tmp_path, local_ray):
+    files, _ = ruth
+    config = config_with_testsets(small_dataset, tmp_path, files)
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    split = evaluate(config, model_dir=model)
+    pinned = evaluate(config, model_dir=model, testset="pinned")
+    # the pinned split, re-tokenized from its text by the model's own sentencepiece model, gives exactly the
+    # numbers of the split's stored token ids
+    assert pinned.matrix == split.matrix and pinned.out_dir.name == "testset-pinned"
+    assert pinned.data == f"{split.data}/test" and split.data == load_manifest(small_dataset.data_dir)["fingerprint"]
+    result = evaluate(config, model_dir=model, testset="ruth")
+    assert set(result.matrix) == {("fr", "en"), ("en", "fr")} and result.languages == ["fr", "en"]
+    assert all(0 <= e <= 1 for e in result.matrix.values()) and result.data != split.data
+    run = tracking.get_run(config.tracking.uri, result.run_id)
+    assert run.data.tags["interlingua.testset"] == "ruth" and run.data.tags["interlingua.data"] == result.data
+    assert run.data.metrics["eval/sentences"] == 85 and run.info.run_name.endswith("-eval-testset-ruth")
+    assert evaluate(config, model_dir=model, testset="ruth").skipped  # the stage cache, per test set
+    # a changed file is another test set: evaluated again
+    shutil.copy(files["en"], tmp_path / "copy.en")
+    with open(tmp_path / "copy.en", "a") as handle:
+        handle.write("one more line\n")
+    with open(tmp_path / "copy.fr", "w") as handle:
+        handle.write(open(files["fr"]).read() + "une ligne de plus\n")
+    changed = config_with_testsets(small_dataset, tmp_path, {"fr": str(tmp_path / "copy.fr"), "en": str(tmp_path / "copy.en")})
+    assert not evaluate(changed, model_dir=model, testset="ruth").skipped
+
+    on_split = compare_runs(config)
+    assert f"{len(on_split.splitlines()) - 3} evaluation runs" in on_split.splitlines()[0]
+    assert "testset" not in on_split
+    on_ruth = compare_runs(config, testset="ruth")
+    assert "2 evaluation runs" in on_ruth and "testset-ruth" in on_ruth
+    assert "no evaluation runs on test set 'flores'" in compare_runs(config, testset="flores")
+
+
+def noisy_copy(model_dir, out, seed: int):
+    """The model directory with its weights moved a little: another model over the same tokenizer."""
+    from model.nmt import load_model, save_model
+
+    shutil.copytree(model_dir, out)
+    model, meta = load_model(str(out / "model.pt"))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    save_model(model, str(out / "model.pt"), **meta)
+    return out
+
+
+@pytest.mark.slow
+def test_the_champion_decision_on_a_pinned_test_set(small_dataset, ruth, tmp_path, local_ray):
+    files, _ = ruth
+    config = config_with_testsets(small_dataset, tmp_path, files, "registry.decide_on=pinned")
+    uri = tracking.resolve_uri(config.tracking.uri)
+    models = [untrained_model_dir(small_dataset, tmp_path / "a")]
+    models.append(noisy_copy(models[0], tmp_path / "b", seed=1))
+    decisions = []
+    for i, model in enumerate(models):
+        trained = SimpleNamespace(model_dir=model, run_id=tracking.start_run(uri, "exp", f"train-{i}", {}))
+        parent = tracking.start_run(uri, "exp", f"pipeline-{i}", {})
+        challenger = evaluate(config, model_dir=model, label=f"m{i}", testset="pinned")
+        decisions.append(register_and_decide(config, uri, "pin", f"sha{i}", trained, challenger, parent))
+        tags = tracking.get_run(uri, parent).data.tags
+        assert tags["register.evaluation_set"] == "pinned"
+        assert tags["register.evaluation_data"] == load_manifest(small_dataset.data_dir)["fingerprint"] + "/test"
+    first, second = decisions
+    assert first.promoted and first.champion_error is None
+    # the champion (model a) was measured again on the pinned set, as the challenger was
+    champion_again = evaluate(config, model_dir=models[0], label="m0", testset="pinned")
+    assert second.champion_error == champion_again.averages["all"]
+    assert second.promoted == (second.challenger_error < second.champion_error)
