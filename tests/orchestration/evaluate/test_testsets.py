@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from orchestration import tracking
+from orchestration.cli import main
 from orchestration.config import ConfigError, load_config
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.job import evaluate
 from orchestration.evaluate.testsets import load_testset
 from orchestration.lifecycle.champion import register_and_decide
 from orchestration.lifecycle.compare import compare_runs
+from pipelines.config import dump_yaml
 from pipelines.dataset import load_manifest
 from tests.conftest import write_lines
 from tests.orchestration.helpers import config_for, untrained_model_dir
@@ -83,7 +85,8 @@ def config_with_testsets(small_dataset, tmp_path, files, *overrides):
 
 
 @pytest.mark.slow
-def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_dataset, ruth, tmp_path, local_ray):
+def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_dataset, ruth, tmp_path, local_ray,
+                                                                          capsys):
     files, _ = ruth
     config = config_with_testsets(small_dataset, tmp_path, files)
     model = untrained_model_dir(small_dataset, tmp_path / "model")
@@ -100,6 +103,10 @@ def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_
     assert run.data.tags["interlingua.testset"] == "ruth" and run.data.tags["interlingua.data"] == result.data
     assert run.data.metrics["eval/sentences"] == 85 and run.info.run_name.endswith("-eval-testset-ruth")
     assert evaluate(config, model_dir=model, testset="ruth").skipped  # the stage cache, per test set
+    (tmp_path / "run.yaml").write_text(dump_yaml(config.to_dict()))
+    assert main(["evaluate", "-c", str(tmp_path / "run.yaml"), "--model", str(model), "--testset", "ruth"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("test set ruth:") and f"(MLflow run {result.run_id})" in printed
     # a changed file is another test set: evaluated again
     shutil.copy(files["en"], tmp_path / "copy.en")
     with open(tmp_path / "copy.en", "a") as handle:
