@@ -145,11 +145,13 @@ def _parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[Exception], ...]:
     from orchestration.evaluate import EvaluateError
     from orchestration.mine import MineError
+    from orchestration.model_dir import ModelDirError
     from orchestration.train.driver import TrainError
     from pipelines.dataset import DatasetError
     from pipelines.errors import HeldOutError, SourceError
 
-    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError, MineError)
+    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError, MineError,
+            ModelDirError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from orchestration.config import Config
 from orchestration.state import read_state, write_state
 from orchestration.train import builders
 from pipelines.config import dump_yaml
-from pipelines.dataset import SPM_MODEL, fingerprint, load_manifest
+from pipelines.dataset import SPM_MODEL, fingerprint, load_manifest, verify
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
     cfg = loop_config(config, manifest, "", uri)  # validates before anything starts
+    # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
+    verify(config.data_dir, ("train", "dev"))
     tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work
     train_dir.mkdir(parents=True, exist_ok=True)
     run_id = tracking.start_run(
@@ -112,6 +114,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
 
     try:
         meta = checkpoint.export(_fit(config, cfg, train_dir, callbacks or []), model_dir)
+        model_files.record_lineage(model_dir, manifest)
         tracking.log_artifacts(uri, run_id, model_dir, "model")
         if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
             tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
