@@ -203,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectionError as exc:  # the tracking store or the cluster: not the input's fault, exit 1
         print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"interlingua {args.command}: interrupted; nothing half-done was published", file=sys.stderr)
+        return 130
 
 
 def _prepare(config, args: argparse.Namespace, beam_args: list[str]) -> int:
