@@ -21,6 +21,7 @@ import argparse
 import logging
 import re
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from orchestration.config import ConfigError, load_config
@@ -180,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if beam_args and args.command not in ("prepare", "run"):
             raise ConfigError(f"unknown arguments: {' '.join(beam_args)}")
+        if args.command in ("prepare", "train", "evaluate", "run", "tune", "mine"):
+            from orchestration.state import check_writable
+
+            check_writable(Path(config.run_dir), "run_dir")  # before any work, not at its end
         if args.command == "train":
             return _train(config, args)
         if args.command == "evaluate":
@@ -327,6 +332,9 @@ def _embed(config, args: argparse.Namespace) -> int:
     from orchestration import model_dir
 
     model = Path(args.model) if args.model else model_dir.default(config.train_dir)
+    parent = Path(args.output).resolve().parent
+    if not parent.is_dir():  # before the embedding work, not after it
+        raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
     try:
         if args.output.endswith(".npy"):
             return _embed_small(model, args)

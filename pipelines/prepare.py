@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import dataset, sources, staging, storage
-from pipelines.clean import CleanTupleFn
+from pipelines.clean import SCRIPTS, CleanTupleFn, base_language
 from pipelines.config import PrepareConfig, dump_yaml
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
@@ -110,6 +110,7 @@ def run_prepare(
     """
     started = time.monotonic()
     data_dir = data_dir if storage.is_uri(data_dir) else Path(data_dir)
+    warn_unchecked_scripts(config)
     plan = sources.plan_reads(config)
     held_out = config.split.held_out_size()
     if held_out and held_out >= plan.records:
@@ -165,6 +166,20 @@ def _interrupt_is_keyboard_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def warn_unchecked_scripts(config: PrepareConfig) -> list[str]:
+    """Warn once per language whose script is unknown (a code like `xx`): its sentences are kept whatever
+    their script. Returns those languages."""
+    if config.filters.min_script_fraction == 0:
+        return []
+    known = {**SCRIPTS, **config.filters.scripts}
+    unknown = [lang for lang in config.languages if lang not in known and base_language(lang) not in known]
+    for lang in unknown:
+        log.warning("language %r: no script known for it, so its sentences are not checked for script "
+                    "(wrong_script); if it is a real language, set prepare.filters.scripts.%s: [<Unicode script>]",
+                    lang, lang)
+    return unknown
+
+
 def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,
              options: PipelineOptions) -> dict[str, int]:
     """Run PrepareCorpus over the read tasks, writing under `root`; the summed stats."""
@@ -218,8 +233,8 @@ def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
 
 
 def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
-    """EmptyDataError, with the drop counts by reason, when there was no BPE sample, a language kept no
-    sentence, or a split no tuple: a dataset that would train or measure nothing (or `nan`)."""
+    """EmptyDataError, with the drop counts by reason, when there was no BPE sample or a language kept no
+    sentence: a dataset that would train or measure nothing (or `nan`)."""
     t = counts["tuples"]
     if not sample:
         raise EmptyDataError(f"no training sentence to learn the BPE model from: tuples {_tally(t)}; "
@@ -229,6 +244,11 @@ def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
         if s["in"] and not sum(s["out"].values()):
             raise EmptyDataError(f"language {lang!r} kept none of its sentences: {_tally(s)}; check the {lang} "
                                  "input (its script, language code) and prepare.filters")
+
+
+def check_splits_not_empty(counts: dict[str, Any]) -> None:
+    """EmptyDataError when a split got no tuple (with fractions; sizes are checked by `check_held_out`)."""
+    t = counts["tuples"]
     empty = [split for split, n in t["out"].items() if not n]
     if empty:
         raise EmptyDataError(f"split {empty[0]!r} would be empty: tuples {_tally(t)}; check prepare.split")
@@ -265,6 +285,7 @@ def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, i
     check_not_empty(counts, sample=stats.get(SAMPLE_STAT, 0))  # first: it names the drops that caused it
     check_accounting(counts)
     check_held_out(config.split, counts["tuples"]["out"])
+    check_splits_not_empty(counts)
     shards = {"train": config.output.train_shards, "dev": config.output.heldout_shards,
               "test": config.output.heldout_shards}
     splits = {}
