@@ -104,9 +104,11 @@ def run_prepare(
 
     `data_dir` is a local directory or a URI (s3://, gs://, hdfs://, file://;
     see `pipelines.staging` for how each is committed and what is untested).
-    Raises SourceError (bad input, before any work), HeldOutError (splits too
-    large), RuntimeError if the counts do not add up, DatasetError if a staged
-    file is missing at commit, StorageError for a URI no filesystem knows.
+    Raises SourceError (bad input, before any work; EmptyDataError when nothing
+    or a language would be left), HeldOutError (splits too large), RuntimeError
+    if the counts do not add up, DatasetError if a staged file is missing at
+    commit or the up-to-date dataset is damaged, StorageError for a URI no
+    filesystem knows.
     """
     started = time.monotonic()
     data_dir = data_dir if storage.is_uri(data_dir) else Path(data_dir)
@@ -122,6 +124,7 @@ def run_prepare(
     if not force and storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         old = dataset.load_manifest(data_dir)
         if old.get("fingerprint") == print_:
+            dataset.verify(data_dir, dataset.SPLITS)  # up to date only if whole: DatasetError names a damaged file
             log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
             return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
     staged = staging.stage(data_dir, print_)
