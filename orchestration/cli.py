@@ -21,7 +21,6 @@ import argparse
 import logging
 import re
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from orchestration.config import ConfigError, load_config
@@ -182,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if beam_args and args.command not in ("prepare", "run"):
             raise ConfigError(f"unknown arguments: {' '.join(beam_args)}")
         if args.command in ("prepare", "train", "evaluate", "run", "tune", "mine"):
+            from pathlib import Path
+
             from orchestration.state import check_writable
 
             check_writable(Path(config.run_dir), "run_dir")  # before any work, not at its end
