@@ -148,11 +148,13 @@ def _parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[Exception], ...]:
     from orchestration.evaluate import EvaluateError
     from orchestration.mine import MineError
+    from orchestration.model_dir import ModelDirError
     from orchestration.train.driver import TrainError
     from pipelines.dataset import DatasetError
     from pipelines.errors import HeldOutError, SourceError
 
-    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError, MineError)
+    return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError, MineError,
+            ModelDirError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,6 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if beam_args and args.command not in ("prepare", "run"):
             raise ConfigError(f"unknown arguments: {' '.join(beam_args)}")
+        if args.command in ("prepare", "train", "evaluate", "run", "tune", "mine"):
+            from pathlib import Path
+
+            from orchestration.state import check_writable
+
+            check_writable(Path(config.run_dir), "run_dir")  # before any work, not at its end
         if args.command == "train":
             return _train(config, args)
         if args.command == "evaluate":
@@ -204,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConnectionError as exc:  # the tracking store or the cluster: not the input's fault, exit 1
         print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"interlingua {args.command}: interrupted; nothing half-done was published", file=sys.stderr)
+        return 130
 
 
 def _prepare(config, args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -330,6 +341,9 @@ def _embed(config, args: argparse.Namespace) -> int:
     from orchestration import model_dir
 
     model = Path(args.model) if args.model else model_dir.default(config.train_dir)
+    parent = Path(args.output).resolve().parent
+    if not parent.is_dir():  # before the embedding work, not after it
+        raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
     try:
         if args.output.endswith(".npy"):
             return _embed_small(model, args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,3 +25,19 @@ def write_state(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def check_writable(folder: Path, what: str) -> None:
+    """Make `folder` if needed and check that files can be written in it, before any work. ConfigError naming
+    `what` (a config key or flag) and the path otherwise."""
+    from orchestration.config import ConfigError
+
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{what}: {folder} is a file, not a directory; choose another {what}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write in {folder} ({exc.strerror or exc}); choose another {what} "
+                          "or fix its permissions") from None

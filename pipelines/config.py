@@ -27,6 +27,8 @@ class Schema(BaseModel):
 
 
 def _check_languages(languages: list[str]) -> list[str]:
+    if not languages:
+        raise ValueError("no languages: give at least one language code, e.g. [en, fr]")
     seen: set[str] = set()
     for lang in languages:
         if not LANG_CODE.match(lang):

@@ -138,6 +138,35 @@ def split_files(data_dir: str | Path, split: str) -> list[Path] | list[str]:
     return [Path(data_dir) / p for p in paths]
 
 
+def verify(data_dir: str | Path, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, Any]:
+    """Check the shards of `splits` (and spm.model) against the size and sha256 the manifest recorded, before
+    a stage reads them; the manifest. DatasetError naming the first file that is missing or differs."""
+    manifest = load_manifest(data_dir)
+    files = []
+    for split in splits:
+        if split not in manifest["splits"]:
+            raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest['splits'])}")
+        files += [(f["path"], f.get("sha256")) for f in manifest["splits"][split]["files"]]
+    if spm:
+        files.append((manifest["spm"]["model"], manifest["spm"].get("sha256")))
+    for relative, recorded in files:
+        _verify_file(data_dir, relative, recorded)
+    return manifest
+
+
+def _verify_file(data_dir: str | Path, relative: str, recorded: str | None) -> None:
+    location = storage.join(data_dir, relative)
+    if not recorded:
+        raise DatasetError(f"{location}: no sha256 in {MANIFEST}; run `interlingua prepare --force`")
+    try:
+        actual = file_sha256(location)
+    except FileNotFoundError:
+        raise DatasetError(f"{location}: missing, named in {MANIFEST}; run `interlingua prepare --force`") from None
+    if actual != recorded:
+        raise DatasetError(f"{location}: sha256 {actual[:12]} differs from {recorded[:12]} in {MANIFEST}: the file "
+                           "is damaged or was replaced; run `interlingua prepare --force`")
+
+
 def read_split(data_dir: str | Path, split: str, columns: list[str] | None = None) -> pa.Table:
     """One split as a pyarrow Table (all shards, in shard order)."""
     tables = []

@@ -132,11 +132,10 @@ class WriteShardFn(beam.DoFn):
     def process(self, element: tuple[tuple[str, int], dict[str, Iterable[Any]]]) -> Iterator[Any]:
         (split, shard), joined = element
         tuples, models, tally = list(joined["tuples"]), list(joined["model"]), Tally()
-        if not tuples:
-            return  # no row fell in this shard: the driver writes it empty
-        if not models:
-            raise ValueError(f"{split} shard {shard}: no BPE model to encode with: no training sentence was "
-                             "left (all held out or dropped); lower prepare.split.dev_size and test_size")
+        if not tuples or not models:
+            # no row fell in this shard (the driver writes it empty), or no training sentence was left to
+            # learn a BPE model from: the driver stops with the drop counts (`prepare.check_not_empty`)
+            return
         (model,) = models
         if model != self._proto:
             self.sp = spm.SentencePieceProcessor(model_proto=model)

@@ -8,3 +8,12 @@ class SourceError(ValueError):
 
 class HeldOutError(ValueError):
     """Too few distinct tuples for the dev/test sizes asked for."""
+
+
+class EmptyDataError(SourceError):
+    """A preparation that would publish an empty split, an empty language or no BPE model; the message
+    gives the drop counts by reason that emptied it."""
+
+
+class BeamOptionError(SourceError):
+    """A Beam flag that no runner accepts (an unknown --runner), found before the job starts."""

@@ -16,20 +16,24 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import dataset, sources, staging, storage
-from pipelines.clean import CleanTupleFn
+from pipelines.clean import SCRIPTS, CleanTupleFn, base_language
 from pipelines.config import PrepareConfig, dump_yaml
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
+from pipelines.errors import EmptyDataError
 # pipeline_options lives in pipelines.runners; callers import it from here
 from pipelines.runners import for_cluster, pipeline_options, release  # noqa: F401  (re-exported: callers import it from here)
 from pipelines.sources import ReadTupleFn
@@ -100,12 +104,15 @@ def run_prepare(
 
     `data_dir` is a local directory or a URI (s3://, gs://, hdfs://, file://;
     see `pipelines.staging` for how each is committed and what is untested).
-    Raises SourceError (bad input, before any work), HeldOutError (splits too
-    large), RuntimeError if the counts do not add up, DatasetError if a staged
-    file is missing at commit, StorageError for a URI no filesystem knows.
+    Raises SourceError (bad input, before any work; EmptyDataError when nothing
+    or a language would be left), HeldOutError (splits too large), RuntimeError
+    if the counts do not add up, DatasetError if a staged file is missing at
+    commit or the up-to-date dataset is damaged, StorageError for a URI no
+    filesystem knows.
     """
     started = time.monotonic()
     data_dir = data_dir if storage.is_uri(data_dir) else Path(data_dir)
+    warn_unchecked_scripts(config)
     plan = sources.plan_reads(config)
     held_out = config.split.held_out_size()
     if held_out and held_out >= plan.records:
@@ -117,19 +124,63 @@ def run_prepare(
     if not force and storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         old = dataset.load_manifest(data_dir)
         if old.get("fingerprint") == print_:
+            dataset.verify(data_dir, dataset.SPLITS)  # up to date only if whole: DatasetError names a damaged file
             log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
             return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
     staged = staging.stage(data_dir, print_)
     log.info("preparing %d records from %d sources in %d read tasks -> %s",
              plan.records, len(config.sources), len(plan.tasks), data_dir)
-    stats = _run_job(config, plan, staged.root, options)
-    manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
-    if resolved_config is not None:
-        storage.write_bytes(staged.location(dataset.CONFIG_FILE), dump_yaml(resolved_config).encode("utf-8"))
-    staging.commit(staged, data_dir, manifest)
+    try:
+        with _interrupt_is_keyboard_interrupt():
+            stats = _run_job(config, plan, staged.root, options)
+        manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
+        if resolved_config is not None:
+            storage.write_bytes(staged.location(dataset.CONFIG_FILE), dump_yaml(resolved_config).encode("utf-8"))
+        staging.commit(staged, data_dir, manifest)
+    except BaseException:
+        if not storage.is_uri(data_dir):  # a URI's attempt prefix is removed by the next commit
+            storage.delete_dir(staged.root)  # no half-built dataset left; the previous one is untouched
+        raise
     seconds = time.monotonic() - started
     log.info("published %s in %.1fs", data_dir, seconds)
     return PrepareResult(manifest, skipped=False, seconds=seconds)
+
+
+@contextmanager
+def _interrupt_is_keyboard_interrupt() -> Iterator[None]:
+    """A SIGINT stops the job as KeyboardInterrupt, even when Beam's runner re-raises it as another error."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def interrupted(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    except Exception:
+        if seen:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def warn_unchecked_scripts(config: PrepareConfig) -> list[str]:
+    """Warn once per language whose script is unknown (a code like `xx`): its sentences are kept whatever
+    their script. Returns those languages."""
+    if config.filters.min_script_fraction == 0:
+        return []
+    known = {**SCRIPTS, **config.filters.scripts}
+    unknown = [lang for lang in config.languages if lang not in known and base_language(lang) not in known]
+    for lang in unknown:
+        log.warning("language %r: no script known for it, so its sentences are not checked for script "
+                    "(wrong_script); if it is a real language, set prepare.filters.scripts.%s: [<Unicode script>]",
+                    lang, lang)
+    return unknown
 
 
 def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,
@@ -184,6 +235,42 @@ def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
             "normalized": normalized}
 
 
+def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
+    """EmptyDataError, with the drop counts by reason, when there was no BPE sample or a language kept no
+    sentence: a dataset that would train or measure nothing (or `nan`)."""
+    t = counts["tuples"]
+    if not sample:
+        raise EmptyDataError(f"no training sentence to learn the BPE model from: tuples {_tally(t)}; "
+                             f"sentences dropped {_by_language(counts)}; check prepare.sources, prepare.filters "
+                             "and prepare.split")
+    for lang, s in counts["sentences"].items():
+        if s["in"] and not sum(s["out"].values()):
+            raise EmptyDataError(f"language {lang!r} kept none of its sentences: {_tally(s)}; check the {lang} "
+                                 "input (its script, language code) and prepare.filters")
+
+
+def check_splits_not_empty(counts: dict[str, Any]) -> None:
+    """EmptyDataError when a split got no tuple (with fractions; sizes are checked by `check_held_out`)."""
+    t = counts["tuples"]
+    empty = [split for split, n in t["out"].items() if not n]
+    if empty:
+        raise EmptyDataError(f"split {empty[0]!r} would be empty: tuples {_tally(t)}; check prepare.split")
+
+
+def _tally(block: dict[str, Any]) -> str:
+    """`85 read, written train 0, dev 0, test 0; dropped duplicate 59, ...` (largest first)."""
+    return (f"{block['in']:,} read, written " + ", ".join(f"{s} {n:,}" for s, n in block["out"].items())
+            + "; dropped " + (_drops(block) or "none"))
+
+
+def _drops(block: dict[str, Any]) -> str:
+    return ", ".join(f"{reason} {n:,}" for reason, n in sorted(block["dropped"].items(), key=lambda kv: -kv[1]))
+
+
+def _by_language(counts: dict[str, Any]) -> str:
+    return "; ".join(f"{lang}: {_drops(s) or 'none'}" for lang, s in counts["sentences"].items())
+
+
 def check_accounting(counts: dict[str, Any]) -> None:
     """Raise RuntimeError unless everything read was written or dropped under a reason."""
     blocks = {"tuples": counts["tuples"], **{f"sentences/{k}": v for k, v in counts["sentences"].items()}}
@@ -198,8 +285,10 @@ def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, i
     import sentencepiece as spm
 
     counts = count_table(stats, config.languages)
+    check_not_empty(counts, sample=stats.get(SAMPLE_STAT, 0))  # first: it names the drops that caused it
     check_accounting(counts)
     check_held_out(config.split, counts["tuples"]["out"])
+    check_splits_not_empty(counts)
     shards = {"train": config.output.train_shards, "dev": config.output.heldout_shards,
               "test": config.output.heldout_shards}
     splits = {}

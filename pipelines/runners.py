@@ -14,6 +14,8 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipelines.errors import BeamOptionError
+
 log = logging.getLogger(__name__)
 
 DEFAULT_RUNNER = "FnApiRunner"
@@ -38,7 +40,18 @@ def pipeline_options(beam_args: list[str], *, workers: int = 1) -> PipelineOptio
     standard = options.view_as(StandardOptions)
     if (standard.runner or "").lower() in ("dask", "daskrunner"):
         standard.runner = DASK_RUNNER
+    _check_runner(standard.runner)
     return options
+
+
+def _check_runner(name: str | None) -> None:
+    """BeamOptionError for a runner Beam does not know, before any work (Beam names it only at run time)."""
+    from apache_beam.runners.runner import create_runner
+
+    try:
+        create_runner(name)
+    except (ValueError, ImportError) as exc:
+        raise BeamOptionError(f"--runner={name}: {str(exc).splitlines()[0]}") from None
 
 
 def for_cluster(options: PipelineOptions, *, tasks: int) -> PipelineOptions:

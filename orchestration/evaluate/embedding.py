@@ -34,7 +34,7 @@ class EmbedFn:
     `staging` as a block, its record out."""
 
     def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 staging: str):
+                 staging: str, spm_path: str | None = None):
         import torch
 
         from model.nmt import load_model
@@ -42,14 +42,23 @@ class EmbedFn:
         self.device = torch.device("cuda" if use_gpu else "cpu")
         self.model, _ = load_model(model_path, map_location=self.device)
         self.languages, self.max_tokens, self.dtype, self.staging = languages, max_tokens, dtype, staging
+        self.processor = None
+        if spm_path:  # the model's own tokenizer over the (normalized) text, as `prepare` encodes it
+            import sentencepiece as spm
+
+            self.processor = spm.SentencePieceProcessor(model_file=spm_path)
+
+    def token_ids(self, batch: dict[str, np.ndarray], lang: str) -> list[np.ndarray]:
+        if self.processor is None:
+            return [np.asarray(ids, dtype=np.int64) for ids in batch[f"{lang}_ids"]]
+        return [np.asarray(ids, dtype=np.int64) for ids in self.processor.encode(list(batch[f"{lang}_text"]))]
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from model.inference import embed
 
         out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
         for lang in self.languages:
-            seqs = [np.asarray(ids, dtype=np.int64) for ids in batch[f"{lang}_ids"]]
-            emb = embed(self.model, seqs, lang, max_tokens=self.max_tokens, device=self.device,
+            emb = embed(self.model, self.token_ids(batch, lang), lang, max_tokens=self.max_tokens, device=self.device,
                         autocast=self.device.type == "cuda")
             out[f"{lang}_emb"] = emb.astype(self.dtype)
         return write_batch(out, staging=self.staging, languages=self.languages)
@@ -158,16 +167,18 @@ def key_ordered(files: list[str]) -> list[str] | None:
 
 
 def embed_split(config: Config, model_path: Path | None, languages: list[str], folder: Path,
-                meta: dict[str, Any] | None = None, batch_rows: int = 1024) -> StoredEmbeddings:
+                meta: dict[str, Any] | None = None, batch_rows: int = 1024,
+                spm_path: Path | None = None) -> StoredEmbeddings:
     """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
-    with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline).
-    EvaluateError under 2 tuples."""
+    with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `spm_path`:
+    the text encoded with this tokenizer instead of the stored token ids). EvaluateError under 2 tuples."""
     use = model_path is None
     with _ordered():
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
         tuples = complete_tuples(config, languages, use, batch_rows).materialize()
-        records = _embed(config, tuples, UseEmbedFn if use else EmbedFn, model_path, languages, folder, batch_rows)
+        records = _embed(config, tuples, UseEmbedFn if use else EmbedFn, model_path, languages, folder, batch_rows,
+                         spm_path=str(spm_path) if spm_path else None)
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
         shutil.rmtree(_staging(folder), ignore_errors=True)
@@ -194,8 +205,9 @@ def _staging(folder: Path) -> Path:
 
 
 def _embed(config: Config, tuples, actor: type, model_path: Path | None, languages: list[str], folder: Path,
-           batch_rows: int) -> list[dict[str, Any]]:
-    """The block records of `tuples` embedded by an actor pool of `actor` into the staging folder."""
+           batch_rows: int, **options: Any) -> list[dict[str, Any]]:
+    """The block records of `tuples` embedded by an actor pool of `actor` (constructed with `options`
+    too) into the staging folder."""
     import ray.data
 
     e, r = config.evaluate, config.runtime
@@ -203,7 +215,7 @@ def _embed(config: Config, tuples, actor: type, model_path: Path | None, languag
     shutil.rmtree(staging, ignore_errors=True)
     written = tuples.map_batches(
         actor, fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
-                                          use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging)),
+                                          use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging), **options),
         batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
         num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
     )

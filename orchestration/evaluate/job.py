@@ -36,7 +36,7 @@ from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.state import read_state, write_state
-from pipelines.dataset import file_sha256, fingerprint, load_manifest
+from pipelines.dataset import file_sha256, fingerprint, load_manifest, verify
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class Encoder:
     model_path: Path | None
     languages: list[str]  # the evaluated ones
     meta: dict[str, Any]  # the model's training progress (step, dev error)
+    spm_path: Path | None = None  # the model's own tokenizer, when the dataset's token ids are of another one
     known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
 
 
@@ -69,14 +70,18 @@ class EvalResult:
 
 
 def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None = None,
-             parent_run_id: str | None = None, force: bool = False, testset: str | None = None) -> EvalResult:
+             parent_run_id: str | None = None, force: bool = False, testset: str | None = None,
+             reencode: bool = False) -> EvalResult:
     """Evaluate a model directory (default: the run's trained model) or the USE baseline on the
     dataset's `evaluate.split`, or on the `evaluate.testsets` entry named `testset`.
 
     `label` names the output (`<run_dir>/eval/<split or testset-NAME>-<label>`) and the MLflow run. An
-    evaluation of the same model file, data and evaluate config is returned as it is unless `force`.
+    evaluation of the same model file, data and evaluate config is returned as it is unless `force`. On
+    the split, a model of another tokenizer than the dataset's is refused (ModelDirError), or with
+    `reencode` fed the split's text encoded with its own tokenizer; a test set is always read as text by
+    the model's own tokenizer.
     """
-    encoder = resolve_encoder(config, model_dir)
+    encoder = resolve_encoder(config, model_dir, reencode=reencode, own_text=testset is not None)
     label = label or (None if config.evaluate.encoder == "model" else config.evaluate.encoder)
     name = f"testset-{testset}" if testset else config.evaluate.split
     out_dir = (config.eval_dir / (f"{name}-{label}" if label else name)).resolve()
@@ -88,12 +93,15 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     if not force and state.get("fingerprint") == fp and (out_dir / "metrics.json").is_file():
         log.info("%s: this model was evaluated on this data already", out_dir)
         return _cached(out_dir, languages, state["run_id"], data)
+    if not texts:
+        verify(config.data_dir, (config.evaluate.split,))  # on the driver, before any Ray work
     ensure_ray(config.runtime.ray_address, log_to_driver=False)
     meta = {"model": model_identity(config, encoder), "split": name, "data": data}
     if texts:
         store = embed_texts(config, texts.table, encoder.model_path, languages, out_dir / "embeddings", meta)
     else:
-        store = embed_split(config, encoder.model_path, languages, out_dir / "embeddings", meta=meta)
+        store = embed_split(config, encoder.model_path, languages, out_dir / "embeddings", meta=meta,
+                            spm_path=encoder.spm_path)
     log.info("%s: embedded %d tuples x %d languages; searching %d pairs in %d shards", name, len(store),
              len(languages), len(languages) * (len(languages) - 1), config.evaluate.shards)
     pairs = measure(config, store, out_dir / "search")
@@ -119,19 +127,40 @@ def _testset(config: Config, name: str, encoder: Encoder):
     return load_testset(spec, encoder.known if spec.files is not None else encoder.languages)
 
 
-def resolve_encoder(config: Config, model_dir: Path | None) -> Encoder:
-    """The evaluated model and the languages measured; EvaluateError when there is no model."""
+def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = False,
+                    own_text: bool = False) -> Encoder:
+    """The evaluated model and the languages measured; EvaluateError when there is no model or the dataset
+    lacks its languages, ModelDirError when its files are damaged or its tokenizer is not the dataset's
+    (unless `reencode`: then the model's own spm.model encodes the split's text). `own_text`: the model
+    reads text with its own tokenizer (a test set), so the dataset's tokenizer does not matter."""
+    manifest = load_manifest(config.data_dir)
     if config.evaluate.encoder == "use":
-        available = config.train.languages or load_manifest(config.data_dir)["languages"]
+        available = config.train.languages or manifest["languages"]
         return Encoder(None, _languages(config, available), {"encoder": "use"})
-    from model.nmt import load_model
-
     model_dir = Path(model_dir or model_files.default(config.train_dir)).resolve()
     model_path = model_dir / model_files.MODEL_FILE
     if not model_path.is_file():
         raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")
-    languages = load_model(str(model_path))[0].languages
-    return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), languages)
+    if own_text:
+        model_files.check(model_dir)
+        languages = model_files.load(model_path)[0].languages
+        return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages)
+    spm_path = None
+    try:
+        model_files.check_tokenizer(model_dir, manifest, config.data_dir)
+    except model_files.TokenizerMismatch:
+        if not reencode:
+            raise
+        spm_path = model_dir / model_files.SPM_FILE
+        log.warning("%s was trained with another tokenizer than %s: re-encoding the split's text with its own "
+                    "%s", model_dir, config.data_dir, model_files.SPM_FILE)
+    languages = model_files.load(model_path)[0].languages
+    lacking = [lang for lang in languages if lang not in manifest["languages"]]
+    if lacking and config.evaluate.languages is None:
+        raise EvaluateError(f"{model_path} embeds {languages}; {config.data_dir} lacks {lacking}: set "
+                            f"evaluate.languages to some of {manifest['languages']}")
+    available = [lang for lang in languages if lang in manifest["languages"]]
+    return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), spm_path, languages)
 
 
 def eval_fingerprint(config: Config, encoder: Encoder, data: str) -> str:

@@ -1,9 +1,12 @@
 """The champion decision: register the challenger, measure the champion on the same data, promote or not.
 
 The trained model is logged as an MLflow pyfunc model and registered under
-`registry.model_name`. The version holding the alias `champion` is evaluated
-again on the same, current evaluation set (the run's split, or the test set
-`registry.decide_on`, e.g. a pinned one), and the challenger takes the alias
+`registry.model_name`, tagged with its lineage (dataset fingerprint, tokenizer
+sha256). The version holding the alias `champion` is evaluated again on the
+same, current evaluation set (the run's split, or the test set
+`registry.decide_on`, e.g. a pinned one): the same sentences, fed as token ids
+of its own tokenizer (re-encoded, with a warning, when the dataset's is
+another one), and the challenger takes the alias
 only when its average error is lower by more than `registry.min_improvement`
 and, when `registry.max_pair_regression` is set, no language pair is worse
 than the champion's by more than that budget (`decide`). The errors, the
@@ -23,6 +26,7 @@ from orchestration.config import Config
 log = logging.getLogger(__name__)
 
 MODEL_TAG = "interlingua.model_sha256"  # a registered version's model file, to find it again
+SPM_TAG, DATASET_TAG = "interlingua.spm_sha256", "interlingua.dataset_fingerprint"  # its lineage
 Pair = tuple[str, str]  # (query language, searched language), as in EvalResult.matrix
 # Errors are sentence counts over the split size: compare them with a tolerance far below one sentence, so
 # that a difference exactly at the margin is not decided by float rounding (0.20 - 0.05 < 0.15 in floats).
@@ -121,14 +125,15 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
     """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult on the split, or on the
     test set `registry.decide_on`); promote it when `decide` says so against the champion re-evaluated on
     the same data (RuntimeError if that data's fingerprint differs: numbers on different inputs)."""
-    from model.nmt import load_model
+    from orchestration import model_dir as model_files
     from orchestration.evaluate.job import evaluate
-    from orchestration.model_dir import MODEL_FILE
 
-    dim = load_model(str(trained.model_dir / MODEL_FILE))[0].embedding_dim
+    dim = model_files.load(trained.model_dir / model_files.MODEL_FILE)[0].embedding_dim
+    lineage = model_files.verify(trained.model_dir)
     info = tracking.log_pyfunc_model(uri, trained.run_id, trained.model_dir, dim)
     version = tracking.register_model(uri, info.model_uri, name, {
         MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
+        SPM_TAG: lineage["spm_sha256"], DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),
     })
     challenger_error, champion_error = challenger.averages["all"], None
     rule = {"min_improvement": config.registry.min_improvement,
@@ -139,8 +144,9 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
     else:
         with tempfile.TemporaryDirectory(prefix="champion-") as tmp:
             champion_dir = tracking.download_model_dir(uri, name, current.version, tmp)
+            # the same sentences as the challenger's, as token ids of the champion's own tokenizer
             champion = evaluate(config, model_dir=champion_dir, label=f"champion-v{current.version}",
-                                parent_run_id=parent_run_id, testset=config.registry.decide_on)
+                                parent_run_id=parent_run_id, testset=config.registry.decide_on, reencode=True)
         if champion.data != challenger.data:
             raise RuntimeError(f"the champion was measured on data {champion.data}, the challenger on "
                                f"{challenger.data}: not comparable; rerun")

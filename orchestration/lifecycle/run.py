@@ -81,6 +81,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
 
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # before any long work
+    options = pipeline_options(beam_args or [])  # an unknown --runner: exit 2 now, not inside the stage
     run_dir = str(Path(config.run_dir).resolve())
     with run_lock(Path(config.run_dir), wait):
         _close_killed_runs(uri, config.tracking.experiment, run_dir)
@@ -88,7 +89,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
                                     tags={"interlingua.stage": "pipeline", "interlingua.run_dir": run_dir})
         outcome = Outcome(EXIT_FAILED, "failed", run_id=parent)
         try:
-            prepared = run_prepare(config.prepare, config.data_dir, options=pipeline_options(beam_args or []),
+            prepared = run_prepare(config.prepare, config.data_dir, options=options,
                                    resolved_config=config.to_dict())
             outcome.stages["prepare"] = "skipped" if prepared.skipped else "ran"
             trained = train(config, restart_stale=True, parent_run_id=parent)

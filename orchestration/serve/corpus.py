@@ -111,6 +111,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: 
     total = sum(f.rows for f in files)
     log.info("%d sentences (%d empty) in %d files -> %d blocks of %d, %d complete already", total,
              sum(f.empty for f in files), len(files), len(blocks), block_rows, len(done))
+    warn_empty(sum(f.empty for f in files), total)
     if pending:
         ensure_ray(ray_address, log_to_driver=False)
         job = dict(model_dir=str(model_dir), lang=lang, out_dir=str(out_dir), fingerprint=fp, column=column,
@@ -140,7 +141,18 @@ def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 
                     batch = []
     if batch:
         chunks.append(embedder.embed(batch, lang))
+    warn_empty(empty, sum(len(c) for c in chunks))
     return (np.concatenate(chunks) if chunks else np.zeros((0, embedder.model.embedding_dim), np.float32)), empty
+
+
+def warn_empty(empty: int, total: int) -> None:
+    """Empty lines are embedded (row i stays line i), all as the same vector: say so. CorpusError when every
+    line is empty: there is nothing to embed."""
+    if total and empty == total:
+        raise CorpusError(f"all {total} input lines are empty: nothing to embed")
+    if empty:
+        log.warning("%d of %d lines are empty: each is embedded as end-of-sentence alone, the same vector "
+                    "(kept so that row i is line i); drop empty lines first if they are not wanted", empty, total)
 
 
 def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, use_gpu: bool,

@@ -19,7 +19,7 @@ import sentencepiece as spm
 import torch
 
 from model.inference import embed
-from model.nmt import MultilingualNMT, load_model
+from model.nmt import MultilingualNMT
 from orchestration import model_dir as model_files
 from orchestration.config import load_config
 from pipelines.clean import Normalizer
@@ -34,7 +34,8 @@ class SentenceEmbedder:
     @classmethod
     def load(cls, model_dir: str | Path, *, device: str = "cpu", max_tokens: int = 8000) -> SentenceEmbedder:
         model_dir = model_files.check(Path(model_dir))
-        model, _ = load_model(str(model_dir / model_files.MODEL_FILE), map_location=device)
+        model_files.verify(model_dir)  # model.pt and spm.model as exported (ModelDirError otherwise)
+        model, _ = model_files.load(model_dir / model_files.MODEL_FILE, map_location=device)
         processor = spm.SentencePieceProcessor(model_file=str(model_dir / model_files.SPM_FILE))
         config = load_config(model_dir / model_files.CONFIG_FILE)
         return cls(model.to(device), processor, Normalizer(config.prepare.normalize),

@@ -18,7 +18,7 @@ from evaluation.store import MANIFEST, StoredEmbeddings
 from orchestration import model_dir as model_files
 from orchestration.config import Config
 from orchestration.serve.embedder import SentenceEmbedder
-from pipelines.dataset import file_sha256, read_split
+from pipelines.dataset import file_sha256, load_manifest, read_split, verify
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,13 @@ Hits = list[tuple[float, str, str]]  # (cosine, tuple key, text), best first
 def nearest_sentences(
     config: Config, query: str, lang: str, targets: list[str], k: int, model_dir: Path | None = None
 ) -> dict[str, Hits]:
-    """{target language: [(cosine, tuple key, text), ...] best first}; ValueError for a language the
-    model does not know."""
+    """{target language: [(cosine, tuple key, text), ...] best first}; ValueError for an empty query or a
+    language the model does not know, DatasetError for a damaged split."""
+    if not query.strip():
+        raise ValueError("--query is empty: give a sentence to search for")
     model_dir = Path(model_dir or model_files.default(config.train_dir))
     embedder = SentenceEmbedder.load(model_dir)
+    verify(config.data_dir, (config.evaluate.split,), spm=False)  # what the neighbours are read from
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
     if unknown:
         raise ValueError(f"the model knows {embedder.languages}, not {unknown}")
@@ -54,6 +57,12 @@ def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | Non
     store = StoredEmbeddings.open(folder)
     if store.meta.get("model") != file_sha256(model_dir / model_files.MODEL_FILE):
         log.info("%s holds another model's embeddings; embedding the split here", folder)
+        return None
+    try:  # embeddings of token ids of another tokenizer (written before evaluate checked it) are wrong
+        model_files.check_tokenizer(model_dir, load_manifest(config.data_dir), config.data_dir)
+    except model_files.TokenizerMismatch:
+        log.warning("%s: the split was encoded with another tokenizer than the model's; embedding its text "
+                    "here with the model's own", folder)
         return None
     return store
 

@@ -14,6 +14,7 @@ model (by dev similarity error) is exported to `<run_dir>/train/model/`.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from orchestration.config import Config
 from orchestration.state import read_state, write_state
 from orchestration.train import builders
 from pipelines.config import dump_yaml
-from pipelines.dataset import SPM_MODEL, fingerprint, load_manifest
+from pipelines.dataset import SPM_MODEL, fingerprint, load_manifest, read_split, verify
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str)
     languages = builders.trained_languages(config, list(manifest["languages"]))
     builders.check_losses(config)
     data_dir = config.data_dir.resolve()
+    check_dev_tuples(config, builders.dev_languages(config, languages))
     return {
         "model_args": builders.model_args(config, languages, manifest["spm"]["vocab_size"]),
         "languages": languages,
@@ -69,6 +71,19 @@ def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str)
         "config": config.to_dict(),
         "mlflow": {"uri": uri, "run_id": run_id},
     }
+
+
+def check_dev_tuples(config: Config, languages: list[str]) -> None:
+    """TrainError unless the dev split holds at least 2 tuples with every language of the dev error: with
+    fewer, the dev error would be `nan` (as with prepare.split.heldout_complete=false and a rare language)."""
+    import pyarrow.compute as pc
+
+    table = read_split(config.data_dir, "dev", [f"{lang}_len" for lang in languages])
+    complete = pc.sum(functools.reduce(pc.and_, [pc.is_valid(column) for column in table.columns])).as_py() or 0
+    if complete < 2:
+        raise TrainError(f"{config.data_dir}: the dev split has {complete} tuple(s) with every one of {languages} "
+                         "(the dev error's languages), at least 2 are needed; set evaluate.languages to languages "
+                         "the dev tuples share, or prepare with prepare.split.heldout_complete=true")
 
 
 def train(config: Config, *, force: bool = False, restart_stale: bool = False,
@@ -99,6 +114,8 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
     cfg = loop_config(config, manifest, "", uri)  # validates before anything starts
+    # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
+    verify(config.data_dir, ("train", "dev"))
     tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work
     train_dir.mkdir(parents=True, exist_ok=True)
     run_id = tracking.start_run(
@@ -112,6 +129,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
 
     try:
         meta = checkpoint.export(_fit(config, cfg, train_dir, callbacks or []), model_dir)
+        model_files.record_lineage(model_dir, manifest)
         tracking.log_artifacts(uri, run_id, model_dir, "model")
         if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
             tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])

@@ -18,7 +18,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
 from orchestration.train.driver import train
-from pipelines.dataset import read_split
+from pipelines.dataset import file_sha256, read_split
 from tests.orchestration.helpers import config_for
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
@@ -36,7 +36,8 @@ def interleaved_shards(data_dir: Path, out: Path) -> Path:
     for i in range(2):
         path = f"test/part-0000{i}-of-00002.parquet"
         pq.write_table(table.take(list(range(i, len(table), 2))), out / path)
-        entry["files"].append({"path": path, "rows": len(range(i, len(table), 2)), "bytes": 0, "sha256": ""})
+        entry["files"].append({"path": path, "rows": len(range(i, len(table), 2)), "bytes": 0,
+                               "sha256": file_sha256(out / path)})
     (out / "manifest.json").write_text(json.dumps(manifest))
     return out
 

@@ -75,6 +75,11 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     assert fourth.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
     assert fourth.code == EXIT_NOT_PROMOTED and "not promoted" in fourth.message
     assert fourth.champion_error is not None  # the champion was re-evaluated on the new test split
+    # new data, a new tokenizer: the champion was fed the same sentences encoded with its own (its registered
+    # lineage names another spm.model than the new dataset's; fed the dataset's token ids, it would be refused)
+    champion_tags = tracking._client(uri).get_model_version("pipe", champion_version).tags
+    new_spm = json.loads((Path(config.data_dir) / "manifest.json").read_text())["spm"]["sha256"]
+    assert champion_tags["interlingua.spm_sha256"] != new_spm
     assert str(tracking.champion(uri, "pipe").version) == champion_version
 
     # the stages are runs under one pipeline run each

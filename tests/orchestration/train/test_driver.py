@@ -21,6 +21,9 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
     assert meta["dev_error"] == result.dev_error and 0.0 <= result.dev_error < 1.0
     assert {p.name for p in result.model_dir.iterdir()} >= {"model.pt", "spm.model", "config.yaml", "progress.json"}
     assert load_config(result.model_dir / "config.yaml").model == config.model  # reproducible from it
+    lineage = json.loads((result.model_dir / "lineage.json").read_text())  # what it was made from
+    manifest = json.loads((config.data_dir / "manifest.json").read_text())
+    assert lineage["spm_sha256"] == manifest["spm"]["sha256"] and lineage["dataset_fingerprint"] == manifest["fingerprint"]
     assert model.embedding_dim == 32
 
     uri = config.tracking.uri

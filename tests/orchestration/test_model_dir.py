@@ -1,0 +1,153 @@
+"""Lineage and verify-on-read: a model is never fed token ids of another tokenizer, and damaged model or
+dataset files are named before any work (exit 2, one line). Real Bible text, untrained tiny models."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from orchestration import model_dir as model_files
+from orchestration.cli import main
+from orchestration.evaluate.embedding import EmbedFn
+from pipelines.config import SpmConfig
+from pipelines.dataset import load_manifest
+from pipelines.tokenizer import train_bpe
+from tests.conftest import VERSIONS
+from tests.orchestration.helpers import config_for, untrained_model_dir
+
+# Genesis and Matthew: other verses than the dataset's seven short books, so another BPE model
+OTHER_BOOKS = [1, 40]
+
+
+@pytest.fixture
+def where(small_dataset, tmp_path):
+    config = config_for(small_dataset, tmp_path)
+    return [f"run_dir={config.run_dir}", f"dataset_dir={config.data_dir}", f"tracking.uri={config.tracking.uri}",
+            "prepare.spm.vocab_size=2000"]
+
+
+def other_tokenizer(book_lines, path):
+    """A sentencepiece model trained on other real verses (ids within the dataset's vocabulary)."""
+    lines = [text for texts in book_lines(VERSIONS, OTHER_BOOKS).values() for text in texts[:300]]
+    path.write_bytes(train_bpe(lines, SpmConfig(vocab_size=1000)))
+    return path
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_evaluate_refuses_a_model_of_another_tokenizer_naming_both(small_dataset, tmp_path, book_lines, where,
+                                                                   capsys):
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    other_tokenizer(book_lines, model / model_files.SPM_FILE)  # an old model dir: no lineage.json
+    data_sha = load_manifest(small_dataset.data_dir)["spm"]["sha256"]
+    model_sha = model_files.verify(model)["spm_sha256"]
+    assert main(["evaluate", "--model", str(model), *where]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert model_sha[:12] in line and data_sha[:12] in line and "tokenizer" in line
+    assert not (tmp_path / "run" / "eval").exists()  # refused before any work
+
+    model_files.record_lineage(model, {"fingerprint": "other"})  # a model that records its lineage
+    assert main(["evaluate", "--model", str(model), *where]) == 2
+    assert model_sha[:12] in one_line(capsys.readouterr().err)
+
+
+def test_a_damaged_model_file_is_named_by_every_reader(small_dataset, tmp_path, where, capsys):
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    text = tmp_path / "en.txt"
+    text.write_text("In the beginning God created the heaven and the earth.\n")
+    path = model / model_files.MODEL_FILE
+    path.write_bytes(path.read_bytes()[:1000])  # truncated, no lineage.json to compare with
+    for command in (["evaluate", "--model", str(model)],
+                    ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "e.npy")]):
+        assert main([*command, *where]) == 2
+        line = one_line(capsys.readouterr().err)
+        assert f"{path}: not a readable model file" in line and "Errno" not in line
+
+    model = untrained_model_dir(small_dataset, tmp_path / "recorded")
+    model_files.record_lineage(model, load_manifest(small_dataset.data_dir))
+    shutil.copy(tmp_path / "model" / model_files.MODEL_FILE, model / model_files.MODEL_FILE)
+    (model / model_files.SPM_FILE).write_bytes(b"")
+    for command in (["evaluate", "--model", str(model)],
+                    ["search", "--model", str(model), "-q", "Dieu est amour.", "-l", "fr"],
+                    ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "e.npy")]):
+        assert main([*command, *where]) == 2
+        line = one_line(capsys.readouterr().err)
+        assert str(model / model_files.MODEL_FILE) in line and "recorded in lineage.json" in line
+
+
+def test_reencoding_the_text_with_the_datasets_own_tokenizer_gives_its_token_ids(small_dataset, tmp_path):
+    """What the champion's re-evaluation relies on: the stored text, encoded with a tokenizer, is the token ids
+    `prepare` writes with it."""
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    table = pq.read_table(small_dataset.data_dir / "test" / "part-00000-of-00001.parquet").slice(0, 20)
+    batch = {column: table[column].to_numpy(zero_copy_only=False) for column in table.column_names}
+    fn = EmbedFn(str(model / "model.pt"), ["zh", "ar"], 8000, False, "float32", str(tmp_path / "s"),
+                 spm_path=str(model / model_files.SPM_FILE))
+    for lang in ("zh", "ar"):
+        stored = [list(ids) for ids in table[f"{lang}_ids"].to_pylist()]
+        assert [list(ids) for ids in fn.token_ids(batch, lang)] == stored
+
+
+def test_evaluate_refuses_a_model_of_languages_the_dataset_lacks(small_dataset, tmp_path, where, capsys):
+    from model.nmt import MultilingualNMT, save_model
+
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    vocab = load_manifest(small_dataset.data_dir)["spm"]["vocab_size"]
+    save_model(MultilingualNMT(languages=["en", "fr", "de"], vocab_size=vocab, embed_dim=16, encoder_hidden=16,
+                               decoder_hidden=16, shared_encoder=True), str(model / "model.pt"), step=0)
+    assert main(["evaluate", "--model", str(model), *where]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "lacks ['de']" in line and "evaluate.languages" in line
+
+
+@pytest.fixture
+def copied(small_dataset, tmp_path):
+    """The prepared dataset copied, to damage; overrides that point a run at it."""
+    data = tmp_path / "data"
+    shutil.copytree(small_dataset.data_dir, data)
+    return data, [f"run_dir={tmp_path / 'run'}", f"dataset_dir={data}", f"tracking.uri=sqlite:///{tmp_path}/m.db",
+                  "prepare.spm.vocab_size=2000", "model.embed_dim=16", "model.encoder_hidden=16",
+                  "model.decoder_hidden=16"]
+
+
+def test_a_shard_replaced_by_another_is_named_before_evaluating(small_dataset, copied, tmp_path, capsys):
+    data, where = copied
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    manifest = json.loads((data / "manifest.json").read_text())
+    dev, test = (data / manifest["splits"][s]["files"][0]["path"] for s in ("dev", "test"))
+    shutil.copy(dev, test)  # the dev split copied over the test split
+    assert main(["evaluate", "--model", str(model), *where]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert f"{test}: sha256" in line and "prepare --force" in line
+
+
+@pytest.mark.parametrize("damage", ["truncate a training shard", "delete spm.model"])
+def test_train_names_a_damaged_input_on_the_driver_before_ray_starts(copied, damage, capsys):
+    import ray
+
+    data, where = copied
+    if damage == "delete spm.model":
+        victim = data / "spm.model"
+        victim.unlink()
+        expected = f"{victim}: missing"
+    else:
+        victim = data / load_manifest(data)["splits"]["train"]["files"][1]["path"]
+        victim.write_bytes(victim.read_bytes()[:500])
+        expected = f"{victim}: sha256"
+    assert main(["train", *where]) == 2
+    assert expected in one_line(capsys.readouterr().err)
+    assert not ray.is_initialized()  # no worker ever saw it, so nothing was retried
+
+
+def test_an_old_model_dir_without_lineage_is_checked_by_its_bundled_tokenizer(small_dataset, tmp_path):
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    manifest = load_manifest(small_dataset.data_dir)
+    model_files.check_tokenizer(model, manifest, small_dataset.data_dir)  # its own tokenizer: accepted
+    assert not (model / model_files.LINEAGE_FILE).exists()
+    assert model_files.verify(model)["spm_sha256"] == manifest["spm"]["sha256"]

@@ -1,0 +1,94 @@
+"""`prepare` on input that would give an empty dataset, split or language, and interrupted: exit 2 (130) with
+one line naming the drops by reason, nothing published, no staging directory left. Real Bible verses."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestration.cli import main
+from tests.conftest import SMALL_BOOKS, write_lines
+
+ENGLISH, FRENCH, RUSSIAN = "k", "l", "r"
+
+
+def text_source(tmp_path: Path, columns: dict[str, list[str]]) -> list[str]:
+    for lang, lines in columns.items():
+        write_lines(tmp_path / f"c.{lang}", lines)
+    langs = ", ".join(columns)
+    return [f"run_dir={tmp_path / 'run'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [{langs}]}}]",
+            "prepare.split.dev_size=10", "prepare.split.test_size=10", "prepare.spm.vocab_size=300"]
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+    assert len(lines) == 1 and "Traceback" not in err and "EmptySideInput" not in err, err
+    return lines[0]
+
+
+def no_dataset(tmp_path: Path) -> bool:
+    run = tmp_path / "run"
+    return not (run / "data").exists() and not list(run.glob(".data.partial-*"))
+
+
+def test_every_line_a_duplicate_stops_with_the_duplicate_count(tmp_path, verse, capsys):
+    where = text_source(tmp_path, {"en": [verse(ENGLISH, 8, 1, 1)] * 60, "fr": [verse(FRENCH, 8, 1, 1)] * 60})
+    assert main(["prepare", *where]) == 2
+    line = error_line(capsys)
+    assert "no training sentence to learn the BPE model from" in line and "duplicate 59" in line
+    assert no_dataset(tmp_path)
+    assert main(["run", *where]) == 2  # the scheduler's command: exit 2, bad input, as documented
+    assert "duplicate 59" in error_line(capsys)
+
+
+def test_everything_filtered_out_names_the_filter(tmp_path, book_lines, capsys):
+    lines = book_lines({"en": ENGLISH, "fr": FRENCH}, [8])  # Ruth
+    where = text_source(tmp_path, lines)
+    assert main(["prepare", *where, "prepare.filters.max_words=2"]) == 2
+    line = error_line(capsys)
+    assert "no training sentence" in line and f"{len(lines['en'])} read" in line and "too_long" in line
+    assert no_dataset(tmp_path)
+
+
+@pytest.mark.parametrize("complete", ["true", "false"])
+def test_a_language_column_in_the_wrong_script_names_the_wrong_script_drops(tmp_path, book_lines, capsys,
+                                                                             complete):
+    lines = book_lines({"en": ENGLISH, "fr": FRENCH, "ru": ENGLISH}, [8])  # the "ru" column is English
+    where = text_source(tmp_path, lines)
+    assert main(["prepare", *where, f"prepare.split.heldout_complete={complete}"]) == 2
+    line = error_line(capsys)
+    assert "language 'ru' kept none of its sentences" in line
+    assert "dropped wrong_script" in line  # the reason that emptied it, first
+    assert no_dataset(tmp_path)
+
+
+def test_sigint_during_prepare_exits_130_with_one_line_and_removes_its_staging(tmp_path, small_dataset):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(small_dataset.data_dir, run / "data")  # the previous dataset, which must stay whole
+    before = {p.name: p.stat().st_size for p in (run / "data").rglob("*")}
+    args = [sys.executable, "-m", "orchestration.cli", "prepare", f"run_dir={run}", "--force",
+            f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS + [17, 41]}}}]", "prepare.spm.vocab_size=2000",
+            "prepare.split.dev_size=40", "prepare.split.test_size=40"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    deadline = time.monotonic() + 120
+    while not list(run.glob(".data.partial-*")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1.0)  # into the Beam job
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+    assert lines == ["interlingua prepare: interrupted; nothing half-done was published"], err
+    assert "Traceback" not in err
+    assert not list(run.glob(".data.partial-*"))
+    assert {p.name: p.stat().st_size for p in (run / "data").rglob("*")} == before
