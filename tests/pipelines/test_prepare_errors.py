@@ -3,6 +3,7 @@ one line naming the drops by reason, nothing published, no staging directory lef
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -92,3 +93,18 @@ def test_sigint_during_prepare_exits_130_with_one_line_and_removes_its_staging(t
     assert "Traceback" not in err
     assert not list(run.glob(".data.partial-*"))
     assert {p.name: p.stat().st_size for p in (run / "data").rglob("*")} == before
+
+
+def test_a_corpus_on_one_long_line_and_a_column_of_random_bytes_are_one_line_errors(tmp_path, book_lines, capsys):
+    ruth = book_lines({"en": ENGLISH, "fr": FRENCH}, [8])
+    where = text_source(tmp_path, {"en": [" ".join(ruth["en"]) * 40], "fr": [" ".join(ruth["fr"]) * 40]})  # ~1 MB
+    assert main(["prepare", *where]) == 2
+    assert "sources hold only 1 records" in error_line(capsys) and no_dataset(tmp_path)
+
+    write_lines(tmp_path / "c.en", ruth["en"])
+    rng = random.Random(0)
+    noise = [bytes(rng.randrange(128, 256) for _ in range(60)) for _ in ruth["fr"]]  # never valid UTF-8
+    (tmp_path / "c.fr").write_bytes(b"\n".join(noise) + b"\n")
+    assert main(["prepare", *where]) == 2
+    line = error_line(capsys)
+    assert f"fr: invalid_utf8 {len(ruth['fr'])}" in line and no_dataset(tmp_path)
