@@ -103,7 +103,7 @@ def test_a_corpus_on_one_long_line_and_a_column_of_random_bytes_are_one_line_err
 
     write_lines(tmp_path / "c.en", ruth["en"])
     rng = random.Random(0)
-    noise = [bytes(rng.randrange(128, 256) for _ in range(60)) for _ in ruth["fr"]]  # never valid UTF-8
+    noise = [bytes(rng.randrange(128, 256) for _ in range(60)) for _ in ruth["fr"]]  # not UTF-8 (seeded)
     (tmp_path / "c.fr").write_bytes(b"\n".join(noise) + b"\n")
     assert main(["prepare", *where]) == 2
     line = error_line(capsys)
