@@ -7,6 +7,7 @@ beside it), or any tracking server (`http://host:5000`).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -83,6 +84,9 @@ def start_run(
 def log_metrics(uri: str, run_id: str, metrics: Mapping[str, float], step: int) -> None:
     from mlflow.entities import Metric
 
+    bad = {key: value for key, value in metrics.items() if not math.isfinite(value)}
+    if bad:  # a nan or inf is a bug upstream (an empty split, a diverged loss): never a number to compare
+        raise ValueError(f"not logged to MLflow run {run_id}: non-finite metrics {bad}")
     now = int(time.time() * 1000)
     batch = [Metric(key, float(value), now, step) for key, value in metrics.items()]
     _client(uri).log_batch(run_id, metrics=batch)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import resource
 import socket
@@ -158,6 +159,9 @@ def end_of_window(worker: Worker, window: Window, epoch: int, metrics: dict[str,
     (rank 0's clock decides for every rank)."""
     t, progress = worker.config.train, worker.progress
     metrics.update(window.metrics(worker.device))
+    if not math.isfinite(metrics["train/loss"]):  # summed over workers: every rank stops here
+        raise FloatingPointError(f"training diverged: the loss is {metrics['train/loss']} before step "
+                                 f"{progress.step}; lower train.lr, set train.grad_clip or raise train.warmup_steps")
     metrics["train/lr"] = worker.optimizer.param_groups[0]["lr"]
     metrics["train/epoch"] = epoch
     metrics["train/max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this worker's peak

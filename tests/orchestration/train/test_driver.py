@@ -53,6 +53,18 @@ def test_a_failed_training_is_marked_failed(small_dataset, tmp_path, local_ray):
     assert tracking.get_run(config.tracking.uri, state["run_id"]).info.status == "FAILED"
 
 
+def test_a_diverged_training_stops_and_logs_no_nan(small_dataset, tmp_path, local_ray):
+    config = config_for(small_dataset, tmp_path, "train.lr=1e36", "train.warmup_steps=0", "train.schedule=constant",
+                        "train.max_steps=40", "runtime.max_failures=0")
+    with pytest.raises(Exception, match=r"training diverged: the loss is (nan|inf) before step \d+; lower train.lr"):
+        train(config)
+    run_id = json.loads((config.train_dir / "run.json").read_text())["run_id"]
+    run = tracking.get_run(config.tracking.uri, run_id)
+    assert run.info.status == "FAILED" and "train/loss" not in run.data.metrics
+    with pytest.raises(ValueError, match=r"non-finite metrics \{'dev/xsim_error': nan\}"):
+        tracking.log_metrics(config.tracking.uri, run_id, {"dev/xsim_error": float("nan"), "ok": 1.0}, 0)
+
+
 def test_bad_language_in_a_path_is_rejected_before_training(small_dataset, tmp_path):
     config = config_for(small_dataset, tmp_path, "train.paths=[{kind: '1:1', targets: [de]}]")
     with pytest.raises(Exception, match=r"train.paths.0.targets: \['de'\] not among"):
