@@ -1,4 +1,4 @@
-"""Per-sentence and per-tuple cleaning: plain functions, testable without Beam, and their DoFn.
+"""Per-sentence and per-tuple cleaning: plain functions, testable without Beam (their DoFn: transforms.py).
 
 `Cleaner.clean_tuple` normalizes every sentence of a tuple and applies the
 filters; it returns the kept sentences and, for each dropped one, the reason.
@@ -10,13 +10,10 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Iterator
 
-import apache_beam as beam
 import regex
 
-from pipelines.config import FilterConfig, NormalizeConfig, PrepareConfig
-from pipelines.counting import Tally
+from pipelines.config import FilterConfig, NormalizeConfig
 
 # Drop reasons, per sentence; a tuple left with fewer than `min_languages` is dropped as TOO_FEW_LANGUAGES.
 INVALID_UTF8 = "invalid_utf8"
@@ -212,31 +209,3 @@ class Cleaner:
                 dropped[lang] = LENGTH_RATIO
                 del kept[lang]
         return kept, dropped, matched
-
-
-class CleanTupleFn(beam.DoFn):
-    """Normalize and filter each sentence; drop tuples left with too few languages.
-
-    Yields the kept tuple and its counts (`Stat`s): apply it with `CountedParDo`.
-    """
-
-    def __init__(self, config: PrepareConfig) -> None:
-        self.config = config
-
-    def setup(self) -> None:
-        self.cleaner = Cleaner(self.config.normalize, self.config.filters)
-
-    def process(self, element: tuple[str, dict[str, str | None]]) -> Iterator[Any]:
-        key, raw = element
-        kept, dropped, matched = self.cleaner.clean_tuple(raw)
-        tally = Tally()
-        for lang, reason in dropped.items():
-            tally.add(f"sentences/{lang}/dropped/{reason}")
-        for lang, names in matched.items():
-            for name in names:
-                tally.add(f"normalized/{lang}/{name}")
-        if len(kept) < self.config.filters.min_languages:
-            tally.drop_tuple(TOO_FEW_LANGUAGES, kept)
-        else:
-            yield key, kept
-        yield from tally.flush()

@@ -25,15 +25,14 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import dataset, sources, staging, storage
-from pipelines.clean import CleanTupleFn
 from pipelines.config import PrepareConfig, dump_yaml
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
 # pipeline_options lives in pipelines.runners; callers import it from here
 from pipelines.runners import for_cluster, pipeline_options, release  # noqa: F401  (re-exported: callers import it from here)
-from pipelines.sources import ReadTupleFn
 from pipelines.split import SplitTuples, check_held_out
+from pipelines.transforms import CleanTupleFn, ReadTupleFn
 
 log = logging.getLogger(__name__)
 
