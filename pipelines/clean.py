@@ -10,10 +10,14 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import regex
 
 from pipelines.config import FilterConfig, NormalizeConfig
+
+if TYPE_CHECKING:
+    from pipelines.langid import LanguageCheck
 
 # Drop reasons, per sentence; a tuple left with fewer than `min_languages` is dropped as TOO_FEW_LANGUAGES.
 INVALID_UTF8 = "invalid_utf8"
@@ -23,6 +27,7 @@ TOO_LONG = "too_long"
 LENGTH_RATIO = "length_ratio"
 URL_EMAIL = "url_email"
 WRONG_SCRIPT = "wrong_script"
+WRONG_LANGUAGE = "wrong_language"
 TOO_FEW_LANGUAGES = "too_few_languages"
 
 # Languages written without spaces between words: their length is counted in characters.
@@ -110,8 +115,13 @@ class SentenceFilter:
 
     config: FilterConfig
     _scripts: dict[str, tuple[regex.Pattern, regex.Pattern]] = field(init=False)
+    _language: LanguageCheck | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.config.language_id.enabled:  # the model loads in about 2 s: only when asked for
+            from pipelines.langid import LanguageCheck
+
+            self._language = LanguageCheck(self.config.language_id)
         table = {**SCRIPTS, **{k: tuple(v) for k, v in self.config.scripts.items()}}
         self._scripts = {}
         for lang, scripts in table.items():
@@ -144,6 +154,8 @@ class SentenceFilter:
                 inside, outside = len(patterns[0].findall(text)), len(patterns[1].findall(text))
                 if inside < cfg.min_script_fraction * (inside + outside):
                     return WRONG_SCRIPT
+        if self._language is not None and self._language.is_wrong(text, lang):
+            return WRONG_LANGUAGE  # last: the slowest check (about 1 ms)
         return None
 
 

@@ -131,9 +131,12 @@ class WriteShardFn(beam.DoFn):
 
     def process(self, element: tuple[tuple[str, int], dict[str, Iterable[Any]]]) -> Iterator[Any]:
         (split, shard), joined = element
-        tuples, models, tally = list(joined["tuples"]), list(joined["model"]), Tally()
-        if not tuples:
-            return  # no row fell in this shard: the driver writes it empty
+        tuples, models = list(joined["tuples"]), list(joined["model"])
+        if tuples:  # none: no row fell in this shard, and the driver writes it empty
+            yield from self._write(split, shard, tuples, models)
+
+    def _write(self, split: str, shard: int, tuples: list, models: list[bytes]) -> Iterator[Any]:
+        tally = Tally()
         if not models:
             raise ValueError(f"{split} shard {shard}: no BPE model to encode with: no training sentence was "
                              "left (all held out or dropped); lower prepare.split.dev_size and test_size")
@@ -153,7 +156,7 @@ class WriteShardFn(beam.DoFn):
         tally.add(f"tuples/out/{split}", len(rows))
         name = dataset.shard_name(split, shard, self.shards[split])
         dataset.write_shard(storage.join(self.root, name), rows, self.languages)
-        log.info("wrote %s: %d rows", name, len(rows))
+        log.debug("wrote %s: %d rows", name, len(rows))  # one line per shard: for -v
         yield from tally.flush()
 
 

@@ -118,6 +118,7 @@ def run_prepare(
         if old.get("fingerprint") == print_:
             log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
             return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
+    _warn_unchecked_languages(config)
     staged = staging.stage(data_dir, print_)
     log.info("preparing %d records from %d sources in %d read tasks -> %s",
              plan.records, len(config.sources), len(plan.tasks), data_dir)
@@ -129,6 +130,16 @@ def run_prepare(
     seconds = time.monotonic() - started
     log.info("published %s in %.1fs", data_dir, seconds)
     return PrepareResult(manifest, skipped=False, seconds=seconds)
+
+
+def _warn_unchecked_languages(config: PrepareConfig) -> None:
+    if config.filters.language_id.enabled:
+        from pipelines.langid import unchecked_languages
+
+        unknown = unchecked_languages(config.languages)
+        if unknown:
+            log.warning("prepare.filters.language_id: the model does not know %s: their sentences are not "
+                        "checked", ", ".join(unknown))
 
 
 def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,
