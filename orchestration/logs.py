@@ -57,6 +57,12 @@ def configure_worker(level: int) -> None:
     os.environ[ENV] = str(level)
     logging.getLogger().setLevel(logging.WARNING if level <= QUIET else logging.INFO)
     _quiet_libraries(level)
+    if level < VERBOSE:
+        # Ray Train 2.60 logs a `TrainingReport(...)` repr per checkpoint on a logger named by its
+        # file's path, outside `ray.train`, so LoggingConfig(log_level) does not reach it
+        from ray.train.v2._internal.execution import context
+
+        logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
 def _quiet_libraries(level: int) -> None:
@@ -67,8 +73,9 @@ def _quiet_libraries(level: int) -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _DropLibraryNoise) for f in handler.filters):
             handler.addFilter(_DropLibraryNoise())
-    # Ray Data reads this when it is imported; it takes precedence over its logging config
+    # read when the library is imported (here or in a Ray worker), over its own logging config
     os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 
 def ray_logging_level() -> int:
