@@ -22,8 +22,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from evaluation.store import StoredEmbeddings, publish, write_block
+from orchestration import logs
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
+from orchestration.progress import Progress
 from pipelines.dataset import split_files
 
 log = logging.getLogger(__name__)
@@ -161,13 +163,30 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
             batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
             num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
         )
-        records = list(written.iter_rows())
+        records = _collect(written, tuples.count(), len(languages))
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
         shutil.rmtree(staging, ignore_errors=True)
         raise EvaluateError(f"split {e.split!r} has {rows} complete tuples; the search needs at least 2")
     _log_skipped(config, rows)
     return publish(staging, folder, records, languages=languages, meta=meta)
+
+
+def _collect(written: Any, tuples: int, languages: int) -> list[dict[str, Any]]:
+    """The actors' records (one per batch of tuples written), with our progress instead of Ray Data's."""
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    bars, context.enable_progress_bars = context.enable_progress_bars, logs.verbosity() >= logs.VERBOSE
+    progress, records = Progress(tuples * languages, verb="embedded", unit="sentences"), []
+    try:
+        for record in written.iter_rows():
+            records.append(record)
+            progress.update(int(record["rows"]) * languages)
+    finally:
+        context.enable_progress_bars = bars
+        progress.close()
+    return records
 
 
 def _log_skipped(config: Config, rows: int) -> None:
