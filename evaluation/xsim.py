@@ -103,11 +103,12 @@ def search_task(source, p: str, q: str, queries: tuple[int, int], shard: tuple[i
 def search_pairs(
     embeddings: Embeddings, *, metric: str = "cosine", shards: int = 1, k: int = 1, index: str = "flat",
     queries: int | None = None, executor: Executor | None = None, query_block: int = QUERY_BLOCK,
-    results_dir: Path | None = None,
+    results_dir: Path | None = None, progress: Callable[[int], None] | None = None,
 ) -> dict[Pair, PairResult]:
     """Top-k and true ranks of every ordered pair of aligned embeddings (S rows each), the candidates
     in `shards` shards (the first `queries` rows of each language as queries when given); results in
-    memory, or written to `results_dir/<p>-<q>/` block by block. ValueError on misaligned input."""
+    memory, or written to `results_dir/<p>-<q>/` block by block; `progress(n)` after each block of n
+    queries searched. ValueError on misaligned input."""
     source = embeddings if isinstance(embeddings, StoredEmbeddings) else ArrayEmbeddings(embeddings)
     if len(source.languages) < 2:
         raise ValueError(f"need at least two languages, got {list(source.languages)}")
@@ -130,6 +131,8 @@ def search_pairs(
             scores, ids = merge([(s, i) for s, i, _ in got], stop - start, k, metric)  # (b, k) each
             better = None if index != "flat" else sum(c for _, _, c in got)
             sinks[pair].write(start, scores, ids, better)
+            if progress is not None:
+                progress(stop - start)
     return {pair: sink.result() for pair, sink in sinks.items()}
 
 

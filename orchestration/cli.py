@@ -23,6 +23,7 @@ import re
 import sys
 from typing import Sequence
 
+from orchestration import logs
 from orchestration.config import ConfigError, load_config
 
 log = logging.getLogger("interlingua")
@@ -39,12 +40,51 @@ def _version() -> str:
         return "(not installed)"
 
 
+# One example per command, shown under its --help (tests check every command has one).
+EXAMPLES = {
+    "prepare": "interlingua prepare -c configs/bible6-cpu.yaml prepare.spm.vocab_size=8000 --workers 2",
+    "train": "interlingua train -c configs/bible6-cpu.yaml train.max_minutes=5",
+    "evaluate": "interlingua evaluate -c configs/bible6-cpu.yaml evaluate.split=dev",
+    "run": "interlingua run -c configs/bible6-cpu.yaml --wait   # in a crontab; exit codes as above",
+    "tune": "interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml",
+    "compare": "interlingua compare -c configs/bible6-cpu.yaml --pairs --plot runs/compare.png",
+    "search": "interlingua search -c configs/bible6-cpu.yaml -q \"Dieu est amour.\" -l fr --in en,zh -k 3",
+    "embed": "interlingua embed -c configs/bible6-cpu.yaml -l en -i corpus/ 'more/*.txt' -o embeddings/",
+    "mine": "interlingua mine -c configs/bible6-cpu.yaml \"mine.inputs=[{lang: fr, path: fr.txt}, "
+            "{lang: en, path: en.txt}]\" mine.threshold=1.06",
+    "config": "interlingua config -c configs/bible6-cpu.yaml train.lr=3e-4",
+}
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual; keeps the example as written, to be copied."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return text if text.startswith("Example:") else super()._fill_text(text, width, indent)
+
+
+def _command(sub: argparse._SubParsersAction, name: str, **kwargs: str) -> argparse.ArgumentParser:
+    """A subcommand's parser, with its example under --help and the verbosity flags."""
+    p = sub.add_parser(name, epilog=f"Example:\n  {EXAMPLES[name]}",
+                       formatter_class=_HelpFormatter, **kwargs)
+    _verbosity_flags(p, default=argparse.SUPPRESS)
+    return p
+
+
+def _verbosity_flags(p: argparse.ArgumentParser, default: object = False) -> None:
+    # on the main parser and (default=SUPPRESS, so as not to reset it) on every command: both orders work
+    p.add_argument("-v", "--verbose", action="store_true", default=default,
+                   help="debug lines, and the libraries' own (Beam, Ray, faiss, MLflow)")
+    p.add_argument("--quiet", action="store_true", default=default,
+                   help="print only the result (and warnings and errors)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="interlingua",
         description="Learn language-independent sentence embeddings from N-way parallel corpora.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, Beam's included")
+    _verbosity_flags(parser)
     parser.add_argument("--version", action="version", version=f"interlingua {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -54,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="config overrides, e.g. prepare.spm.vocab_size=8000")
         return p
 
-    prep = with_config(sub.add_parser(
+    prep = with_config(_command(sub,
         "prepare",
         help="clean, deduplicate, split, BPE-encode and shard a corpus into Parquet (Apache Beam)",
         description="Run the corpus-preparation Beam job. Unrecognized --flags are Beam pipeline "
@@ -65,14 +105,14 @@ def _parser() -> argparse.ArgumentParser:
                       help="processes for the in-process runner (default 1)")
     prep.add_argument("--force", action="store_true",
                       help="rebuild even if the dataset is up to date")
-    trn = with_config(sub.add_parser(
+    trn = with_config(_command(sub,
         "train",
         help="train the multilingual encoders on the prepared dataset (Ray Train; resumes a stopped run)",
         description="Train with Ray Train on runtime.num_workers workers, on the cluster at "
         "runtime.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.",
     ))
     trn.add_argument("--force", action="store_true", help="discard this run's checkpoints and start over")
-    ev = with_config(sub.add_parser(
+    ev = with_config(_command(sub,
         "evaluate",
         help="similarity-search error of a trained model on the dev or test split (Ray + faiss)",
         description="Embed evaluate.split with a Ray Data actor pool, search every ordered language pair "
@@ -83,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
     ev.add_argument("--force", action="store_true",
                     help="evaluate again even if this model was evaluated on this data and config")
-    run = with_config(sub.add_parser(
+    run = with_config(_command(sub,
         "run",
         help="prepare -> train -> evaluate -> register, skipping unchanged stages (for cron and schedulers)",
         description="Exit codes: 0 trained and promoted, 3 nothing to do, 4 trained but not promoted, "
@@ -91,15 +131,14 @@ def _parser() -> argparse.ArgumentParser:
         "to the Beam job.",
     ))
     run.add_argument("--wait", action="store_true", help="wait for a running job instead of exiting with 5")
-    tun = with_config(sub.add_parser(
+    tun = with_config(_command(sub,
         "tune",
         help="search hyperparameters with Ray Tune (ASHA); writes the best trial's config",
         description="Each trial is a training run of the config plus its sampled keys, nested under one "
-        "MLflow tune run; weak trials stop early. Rerunning the same command resumes the search. "
-        "Example: interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml",
+        "MLflow tune run; weak trials stop early. Rerunning the same command resumes the search.",
     ))
     tun.add_argument("--space", required=True, help="the search space (YAML: space, num_samples, scheduler)")
-    cmp = sub.add_parser("compare", help="the runs of an MLflow experiment side by side")
+    cmp = _command(sub, "compare", help="the runs of an MLflow experiment side by side")
     cmp.add_argument("--config", "-c", help="run config (its tracking section; schema defaults when omitted)")
     cmp.add_argument("--experiment", help="experiment name (default: tracking.experiment)")
     cmp.add_argument("--max-runs", type=int, default=20, help="most recent evaluation runs to show (default 20)")
@@ -109,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--testset", help="the evaluation runs of this evaluate.testsets name (default: the split's)")
     cmp.add_argument("--plot", help="write a figure (learning curves, error-matrix differences) to this PNG")
     cmp.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    srch = with_config(sub.add_parser(
+    srch = with_config(_command(sub,
         "search", help="the nearest sentences of the evaluation split to a query sentence, in other languages",
     ))
     srch.add_argument("--query", "-q", required=True, help="the query sentence")
@@ -117,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     srch.add_argument("--in", dest="targets", help="languages to search, comma-separated (default: all others)")
     srch.add_argument("-k", type=int, default=5, help="neighbours per language (default 5)")
     srch.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
-    emb = with_config(sub.add_parser(
+    emb = with_config(_command(sub,
         "embed", help="sentences (text lines or a Parquet column) -> embedding blocks + manifest (Ray Data)",
         description="Embed text files (one sentence per line) and Parquet files (--column) with a Ray Data actor "
         "pool (runtime.embed_actors, runtime.cpus_per_task or a GPU each) into OUT/part-NNNNN.npy blocks and "
@@ -133,15 +172,13 @@ def _parser() -> argparse.ArgumentParser:
     emb.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     emb.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
     emb.add_argument("--force", action="store_true", help="replace the embeddings of other inputs in the output")
-    with_config(sub.add_parser(
+    with_config(_command(sub,
         "mine",
         help="mine parallel sentences from monolingual text by margin (faiss); the pairs feed `prepare`",
         description="Embed every mine.inputs language, search both ways, score by ratio margin, drop the known "
-        "garbage, keep pairs above mine.threshold (or the max-F1 threshold on mine.gold). "
-        "Example: interlingua mine -c configs/bible6-cpu.yaml \"mine.inputs=[{lang: fr, path: fr.txt}, "
-        "{lang: en, path: en.txt}]\" mine.threshold=1.06",
+        "garbage, keep pairs above mine.threshold (or the max-F1 threshold on mine.gold).",
     ))
-    with_config(sub.add_parser("config", help="print the resolved configuration as YAML"))
+    with_config(_command(sub, "config", help="print the resolved configuration as YAML"))
     return parser
 
 
@@ -166,13 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for arg in bad:
         # a value that followed a Beam flag ("--job_endpoint embed") belongs to Beam
         (overrides if _OVERRIDE.match(arg) else beam_args).append(arg)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    if not args.verbose:
-        logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    logs.configure(logs.VERBOSE if args.verbose else logs.QUIET if args.quiet else logs.DEFAULT)
     _USER_ERRORS = _user_errors()
     try:
         config = load_config(args.config, overrides)

@@ -11,8 +11,11 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
     """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one."""
     import ray
 
+    from orchestration import logs
+
     if not ray.is_initialized():
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=log_to_driver)
+        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=log_to_driver,
+                 logging_level=logs.ray_logging_level())
 
 
 class RayExecutor:

@@ -1,4 +1,4 @@
-"""Per-sentence and per-tuple cleaning: plain functions, testable without Beam, and their DoFn.
+"""Per-sentence and per-tuple cleaning: plain functions, testable without Beam (their DoFn: transforms.py).
 
 `Cleaner.clean_tuple` normalizes every sentence of a tuple and applies the
 filters; it returns the kept sentences and, for each dropped one, the reason.
@@ -10,13 +10,14 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import TYPE_CHECKING
 
-import apache_beam as beam
 import regex
 
-from pipelines.config import FilterConfig, NormalizeConfig, PrepareConfig
-from pipelines.counting import Tally
+from pipelines.config import FilterConfig, NormalizeConfig
+
+if TYPE_CHECKING:
+    from pipelines.langid import LanguageCheck
 
 # Drop reasons, per sentence; a tuple left with fewer than `min_languages` is dropped as TOO_FEW_LANGUAGES.
 INVALID_UTF8 = "invalid_utf8"
@@ -26,6 +27,7 @@ TOO_LONG = "too_long"
 LENGTH_RATIO = "length_ratio"
 URL_EMAIL = "url_email"
 WRONG_SCRIPT = "wrong_script"
+WRONG_LANGUAGE = "wrong_language"
 TOO_FEW_LANGUAGES = "too_few_languages"
 
 # Languages written without spaces between words: their length is counted in characters.
@@ -113,8 +115,13 @@ class SentenceFilter:
 
     config: FilterConfig
     _scripts: dict[str, tuple[regex.Pattern, regex.Pattern]] = field(init=False)
+    _language: LanguageCheck | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.config.language_id.enabled:  # the model loads in about 2 s: only when asked for
+            from pipelines.langid import LanguageCheck
+
+            self._language = LanguageCheck(self.config.language_id)
         table = {**SCRIPTS, **{k: tuple(v) for k, v in self.config.scripts.items()}}
         self._scripts = {}
         for lang, scripts in table.items():
@@ -147,6 +154,8 @@ class SentenceFilter:
                 inside, outside = len(patterns[0].findall(text)), len(patterns[1].findall(text))
                 if inside < cfg.min_script_fraction * (inside + outside):
                     return WRONG_SCRIPT
+        if self._language is not None and self._language.is_wrong(text, lang):
+            return WRONG_LANGUAGE  # last: the slowest check (about 0.2 ms)
         return None
 
 
@@ -212,31 +221,3 @@ class Cleaner:
                 dropped[lang] = LENGTH_RATIO
                 del kept[lang]
         return kept, dropped, matched
-
-
-class CleanTupleFn(beam.DoFn):
-    """Normalize and filter each sentence; drop tuples left with too few languages.
-
-    Yields the kept tuple and its counts (`Stat`s): apply it with `CountedParDo`.
-    """
-
-    def __init__(self, config: PrepareConfig) -> None:
-        self.config = config
-
-    def setup(self) -> None:
-        self.cleaner = Cleaner(self.config.normalize, self.config.filters)
-
-    def process(self, element: tuple[str, dict[str, str | None]]) -> Iterator[Any]:
-        key, raw = element
-        kept, dropped, matched = self.cleaner.clean_tuple(raw)
-        tally = Tally()
-        for lang, reason in dropped.items():
-            tally.add(f"sentences/{lang}/dropped/{reason}")
-        for lang, names in matched.items():
-            for name in names:
-                tally.add(f"normalized/{lang}/{name}")
-        if len(kept) < self.config.filters.min_languages:
-            tally.drop_tuple(TOO_FEW_LANGUAGES, kept)
-        else:
-            yield key, kept
-        yield from tally.flush()

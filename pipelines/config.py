@@ -160,6 +160,39 @@ class NormalizeConfig(Schema):
     remove_patterns: list[RemovePattern] = Field(default_factory=_default_patterns)
 
 
+class LanguageIdConfig(Schema):
+    """The `wrong_language` filter: py3langid's model (inside the package) gives each sentence a
+    probability of being in its column's language; a sentence below the threshold is dropped."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Off by default: it costs about 0.2 ms of CPU per sentence, 2.7x the CPU of the "
+        "Bible job (benchmarks/RESULTS.md, language identification).",
+    )
+    min_probability: float = Field(
+        default=0.05, ge=0.0, le=1.0,
+        description="Drop a sentence whose language has a lower probability; 0 keeps every sentence.",
+    )
+    thresholds: dict[str, float] = Field(
+        default_factory=dict,
+        description="Language -> its own min_probability (0 turns the check off for that language).",
+    )
+
+    @field_validator("thresholds")
+    @classmethod
+    def _probabilities(cls, thresholds: dict[str, float]) -> dict[str, float]:
+        for lang, p in thresholds.items():
+            if not LANG_CODE.match(lang):
+                raise ValueError(f"{lang!r} is not a language code like 'en' or 'zh_Hant'")
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{lang}: {p} is not a probability between 0 and 1")
+        return thresholds
+
+    def threshold(self, lang: str) -> float:
+        """The minimum probability for `lang` (its own, else `min_probability`)."""
+        return self.thresholds.get(lang, self.min_probability)
+
+
 class FilterConfig(Schema):
     min_words: int = Field(default=1, ge=0)
     max_words: int = Field(default=50, ge=1, description="The paper drops sentences over 50 words.")
@@ -184,6 +217,7 @@ class FilterConfig(Schema):
     min_languages: int = Field(
         default=2, ge=1, description="A tuple left with fewer languages is dropped."
     )
+    language_id: LanguageIdConfig = Field(default_factory=LanguageIdConfig)
 
 
 class DedupConfig(Schema):

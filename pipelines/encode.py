@@ -131,11 +131,14 @@ class WriteShardFn(beam.DoFn):
 
     def process(self, element: tuple[tuple[str, int], dict[str, Iterable[Any]]]) -> Iterator[Any]:
         (split, shard), joined = element
-        tuples, models, tally = list(joined["tuples"]), list(joined["model"]), Tally()
-        if not tuples or not models:
-            # no row fell in this shard (the driver writes it empty), or no training sentence was left to
-            # learn a BPE model from: the driver stops with the drop counts (`prepare.check_not_empty`)
-            return
+        tuples, models = list(joined["tuples"]), list(joined["model"])
+        if tuples and models:
+            # otherwise no row fell in this shard (the driver writes it empty), or no training sentence was left
+            # to learn a BPE model from (the driver stops with the drop counts: `prepare.check_not_empty`)
+            yield from self._write(split, shard, tuples, models)
+
+    def _write(self, split: str, shard: int, tuples: list, models: list[bytes]) -> Iterator[Any]:
+        tally = Tally()
         (model,) = models
         if model != self._proto:
             self.sp = spm.SentencePieceProcessor(model_proto=model)
@@ -152,7 +155,7 @@ class WriteShardFn(beam.DoFn):
         tally.add(f"tuples/out/{split}", len(rows))
         name = dataset.shard_name(split, shard, self.shards[split])
         dataset.write_shard(storage.join(self.root, name), rows, self.languages)
-        log.info("wrote %s: %d rows", name, len(rows))
+        log.debug("wrote %s: %d rows", name, len(rows))  # one line per shard: for -v
         yield from tally.flush()
 
 

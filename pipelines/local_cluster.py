@@ -25,7 +25,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # where `import pipelines` w
 def local_dask_cluster(log_dir: Path, *, workers: int = 2, threads: int = 1, start_s: float = 60) -> Iterator[str]:
     """Start a scheduler and `workers` worker processes of `threads` threads each; yield the scheduler address.
 
-    Their logs go to `log_dir` (the workers' include this package's INFO lines).
+    Their logs go to `log_dir` (the workers' include this package's INFO and DEBUG lines).
     Raises RuntimeError (naming the log) if a process exits or the cluster is not up within `start_s`.
     """
     from distributed import Client
@@ -60,7 +60,7 @@ def local_dask_cluster(log_dir: Path, *, workers: int = 2, threads: int = 1, sta
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     path = os.environ.get("PYTHONPATH", "")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_ROOT), path) if p),
-           "DASK_LOGGING__PIPELINES": "info"}
+           "DASK_LOGGING__PIPELINES": "debug"}  # one line per read task and shard, in the log files
     with open(log, "wb") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
 

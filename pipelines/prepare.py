@@ -28,7 +28,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import dataset, sources, staging, storage
-from pipelines.clean import SCRIPTS, CleanTupleFn, base_language
+from pipelines.clean import SCRIPTS, base_language
 from pipelines.config import PrepareConfig, dump_yaml
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
@@ -36,8 +36,8 @@ from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
 from pipelines.errors import EmptyDataError
 # pipeline_options lives in pipelines.runners; callers import it from here
 from pipelines.runners import for_cluster, pipeline_options, release  # noqa: F401  (re-exported: callers import it from here)
-from pipelines.sources import ReadTupleFn
 from pipelines.split import SplitTuples, check_held_out
+from pipelines.transforms import CleanTupleFn, ReadTupleFn
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,7 @@ def run_prepare(
             dataset.verify(data_dir, dataset.SPLITS)  # up to date only if whole: DatasetError names a damaged file
             log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
             return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
+    _warn_unchecked_languages(config)
     staged = staging.stage(data_dir, print_)
     log.info("preparing %d records from %d sources in %d read tasks -> %s",
              plan.records, len(config.sources), len(plan.tasks), data_dir)
@@ -181,6 +182,16 @@ def warn_unchecked_scripts(config: PrepareConfig) -> list[str]:
                     "(wrong_script); if it is a real language, set prepare.filters.scripts.%s: [<Unicode script>]",
                     lang, lang)
     return unknown
+
+
+def _warn_unchecked_languages(config: PrepareConfig) -> None:
+    if config.filters.language_id.enabled:
+        from pipelines.langid import unchecked_languages
+
+        unknown = unchecked_languages(config.languages)
+        if unknown:
+            log.warning("prepare.filters.language_id: the model does not know %s: their sentences are not "
+                        "checked", ", ".join(unknown))
 
 
 def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,

@@ -5,7 +5,8 @@ recording the byte offset of every `chunk_lines`-th line), so that bad input
 fails before the pipeline starts, with the file and the counts, and so that
 workers can read any chunk of any file directly. A `ReadTask` is one chunk;
 `read_task` turns it into `(key, {lang: text, or None for invalid UTF-8})`
-tuples, or `(key, MALFORMED)` for a record that cannot be parsed.
+tuples, or `(key, MALFORMED)` for a record that cannot be parsed. Their DoFn
+(`ReadTupleFn`) is in transforms.py, so that this module needs no Beam.
 """
 from __future__ import annotations
 
@@ -13,21 +14,14 @@ import csv
 import hashlib
 import importlib.resources
 import json
-import logging
 import os
 import sqlite3
-import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
-
-import apache_beam as beam
+from typing import Iterator
 
 from pipelines.config import BibleSource, MinedSource, PrepareConfig, TableSource, TextSource, source_name
-from pipelines.counting import Tally
 from pipelines.dataset import file_sha256
 from pipelines.errors import SourceError
-
-log = logging.getLogger(__name__)
 
 MALFORMED = "malformed"
 BELOW_MIN_SCORE = "below_min_score"
@@ -338,30 +332,3 @@ def _read_bible(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None]]]:
                 by_key.setdefault((chapter, verse), {})[lang] = text
     for (chapter, verse), sentences in sorted(by_key.items()):
         yield f"{task.source}:{task.book}:{chapter}:{verse}", sentences
-
-
-class ReadTupleFn(beam.DoFn):
-    """ReadTask -> (key, {lang: raw text or None for invalid UTF-8}), and the task's counts
-    (`Stat`s: apply it with `CountedParDo`)."""
-
-    def process(self, task: ReadTask) -> Iterator[Any]:
-        started, n, tally = time.monotonic(), 0, Tally()
-        for key, record in read_task(task):
-            n += 1
-            tally.add("tuples/in")
-            if record == MALFORMED:
-                tally.drop_tuple(MALFORMED, [])
-                log.warning("dropped malformed record %s", key)
-                continue
-            if record == BELOW_MIN_SCORE:  # its sentences were read, and are dropped with it
-                for lang in task.languages:
-                    tally.add(f"sentences/{lang}/in")
-                tally.drop_tuple(BELOW_MIN_SCORE, task.languages)
-                continue
-            for lang in record:
-                tally.add(f"sentences/{lang}/in")
-            yield key, record
-        yield from tally.flush()
-        where = f"book {task.book}" if task.kind == "bible" else f"lines {task.start_line}+"
-        log.info("read %s %s: %d records (%.0f/s)", task.source, where, n,
-                 n / max(time.monotonic() - started, 1e-6))

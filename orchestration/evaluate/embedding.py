@@ -22,8 +22,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from evaluation.store import StoredEmbeddings, publish, write_block
+from orchestration import logs
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
+from orchestration.progress import Progress
 from pipelines.dataset import split_files
 
 log = logging.getLogger(__name__)
@@ -219,7 +221,24 @@ def _embed(config: Config, tuples, actor: type, model_path: Path | None, languag
         batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
         num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
     )
-    return list(written.iter_rows())
+    return _collect(written, tuples.count(), len(languages))
+
+
+def _collect(written: Any, tuples: int, languages: int) -> list[dict[str, Any]]:
+    """The actors' records (one per batch of tuples written), with our progress instead of Ray Data's."""
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    bars, context.enable_progress_bars = context.enable_progress_bars, logs.verbosity() >= logs.VERBOSE
+    progress, records = Progress(tuples * languages, verb="embedded", unit="sentences"), []
+    try:
+        for record in written.iter_rows():
+            records.append(record)
+            progress.update(int(record["rows"]) * languages)
+    finally:
+        context.enable_progress_bars = bars
+        progress.close()
+    return records
 
 
 def _log_skipped(config: Config, rows: int) -> None:

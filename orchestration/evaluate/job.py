@@ -35,6 +35,7 @@ from orchestration.cluster import RayExecutor, ensure_ray
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
+from orchestration.progress import Progress
 from orchestration.state import read_state, write_state
 from pipelines.dataset import file_sha256, fingerprint, load_manifest, verify
 
@@ -186,8 +187,11 @@ def measure(config: Config, store: StoredEmbeddings, results_dir: Path
     e = config.evaluate
     executor = RayExecutor(config.runtime.cpus_per_task)
     k = max(5, e.margin_k)
+    languages = len(store.languages)
+    progress = Progress(len(store) * languages * (languages - 1), verb="searched", unit="queries")
     results = search_pairs(store, metric=e.metric, shards=e.shards, k=k, index=e.index, executor=executor,
-                           results_dir=results_dir)
+                           results_dir=results_dir, progress=progress.update)
+    progress.close()
     pairs = pair_metrics(results, store.hashes(), metric=e.metric, margin_k=e.margin_k)
     if e.index != "flat":
         queries = min(e.recall_queries, len(store))

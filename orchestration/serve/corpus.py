@@ -32,6 +32,7 @@ import numpy as np
 
 from orchestration import model_dir as model_files
 from orchestration.cluster import ensure_ray
+from orchestration.progress import Progress
 from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_block, read_lines,
                                         resolve_inputs)
 from pipelines.dataset import file_sha256, fingerprint
@@ -116,7 +117,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: 
         ensure_ray(ray_address, log_to_driver=False)
         job = dict(model_dir=str(model_dir), lang=lang, out_dir=str(out_dir), fingerprint=fp, column=column,
                    dtype=dtype, max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor)
-        _run(pending, job, actors, cpus_per_actor, use_gpu, Progress(sum(b.rows for b in pending)))
+        _run(pending, job, actors, cpus_per_actor, use_gpu, Progress(sum(b.rows for b in pending), verb="embedded", unit="sentences"))
     records = [json.loads((out_dir / f"part-{b.index:05d}.json").read_text()) for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
@@ -206,43 +207,6 @@ def _manifest(files: list[InputFile], records: list[dict], model: dict, lang: st
     return {"fingerprint": fp, "lang": lang, "dtype": dtype, "dim": dim, "rows": rows, "empty": empty,
             "inputs": [dataclasses.asdict(f) for f in files], "model": model, "blocks": blocks,
             "job": job, "config": config}
-
-
-class Progress:
-    """Sentences done, sentences/s and ETA: one updating line on a terminal, else a log line every
-    `every_s` seconds."""
-
-    def __init__(self, total: int, *, every_s: float = 30.0) -> None:
-        self.total, self.done, self.every_s = total, 0, every_s
-        self.start = self.last = time.monotonic()
-        self.tty = sys.stderr.isatty()
-
-    def update(self, rows: int) -> None:
-        self.done += rows
-        now = time.monotonic()
-        if self.tty:
-            sys.stderr.write(f"\r{self.line(now)}")
-            sys.stderr.flush()
-        elif now - self.last >= self.every_s or self.done == self.total:
-            log.info("%s", self.line(now))
-            self.last = now
-
-    def line(self, now: float) -> str:
-        rate = self.done / max(now - self.start, 1e-9)
-        eta = (self.total - self.done) / rate if rate else float("inf")
-        return (f"embedded {self.done:,}/{self.total:,} sentences ({100 * self.done / max(self.total, 1):.0f} %), "
-                f"{rate:,.0f} sentences/s, ETA {_duration(eta)}")
-
-    def close(self) -> None:
-        if self.tty and self.done:
-            sys.stderr.write("\n")
-
-
-def _duration(seconds: float) -> str:
-    if seconds == float("inf"):
-        return "?"
-    minutes, s = divmod(int(seconds), 60)
-    return f"{minutes // 60}:{minutes % 60:02d}:{s:02d}"
 
 
 def _model_languages(model_path: Path) -> tuple[list[str], int]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestration import logs
 from orchestration import model_dir as model_files
 from orchestration import tracking
 from orchestration.cluster import ensure_ray
@@ -143,13 +144,14 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
 
 def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
     """Ray Train's run; the last reported checkpoint (it holds the best model so far)."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from orchestration.train.loop import train_loop_per_worker
 
     r = config.runtime
     ensure_ray(r.ray_address)
+    cfg = {**cfg, "verbosity": logs.verbosity()}  # the workers log at the command's level
     resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {})}
     trainer = TorchTrainer(
         train_loop_per_worker,
@@ -162,6 +164,7 @@ def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
             checkpoint_config=CheckpointConfig(num_to_keep=r.keep_checkpoints),
             worker_runtime_env={"env_vars": dict(r.worker_env)},
             callbacks=callbacks,
+            logging_config=LoggingConfig(log_level=logs.ray_train_log_level()),  # reports, checkpoints: -v
         ),
     )
     result = trainer.fit()

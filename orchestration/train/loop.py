@@ -33,7 +33,7 @@ from model.batching import BatchStream, DataPosition, ParallelCorpus, sample_cor
 from model.inference import embed
 from model.nmt import MultilingualNMT
 from model.training import input_tokens, scheduled_lr, train_step
-from orchestration import tracking
+from orchestration import logs, tracking
 from orchestration.config import Config
 from orchestration.train import checkpoint
 from orchestration.train.builders import schedule_args, training_paths
@@ -65,7 +65,7 @@ class Worker:
 
 
 def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure_worker(cfg.get("verbosity", logs.DEFAULT))
     worker = set_up(cfg)
     run, window = worker.config.runtime, Window(cfg["languages"])
     started, elapsed_before = time.monotonic(), worker.progress.elapsed_s

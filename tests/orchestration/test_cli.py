@@ -1,6 +1,7 @@
 """The `interlingua` command line, as a user runs it."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -85,3 +86,16 @@ def test_compare_refuses_impossible_options_before_any_work(tmp_path, capsys):
     assert "--max-runs 0" in capsys.readouterr().err
     assert main(["compare", "--plot", str(tmp_path / "missing" / "c.png")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_every_command_help_shows_an_example(capsys):
+    from orchestration.cli import _parser
+
+    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"prepare", "train", "evaluate", "search", "embed", "run", "compare", "tune", "mine", "config"} <= set(commands)
+    for name in commands:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        lines = capsys.readouterr().out.splitlines()
+        example = lines[lines.index("Example:") + 1].strip()  # ValueError: no example
+        assert example.startswith(f"interlingua {name} "), (name, example)

@@ -12,13 +12,13 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.clean import CleanTupleFn
 from pipelines.config import (BibleSource, DedupConfig, OutputConfig, PrepareConfig, SplitConfig,
                               TableSource)
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples, NearDedup, _lsh_bands
-from pipelines.sources import ReadTupleFn, plan_reads
+from pipelines.sources import plan_reads
 from pipelines.split import SplitTuples, select_held_out, sentence_ids
+from pipelines.transforms import CleanTupleFn, ReadTupleFn
 from tests.conftest import write_lines
 
 pytestmark = pytest.mark.slow

@@ -42,6 +42,7 @@ def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, l
     # after `evaluate`, search reads the split's stored embeddings block by block: the same neighbours
     evaluate(config)
     capsys.readouterr()
+    caplog.clear()  # the searches above embedded the split (and the CLI logs at INFO)
     with caplog.at_level(logging.INFO, logger="orchestration.serve.nearest"):
         assert main(["search", *overrides, "-q", ruth[0], "-l", "fr", "--in", "en,zh", "-k", "3"]) == 0
     assert not [r for r in caplog.records if r.name == "orchestration.serve.nearest"]  # nothing embedded here

@@ -1,0 +1,88 @@
+"""What an operator sees: the one place that configures logging, here and in Ray's workers.
+
+Three levels. `QUIET` (`--quiet`): warnings and errors only, and the command's result on
+stdout. `DEFAULT`: our own stage lines (start, end, counts, progress) and warnings when
+something is wrong. `VERBOSE` (`-v`): debug lines and every library's chatter.
+
+By default the known chatter is silenced at its source, by logger level: faiss's loader
+trying AVX512/AVX2 builds, Beam's notes on missing GCS/BigQuery clients, MLflow's table
+creation, Ray's start-up lines and Ray Data's and Ray Train's INFO logs (reports, checkpoints).
+The level travels in `INTERLINGUA_VERBOSITY`, which local Ray workers and subprocesses inherit;
+a Ray Train worker is told it by its loop config (`configure_worker`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+QUIET, DEFAULT, VERBOSE = -1, 0, 1
+ENV = "INTERLINGUA_VERBOSITY"
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Libraries' loggers and the level they keep unless -v.
+_LIBRARY_LEVELS = {
+    "faiss.loader": logging.WARNING,  # nine INFO lines trying the AVX512/AVX2 builds
+    "apache_beam": logging.ERROR,  # GCS/BigQuery client libraries missing, runner notes
+    "mlflow": logging.WARNING,  # "Creating initial MLflow database tables..."
+    "alembic": logging.WARNING,  # MLflow's schema migrations
+    "py3langid": logging.WARNING,
+}
+# Logged on the root logger by a library at import (apache_beam.io.gcp): not ours to raise the level of.
+_ROOT_NOISE = ("apitools not found",)
+
+
+class _DropLibraryNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "root" and str(record.msg).startswith(_ROOT_NOISE))
+
+
+def verbosity() -> int:
+    """The level set by `configure` in this process or the process that started it (DEFAULT if none)."""
+    try:
+        return int(os.environ.get(ENV, DEFAULT))
+    except ValueError:
+        return DEFAULT
+
+
+def configure(level: int) -> None:
+    """Set up logging for a command run at `level` (QUIET, DEFAULT or VERBOSE)."""
+    os.environ[ENV] = str(level)
+    logging.basicConfig(format=FORMAT, datefmt="%H:%M:%S")  # no-op where a handler exists (pytest's)
+    logging.getLogger().setLevel({QUIET: logging.WARNING, DEFAULT: logging.INFO}.get(level, logging.DEBUG))
+    _quiet_libraries(level)
+
+
+def configure_worker(level: int) -> None:
+    """The same inside a Ray Train worker, whose root logger Ray Train has already set up."""
+    os.environ[ENV] = str(level)
+    logging.getLogger().setLevel(logging.WARNING if level <= QUIET else logging.INFO)
+    _quiet_libraries(level)
+    if level < VERBOSE:
+        # Ray Train 2.60 logs a `TrainingReport(...)` repr per checkpoint on a logger named by its
+        # file's path, outside `ray.train`, so LoggingConfig(log_level) does not reach it
+        from ray.train.v2._internal.execution import context
+
+        logging.getLogger(context.__file__).setLevel(logging.WARNING)
+
+
+def _quiet_libraries(level: int) -> None:
+    if level >= VERBOSE:
+        return
+    for name, library_level in _LIBRARY_LEVELS.items():
+        logging.getLogger(name).setLevel(library_level)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _DropLibraryNoise) for f in handler.filters):
+            handler.addFilter(_DropLibraryNoise())
+    # read when the library is imported (here or in a Ray worker), over its own logging config
+    os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+
+
+def ray_logging_level() -> int:
+    """`ray.init(logging_level=...)`: Ray's own driver lines (cluster start, token auth notice) only for -v."""
+    return logging.INFO if verbosity() >= VERBOSE else logging.ERROR
+
+
+def ray_train_log_level() -> str:
+    """Ray Train's `LoggingConfig(log_level=...)`: its reports, checkpoints and worker-group lines for -v."""
+    return "INFO" if verbosity() >= VERBOSE else "WARNING"
