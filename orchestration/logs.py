@@ -36,6 +36,15 @@ class _DropLibraryNoise(logging.Filter):
         return not (record.name == "root" and str(record.msg).startswith(_ROOT_NOISE))
 
 
+class _DropInterruptEcho(logging.Filter):
+    """Beam logs a KeyboardInterrupt raised inside a transform as an ERROR with its traceback; the
+    command reports the interrupt in one line of its own, so the echo goes (kept with -v)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        interrupted = record.exc_info is not None and record.exc_info[0] is KeyboardInterrupt
+        return not (interrupted or str(record.msg).startswith("KeyboardInterrupt"))
+
+
 def verbosity() -> int:
     """The level set by `configure` in this process or the process that started it (DEFAULT if none)."""
     try:
@@ -70,6 +79,9 @@ def _quiet_libraries(level: int) -> None:
         return
     for name, library_level in _LIBRARY_LEVELS.items():
         logging.getLogger(name).setLevel(library_level)
+    beam = logging.getLogger("apache_beam.runners.common")
+    if not any(isinstance(f, _DropInterruptEcho) for f in beam.filters):
+        beam.addFilter(_DropInterruptEcho())
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _DropLibraryNoise) for f in handler.filters):
             handler.addFilter(_DropLibraryNoise())
