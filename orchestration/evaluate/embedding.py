@@ -36,7 +36,7 @@ class EmbedFn:
     `staging` as a block, its record out."""
 
     def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 staging: str, spm_path: str | None = None):
+                 staging: str):
         import torch
 
         from model.nmt import load_model
@@ -44,23 +44,14 @@ class EmbedFn:
         self.device = torch.device("cuda" if use_gpu else "cpu")
         self.model, _ = load_model(model_path, map_location=self.device)
         self.languages, self.max_tokens, self.dtype, self.staging = languages, max_tokens, dtype, staging
-        self.processor = None
-        if spm_path:  # the model's own tokenizer over the (normalized) text, as `prepare` encodes it
-            import sentencepiece as spm
-
-            self.processor = spm.SentencePieceProcessor(model_file=spm_path)
-
-    def token_ids(self, batch: dict[str, np.ndarray], lang: str) -> list[np.ndarray]:
-        if self.processor is None:
-            return [np.asarray(ids, dtype=np.int64) for ids in batch[f"{lang}_ids"]]
-        return [np.asarray(ids, dtype=np.int64) for ids in self.processor.encode(list(batch[f"{lang}_text"]))]
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from model.inference import embed
 
         out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
         for lang in self.languages:
-            emb = embed(self.model, self.token_ids(batch, lang), lang, max_tokens=self.max_tokens, device=self.device,
+            seqs = [np.asarray(ids, dtype=np.int64) for ids in batch[f"{lang}_ids"]]
+            emb = embed(self.model, seqs, lang, max_tokens=self.max_tokens, device=self.device,
                         autocast=self.device.type == "cuda")
             out[f"{lang}_emb"] = emb.astype(self.dtype)
         return write_batch(out, staging=self.staging, languages=self.languages)
@@ -82,7 +73,8 @@ class UseEmbedFn:
 
 
 class TextEmbedFn:
-    """A trained model on raw texts (a test set's): its own normalization and sentencepiece model."""
+    """A trained model on texts (a test set's, or a split's whose token ids are of another tokenizer): its
+    own normalization and sentencepiece model."""
 
     def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
                  staging: str):
@@ -118,7 +110,8 @@ def complete_only(batch, *, columns: list[str]):
 
 def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows: int = 1024):
     """A Ray Dataset of the split's tuples that hold every language in `languages`, in key order: `key`,
-    each language's `_text` and (for the model) `_ids`; the first `evaluate.max_sentences` when set."""
+    each language's `_text` and, unless `use` (texts only: the baseline, or a model reading text), `_ids`;
+    the first `evaluate.max_sentences` when set."""
     import pyarrow.parquet as pq
     import ray.data
 
@@ -169,18 +162,18 @@ def key_ordered(files: list[str]) -> list[str] | None:
 
 
 def embed_split(config: Config, model_path: Path | None, languages: list[str], folder: Path,
-                meta: dict[str, Any] | None = None, batch_rows: int = 1024,
-                spm_path: Path | None = None) -> StoredEmbeddings:
+                meta: dict[str, Any] | None = None, batch_rows: int = 1024, own_text: bool = False
+                ) -> StoredEmbeddings:
     """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
-    with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `spm_path`:
-    the text encoded with this tokenizer instead of the stored token ids). EvaluateError under 2 tuples."""
-    use = model_path is None
+    with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `own_text`:
+    the model reads the text with its own tokenizer instead of the stored token ids). EvaluateError under 2
+    tuples."""
+    actor = UseEmbedFn if model_path is None else TextEmbedFn if own_text else EmbedFn
     with _ordered():
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
-        tuples = complete_tuples(config, languages, use, batch_rows).materialize()
-        records = _embed(config, tuples, UseEmbedFn if use else EmbedFn, model_path, languages, folder, batch_rows,
-                         spm_path=str(spm_path) if spm_path else None)
+        tuples = complete_tuples(config, languages, actor is not EmbedFn, batch_rows).materialize()
+        records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows)
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
         shutil.rmtree(_staging(folder), ignore_errors=True)
@@ -197,8 +190,8 @@ def embed_texts(config: Config, table, model_path: Path | None, languages: list[
 
     tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
     with _ordered():
-        records = _embed(config, tuples, UseEmbedFn if model_path is None else TextEmbedFn, model_path, languages,
-                         folder, batch_rows)
+        records = _embed(config, tuples, len(table), UseEmbedFn if model_path is None else TextEmbedFn, model_path,
+                         languages, folder, batch_rows)
     return publish(_staging(folder), folder, records, languages=languages, meta=meta)
 
 
@@ -206,10 +199,9 @@ def _staging(folder: Path) -> Path:
     return folder.with_name(f".{folder.name}.partial")
 
 
-def _embed(config: Config, tuples, actor: type, model_path: Path | None, languages: list[str], folder: Path,
-           batch_rows: int, **options: Any) -> list[dict[str, Any]]:
-    """The block records of `tuples` embedded by an actor pool of `actor` (constructed with `options`
-    too) into the staging folder."""
+def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | None, languages: list[str],
+           folder: Path, batch_rows: int) -> list[dict[str, Any]]:
+    """The block records of the `rows` `tuples` embedded by an actor pool of `actor` into the staging folder."""
     import ray.data
 
     e, r = config.evaluate, config.runtime
@@ -217,11 +209,11 @@ def _embed(config: Config, tuples, actor: type, model_path: Path | None, languag
     shutil.rmtree(staging, ignore_errors=True)
     written = tuples.map_batches(
         actor, fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
-                                          use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging), **options),
+                                          use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging)),
         batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
         num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
     )
-    return _collect(written, tuples.count(), len(languages))
+    return _collect(written, rows, len(languages))
 
 
 def _collect(written: Any, tuples: int, languages: int) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ class Encoder:
     model_path: Path | None
     languages: list[str]  # the evaluated ones
     meta: dict[str, Any]  # the model's training progress (step, dev error)
-    spm_path: Path | None = None  # the model's own tokenizer, when the dataset's token ids are of another one
+    reencode: bool = False  # the dataset's token ids are of another tokenizer: the model reads the text
     known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
 
 
@@ -102,7 +102,7 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
         store = embed_texts(config, texts.table, encoder.model_path, languages, out_dir / "embeddings", meta)
     else:
         store = embed_split(config, encoder.model_path, languages, out_dir / "embeddings", meta=meta,
-                            spm_path=encoder.spm_path)
+                            own_text=encoder.reencode)
     log.info("%s: embedded %d tuples x %d languages; searching %d pairs in %d shards", name, len(store),
              len(languages), len(languages) * (len(languages) - 1), config.evaluate.shards)
     pairs = measure(config, store, out_dir / "search")
@@ -132,7 +132,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
                     own_text: bool = False) -> Encoder:
     """The evaluated model and the languages measured; EvaluateError when there is no model or the dataset
     lacks its languages, ModelDirError when its files are damaged or its tokenizer is not the dataset's
-    (unless `reencode`: then the model's own spm.model encodes the split's text). `own_text`: the model
+    (unless `reencode`: then the model reads the split's text with its own normalization and spm.model). `own_text`: the model
     reads text with its own tokenizer (a test set), so the dataset's tokenizer does not matter."""
     manifest = load_manifest(config.data_dir)
     if config.evaluate.encoder == "use":
@@ -146,22 +146,22 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
         model_files.check(model_dir)
         languages = model_files.load(model_path)[0].languages
         return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages)
-    spm_path = None
+    mismatch = False
     try:
         model_files.check_tokenizer(model_dir, manifest, config.data_dir)
     except model_files.TokenizerMismatch:
         if not reencode:
             raise
-        spm_path = model_dir / model_files.SPM_FILE
+        mismatch = True
         log.warning("%s was trained with another tokenizer than %s: re-encoding the split's text with its own "
-                    "%s", model_dir, config.data_dir, model_files.SPM_FILE)
+                    "normalization and %s", model_dir, config.data_dir, model_files.SPM_FILE)
     languages = model_files.load(model_path)[0].languages
     lacking = [lang for lang in languages if lang not in manifest["languages"]]
     if lacking and config.evaluate.languages is None:
         raise EvaluateError(f"{model_path} embeds {languages}; {config.data_dir} lacks {lacking}: set "
                             f"evaluate.languages to some of {manifest['languages']}")
     available = [lang for lang in languages if lang in manifest["languages"]]
-    return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), spm_path, languages)
+    return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), mismatch, languages)
 
 
 def eval_fingerprint(config: Config, encoder: Encoder, data: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from orchestration import model_dir as model_files
 from orchestration.cli import main
-from orchestration.evaluate.embedding import EmbedFn
+from orchestration.serve.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
 from pipelines.dataset import load_manifest
 from pipelines.tokenizer import train_bpe
@@ -87,11 +87,10 @@ def test_reencoding_the_text_with_the_datasets_own_tokenizer_gives_its_token_ids
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     table = pq.read_table(small_dataset.data_dir / "test" / "part-00000-of-00001.parquet").slice(0, 20)
     batch = {column: table[column].to_numpy(zero_copy_only=False) for column in table.column_names}
-    fn = EmbedFn(str(model / "model.pt"), ["zh", "ar"], 8000, False, "float32", str(tmp_path / "s"),
-                 spm_path=str(model / model_files.SPM_FILE))
+    embedder = SentenceEmbedder.load(model)  # what TextEmbedFn reads the text with
     for lang in ("zh", "ar"):
         stored = [list(ids) for ids in table[f"{lang}_ids"].to_pylist()]
-        assert [list(ids) for ids in fn.token_ids(batch, lang)] == stored
+        assert [list(ids) for ids in embedder.token_ids(list(batch[f"{lang}_text"]), lang)] == stored
 
 
 def test_evaluate_refuses_a_model_of_languages_the_dataset_lacks(small_dataset, tmp_path, where, capsys):
