@@ -91,3 +91,21 @@ def local_ray():
     ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()
+
+
+def disk_full_at_second_shard(monkeypatch):
+    """`pipelines.dataset.write_shard` fails with ENOSPC on its second call (a disk filling up mid-job);
+    returns the real one, to put back."""
+    from pipelines import dataset
+
+    real, calls = dataset.write_shard, [0]
+
+    def failing(path, rows, languages):
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError(28, "No space left on device")
+        return real(path, rows, languages)
+
+    monkeypatch.setattr(dataset, "write_shard", failing)
+    return real
+

@@ -1,7 +1,6 @@
 """The whole Beam job on real Bible text: accounting, splits, output format, reruns, runners."""
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -12,7 +11,7 @@ from orchestration.config import load_config
 from pipelines import dataset, tokenizer
 from pipelines.prepare import pipeline_options, run_prepare
 from pipelines.split import CONTAMINATED, HeldOutError
-from tests.conftest import small_config, write_lines
+from tests.conftest import disk_full_at_second_shard, small_config, write_lines
 
 pytestmark = pytest.mark.slow
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
@@ -150,16 +149,7 @@ def test_crash_mid_write_keeps_the_previous_dataset(prepared, tmp_path, monkeypa
     config, result = prepared
     changed = small_config(Path(config.run_dir).parent, "prepare.spm.vocab_size=1500")
     assert changed.data_dir == config.data_dir
-    calls = Counter()
-    real = dataset.write_shard
-
-    def failing(path, rows, languages):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise OSError(28, "No space left on device")
-        return real(path, rows, languages)
-
-    monkeypatch.setattr(dataset, "write_shard", failing)
+    real = disk_full_at_second_shard(monkeypatch)
     with pytest.raises(Exception, match="No space left on device"):
         prepare(changed)
     # the old dataset is whole and still the published one

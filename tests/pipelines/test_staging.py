@@ -5,14 +5,13 @@ tests run the same pyarrow.fs calls against the local disk.
 """
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from pipelines import dataset, staging, storage
 from pipelines.prepare import pipeline_options, run_prepare
-from tests.conftest import small_config
+from tests.conftest import disk_full_at_second_shard, small_config
 
 LANGS = ["en", "fr"]
 
@@ -126,15 +125,7 @@ def test_prepare_to_a_uri_keeps_the_previous_dataset_through_a_crash(tmp_path, m
     config = small_config(tmp_path)
     first = run_prepare(config.prepare, uri, options=pipeline_options([])).manifest
     changed = small_config(tmp_path, "prepare.spm.vocab_size=1500")
-    calls, real = Counter(), dataset.write_shard
-
-    def failing(path, rows, languages):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise OSError(28, "No space left on device")
-        return real(path, rows, languages)
-
-    monkeypatch.setattr(dataset, "write_shard", failing)
+    real = disk_full_at_second_shard(monkeypatch)
     with pytest.raises(Exception, match="No space left on device"):
         run_prepare(changed.prepare, uri, options=pipeline_options([]))
     assert dataset.load_manifest(uri) == first
