@@ -189,9 +189,10 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from orchestration.train.driver import TrainError
     from pipelines.dataset import DatasetError
     from pipelines.errors import HeldOutError, SourceError
+    from pipelines.storage import ForeignDataError, StorageError
 
     return (ConfigError, SourceError, HeldOutError, DatasetError, TrainError, EvaluateError, MineError,
-            ModelDirError)
+            ModelDirError, ForeignDataError, StorageError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

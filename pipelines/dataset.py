@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import posixpath
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +97,52 @@ def staging_dir(data_dir: Path, fingerprint: str) -> Path:
 
 
 def publish(staging: Path, data_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write the manifest into `staging`, then swap it into `data_dir` atomically."""
+    """Write the manifest into `staging`, then swap it into `data_dir` atomically. The previous dataset stays
+    whole until the new one is in; then only its own files are removed. ForeignDataError, before anything
+    moves, if `data_dir` holds anything but a dataset's files (`check_replaceable`)."""
     tmp = staging / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
     os.replace(tmp, staging / MANIFEST)
-    old = None
-    if data_dir.exists():
-        old = data_dir.with_name(f".{data_dir.name}.old-{os.getpid()}")
-        os.replace(data_dir, old)  # the previous dataset stays whole until the new one is in
+    previous = check_replaceable(data_dir) if data_dir.exists() else None
+    old = data_dir.with_name(f".{data_dir.name}.old-{os.getpid()}")
+    if previous is not None:
+        os.replace(data_dir, old)
     os.replace(staging, data_dir)
-    if old is not None:
-        shutil.rmtree(old)
+    (data_dir / storage.STAGING_MARKER).unlink()
+    if previous is not None:
+        storage.remove_ours(old, previous)
+
+
+def own_entries(manifest: dict[str, Any] | None) -> set[str]:
+    """What a dataset consists of, as paths relative to its directory: the files its manifest names, the
+    manifest, config.yaml and spm.vocab beside them, and their directories."""
+    if manifest is None:
+        return set()
+    names = [f["path"] for split in manifest["splits"].values() for f in split["files"]]
+    spm = manifest["spm"]
+    prefix = posixpath.dirname(spm["model"])  # "" for a local dataset, `attempt-.../` under a URI
+    names += [spm["model"], spm.get("vocab", posixpath.join(prefix, SPM_VOCAB)),
+              posixpath.join(prefix, CONFIG_FILE), MANIFEST, storage.STAGING_MARKER]
+    return storage.with_parents(names)
+
+
+def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> list[str]:
+    """The entries of `data_dir` once it is known to hold nothing but a dataset (or nothing at all): what may
+    be removed when a new dataset replaces it. ForeignDataError naming the path and the other files."""
+    manifest = None
+    if storage.exists(storage.join(data_dir, MANIFEST)):
+        try:
+            manifest = load_manifest(data_dir)
+        except DatasetError as exc:
+            raise storage.ForeignDataError(
+                f"{what}: {data_dir} holds a manifest.json that is not an interlingua dataset's ({exc}); it is "
+                "never replaced: choose another directory") from None
+    ours = own_entries(manifest)
+    # a URI's attempt prefixes: the current dataset's files and those of crashed runs, each marked as staging
+    staged = {name for name in storage.subdirectories(data_dir) if storage.is_staging(storage.join(data_dir, name))}
+    return storage.check_only_ours(
+        data_dir, lambda e: e in ours or e.split("/")[0] in staged, what=what,
+        advice="choose a new or empty directory for the dataset, or move those files away")
 
 
 def load_manifest(data_dir: str | Path) -> dict[str, Any]:

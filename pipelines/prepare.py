@@ -127,6 +127,7 @@ def run_prepare(
             dataset.verify(data_dir, dataset.SPLITS)  # up to date only if whole: DatasetError names a damaged file
             log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
             return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
+    staging.check_destination(data_dir, (resolved_config or {}).get("name"), print_, force)  # before any work
     _warn_unchecked_languages(config)
     staged = staging.stage(data_dir, print_)
     log.info("preparing %d records from %d sources in %d read tasks -> %s",
@@ -140,7 +141,7 @@ def run_prepare(
         staging.commit(staged, data_dir, manifest)
     except BaseException:
         if not storage.is_uri(data_dir):  # a URI's attempt prefix is removed by the next commit
-            storage.delete_dir(staged.root)  # no half-built dataset left; the previous one is untouched
+            storage.remove_staging(staged.root)  # no half-built dataset left; the previous one is untouched
         raise
     seconds = time.monotonic() - started
     log.info("published %s in %.1fs", data_dir, seconds)

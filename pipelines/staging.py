@@ -16,7 +16,8 @@ because object stores cannot rename a directory:
    so an unfinished prefix is never read, and the previous manifest with its
    files stays the dataset until the new manifest replaces it;
 3. only then are the other `attempt-*` prefixes deleted: the previous dataset's and
-   those of crashed runs.
+   those of crashed runs, each holding the staging marker (`storage.STAGING_MARKER`)
+   that says the product made it; nothing else under the location is touched.
 
 The manifest replaces the previous one atomically: on a filesystem that renames
 (local, HDFS) it is written beside and moved over; on an object store it is one
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -65,13 +65,28 @@ def stage(data_dir: str | Path, fingerprint: str) -> Staging:
     """An empty place for a new run's files: a staging directory, or a fresh prefix under a URI."""
     if not storage.is_uri(data_dir):
         path = dataset.staging_dir(Path(data_dir), fingerprint)
-        if path.exists():
-            shutil.rmtree(path)  # left by a crashed run of the same config
-        path.mkdir(parents=True)
+        storage.make_staging(path)  # one left by a crashed run of the same config is replaced
         return Staging(str(path), "")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     name = f"{ATTEMPT}{fingerprint[:12]}-{stamp}-{uuid.uuid4().hex[:8]}"
+    storage.make_staging(storage.join(data_dir, name))
     return Staging(storage.join(data_dir, name), name + "/")
+
+
+def check_destination(data_dir: str | Path, name: str | None, fingerprint: str, force: bool) -> None:
+    """Before any work: ForeignDataError if `data_dir` holds anything but a dataset (`dataset.check_replaceable`);
+    DatasetError if it holds the dataset of another config (by its `name`), unless `force`: a shared
+    `dataset_dir` is never replaced under another config's models without being asked."""
+    dataset.check_replaceable(data_dir)
+    if not storage.exists(storage.join(data_dir, dataset.MANIFEST)):
+        return
+    old = dataset.load_manifest(data_dir)
+    owner = (old.get("config") or {}).get("name")
+    if not force and name and owner and owner != name and old.get("fingerprint") != fingerprint:
+        raise dataset.DatasetError(
+            f"{data_dir} holds the dataset of config {owner!r} (fingerprint {old.get('fingerprint', '?')[:12]}), "
+            f"not this one of {name!r} (fingerprint {fingerprint[:12]}); replacing it would strand {owner!r}'s "
+            "models: give this config its own dataset_dir, or pass --force to replace it")
 
 
 def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> None:
@@ -86,7 +101,7 @@ def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> 
     _write_manifest(data_dir, manifest)
     for name in storage.subdirectories(data_dir):
         if name.startswith(ATTEMPT) and name + "/" != staging.prefix:
-            storage.delete_dir(storage.join(data_dir, name))
+            storage.remove_staging(storage.join(data_dir, name))  # only prefixes marked as the product's
 
 
 def _check_members(data_dir: str | Path, manifest: dict[str, Any]) -> None:

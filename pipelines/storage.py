@@ -11,6 +11,7 @@ import hashlib
 import os
 import posixpath
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -105,3 +106,106 @@ def subdirectories(location: Location) -> list[str]:
         return []
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
     return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+
+# --- Output ownership: what the product may replace or clean -------------------------------------------
+# The rule (STYLE.md, "Data safety"): a directory or prefix is replaced or cleaned only where everything in
+# it is the product's own output of that kind, as its manifest (with the format marker) or its staging
+# marker says; only those entries are removed; anything else is refused, naming the path and what is there.
+
+STAGING_MARKER = ".interlingua-staging"  # inside every staging directory or prefix the product makes
+
+
+class ForeignDataError(ValueError):
+    """A location holding files the product did not write: it is neither replaced, cleaned nor written into."""
+
+
+def entries(location: Location) -> list[str]:
+    """Every file and directory under `location`, as '/'-separated paths relative to it, sorted (parents
+    before their children); [] when there is nothing there."""
+    fs, path = resolve(location)
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return []
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    root = path.rstrip("/") + "/"
+    return sorted(i.path[len(root):] for i in infos if i.path.startswith(root))
+
+
+def check_only_ours(location: Location, ours: Callable[[str], bool], *, what: str, advice: str) -> list[str]:
+    """The entries under `location` (see `entries`) once each is the product's (`ours(relative path)`).
+
+    ForeignDataError naming the location and what else is there (then nothing may be removed or replaced),
+    or when `location` is a file. `what` names the key or flag that chose it; `advice` says what to do.
+    """
+    fs, path = resolve(location)
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        raise ForeignDataError(f"{what}: {location} is a file, not a directory; {advice}")
+    found = entries(location)
+    foreign: list[str] = []  # the topmost only: `sub/`, not every file under it
+    for e in found:
+        parents = {"/".join(e.split("/")[:i]) for i in range(1, e.count("/") + 1)}
+        if not ours(e) and not parents.intersection(foreign):
+            foreign.append(e)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ForeignDataError(f"{what}: {location} holds what interlingua did not write ({shown}); it never "
+                               f"deletes or overwrites such files: {advice}")
+    return found
+
+
+def remove_ours(location: Location, relatives: list[str], *, keep_root: bool = False) -> None:
+    """Delete exactly the files among `relatives` (entries checked by `check_only_ours`), then those of its
+    directories that are left empty, deepest first, and `location` itself when empty (unless `keep_root`).
+    A directory that something new appeared in is kept."""
+    fs, path = resolve(location)
+    infos = {r: fs.get_file_info(posixpath.join(path, r)) for r in relatives}
+    for relative, info in infos.items():
+        if info.type == pafs.FileType.File:
+            fs.delete_file(info.path)
+    folders = [info.path for info in infos.values() if info.type == pafs.FileType.Directory]
+    for folder in sorted(folders, key=len, reverse=True) + ([] if keep_root else [path]):
+        _delete_if_empty(fs, folder)
+
+
+def _delete_if_empty(fs: pafs.FileSystem, path: str) -> None:
+    if fs.get_file_info(path).type == pafs.FileType.Directory and not fs.get_file_info(
+            pafs.FileSelector(path, recursive=False)):
+        fs.delete_dir(path)
+
+
+def is_staging(location: Location) -> bool:
+    """Whether `location` is a staging directory or prefix the product made (it holds the marker)."""
+    return exists(join(location, STAGING_MARKER))
+
+
+def make_staging(location: Location) -> None:
+    """An empty staging directory (or prefix) at `location`, marked as the product's. One left by a crashed
+    run (marked) is removed first; anything else there is refused (ForeignDataError), never deleted."""
+    fs, path = resolve(location)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        if not is_staging(location) and entries(location):
+            raise ForeignDataError(f"{location}: interlingua stages its output here, but this path holds files "
+                                   f"it did not write ({', '.join(entries(location)[:3])}); move them away")
+        remove_staging(location)
+    fs.create_dir(path, recursive=True)
+    write_bytes(join(location, STAGING_MARKER), b"interlingua staging; removed with its directory\n")
+
+
+def remove_staging(location: Location) -> None:
+    """Delete a staging directory (or prefix) the product made, with all it holds; nothing if it is absent,
+    empty, or not marked as the product's."""
+    fs, path = resolve(location)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.Directory and is_staging(location):
+        fs.delete_dir(path)
+    elif info.type == pafs.FileType.Directory:
+        _delete_if_empty(fs, path)
+
+
+def with_parents(relatives) -> set[str]:
+    """The relative paths and every directory above them: what an output of these files consists of."""
+    out = set()
+    for relative in relatives:
+        parts = relative.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
