@@ -171,7 +171,9 @@ def _parser() -> argparse.ArgumentParser:
     emb.add_argument("--block-rows", type=int, default=20000, help="sentences per block (default 20000)")
     emb.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     emb.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
-    emb.add_argument("--force", action="store_true", help="replace the embeddings of other inputs in the output")
+    emb.add_argument("--force", action="store_true",
+                     help="replace interlingua's embeddings of other inputs in the output directory (never other "
+                     "files), or an existing -o FILE.npy")
     with_config(_command(sub,
         "mine",
         help="mine parallel sentences from monolingual text by margin (faiss); the pairs feed `prepare`",
@@ -378,6 +380,8 @@ def _embed(config, args: argparse.Namespace) -> int:
         raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
     try:
         if args.output.endswith(".npy"):
+            if Path(args.output).exists() and not args.force:
+                raise ConfigError(f"-o {args.output} exists; pass --force to replace it, or give another file")
             return _embed_small(model, args)
         if "-" in args.input:
             raise ConfigError("stdin (-i -) is embedded in this process: give -o FILE.npy")

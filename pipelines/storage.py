@@ -8,6 +8,7 @@ path, resolved against the working directory.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
 from pathlib import Path
@@ -114,6 +115,7 @@ def subdirectories(location: Location) -> list[str]:
 # marker says; only those entries are removed; anything else is refused, naming the path and what is there.
 
 STAGING_MARKER = ".interlingua-staging"  # inside every staging directory or prefix the product makes
+JOURNAL = ".interlingua-writing.json"  # the files an output is about to write in place, until its manifest is
 
 
 class ForeignDataError(ValueError):
@@ -209,3 +211,26 @@ def with_parents(relatives) -> set[str]:
         parts = relative.split("/")
         out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
     return out
+
+
+def begin_writes(location: Location, names: list[str]) -> None:
+    """Record, before writing them in place under `location`, the files about to be written (relative
+    names), added to those recorded before: if the run dies before its manifest, the rerun knows them for
+    the product's (`recorded_writes`). `end_writes` once the manifest names them."""
+    body = json.dumps(sorted(recorded_writes(location) | set(names))).encode()
+    write_bytes(join(location, JOURNAL), body)
+
+
+def recorded_writes(location: Location) -> set[str]:
+    """The files `begin_writes` recorded under `location` and no manifest took over yet."""
+    try:
+        names = json.loads(read_bytes(join(location, JOURNAL)))
+    except (FileNotFoundError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def end_writes(location: Location) -> None:
+    """Forget the recorded writes: the manifest written last now names them."""
+    if exists(join(location, JOURNAL)):
+        delete_file(join(location, JOURNAL))

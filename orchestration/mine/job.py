@@ -28,7 +28,7 @@ from orchestration import tracking
 from orchestration.config import Config
 from orchestration.mine import MineError
 from orchestration.mine.inputs import Sentences, read_sentences
-from orchestration.mine.report import LanguagePair, write_outputs
+from orchestration.mine.report import EMBEDDINGS, LanguagePair, check_output, write_outputs
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +50,9 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
     out_dir = config.mine_dir.resolve()
+    check_output(out_dir)  # a user's folder is refused before any work
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
-        encoder, normalize, model_meta = load_encoder(config, Path(tmp), out_dir / "embeddings")
+        encoder, normalize, model_meta = load_encoder(config, Path(tmp), out_dir / EMBEDDINGS)
         sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
         embeddings = {lang: encoder(s.raw, lang) for lang, s in sentences.items()}  # (N, D) each
     gold = load_gold(config, normalize)

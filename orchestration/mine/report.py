@@ -20,10 +20,13 @@ import pyarrow.parquet as pq
 from evaluation.mining import Pairs
 from orchestration import tracking
 from orchestration.config import Config
+from pipelines import storage
 from pipelines.dataset import file_sha256
 
 FORMAT = "interlingua-mined/1"
 MANIFEST = "manifest.json"
+REPORT = "report.png"
+EMBEDDINGS = "embeddings"  # <lang>/sentences.parquet and <lang>/blocks/: the corpus embedding job's output
 
 
 @dataclass
@@ -49,10 +52,12 @@ class LanguagePair:
 def write_outputs(config: Config, out_dir: Path, results: list[LanguagePair], sentences: dict, model: dict,
                   uri: str, parent_run_id: str | None) -> str:
     """Write the pair files, the figure and the manifest (last); log the MLflow run; return its id."""
+    check_output(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    storage.begin_writes(out_dir, [MANIFEST, REPORT, *(f"pairs-{r.name}.parquet" for r in results)])
     (out_dir / MANIFEST).unlink(missing_ok=True)  # an unfinished output is never taken for a finished one
     entries = {r.name: _write_pairs(out_dir, r, sentences) for r in results}
-    _figure(out_dir / "report.png", results)
+    _figure(out_dir / REPORT, results)
     manifest = {
         "format": FORMAT,
         "model": model,
@@ -63,7 +68,35 @@ def write_outputs(config: Config, out_dir: Path, results: list[LanguagePair], se
     tmp = out_dir / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     os.replace(tmp, out_dir / MANIFEST)
+    storage.end_writes(out_dir)
     return _log(config, uri, out_dir, results, parent_run_id)
+
+
+def check_output(out_dir: Path) -> list[str]:
+    """The entries of `mine.output_dir` once each is this product's mining output (what its manifest names,
+    what a killed run recorded it was writing, the embeddings of the inputs); ForeignDataError naming the
+    others, before any work: a user's folder is never written into."""
+    from orchestration.serve.corpus import own_entries as own_blocks
+
+    listed = storage.recorded_writes(out_dir) | {storage.JOURNAL}
+    try:
+        manifest = json.loads((out_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = None
+    if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
+        listed |= {MANIFEST, REPORT, *(entry["file"] for entry in manifest.get("pairs", {}).values())}
+    blocks = {d.name: own_blocks(d / "blocks") for d in (out_dir / EMBEDDINGS).glob("*") if d.is_dir()}
+
+    def ours(entry: str) -> bool:  # embeddings/<lang>/sentences.parquet, embeddings/<lang>/blocks/<block>
+        parts = entry.split("/")
+        if parts[0] != EMBEDDINGS:
+            return entry in listed
+        inside = "/".join(parts[3:])
+        return (len(parts) <= 2 or parts[2:] in (["sentences.parquet"], ["blocks"])
+                or (parts[2] == "blocks" and parts[1] in blocks and blocks[parts[1]](inside)))
+
+    return storage.check_only_ours(out_dir, ours, what="mine.output_dir",
+                                   advice="give mine.output_dir a new or empty directory of its own")
 
 
 def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict) -> dict[str, Any]:
@@ -121,7 +154,7 @@ def _log(config: Config, uri: str, out_dir: Path, results: list[LanguagePair], p
         metrics.update({f"{prefix}/dropped/{reason}": n for reason, n in r.dropped.items()})
         metrics.update({f"{prefix}/{k}": v for k, v in (r.scores or {}).items()})
     tracking.log_metrics(uri, run_id, metrics, 0)
-    for name in (MANIFEST, "report.png"):
+    for name in (MANIFEST, REPORT):
         tracking.log_artifact(uri, run_id, out_dir / name)
     tracking.end_run(uri, run_id, "FINISHED")
     return run_id

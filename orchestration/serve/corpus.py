@@ -22,11 +22,12 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,11 +36,13 @@ from orchestration.cluster import ensure_ray
 from orchestration.progress import Progress
 from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_block, read_lines,
                                         resolve_inputs)
+from pipelines import storage
 from pipelines.dataset import file_sha256, fingerprint
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+FORMAT = "interlingua-embeddings/1"
 
 
 @dataclass
@@ -102,7 +105,9 @@ def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: 
     languages, dim = _model_languages(model_path)
     if lang not in languages:
         raise CorpusError(f"the model knows {languages}, not {lang!r}")
+    check_output(out_dir)  # before the inputs are read: a user's folder is refused at once
     files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows)
+    check_not_inside(out_dir, files)
     model = {"dir": str(model_dir.resolve()), "model_sha256": file_sha256(model_path)}
     fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model["model_sha256"],
                       "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows})
@@ -176,24 +181,89 @@ def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, 
 
 
 def _completed(out_dir: Path, fp: str, blocks: list[BlockSpec], force: bool) -> set[int]:
-    """The blocks of this plan already written; CorpusError (or, with `force`, a clean folder) when
-    the folder holds embeddings of other inputs, model or options."""
-    markers = sorted(out_dir.glob("part-*.json"))
-    stale = [m for m in markers if json.loads(m.read_text()).get("fingerprint") != fp]
-    manifest = out_dir / MANIFEST
-    if manifest.is_file() and json.loads(manifest.read_text()).get("fingerprint") != fp:
-        stale.append(manifest)
+    """The blocks of this plan already written. ForeignDataError when the folder holds anything but
+    embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
+    model or options, unless `force`, which removes those (its own files alone)."""
+    found = check_output(out_dir)
+    records = _block_records(out_dir)
+    manifest = _read_manifest(out_dir)
+    stale = [name for name, record in records.items() if record.get("fingerprint") != fp]
+    if manifest is not None and manifest.get("fingerprint") != fp:
+        stale.append(MANIFEST)
     if stale and not force:
-        raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0].name}); "
+        raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
                           "pass --force to replace them, or choose another output directory")
     if stale:
-        for path in [*out_dir.glob("part-*"), manifest]:
-            path.unlink(missing_ok=True)
+        storage.remove_ours(out_dir, found, keep_root=True)
         return set()
-    for path in out_dir.glob("part-*.tmp.npy"):
-        path.unlink()  # a block a killed run left half-written
+    for name in found:
+        if _TMP_BLOCK.fullmatch(name):
+            (out_dir / name).unlink()  # a block a killed run left half-written
     wanted = {f"part-{b.index:05d}": b for b in blocks}
-    return {wanted[m.stem].index for m in markers if m.stem in wanted and (out_dir / f"{m.stem}.npy").is_file()}
+    return {wanted[stem].index for stem in (n[:-5] for n in records)
+            if stem in wanted and (out_dir / f"{stem}.npy").is_file()}
+
+
+_BLOCK = re.compile(r"part-\d{5}\.(npy|json)")
+_TMP_BLOCK = re.compile(r"part-\d{5}\.tmp\.npy|part-\d{5}\.json\.tmp|manifest\.json\.tmp")
+
+
+def check_output(out_dir: Path, *, what: str = "-o") -> list[str]:
+    """The entries of an embeddings folder once each is this product's (its manifest, its blocks and their
+    records, a killed run's temporary files); ForeignDataError naming the others (a user's files, or
+    the inputs themselves when the output is their folder)."""
+    return storage.check_only_ours(
+        out_dir, own_entries(out_dir), what=what,
+        advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)")
+
+
+def own_entries(out_dir: Path) -> Callable[[str], bool]:
+    """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
+    blocks and their records, a killed run's temporary files."""
+    records = _block_records(out_dir)
+    ours = set(records) | {str(r.get("name", "")) for r in records.values()}
+    if _read_manifest(out_dir) is not None:
+        ours.add(MANIFEST)
+    return lambda e: e in ours or bool(_TMP_BLOCK.fullmatch(e))
+
+
+def _block_records(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """part-NNNNN.json -> its record, for every block record this product wrote (a JSON object with its name
+    and fingerprint); other files of those names are not records."""
+    found = {}
+    for path in sorted(out_dir.glob("part-*.json")) if out_dir.is_dir() else []:
+        if not _BLOCK.fullmatch(path.name):
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and {"name", "fingerprint", "index"} <= record.keys():
+            found[path.name] = record
+    return found
+
+
+def _read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    """The folder's manifest if this product wrote it (its format marker; before the marker existed, its
+    fields), else None."""
+    try:
+        manifest = json.loads((out_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    if manifest.get("format") == FORMAT or (not manifest.get("format")
+                                             and {"fingerprint", "blocks", "lang", "model"} <= manifest.keys()):
+        return manifest
+    return None
+
+
+def check_not_inside(out_dir: Path, files: list[InputFile]) -> None:
+    """CorpusError when an input lies inside the output folder: its blocks would be read as input next time."""
+    inside = [f.path for f in files if out_dir.resolve() in Path(f.path).resolve().parents]
+    if inside:
+        raise CorpusError(f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
+                          "write the embeddings to a directory of their own")
 
 
 def _manifest(files: list[InputFile], records: list[dict], model: dict, lang: str, dtype: str, dim: int,
@@ -204,7 +274,7 @@ def _manifest(files: list[InputFile], records: list[dict], model: dict, lang: st
         raise AssertionError(f"blocks hold {rows} sentences ({empty} empty), the inputs "
                              f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})")
     blocks = [{k: r[k] for k in ("name", "source", "first_line", "rows", "empty", "sha256")} for r in records]
-    return {"fingerprint": fp, "lang": lang, "dtype": dtype, "dim": dim, "rows": rows, "empty": empty,
+    return {"format": FORMAT, "fingerprint": fp, "lang": lang, "dtype": dtype, "dim": dim, "rows": rows, "empty": empty,
             "inputs": [dataclasses.asdict(f) for f in files], "model": model, "blocks": blocks,
             "job": job, "config": config}
 

@@ -1,0 +1,54 @@
+"""`mine` never overwrites what it did not write: `mine.output_dir` holding a user's `manifest.json` and
+`report.png` is refused before any work, with both files intact; its own output (a finished one, or the files
+a killed run was writing) is rewritten on a rerun."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestration.cli import main
+from orchestration.mine.report import FORMAT, check_output
+from pipelines import storage
+from tests.conftest import write_lines
+
+SENTINEL = b"a user's file: never overwrite me\n"
+
+
+@pytest.fixture
+def args(tmp_path, book_lines):
+    lines = book_lines({"fr": "l", "en": "k"}, [8])
+    write_lines(tmp_path / "fr.txt", lines["fr"])
+    write_lines(tmp_path / "en.txt", lines["en"])
+    return ["mine", f"run_dir={tmp_path / 'run'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            "mine.model=use", "mine.threshold=1.1",
+            f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, {{lang: en, path: '{tmp_path / 'en.txt'}'}}]"]
+
+
+def test_a_users_manifest_and_report_are_never_overwritten(tmp_path, args, capsys):
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    (folder / "manifest.json").write_bytes(SENTINEL)
+    (folder / "report.png").write_bytes(SENTINEL)
+    assert main([*args, f"mine.output_dir={folder}"]) == 2
+    err = capsys.readouterr().err
+    line, = [x for x in err.splitlines() if x.startswith("interlingua")]
+    assert "mine.output_dir" in line and "manifest.json" in line and "report.png" in line and "Traceback" not in err
+    assert (folder / "manifest.json").read_bytes() == SENTINEL and (folder / "report.png").read_bytes() == SENTINEL
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "report.png"]  # no work was started
+
+
+def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
+    folder = tmp_path / "mine"
+    (folder / "embeddings" / "fr" / "blocks").mkdir(parents=True)
+    (folder / "embeddings" / "fr" / "sentences.parquet").write_bytes(b"x")
+    storage.begin_writes(folder, ["manifest.json", "report.png", "pairs-fr-en.parquet"])
+    (folder / "pairs-fr-en.parquet").write_bytes(b"half")  # killed before its manifest
+    assert "pairs-fr-en.parquet" in check_output(folder)
+    (folder / "manifest.json").write_text(json.dumps({"format": FORMAT, "pairs": {"fr-en": {"file": "pairs-fr-en.parquet"}}}))
+    storage.end_writes(folder)
+    (folder / "report.png").write_bytes(b"png")
+    assert set(check_output(folder)) >= {"manifest.json", "report.png", "pairs-fr-en.parquet"}
+    (folder / "embeddings" / "fr" / "blocks" / "thesis.txt").write_bytes(SENTINEL)
+    with pytest.raises(storage.ForeignDataError, match="embeddings/fr/blocks/thesis.txt"):
+        check_output(folder)

@@ -1,0 +1,97 @@
+"""`interlingua embed` never deletes or overwrites what it did not write: an output directory holding other
+files is refused, `--force` replaces only interlingua's own embeddings, an output holding its inputs is
+refused, and an existing `-o FILE.npy` needs `--force`. Sentinel files, real Bible text; refused before Ray."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from orchestration.cli import main
+from orchestration.serve import corpus
+from pipelines.storage import ForeignDataError
+from tests.orchestration.helpers import untrained_model_dir
+
+SENTINEL = "a user's file: never delete me\n"
+
+
+@pytest.fixture(scope="module")
+def model_dir(small_dataset, tmp_path_factory):
+    return untrained_model_dir(small_dataset, tmp_path_factory.mktemp("embed-safety") / "model")
+
+
+@pytest.fixture
+def args(tmp_path, model_dir, small_dataset, book_lines):
+    text = tmp_path / "ruth.fr.txt"
+    text.write_text("\n".join(book_lines({"fr": "l"}, [8])["fr"]) + "\n")
+    return ["embed", f"dataset_dir={small_dataset.data_dir}", "-l", "fr", "--model", str(model_dir),
+            "-i", str(text)]
+
+
+def error(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def own_stale_block(folder, index: int = 0) -> None:
+    """A block and its record as an earlier embed run of other inputs wrote them."""
+    np.save(folder / f"part-{index:05d}.npy", np.zeros((2, 4), np.float32))
+    record = {"name": f"part-{index:05d}.npy", "index": index, "fingerprint": "other", "rows": 2}
+    (folder / f"part-{index:05d}.json").write_text(json.dumps(record))
+
+
+def test_force_never_deletes_a_users_files_in_the_output(tmp_path, args, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    own_stale_block(out)
+    (out / "part-1-thesis.txt").write_text(SENTINEL)
+    (out / "manifest.json").write_text('{"my": "own manifest"}\n')
+    assert main([*args, "-o", str(out), "--force"]) == 2
+    line = error(capsys)
+    assert "part-1-thesis.txt" in line and "manifest.json" in line and str(out) in line
+    assert (out / "part-1-thesis.txt").read_text() == SENTINEL
+    assert json.loads((out / "manifest.json").read_text()) == {"my": "own manifest"}
+    assert (out / "part-00000.npy").exists()  # nothing at all removed
+
+
+def test_force_removes_its_own_stale_embeddings_only(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    own_stale_block(out, 0)
+    own_stale_block(out, 1)
+    (out / "part-00002.tmp.npy").write_bytes(b"half")
+    with pytest.raises(corpus.CorpusError, match="--force"):
+        corpus._completed(out, "new", [], force=False)
+    assert corpus._completed(out, "new", [], force=True) == set()
+    assert out.is_dir() and not list(out.iterdir())
+    (out / "notes.txt").write_text(SENTINEL)
+    own_stale_block(out)
+    with pytest.raises(ForeignDataError, match="notes.txt"):
+        corpus._completed(out, "new", [], force=True)
+    assert (out / "notes.txt").read_text() == SENTINEL and (out / "part-00000.json").exists()
+
+
+def test_an_output_holding_the_inputs_is_refused(tmp_path, args, capsys):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "ruth.txt").write_text((tmp_path / "ruth.fr.txt").read_text())
+    args = [a if not a.endswith("ruth.fr.txt") else str(folder) for a in args]
+    assert main([*args, "-o", str(folder)]) == 2
+    assert "ruth.txt" in error(capsys)
+    assert sorted(p.name for p in folder.iterdir()) == ["ruth.txt"]
+    nested = folder / "out"
+    nested.mkdir()
+    (nested / "ruth-copy.txt").write_text(SENTINEL)
+    with pytest.raises(corpus.CorpusError, match="inside the output directory"):
+        corpus.check_not_inside(nested, [corpus.InputFile(str(nested / "ruth-copy.txt"), "text", 1, "", 1, 0)])
+
+
+def test_an_existing_npy_needs_force(tmp_path, args, capsys):
+    target = tmp_path / "mine.npy"
+    np.save(target, np.arange(3))
+    assert main([*args, "-o", str(target)]) == 2
+    assert "--force" in error(capsys)
+    assert np.array_equal(np.load(target), np.arange(3))
