@@ -18,15 +18,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from pipelines import storage
+
+FORMAT = "interlingua-stored-embeddings/1"
 MANIFEST = "manifest.json"
 ROWS = "rows"
+KEYS = "keys.json"
 
 
 def text_hashes(texts: Sequence[str]) -> np.ndarray:
@@ -75,16 +78,28 @@ def publish(staging: Path, folder: Path, records: list[dict[str, Any]], *, langu
         blocks.append({"name": new, "start": start, "rows": record["rows"]})
         start += record["rows"]
     first = np.load(staging / languages[0] / f"{blocks[0]['name']}.npy", mmap_mode="r")
-    manifest = {"languages": languages, "dim": int(first.shape[1]), "dtype": str(first.dtype), "rows": start,
-                "blocks": blocks, "meta": meta or {}}
+    manifest = {"format": FORMAT, "languages": languages, "dim": int(first.shape[1]), "dtype": str(first.dtype),
+                "rows": start, "blocks": blocks, "meta": meta or {}}
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     _write_keys(staging, [b["name"] for b in blocks])
-    old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-    if folder.exists():
-        os.replace(folder, old)
-    os.replace(staging, folder)
-    shutil.rmtree(old, ignore_errors=True)
+    storage.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
     return StoredEmbeddings.open(folder)
+
+
+def check_replaceable(folder: Path) -> list[str]:
+    """The entries of an embeddings folder once each is one `publish` wrote (what its manifest names);
+    ForeignDataError naming the others, which are never removed."""
+    ours = {storage.STAGING_MARKER}
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = None
+    if isinstance(manifest, dict) and manifest.get("format", FORMAT) == FORMAT and "blocks" in manifest:
+        names = [b["name"] for b in manifest["blocks"]]
+        ours |= storage.with_parents([MANIFEST, KEYS, *(f"{ROWS}/{n}.parquet" for n in names),
+                                      *(f"{lang}/{n}.npy" for lang in manifest.get("languages", []) for n in names)])
+    return storage.check_only_ours(folder, lambda e: e in ours, what="embeddings folder",
+                                   advice="move those files out of it; interlingua replaces only its own embeddings")
 
 
 @dataclass(frozen=True)
@@ -204,7 +219,7 @@ def _write_keys(folder: Path, names: list[str]) -> None:
     """keys.json, a JSON list of every key, written one block at a time."""
     import pyarrow.parquet as pq
 
-    with open(folder / "keys.json", "w") as out:
+    with open(folder / KEYS, "w") as out:
         out.write("[")
         for i, name in enumerate(names):
             keys = pq.read_table(folder / ROWS / f"{name}.parquet", columns=["key"])["key"].to_pylist()

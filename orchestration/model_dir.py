@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pipelines import storage
 from pipelines.dataset import CONFIG_FILE, SPM_MODEL, file_sha256
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ SPM_FILE = SPM_MODEL
 PROGRESS_FILE = "progress.json"
 LINEAGE_FILE = "lineage.json"
 REQUIRED = (MODEL_FILE, SPM_FILE, CONFIG_FILE)
+FILES = (*REQUIRED, PROGRESS_FILE, LINEAGE_FILE)  # all a model directory holds
 
 
 class ModelDirError(RuntimeError):
@@ -53,6 +55,13 @@ def check(model_dir: Path) -> Path:
             "`interlingua train` writes one to <run_dir>/train/model"
         )
     return model_dir
+
+
+def check_replaceable(model_dir: Path) -> list[str]:
+    """The files of `model_dir` once it holds nothing but a model's (what an export may replace);
+    ForeignDataError naming the others."""
+    return storage.check_only_ours(model_dir, lambda e: e in FILES, what="the model directory",
+                                   advice="move those files out of it; interlingua replaces only its model's files")
 
 
 def progress(model_dir: Path) -> dict[str, Any]:

@@ -103,14 +103,7 @@ def publish(staging: Path, data_dir: Path, manifest: dict[str, Any]) -> None:
     tmp = staging / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
     os.replace(tmp, staging / MANIFEST)
-    previous = check_replaceable(data_dir) if data_dir.exists() else None
-    old = data_dir.with_name(f".{data_dir.name}.old-{os.getpid()}")
-    if previous is not None:
-        os.replace(data_dir, old)
-    os.replace(staging, data_dir)
-    (data_dir / storage.STAGING_MARKER).unlink()
-    if previous is not None:
-        storage.remove_ours(old, previous)
+    storage.swap_in(staging, data_dir, check_replaceable(data_dir) if data_dir.exists() else None)
 
 
 def own_entries(manifest: dict[str, Any] | None) -> set[str]:

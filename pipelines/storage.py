@@ -234,3 +234,16 @@ def end_writes(location: Location) -> None:
     """Forget the recorded writes: the manifest written last now names them."""
     if exists(join(location, JOURNAL)):
         delete_file(join(location, JOURNAL))
+
+
+def swap_in(staging: Path, target: Path, previous: list[str] | None) -> None:
+    """Put a finished local staging directory (`make_staging`) in place of `target` by two renames: the
+    previous `target` stays whole until the new one is in; then only `previous`, its entries that were
+    checked to be the product's (`check_only_ours`), are removed. `previous` None: there was none."""
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    if previous is not None:
+        os.replace(target, old)
+    os.replace(staging, target)
+    (target / STAGING_MARKER).unlink(missing_ok=True)
+    if previous is not None:
+        remove_ours(old, previous)

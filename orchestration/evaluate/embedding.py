@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -26,6 +25,7 @@ from orchestration import logs
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
 from orchestration.progress import Progress
+from pipelines import storage
 from pipelines.dataset import split_files
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
         records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows)
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
-        shutil.rmtree(_staging(folder), ignore_errors=True)
+        storage.remove_staging(_staging(folder))
         raise EvaluateError(f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2")
     _log_skipped(config, rows)
     return publish(_staging(folder), folder, records, languages=languages, meta=meta)
@@ -206,7 +206,7 @@ def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | No
 
     e, r = config.evaluate, config.runtime
     staging = _staging(folder)
-    shutil.rmtree(staging, ignore_errors=True)
+    storage.make_staging(staging)
     written = tuples.map_batches(
         actor, fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
                                           use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging)),

@@ -10,7 +10,6 @@ restarted worker group needs to go on from the same step (= data position).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -21,7 +20,9 @@ import torch
 
 from model.batching import DataPosition
 from model.nmt import MultilingualNMT, save_model
+from orchestration import model_dir as model_files
 from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
+from pipelines import storage
 from pipelines.config import dump_yaml
 
 STATE_FILE = "state.pt"
@@ -106,15 +107,15 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
 def export(checkpoint, model_dir: Path) -> dict[str, Any]:
     """Copy the model directory out of a checkpoint (without the training state), atomically; returns
     its progress."""
+    previous = model_files.check_replaceable(model_dir) if model_dir.exists() else None  # before the copy
     staging = model_dir.with_name(f".{model_dir.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    with checkpoint.as_directory() as src:
-        shutil.copytree(src, staging, ignore=shutil.ignore_patterns(STATE_FILE))
-        meta = json.loads((Path(src) / PROGRESS_FILE).read_text())
-    previous = model_dir.with_name(f".{model_dir.name}.previous")
-    shutil.rmtree(previous, ignore_errors=True)
-    if model_dir.exists():
-        os.replace(model_dir, previous)  # two renames: the old model is never half-deleted
-    os.replace(staging, model_dir)
-    shutil.rmtree(previous, ignore_errors=True)
+    storage.make_staging(staging)
+    try:
+        with checkpoint.as_directory() as src:
+            shutil.copytree(src, staging, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
+            meta = json.loads((Path(src) / PROGRESS_FILE).read_text())
+    except BaseException:
+        storage.remove_staging(staging)
+        raise
+    storage.swap_in(staging, model_dir, previous)  # two renames: the old model is never half-deleted
     return meta

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from orchestration.cluster import ensure_ray
 from orchestration.config import Config
 from orchestration.state import read_state, write_state
 from orchestration.train import builders
+from pipelines import storage
 from pipelines.config import dump_yaml
 from pipelines.dataset import SPM_MODEL, fingerprint, load_manifest, read_split, verify
 
@@ -87,6 +87,22 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
                          "the dev tuples share, or prepare with prepare.split.heldout_complete=true")
 
 
+def check_train_dir(train_dir: Path) -> list[str]:
+    """The entries of a training directory once each is this product's (its state, config, Ray Train's
+    checkpoints, the workers' records, the exported model and its staging); ForeignDataError naming the
+    others: `--force` starts over by removing those alone."""
+    def ours(entry: str) -> bool:
+        top, _, rest = entry.partition("/")
+        if top in ("ray", "workers") or top.startswith(".model."):
+            return True
+        if top == "model":
+            return not rest or rest in model_files.FILES
+        return not rest and top in (STATE_FILE, model_files.CONFIG_FILE, storage.STAGING_MARKER)
+
+    return storage.check_only_ours(train_dir, ours, what="train --force",
+                                   advice=f"move them out of {train_dir}; --force removes only the run's own files")
+
+
 def train(config: Config, *, force: bool = False, restart_stale: bool = False,
           parent_run_id: str | None = None, callbacks: list | None = None,
           tags: dict[str, str] | None = None) -> TrainResult:
@@ -106,7 +122,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
             "them. Use --force to start over, or another run_dir."
         )
     if force and train_dir.exists():
-        shutil.rmtree(train_dir)
+        storage.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)
         state = {}
     uri = tracking.resolve_uri(config.tracking.uri)
     model_dir = model_files.default(train_dir)

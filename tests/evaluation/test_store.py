@@ -72,3 +72,25 @@ def test_npy_files_are_written_and_read_by_row_range(tmp_path):
     read = NpyFile(tmp_path / "x.npy")
     assert read.shape == (10, 3) and len(read) == 10
     np.testing.assert_array_equal(read[3:8], data[3:8])
+
+
+def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_path):
+    from pipelines import storage
+
+    folder = tmp_path / "embeddings"
+
+    def staged(value: float):
+        staging = tmp_path / ".embeddings.partial"
+        storage.make_staging(staging)
+        record = write_block(staging, ["a", "b"], {"en": np.full((2, 3), value, np.float32)}, {"en": ["x", "y"]})
+        return staging, folder, [record]
+
+    publish(*staged(1.0), languages=["en"])
+    (folder / "en" / "notes.txt").write_text("mine")
+    with pytest.raises(storage.ForeignDataError, match="en/notes.txt"):
+        publish(*staged(2.0), languages=["en"])
+    assert (folder / "en" / "notes.txt").read_text() == "mine" and StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 1.0
+    (folder / "en" / "notes.txt").unlink()
+    publish(*staged(2.0), languages=["en"])
+    assert StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 2.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["embeddings"]  # no staging or old copy left

@@ -114,3 +114,48 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
     restored = checkpoint.restore()
     assert restored.progress == progress and restored.scheduler is None
     assert json.loads((kept / "progress.json").read_text())["best_step"] == 30
+
+
+SENTINEL = "a user's file: never delete me\n"
+
+
+def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path):
+    from ray.train import Checkpoint
+
+    from pipelines.storage import ForeignDataError
+
+    checkpoint_dir = tmp_path / "checkpoint"
+    checkpoint_dir.mkdir()
+    for name in ("model.pt", "spm.model", "config.yaml"):
+        (checkpoint_dir / name).write_text("new")
+    (checkpoint_dir / "progress.json").write_text(json.dumps({"step": 3}))
+    model_dir = tmp_path / "train" / "model"
+    model_dir.mkdir(parents=True)
+    (model_dir / "model.pt").write_text("old")
+    (model_dir / "notes.txt").write_text(SENTINEL)
+    with pytest.raises(ForeignDataError, match="notes.txt"):
+        checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
+    assert (model_dir / "notes.txt").read_text() == SENTINEL and (model_dir / "model.pt").read_text() == "old"
+    assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # nothing staged
+
+
+def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
+    from orchestration.train.driver import check_train_dir, train
+    from pipelines import storage
+    from tests.orchestration.helpers import config_for
+
+    config = config_for(small_dataset, tmp_path)
+    train_dir = config.train_dir
+    for name in ("run.json", "config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
+                 "model/model.pt", "model/lineage.json", ".model.partial/model.pt"):
+        (train_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (train_dir / name).write_text("{}")
+    (train_dir / "model" / "my-notes.txt").write_text(SENTINEL)
+    (train_dir / "paper.tex").write_text(SENTINEL)
+    with pytest.raises(storage.ForeignDataError, match=r"model/my-notes.txt.*paper.tex"):
+        train(config, force=True)
+    assert (train_dir / "model" / "model.pt").exists() and (train_dir / "paper.tex").read_text() == SENTINEL
+    (train_dir / "model" / "my-notes.txt").unlink()
+    (train_dir / "paper.tex").unlink()
+    storage.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)  # what --force then does
+    assert train_dir.is_dir() and not list(train_dir.iterdir())
