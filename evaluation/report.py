@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from pipelines import storage
+
 Matrix = dict[tuple[str, str], float]
 FILES = ("error_matrix.csv", "error_matrix.png", "metrics.json")
 
@@ -34,6 +36,18 @@ def grid(matrix: Matrix, languages: list[str]) -> np.ndarray:
     for (p, q), err in matrix.items():
         out[languages.index(p), languages.index(q)] = err
     return out
+
+
+SUBFOLDERS = ("embeddings", ".embeddings.partial", "search")  # the stored embeddings, their staging, the top-k
+
+
+def check_output(out_dir: Path, *, also: tuple[str, ...] = ()) -> list[str]:
+    """The entries of an evaluation folder once each is this product's (`FILES`, the `also` files beside them,
+    and what lies in `SUBFOLDERS`); ForeignDataError naming the others, before the evaluation overwrites any."""
+    names = {*FILES, *also, *(Path(n).with_suffix(".tmp").name for n in also)}
+    return storage.check_only_ours(
+        out_dir, lambda e: e in names or e.split("/")[0] in SUBFOLDERS, what="evaluation folder",
+        advice="move those files out of it; interlingua writes only its own evaluation there")
 
 
 def write_report(out_dir: Path, matrix: Matrix, pairs: dict[str, dict[str, float]], averages: dict[str, float],

@@ -93,13 +93,6 @@ def delete_file(location: Location) -> None:
     fs.delete_file(path)
 
 
-def delete_dir(location: Location) -> None:
-    """Delete a directory (a prefix, on object stores) and everything under it; nothing if absent."""
-    fs, path = resolve(location)
-    if fs.get_file_info(path).type == pafs.FileType.Directory:
-        fs.delete_dir(path)
-
-
 def subdirectories(location: Location) -> list[str]:
     """The names of the directories (prefixes) directly under `location`; [] if there is none."""
     fs, path = resolve(location)

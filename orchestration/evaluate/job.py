@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.metrics import subset_averages
-from evaluation.report import FILES, format_matrix, write_report
+from evaluation.report import FILES, check_output, format_matrix, write_report
 from evaluation.store import StoredEmbeddings
 from evaluation.xsim import approximate_recall, pair_metrics, search_pairs
 from orchestration import model_dir as model_files
@@ -90,6 +90,7 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     languages = texts.languages if texts else encoder.languages
     data = texts.data if texts else load_manifest(config.data_dir)["fingerprint"]
     fp = eval_fingerprint(config, encoder, data)
+    check_output(out_dir, also=(STATE_FILE,))  # a user's file there is never overwritten
     state = read_state(out_dir / STATE_FILE)
     if not force and state.get("fingerprint") == fp and (out_dir / "metrics.json").is_file():
         log.info("%s: this model was evaluated on this data already", out_dir)

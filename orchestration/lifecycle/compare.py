@@ -16,8 +16,10 @@ import numpy as np
 from evaluation.report import grid
 from orchestration import tracking
 from orchestration.config import Config, ConfigError
+from pipelines.storage import ForeignDataError
 
 IGNORED = {"run_dir", "dataset_dir", "name"}  # differ by construction
+PLOT_SOFTWARE = "interlingua compare"  # in the PNG it writes: the one kind of file --plot may replace
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -46,6 +48,9 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
         raise ConfigError(f"--max-runs {max_runs}: show at least one run")
     if plot and not Path(plot).resolve().parent.is_dir():
         raise ConfigError(f"--plot {plot}: the folder {Path(plot).resolve().parent} does not exist")
+    if plot and Path(plot).exists() and _written_by(Path(plot)) != PLOT_SOFTWARE:
+        raise ForeignDataError(f"--plot {plot}: the file exists and is not a figure interlingua compare wrote; "
+                               "it is never overwritten: give another path")
     tracking.check_reachable(uri)
     metric, pair_prefix = METRICS[stage]
     where = f"tags.`interlingua.stage` = '{stage}'"
@@ -90,6 +95,17 @@ def _matrix(run: Any) -> tuple[list[str], np.ndarray]:
     return langs, grid({tuple(pair.split("-")): value for pair, value in pairs.items()}, langs)
 
 
+def _written_by(path: Path) -> str | None:
+    """The PNG's Software text field ('' for another file)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return str(image.info.get("Software", ""))
+    except (OSError, UnidentifiedImageError):
+        return ""
+
+
 def _plot(uri: str, runs: list, path: str) -> None:
     import matplotlib
 
@@ -123,5 +139,5 @@ def _plot(uri: str, runs: list, path: str) -> None:
         ax.set_title(f"{run.info.run_name} - best (points)", fontsize=9)
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Software": PLOT_SOFTWARE})  # how a rerun knows it may replace it
     plt.close(fig)

@@ -94,3 +94,16 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
     publish(*staged(2.0), languages=["en"])
     assert StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 2.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["embeddings"]  # no staging or old copy left
+
+
+def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
+    from evaluation.report import check_output
+    from pipelines.storage import ForeignDataError
+
+    for name in ("metrics.json", "state.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    assert "metrics.json" in check_output(tmp_path, also=("state.json",))
+    (tmp_path / "summary.docx").write_text("mine")
+    with pytest.raises(ForeignDataError, match="summary.docx"):
+        check_output(tmp_path, also=("state.json",))

@@ -1,6 +1,8 @@
 """`interlingua compare` on its own, over MLflow records written here (mechanics, not quality)."""
 from __future__ import annotations
 
+import pytest
+
 from orchestration import tracking
 from orchestration.config import load_config
 from orchestration.lifecycle.compare import compare_runs
@@ -41,6 +43,17 @@ def test_runs_best_first_with_the_differing_parameters_pairs_and_a_figure(tmp_pa
     pair_rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("en-fr", "fr-en"))}
     assert pair_rows == {"en-fr": ["20.00", "50.00"], "fr-en": ["10.00", "40.00"]}
     assert (tmp_path / "cmp.png").stat().st_size > 10_000
+    assert "figure:" in compare_runs(config, plot=str(tmp_path / "cmp.png"))  # its own figure: replaced
+
+    from PIL import Image
+
+    from pipelines.storage import ForeignDataError
+
+    Image.new("RGB", (4, 4)).save(tmp_path / "holiday.png")  # a user's picture of the same kind
+    user = (tmp_path / "holiday.png").read_bytes()
+    with pytest.raises(ForeignDataError, match="holiday.png"):
+        compare_runs(config, plot=str(tmp_path / "holiday.png"))
+    assert (tmp_path / "holiday.png").read_bytes() == user
 
     trains = compare_runs(config, stage="train").splitlines()
     assert trains[0] == "experiment 'interlingua': 2 training runs, best first"
