@@ -44,7 +44,7 @@ SUBFOLDERS = ("embeddings", ".embeddings.partial", "search")  # the stored embed
 def check_output(out_dir: Path, *, also: tuple[str, ...] = ()) -> list[str]:
     """The entries of an evaluation folder once each is this product's (`FILES`, the `also` files beside them,
     and what lies in `SUBFOLDERS`); ForeignDataError naming the others, before the evaluation overwrites any."""
-    names = {*FILES, *also, *(Path(n).with_suffix(".tmp").name for n in also)}
+    names = {*FILES, *also}
     return storage.check_only_ours(
         out_dir, lambda e: e in names or e.split("/")[0] in SUBFOLDERS, what="evaluation folder",
         advice="move those files out of it; interlingua writes only its own evaluation there")

@@ -9,10 +9,11 @@ is up to date.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from pipelines import storage
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -22,9 +23,7 @@ def read_state(path: Path) -> dict[str, Any]:
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
     """Replace the state file whole (a crash leaves the old one or the new one, never half of one)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, path)
+    storage.write_json(path, state)
 
 
 def check_writable(folder: Path, what: str) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import posixpath
 from pathlib import Path
 from typing import Any
@@ -100,9 +99,7 @@ def publish(staging: Path, data_dir: Path, manifest: dict[str, Any]) -> None:
     """Write the manifest into `staging`, then swap it into `data_dir` atomically. The previous dataset stays
     whole until the new one is in; then only its own files are removed. ForeignDataError, before anything
     moves, if `data_dir` holds anything but a dataset's files (`check_replaceable`)."""
-    tmp = staging / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
-    os.replace(tmp, staging / MANIFEST)
+    storage.write_json(staging / MANIFEST, manifest)
     storage.swap_in(staging, data_dir, check_replaceable(data_dir) if data_dir.exists() else None)
 
 

@@ -35,8 +35,6 @@ is `attempt-.../spm.model` here), not `<data_dir>/spm.model`.
 """
 from __future__ import annotations
 
-import json
-import posixpath
 import time
 import uuid
 from dataclasses import dataclass
@@ -98,7 +96,7 @@ def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> 
         dataset.publish(Path(staging.root), Path(data_dir), manifest)
         return
     _check_members(data_dir, manifest)
-    _write_manifest(data_dir, manifest)
+    storage.write_json(storage.join(data_dir, dataset.MANIFEST), manifest)
     for name in storage.subdirectories(data_dir):
         if name.startswith(ATTEMPT) and name + "/" != staging.prefix:
             storage.remove_staging(storage.join(data_dir, name))  # only prefixes marked as the product's
@@ -114,16 +112,3 @@ def _check_members(data_dir: str | Path, manifest: dict[str, Any]) -> None:
                     "nothing was committed: run `interlingua prepare --force` again")
     if not storage.exists(storage.join(data_dir, manifest["spm"]["model"])):
         raise dataset.DatasetError(f"{data_dir}: {manifest['spm']['model']} is missing; nothing was committed")
-
-
-def _write_manifest(data_dir: str | Path, manifest: dict[str, Any]) -> None:
-    body = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    fs, path = storage.resolve(storage.join(data_dir, dataset.MANIFEST))
-    if fs.type_name not in ("local", "hdfs"):
-        storage.write_bytes(storage.join(data_dir, dataset.MANIFEST), body)  # one PUT: atomic
-        return
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    fs.create_dir(posixpath.dirname(path), recursive=True)
-    with fs.open_output_stream(tmp) as stream:
-        stream.write(body)
-    fs.move(tmp, path)  # a rename: the old manifest or the new one, never half of one

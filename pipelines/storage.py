@@ -11,8 +11,10 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 from pathlib import Path
-from typing import Callable
+import uuid
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -77,6 +79,26 @@ def write_bytes(location: Location, data: bytes) -> None:
         stream.write(data)
 
 
+def write_json(location: Location, value: Any, *, indent: int | None = 2) -> None:
+    """Replace the JSON file at `location` whole: readers see the old file or the new one, never half of
+    one (a rename beside it on a filesystem that renames, one PUT on an object store)."""
+    body = (json.dumps(value, indent=indent, ensure_ascii=False) + "\n").encode("utf-8")
+    fs, path = resolve(location)
+    if fs.type_name not in ("local", "hdfs"):
+        write_bytes(location, body)  # one PUT: atomic
+        return
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # `_TMP`
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    with fs.open_output_stream(tmp) as stream:
+        stream.write(body)
+    fs.move(tmp, path)  # a rename: the old file or the new one
+
+
+def read_json(location: Location) -> Any:
+    """The JSON value of the file at `location`. FileNotFoundError if it is missing, ValueError if unreadable."""
+    return json.loads(read_bytes(location))
+
+
 def sha256(location: Location) -> str:
     """The file's SHA-256, hex."""
     digest = hashlib.sha256()
@@ -111,6 +133,9 @@ STAGING_MARKER = ".interlingua-staging"  # inside every staging directory or pre
 JOURNAL = ".interlingua-writing.json"  # the files an output is about to write in place, until its manifest is
 
 
+_TMP = re.compile(r"\.tmp-[0-9a-f]{8}$")  # `write_json`'s temporary name beside the file
+
+
 class ForeignDataError(ValueError):
     """A location holding files the product did not write: it is neither replaced, cleaned nor written into."""
 
@@ -136,6 +161,8 @@ def check_only_ours(location: Location, ours: Callable[[str], bool], *, what: st
     if fs.get_file_info(path).type == pafs.FileType.File:
         raise ForeignDataError(f"{what}: {location} is a file, not a directory; {advice}")
     found = entries(location)
+    own = ours
+    ours = lambda e: own(e) or bool(_TMP.search(e)) and own(_TMP.sub("", e))  # noqa: E731 - a killed write_json
     foreign: list[str] = []  # the topmost only: `sub/`, not every file under it
     for e in found:
         parents = {"/".join(e.split("/")[:i]) for i in range(1, e.count("/") + 1)}
@@ -210,14 +237,13 @@ def begin_writes(location: Location, names: list[str]) -> None:
     """Record, before writing them in place under `location`, the files about to be written (relative
     names), added to those recorded before: if the run dies before its manifest, the rerun knows them for
     the product's (`recorded_writes`). `end_writes` once the manifest names them."""
-    body = json.dumps(sorted(recorded_writes(location) | set(names))).encode()
-    write_bytes(join(location, JOURNAL), body)
+    write_json(join(location, JOURNAL), sorted(recorded_writes(location) | set(names)))
 
 
 def recorded_writes(location: Location) -> set[str]:
     """The files `begin_writes` recorded under `location` and no manifest took over yet."""
     try:
-        names = json.loads(read_bytes(join(location, JOURNAL)))
+        names = read_json(join(location, JOURNAL))
     except (FileNotFoundError, ValueError):
         return set()
     return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()

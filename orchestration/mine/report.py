@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,9 +64,7 @@ def write_outputs(config: Config, out_dir: Path, results: list[LanguagePair], se
         "pairs": entries,
         "config": config.to_dict(),
     }
-    tmp = out_dir / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, out_dir / MANIFEST)
+    storage.write_json(out_dir / MANIFEST, manifest)
     storage.end_writes(out_dir)
     return _log(config, uri, out_dir, results, parent_run_id)
 

@@ -89,7 +89,7 @@ def write_block(out_dir: Path, spec: BlockSpec, vectors: np.ndarray, empty: int,
               "first_line": spec.first + 1, "rows": spec.rows, "empty": empty, "sha256": file_sha256(tmp),
               "fingerprint": fp}
     os.replace(tmp, out_dir / f"{name}.npy")
-    _write_json(out_dir / f"{name}.json", record)
+    storage.write_json(out_dir / f"{name}.json", record, indent=1)
     return record
 
 
@@ -127,7 +127,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: 
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
                               use_gpu=use_gpu, max_tokens=max_tokens))
-    _write_json(out_dir / MANIFEST, manifest)
+    storage.write_json(out_dir / MANIFEST, manifest)
     return CorpusResult(out_dir, manifest["rows"], manifest["empty"], len(blocks), len(pending),
                         time.monotonic() - started)
 
@@ -205,7 +205,7 @@ def _completed(out_dir: Path, fp: str, blocks: list[BlockSpec], force: bool) -> 
 
 
 _BLOCK = re.compile(r"part-\d{5}\.(npy|json)")
-_TMP_BLOCK = re.compile(r"part-\d{5}\.tmp\.npy|part-\d{5}\.json\.tmp|manifest\.json\.tmp")
+_TMP_BLOCK = re.compile(r"part-\d{5}\.tmp\.npy")  # a block being written (a record's: storage.write_json's)
 
 
 def check_output(out_dir: Path, *, what: str = "-o") -> list[str]:
@@ -288,9 +288,3 @@ def _model_languages(model_path: Path) -> tuple[list[str], int]:
 
 def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _write_json(path: Path, record: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
