@@ -111,6 +111,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     for override in overrides:
         given[_apply_override(data, override)] = "command line"
     moved = _move_old_keys(data)
+    lines = {**lines, **{_new_path(path): line for path, line in lines.items()}}
+    given = {_new_path(path): origin for path, origin in given.items()}
     if moved:
         log.warning("%s: keys that moved (the config still loads; update it): %s", where,
                     ", ".join(f"{old} -> {new}" for old, new in moved))
@@ -175,6 +177,12 @@ def _move_old_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
             target.setdefault(new_key, value)
         moved.append((old, new))
     return moved
+
+
+def _new_path(path: tuple[str, ...]) -> tuple[str, ...]:
+    """A key path under its MOVED_KEYS name, where errors locate it."""
+    new = MOVED_KEYS.get(".".join(path[:2]))
+    return tuple(new.split(".")) + path[2:] if new else path
 
 
 def read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
@@ -262,7 +270,7 @@ def _origin(loc: tuple[str, ...], where: str, lines: dict[tuple[str, ...], int],
     if above:
         return above[-1]
     below = list(dict.fromkeys(origin for path, origin in given.items() if path[:len(loc)] == loc))
-    if below and loc not in lines:
+    if below and loc and loc not in lines:  # a section the command line made (the top level is the file's too)
         return ", ".join(below)
     line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
     return ", ".join([f"{where}:{line}" if line else where, *below])

@@ -115,6 +115,14 @@ prepare:
     assert f"prepare.spm.vocab_size: Input should be greater than or equal to 100 (got 5) [{path}:3]" in str(err.value)
 
 
+def test_a_key_that_moved_is_blamed_on_where_it_was_given(tmp_path):
+    path = write(tmp_path, "name: x\ntrain:\n  num_workers: 0\n")  # now runtime.num_workers
+    with pytest.raises(ConfigError, match=rf"runtime\.num_workers: .* \(got 0\) \[{path}:3\]"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"runtime\.num_workers: .* \(got 0\) \[command line\]"):
+        load_config(None, ["train.num_workers=0"])
+
+
 def test_language_given_twice(tmp_path):
     path = write(tmp_path, "prepare:\n  sources:\n    - {kind: text, path: 'c.{lang}', languages: [en, fr, en]}\n")
     with pytest.raises(ConfigError, match="language 'en' is given twice"):
