@@ -247,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"interlingua {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"interlingua {args.command}: interrupted; nothing half-done was published", file=sys.stderr)
+        resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
+        print(f"interlingua {args.command}: interrupted; nothing half-done was published{resume}", file=sys.stderr)
         return 130
 
 

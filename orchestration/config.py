@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError, model_validator
 from orchestration.config_sections import (
     EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, TrackingConfig, TrainConfig,
 )
-from pipelines.config import PrepareConfig, Schema
+from pipelines.config import PrepareConfig, Schema, Source
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,11 @@ MOVED_KEYS = {
     "tracking.registered_model": "registry.model_name",
     "tracking.min_improvement": "registry.min_improvement",
 }
+
+
+# a source's `kind` values: pydantic puts the one it tried into an error's location
+SOURCE_KINDS = frozenset(kind for member in get_args(get_args(Source)[0])
+                         for kind in get_args(member.model_fields["kind"].annotation))
 
 
 class ConfigError(ValueError):
@@ -101,21 +106,26 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     where = "defaults"
     if path is not None:
         where = str(path)
-        data, lines = _read_yaml(Path(path))
+        data, lines = read_yaml(Path(path))
+    given = {}
     for override in overrides:
-        _apply_override(data, override)
+        given[_apply_override(data, override)] = "command line"
     moved = _move_old_keys(data)
+    lines = {**lines, **{_new_path(path): line for path, line in lines.items()}}
+    given = {_new_path(path): origin for path, origin in given.items()}
     if moved:
         log.warning("%s: keys that moved (the config still loads; update it): %s", where,
                     ", ".join(f"{old} -> {new}" for old, new in moved))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, where, lines, overrides)) from None
+        raise ConfigError(_describe(exc, where, lines, given)) from None
 
 
-def with_values(config: Config, values: dict[str, Any]) -> Config:
-    """`config` with `section.key` set to each value (a search trial's sample); ConfigError names a bad key."""
+def with_values(config: Config, values: dict[str, Any], origins: dict[str, str] | None = None) -> Config:
+    """`config` with `section.key` set to each value (a search trial's sample); ConfigError names a bad key
+    and where it was given: `origins[key]` (e.g. the space file's `path:line`), else "search space"."""
+    origins = origins or {}
     data = config.to_dict()
     for key, value in values.items():
         node = data
@@ -123,12 +133,13 @@ def with_values(config: Config, values: dict[str, Any]) -> Config:
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
             if not isinstance(node, dict):
-                raise ConfigError(f"{key}: {part!r} is not a config section")
+                raise ConfigError(f"{key}: {part!r} is not a config section [{origins.get(key, 'search space')}]")
         node[last] = value
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, "search space", {}, [f"{k}=" for k in values])) from None
+        given = {tuple(key.split(".")): origins.get(key, "search space") for key in values}
+        raise ConfigError(_describe(exc, "the base config", {}, given)) from None
 
 
 class YamlLoader(yaml.SafeLoader):
@@ -168,7 +179,14 @@ def _move_old_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
     return moved
 
 
-def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+def _new_path(path: tuple[str, ...]) -> tuple[str, ...]:
+    """A key path under its MOVED_KEYS name, where errors locate it."""
+    new = MOVED_KEYS.get(".".join(path[:2]))
+    return tuple(new.split(".")) + path[2:] if new else path
+
+
+def read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """A YAML mapping file and the line of every key path in it (`_index_lines`); ConfigError names the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -203,7 +221,8 @@ def _index_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, 
             _index_lines(item, path, out)
 
 
-def _apply_override(data: dict[str, Any], override: str) -> None:
+def _apply_override(data: dict[str, Any], override: str) -> tuple[str, ...]:
+    """Set `section.key=value` in `data`; returns the key path it set."""
     key, sep, raw = override.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override {override!r}: write it as section.key=value")
@@ -223,33 +242,45 @@ def _apply_override(data: dict[str, Any], override: str) -> None:
             )
         node = child
     node[parts[-1]] = value
+    return tuple(parts)
 
 
-def _describe(
-    exc: ValidationError, where: str, lines: dict[tuple[str, ...], int], overrides: tuple[str, ...] | list[str]
-) -> str:
+def _describe(exc: ValidationError, where: str, lines: dict[tuple[str, ...], int],
+              given: dict[tuple[str, ...], str]) -> str:
+    """Each problem as `key: message [origin]`; `given` maps each key path set after the file (a command-line
+    override, a search-space key) to where it was set."""
     problems = []
     for err in exc.errors():
-        loc = tuple(str(p) for p in err["loc"] if not _is_union_tag(p))
+        loc = _schema_key(err["loc"])
         key = ".".join(loc) or "(top level)"
-        # the deepest located prefix of the key gives the line
-        line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
-        origin = f"{where}:{line}" if line else where
-        if any(f"{o.split('=', 1)[0]}.".startswith(f"{key}.") for o in overrides):
-            origin = "command line"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check its spelling and section)"
         elif "input" in err and not isinstance(err["input"], (dict, list)):
             msg += f" (got {err['input']!r})"
-        problems.append(f"  {key}: {msg} [{origin}]")
+        problems.append(f"  {key}: {msg} [{_origin(loc, where, lines, given)}]")
     return "invalid configuration:\n" + "\n".join(problems)
 
 
-def _is_union_tag(part: Any) -> bool:
-    # pydantic inserts the discriminator value ('bible', 'text', ...) into locations
-    return part in ("bible", "text", "tsv", "jsonl")
+def _origin(loc: tuple[str, ...], where: str, lines: dict[tuple[str, ...], int],
+            given: dict[tuple[str, ...], str]) -> str:
+    """Where the value at `loc` came from: what set it or a section above it (the last override wins), else
+    the file's line of its deepest located prefix, also naming what set a key below it (a section's check)."""
+    above = [origin for path, origin in given.items() if loc[:len(path)] == path]
+    if above:
+        return above[-1]
+    below = list(dict.fromkeys(origin for path, origin in given.items() if path[:len(loc)] == loc))
+    if below and loc and loc not in lines:  # a section the command line made (the top level is the file's too)
+        return ", ".join(below)
+    line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
+    return ", ".join([f"{where}:{line}" if line else where, *below])
 
+
+def _schema_key(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """pydantic's error location as the user's key path: without the discriminator value ('bible', 'mined',
+    ...) that it inserts after a source's list index."""
+    parts = [str(p) for i, p in enumerate(loc) if not (i and isinstance(loc[i - 1], int) and p in SOURCE_KINDS)]
+    return tuple(parts)
 
 
 def evaluated_languages(config: Config, available: list[str]) -> list[str]:

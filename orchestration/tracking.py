@@ -118,6 +118,11 @@ def metric_series(uri: str, run_id: str, key: str) -> list[tuple[int, float, flo
     return [(m.step, m.value, m.timestamp / 1000) for m in _client(uri).get_metric_history(run_id, key)]
 
 
+def experiment_names(uri: str) -> list[str]:
+    """The names of the store's active experiments, sorted."""
+    return sorted(e.name for e in _client(uri).search_experiments())
+
+
 def search_runs(uri: str, experiment: str, filter_string: str = "", max_results: int = 100) -> list:
     """Runs of an experiment, newest first ([] when the experiment does not exist)."""
     client = _client(uri)

@@ -8,6 +8,7 @@ Works against any tracking URI, the embedded sqlite store or a server.
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,10 @@ METRICS = {"evaluate": ("eval/xsim_error", "eval/xsim_error/"), "train": ("dev/b
 def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int = 20, pairs: bool = False,
                  plot: str | None = None, stage: str = "evaluate", testset: str | None = None) -> str:
     """The runs of `stage` (evaluation runs by test error, on the split or on the test set `testset`;
-    training runs and tune trials by best dev error)."""
+    training runs and tune trials by best dev error). ConfigError for an experiment that does not exist or
+    holds no such run (naming what exists): an empty table answers nothing."""
     uri = tracking.resolve_uri(config.tracking.uri)
+    flag = "--experiment" if experiment else "tracking.experiment"
     experiment = experiment or config.tracking.experiment
     if max_runs < 1:
         raise ConfigError(f"--max-runs {max_runs}: show at least one run")
@@ -52,6 +55,9 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
         raise ForeignDataError(f"--plot {plot}: the file exists and is not a figure interlingua compare wrote; "
                                "it is never overwritten: give another path")
     tracking.check_reachable(uri)
+    if experiment not in (names := tracking.experiment_names(uri)):
+        raise ConfigError(f"{flag} {experiment!r}: no such experiment in {uri} (it has: "
+                          f"{', '.join(map(repr, names)) or 'none'}); a stage's first run creates it")
     metric, pair_prefix = METRICS[stage]
     where = f"tags.`interlingua.stage` = '{stage}'"
     if stage == "evaluate":
@@ -59,8 +65,7 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
         where += f" and tags.`interlingua.testset` {on}"
     runs = tracking.search_runs(uri, experiment, where, max_runs)
     if not runs:
-        what = f"{LABELS[stage]} runs" + (f" on test set {testset!r}" if testset else "")
-        return f"no {what} in experiment {experiment!r} of {uri}"
+        raise ConfigError(_no_runs(uri, experiment, stage, testset))
     runs = sorted(runs, key=lambda r: r.data.metrics.get(metric, np.inf))
     differing = _differing([r.data.params for r in runs])
     averages = sorted({k.rsplit("avg_", 1)[1] for r in runs for k in r.data.metrics if "/avg_" in k}, key=len)
@@ -82,6 +87,23 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
         _plot(uri, runs, plot)
         out.append(f"\nfigure: {plot}")
     return "\n".join(out)
+
+
+def _no_runs(uri: str, experiment: str, stage: str, testset: str | None) -> str:
+    """What the experiment holds instead of the runs asked for: its runs of each stage, the test sets evaluated."""
+    runs = tracking.search_runs(uri, experiment, "", max_results=10_000)
+    stages = [r.data.tags.get("interlingua.stage") for r in runs]
+    counts = sorted(Counter(stages).items(), key=str)
+    held = ", ".join(f"{n} {LABELS.get(s, s or 'untagged')}" for s, n in counts) or "none"
+    what = f"{LABELS[stage]} runs" + (f" on test set {testset!r}" if testset else "")
+    message = f"experiment {experiment!r} of {uri} has no {what} (its runs: {held})"
+    if stage == "evaluate" and "evaluate" in stages:
+        sets = {r.data.tags.get("interlingua.testset") for r in runs if r.data.tags.get("interlingua.stage") == stage}
+        evaluated = sorted(f"--testset {name}" for name in sets if name) + (["the split"] if None in sets else [])
+        message += f"; evaluated: {', '.join(evaluated)}"
+    elif stage == "evaluate" and "train" in stages:
+        message += "; `interlingua evaluate` makes evaluation runs, `--stage train` compares the training runs"
+    return message
 
 
 def _pct(value: float | None) -> str:

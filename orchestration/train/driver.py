@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,10 +159,31 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     return TrainResult(model_dir, run_id, meta["step"], meta.get("dev_error"), skipped=False)
 
 
+def _interruptible_trainer():
+    """TorchTrainer that records a SIGINT its own handler (set by `fit()` on the main thread) received.
+    `_register_sigint_handler` is Ray 2.x's; were it renamed, an interrupt would again exit 1 (the run still
+    ends KILLED): tests/orchestration/train/test_fault_tolerance.py checks the exit code."""
+    from ray.train.torch import TorchTrainer
+
+    class InterruptibleTrainer(TorchTrainer):
+        interrupted = False
+
+        def _register_sigint_handler(self, controller) -> None:
+            super()._register_sigint_handler(controller)
+            graceful_abort = signal.getsignal(signal.SIGINT)
+
+            def handler(signum: int, frame: Any) -> None:
+                self.interrupted = True
+                graceful_abort(signum, frame)  # Ray's: aborts the workers, then exits
+
+            signal.signal(signal.SIGINT, handler)
+
+    return InterruptibleTrainer
+
+
 def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
     """Ray Train's run; the last reported checkpoint (it holds the best model so far)."""
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
     from orchestration.train.loop import train_loop_per_worker
 
@@ -169,7 +191,7 @@ def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
     ensure_ray(r.ray_address)
     cfg = {**cfg, "verbosity": logs.verbosity()}  # the workers log at the command's level
     resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {})}
-    trainer = TorchTrainer(
+    trainer = _interruptible_trainer()(
         train_loop_per_worker,
         train_loop_config=cfg,
         scaling_config=ScalingConfig(num_workers=r.num_workers, use_gpu=r.use_gpu, resources_per_worker=resources),
@@ -183,7 +205,14 @@ def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
             logging_config=LoggingConfig(log_level=logs.ray_train_log_level()),  # reports, checkpoints: -v
         ),
     )
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except SystemExit:
+        # Ray Train's SIGINT handler aborts the run and calls sys.exit, which Ray's ray.get turns into
+        # SystemExit(1): the CLI would exit 1 with no word. An interrupt is a KeyboardInterrupt here.
+        if trainer.interrupted:
+            raise KeyboardInterrupt from None
+        raise
     if result.checkpoint is None:
         raise TrainError(f"training ended without a checkpoint in {train_dir / 'ray'}")
     return result.checkpoint

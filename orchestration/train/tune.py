@@ -25,7 +25,7 @@ from pydantic import Field, ValidationError
 
 from orchestration import tracking
 from orchestration.cluster import ensure_ray
-from orchestration.config import Config, ConfigError, load_yaml, with_values
+from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
 from pipelines.config import Schema, dump_yaml
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,12 @@ def load_space(path: str | Path) -> SearchSpace:
     return space
 
 
+def space_origins(path: str | Path) -> dict[str, str]:
+    """Each key of the file's `space` -> `path:line`, for errors that name where a value was given."""
+    _, lines = read_yaml(Path(path))
+    return {p[1]: f"{path}:{line}" for p, line in lines.items() if len(p) == 2 and p[0] == "space"}
+
+
 def tune_domains(space: SearchSpace) -> dict[str, Any]:
     """Ray Tune's search-space objects, one per config key."""
     from ray import tune
@@ -137,8 +143,9 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     tracking.check_reachable(uri)
     tune_dir = (Path(config.run_dir) / TUNE_DIR).resolve()
     tune_dir.mkdir(parents=True, exist_ok=True)
+    origins = space_origins(space_path)
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
-        with_values(config, {key: _example(space.space[key])})
+        with_values(config, {key: _example(space.space[key])}, origins)
     state_path = tune_dir / "tune.json"
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
     run_id = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-tune",

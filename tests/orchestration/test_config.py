@@ -76,6 +76,53 @@ def test_unknown_source_kind(tmp_path):
         load_config(path)
 
 
+@pytest.mark.parametrize("kind", ["mined", "text"])
+def test_a_bad_field_of_a_source_names_its_key_and_line_whatever_the_kind(tmp_path, kind):
+    path = write(tmp_path, f"""name: x
+prepare:
+  sources:
+    - kind: {kind}
+      path: "pairs.{{lang}}"
+      languages: [fr, en]
+      min_scor: 1.1
+""")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"prepare.sources.0.min_scor: unknown key (check its spelling and section) [{path}:7]" in str(err.value)
+
+
+def test_a_value_is_blamed_on_where_it_was_given(tmp_path):
+    path = write(tmp_path, """name: x
+prepare:
+  sources:
+    - kind: text
+      path: "c.{lang}"
+      languages: [en, fr]
+  split: {dev_fraction: 0.6}
+""")
+    duplicate = "prepare.sources=[{kind: text, path: 'c.{lang}', languages: [en, en]}]"
+    for config_file in (path, None):  # over a file's list, and over the defaults: the command line's
+        with pytest.raises(ConfigError) as err:
+            load_config(config_file, [duplicate])
+        assert "prepare.sources.0.languages: Value error, language 'en' is given twice [command line]" in str(err.value)
+    with pytest.raises(ConfigError) as err:  # a section's check over a file value and an override: both
+        load_config(path, ["prepare.split.test_fraction=0.5"])
+    assert f"prepare.split: Value error, dev_fraction + test_fraction must be below 1 [{path}:7, command line]" \
+        in str(err.value)
+    path.write_text("prepare:\n  spm:\n    vocab_size: 5\n")
+    with pytest.raises(ConfigError) as err:  # the file's own value, beside an override of its section
+        load_config(path, ["prepare.spm.character_coverage=1.0"])
+    assert f"prepare.spm.vocab_size: Input should be greater than or equal to 100 (got 5) [{path}:3]" in str(err.value)
+
+
+def test_a_key_that_moved_is_blamed_on_where_it_was_given(tmp_path):
+    path = write(tmp_path, "name: x\ntrain:\n  num_workers: 0\n")  # now runtime.num_workers
+    with pytest.raises(ConfigError, match=rf"runtime\.num_workers: .* \(got 0\) \[{path}:3\]"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"runtime\.num_workers: .* \(got 0\) \[command line\]"):
+        load_config(None, ["train.num_workers=0"])
+
+
 def test_language_given_twice(tmp_path):
     path = write(tmp_path, "prepare:\n  sources:\n    - {kind: text, path: 'c.{lang}', languages: [en, fr, en]}\n")
     with pytest.raises(ConfigError, match="language 'en' is given twice"):

@@ -121,7 +121,9 @@ def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_
     assert "testset" not in on_split
     on_ruth = compare_runs(config, testset="ruth")
     assert "2 evaluation runs" in on_ruth and "testset-ruth" in on_ruth
-    assert "no evaluation runs on test set 'flores'" in compare_runs(config, testset="flores")
+    with pytest.raises(ConfigError, match="no evaluation runs on test set 'flores' .*"
+                                          "evaluated: --testset pinned, --testset ruth, the split"):
+        compare_runs(config, testset="flores")
 
 
 def noisy_copy(model_dir, out, seed: int):

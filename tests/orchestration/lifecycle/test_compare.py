@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from orchestration import tracking
+from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.lifecycle.compare import compare_runs
 
@@ -60,7 +61,33 @@ def test_runs_best_first_with_the_differing_parameters_pairs_and_a_figure(tmp_pa
     assert trains[3].split()[0] == "fast" and trains[3].split()[-1] == "FINISHED"
 
 
-def test_an_empty_experiment_says_so(tmp_path):
-    config = load_config(None, [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
-    assert compare_runs(config, experiment="nothing") == (
-        f"no evaluation runs in experiment 'nothing' of sqlite:///{tmp_path / 'mlflow.db'}")
+def compare_error(capsys, *args: str) -> str:
+    """The one line `interlingua compare` writes when it exits 2."""
+    assert main(["compare", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured.err
+    assert captured.err.startswith("interlingua compare: error: ")
+    return captured.err.strip()
+
+
+def test_an_unknown_or_empty_experiment_or_test_set_is_an_error_naming_what_exists(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = f"tracking.uri={uri}"
+    assert compare_error(capsys, store) == (  # a store never written to
+        f"interlingua compare: error: tracking.experiment 'interlingua': no such experiment in {uri} "
+        "(it has: 'Default'); a stage's first run creates it")
+    tracking.experiment_id(uri, "empty")
+    train_run = log_train(uri, "slow", [0.9, 0.8])
+    assert compare_error(capsys, store, "--experiment", "nothing") == (
+        f"interlingua compare: error: --experiment 'nothing': no such experiment in {uri} (it has: "
+        "'Default', 'empty', 'interlingua'); a stage's first run creates it")
+    assert compare_error(capsys, store, "--experiment", "empty") == (
+        f"interlingua compare: error: experiment 'empty' of {uri} has no evaluation runs (its runs: none)")
+    assert "has no evaluation runs (its runs: 1 training); `interlingua evaluate` makes evaluation runs" in \
+        compare_error(capsys, store)
+
+    log_eval(uri, "a-eval", 0.001, {"en-fr": 0.50, "fr-en": 0.40}, train_run)
+    assert compare_error(capsys, store, "--testset", "gospels") == (
+        f"interlingua compare: error: experiment 'interlingua' of {uri} has no evaluation runs on test set "
+        "'gospels' (its runs: 1 evaluation, 1 training); evaluated: the split")
+    assert main(["compare", store]) == 0 and "a-eval" in capsys.readouterr().out

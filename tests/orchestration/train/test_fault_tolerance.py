@@ -148,3 +148,40 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     assert killed["progress"]["data_digest"] == clean["progress"]["data_digest"]  # the same batches, in order
     for name, tensor in clean["model"].items():
         assert torch.equal(killed["model"][name], tensor), name
+
+
+# --- SIGINT: exit 130, one line, the MLflow run KILLED, and the rerun resumes ------------------------
+
+@pytest.mark.slow
+def test_sigint_during_train_exits_130_with_one_line_and_the_rerun_resumes(small_dataset, tmp_path, local_ray):
+    import ray
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = [sys.executable, "-m", "orchestration.cli", "train", f"run_dir={tmp_path / 'run'}",
+            f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}", "prepare.spm.vocab_size=2000", *TINY,
+            "train.max_steps=300", "train.early_stop_patience_evals=null",
+            f"runtime.ray_address={ray.get_runtime_context().gcs_address}"]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    train_dir = tmp_path / "run" / "train"
+    driver = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        interrupted_at = wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver)[-1]["step"]
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=180)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+    assert lines == ["interlingua train: interrupted; nothing half-done was published; "
+                     "the same command resumes from the last checkpoint"], err[-3000:]
+    assert "Traceback" not in err and not (train_dir / "model").exists()
+    run_id = json.loads((train_dir / "run.json").read_text())["run_id"]
+    assert tracking.get_run(uri, run_id).info.status == "KILLED"
+
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    progress = json.loads((train_dir / "model" / "progress.json").read_text())
+    assert progress["step"] == 300 and progress["history"][-1]["resumed_at_step"] >= interrupted_at
+    assert json.loads((train_dir / "run.json").read_text())["run_id"] == run_id
+    assert tracking.get_run(uri, run_id).info.status == "FINISHED"

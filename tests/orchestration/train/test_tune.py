@@ -31,6 +31,20 @@ def test_space_errors_name_the_file_and_key(tmp_path, small_dataset):
     assert str(trial.run_dir).endswith("tune/trials/t1") and trial.data_dir == config.data_dir.resolve()
 
 
+def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path, small_dataset):
+    config = config_for(small_dataset, tmp_path)
+    space = write_space(tmp_path, "num_samples: 2\nspace:\n  train.lr: {choice: [0.1]}\n"
+                                  "  model.encoder_hidden: {choice: [-4]}\n  train.learning_rate: {choice: [1]}\n")
+    with pytest.raises(ConfigError) as err:  # before any trial: nothing started
+        tune(config, load_space(space), space_path=space)
+    assert f"model.encoder_hidden: Input should be greater than 0 (got -4) [{space}:4]" in str(err.value)
+    assert "command line" not in str(err.value)
+    space.write_text("space:\n  train.learning_rate: {choice: [1]}\n")
+    with pytest.raises(ConfigError, match=rf"train\.learning_rate: unknown key .* \[{space}:2\]"):
+        tune(config, load_space(space), space_path=space)
+    assert not (config.train_dir).exists()
+
+
 @pytest.mark.slow
 def test_tune_runs_trials_nested_in_mlflow_and_writes_the_best_config(small_dataset, tmp_path):
     import ray
