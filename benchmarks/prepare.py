@@ -21,7 +21,7 @@ the machine.
 
 instead runs the job side by side in process and on Beam's DaskRunner against
 a local dask.distributed cluster (a scheduler and 2 single-threaded worker
-processes, `pipelines.local_cluster`), interleaved, checks that both wrote the
+processes, `tests.local_cluster`), interleaved, checks that both wrote the
 same files, and prints the medians and their ratio. Cluster start-up is not
 timed; each Dask run includes its client connection and graph submission.
 """
@@ -32,6 +32,7 @@ import json
 import logging
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,8 +41,11 @@ import sentencepiece as spm
 
 from orchestration.config import load_config
 from pipelines import sources, tokenizer
-from pipelines.local_cluster import local_dask_cluster
-from pipelines.prepare import pipeline_options, run_prepare
+from pipelines.prepare import run_prepare
+from pipelines.runners import pipeline_options
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test tooling: tests.local_cluster
+from tests.local_cluster import local_dask_cluster  # noqa: E402
 
 TINY_BOOK = 63  # 2 John, 13 verses
 

@@ -126,7 +126,8 @@ def main() -> None:
     # paths as given (relative to the checkout): the recorded commands and folders work on any machine
     data_dir, runs, results = base.data_dir, Path(args.runs), Path(args.results)
     if not (data_dir / "manifest.json").is_file():
-        from pipelines.prepare import pipeline_options, run_prepare
+        from pipelines.prepare import run_prepare
+        from pipelines.runners import pipeline_options
 
         run_prepare(base.prepare, data_dir, options=pipeline_options([]), resolved_config=base.to_dict())
     results.mkdir(parents=True, exist_ok=True)

@@ -214,7 +214,8 @@ def main() -> None:
     config = load_config(args.config, args.overrides)
     _same_env_as_workers(config)
     if not (config.data_dir / "manifest.json").is_file():
-        from pipelines.prepare import pipeline_options, run_prepare
+        from pipelines.prepare import run_prepare
+        from pipelines.runners import pipeline_options
 
         run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
 

@@ -253,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _prepare(config, args: argparse.Namespace, beam_args: list[str]) -> int:
-    from pipelines.prepare import pipeline_options, run_prepare, summary
+    from pipelines.prepare import run_prepare, summary
+    from pipelines.runners import pipeline_options
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")

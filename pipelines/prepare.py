@@ -34,8 +34,7 @@ from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
 from pipelines.errors import EmptyDataError
-# pipeline_options lives in pipelines.runners; callers import it from here
-from pipelines.runners import for_cluster, pipeline_options, release  # noqa: F401  (re-exported: callers import it from here)
+from pipelines.runners import for_cluster, release
 from pipelines.split import SplitTuples, check_held_out
 from pipelines.transforms import CleanTupleFn, ReadTupleFn
 

@@ -76,7 +76,8 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory) -> Config:
     """The seven short books prepared once (vocabulary 2,000) for the model and training tests."""
-    from pipelines.prepare import pipeline_options, run_prepare
+    from pipelines.prepare import run_prepare
+    from pipelines.runners import pipeline_options
 
     config = small_config(tmp_path_factory.mktemp("small"))
     run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())

@@ -3,7 +3,6 @@
     embedding.py   Ray Data: a split's complete tuples -> embeddings per language on disk (model or USE)
     job.py         evaluate(): the stage cache, embedding, sharded search (`evaluation.xsim` on Ray
                    tasks reading the stored embeddings), metrics, report files and the MLflow run
-    memory.py      peak_rss(): the driver's peak memory during a call (flat as the split grows)
 """
 
 

@@ -13,7 +13,7 @@
 5. `evaluation.report` files and an MLflow run nested under the training run.
 
 The driver holds a block of queries at a time, never a split's embeddings or texts
-(`orchestration.evaluate.memory` measures its peak memory).
+(`tests.memory` measures its peak memory).
 """
 from __future__ import annotations
 

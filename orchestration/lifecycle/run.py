@@ -77,7 +77,8 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     from orchestration.model_dir import MODEL_FILE
     from orchestration.train.driver import train
     from pipelines.dataset import file_sha256
-    from pipelines.prepare import pipeline_options, run_prepare
+    from pipelines.prepare import run_prepare
+    from pipelines.runners import pipeline_options
 
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # before any long work

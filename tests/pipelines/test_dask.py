@@ -1,7 +1,7 @@
 """The job on Beam's DaskRunner against a real dask.distributed cluster, byte for byte against in-process.
 
 The cluster is a `dask scheduler` and two `dask worker` processes on 127.0.0.1
-(ports chosen by the OS; `pipelines.local_cluster`), started once for this
+(ports chosen by the OS; `tests.local_cluster`), started once for this
 module and always stopped, whatever the tests do. Every wait has a deadline.
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ import pytest
 
 from orchestration.cli import main as cli
 from pipelines import dataset
-from pipelines.local_cluster import local_dask_cluster
-from pipelines.prepare import pipeline_options, run_prepare
+from tests.local_cluster import local_dask_cluster
+from pipelines.prepare import run_prepare
+from pipelines.runners import pipeline_options
 from pipelines.runners import DASK_RUNNER, for_cluster
 from tests.conftest import SMALL_BOOKS, small_config
 

@@ -10,7 +10,8 @@ from orchestration.config import ConfigError, load_config
 from pipelines.clean import WRONG_LANGUAGE, Cleaner
 from pipelines.config import FilterConfig, LanguageIdConfig, NormalizeConfig
 from pipelines.langid import LanguageCheck, unchecked_languages
-from pipelines.prepare import pipeline_options, run_prepare
+from pipelines.prepare import run_prepare
+from pipelines.runners import pipeline_options
 from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
 
 ON = LanguageIdConfig(enabled=True)

@@ -59,7 +59,8 @@ def test_a_changed_or_unfinished_mining_output_is_refused(mined):
 
 @pytest.mark.slow
 def test_prepare_on_mined_pairs_accounts_for_every_pair(mined, tmp_path):
-    from pipelines.prepare import pipeline_options, run_prepare
+    from pipelines.prepare import run_prepare
+    from pipelines.runners import pipeline_options
 
     folder, scores = mined
     config = mined_config(folder, "prepare.split.dev_size=5", "prepare.split.test_size=5",

@@ -9,7 +9,8 @@ import sentencepiece as spm
 
 from orchestration.config import load_config
 from pipelines import dataset, tokenizer
-from pipelines.prepare import pipeline_options, run_prepare
+from pipelines.prepare import run_prepare
+from pipelines.runners import pipeline_options
 from pipelines.split import CONTAMINATED, HeldOutError
 from tests.conftest import disk_full_at_second_shard, small_config, write_lines
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipelines import dataset, staging, storage
-from pipelines.prepare import pipeline_options, run_prepare
+from pipelines.prepare import run_prepare
+from pipelines.runners import pipeline_options
 from tests.conftest import disk_full_at_second_shard, small_config
 
 LANGS = ["en", "fr"]
