@@ -162,6 +162,11 @@ def save_model(model: MultilingualNMT, path: str, **meta: Any) -> None:
     torch.save({"args": model.args, "state_dict": model.state_dict(), "meta": meta}, path)
 
 
+def load_meta(path: str) -> dict[str, Any]:
+    """The metadata `save_model` stored with the model, without reading its weights (memory-mapped)."""
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True).get("meta", {})
+
+
 def load_model(path: str, map_location: str | torch.device = "cpu") -> tuple[MultilingualNMT, dict[str, Any]]:
     """The model saved by `save_model` (in eval mode) and its metadata."""
     blob = torch.load(path, map_location=map_location, weights_only=False)
