@@ -152,7 +152,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     if not model_path.is_file():
         raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")
     if own_text:
-        model_files.verify(model_files.check(model_dir))  # its own spm.model reads the text: the trained one?
+        model_files.verify(model_files.check(model_dir))  # it reads the text with its own spm.model: the right one?
         languages = model_files.load(model_path)[0].languages
         return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages)
     mismatch = False

@@ -117,7 +117,7 @@ def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
                             f"{manifest['languages']})")
     # the fingerprint pins what the manifest says; the shards' sha256 pin what is read (the text: no spm)
     try:
-        verify(folder, (spec.split,), spm=False)
+        manifest = verify(folder, (spec.split,), spm=False)
     except DatasetError as exc:
         raise EvaluateError(f"evaluate.testsets {spec.name}: the pinned set changed: {exc}") from None
     table = read_split(folder, spec.split, ["key", *[f"{lang}_text" for lang in languages]])

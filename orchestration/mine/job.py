@@ -100,8 +100,8 @@ def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarra
 
 
 def check_k(k: int, sentences: dict[str, Sentences]) -> None:
-    """MineError naming mine.k and the sizes when k exceeds a side's distinct sentences: a neighbourhood of
-    more than a side holds padding, and the margin's neighbourhood mean then nears 0 or below (scores of 1e8)."""
+    """MineError naming mine.k and the sizes when k exceeds a side's distinct sentences, before any embedding:
+    such a k used to be clamped to the whole side, whose mean cosine nears 0, and margins reached 8.4e8."""
     smallest = min(sentences.values(), key=lambda s: len(s.texts))
     if k > len(smallest.texts):
         sizes = ", ".join(f"{lang} {len(s.texts)}" for lang, s in sentences.items())
