@@ -57,9 +57,15 @@ class Pairs:
 
 
 def margin(fwd: Neighbours, bwd: Neighbours) -> np.ndarray:
-    """(X, k) ratio margin of each x's k candidates: cos / ((mean_k(x) + mean_k(y)) / 2)."""
+    """(X, k) ratio margin of each x's k candidates: cos / ((mean_k(x) + mean_k(y)) / 2). ValueError when a
+    neighbourhood mean is not positive: the ratio is then undefined (it used to be divided by 1e-9)."""
     denominator = (fwd.mean[:, None] + bwd.mean[fwd.ids]) / 2  # (X, k)
-    return fwd.scores / np.maximum(denominator, 1e-9)
+    undefined = int((denominator <= 0).any(axis=1).sum())
+    if undefined:
+        raise ValueError(f"the margin is undefined for {undefined} of {len(denominator)} sentences: the mean "
+                         f"cosine of their {fwd.scores.shape[1]} nearest neighbours is not positive (k reaches "
+                         "unrelated sentences)")
+    return fwd.scores / denominator
 
 
 def _rank_of(neighbours: Neighbours, rows: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -194,8 +200,9 @@ def knn(queries: np.ndarray, candidates: np.ndarray, k: int, *, index: str = "fl
     from evaluation.search import merge, normalized, search_shard
     from evaluation.xsim import LocalExecutor
 
+    if not 1 <= k <= len(candidates):  # never clamped: a caller's k is its margin's neighbourhood
+        raise ValueError(f"k={k} nearest neighbours of {len(candidates)} candidates; k must be 1 to {len(candidates)}")
     q, c = normalized(queries, "cosine"), normalized(candidates, "cosine")
-    k = min(k, len(c))
     if index == "ivfpq":
         approximate = approximate_index(c, nprobe=nprobe)
         parts = [approximate.search(q[s:s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]

@@ -13,6 +13,7 @@ softmax with in-batch negatives, the modern form of a margin ranking loss).
 """
 from __future__ import annotations
 
+import zipfile
 from typing import Any, Sequence
 
 import torch
@@ -160,6 +161,13 @@ class MultilingualNMT(nn.Module):
 def save_model(model: MultilingualNMT, path: str, **meta: Any) -> None:
     """One file that `load_model` turns back into the model: constructor args, weights, `meta`."""
     torch.save({"args": model.args, "state_dict": model.state_dict(), "meta": meta}, path)
+
+
+def load_meta(path: str) -> dict[str, Any]:
+    """The metadata `save_model` stored with the model, without reading its weights (memory-mapped; a file of
+    torch's legacy, pre-zip format cannot be, and is read whole)."""
+    mmap = zipfile.is_zipfile(path)
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap).get("meta", {})
 
 
 def load_model(path: str, map_location: str | torch.device = "cpu") -> tuple[MultilingualNMT, dict[str, Any]]:

@@ -6,6 +6,7 @@
         config.yaml     the resolved run config (normalization, model, train)
         progress.json   the training progress at export (step, dev error, history)
         lineage.json    what it was made from: the dataset's fingerprint, the sha256 of spm.model and model.pt
+    (model.pt also records the sha256 of the spm.model it was trained with, since lineage.json is optional)
 
 `interlingua train` writes it (from a checkpoint), `evaluate`, `search`,
 `embed` and the MLflow pyfunc model read it; a registered model carries it.
@@ -88,10 +89,12 @@ def lineage(model_dir: Path) -> dict[str, str]:
 
 
 def verify(model_dir: Path) -> dict[str, str]:
-    """Check model.pt and spm.model against the sha256 recorded in lineage.json; the lineage, with the
+    """Check model.pt and spm.model against the sha256 recorded in lineage.json, and spm.model against the
+    tokenizer's sha256 recorded in model.pt itself (`check_trained_tokenizer`); the lineage, with the
     tokenizer's sha256 taken from the bundled spm.model when none was recorded. ModelDirError naming the
     file that differs."""
-    record = dict(lineage(model_dir))
+    recorded = lineage(model_dir)
+    record = dict(recorded)
     for name, key in ((MODEL_FILE, "model_sha256"), (SPM_FILE, "spm_sha256")):
         path = model_dir / name
         if not path.is_file():
@@ -101,7 +104,29 @@ def verify(model_dir: Path) -> dict[str, str]:
             raise ModelDirError(f"{path}: sha256 {actual[:12]} differs from {record[key][:12]} recorded in "
                                 f"{LINEAGE_FILE}: the file is damaged or was replaced; export the model again")
         record.setdefault(key, actual)
+    check_trained_tokenizer(model_dir, record.get("spm_sha256"), in_lineage="spm_sha256" in recorded)
     return record
+
+
+def check_trained_tokenizer(model_dir: Path, spm_sha256: str | None, *, in_lineage: bool) -> None:
+    """ModelDirError naming both hashes when the bundled spm.model (sha256 `spm_sha256`) is not the tokenizer
+    model.pt records it was trained with; a warning when model.pt records none (a model exported before it
+    did) and lineage.json (`in_lineage`) does not either: its tokenizer cannot be checked."""
+    model_path, spm_path = model_dir / MODEL_FILE, model_dir / SPM_FILE
+    if spm_sha256 is None or not model_path.is_file():
+        return  # `check` and the loaders name a missing file
+    trained_with = meta(model_path).get("spm_sha256")
+    if trained_with is None:
+        if not in_lineage:
+            log.warning("%s: neither %s nor the tokenizer's sha256 in %s (exported before they were recorded): "
+                        "cannot check that %s is the tokenizer it was trained with; a model trained now records it",
+                        model_dir, LINEAGE_FILE, MODEL_FILE, SPM_FILE)
+        return
+    if trained_with != spm_sha256:
+        # not a TokenizerMismatch: re-encoding with this spm.model (evaluate's fallback) would be as wrong
+        raise ModelDirError(f"{spm_path}: sha256 {spm_sha256[:12]} is not the tokenizer {trained_with[:12]} "
+                            f"recorded in {model_path}: the model was trained with another {SPM_FILE}; put its own "
+                            "back, or export the model again")
 
 
 def check_tokenizer(model_dir: Path, manifest: dict[str, Any], data_dir: Path | str) -> None:
@@ -123,12 +148,24 @@ def check_tokenizer(model_dir: Path, manifest: dict[str, Any], data_dir: Path | 
 def load(model_path: Path, map_location: Any = "cpu"):
     """`model.nmt.load_model` of `model_path`, with ModelDirError naming the file when it cannot be read
     (truncated, not a model)."""
-    import pickle
-
     from model.nmt import load_model
 
+    return _readable(model_path, lambda: load_model(str(model_path), map_location=map_location))
+
+
+def meta(model_path: Path) -> dict[str, Any]:
+    """The metadata saved in `model_path` (step, dev error, the tokenizer's sha256), without its weights;
+    ModelDirError naming the file when it cannot be read."""
+    from model.nmt import load_meta
+
+    return _readable(model_path, lambda: load_meta(str(model_path)))
+
+
+def _readable(model_path: Path, read):
+    import pickle
+
     try:
-        return load_model(str(model_path), map_location=map_location)
+        return read()
     except FileNotFoundError:
         raise
     except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:

@@ -191,6 +191,16 @@ def _verify_file(data_dir: str | Path, relative: str, recorded: str | None) -> N
                            "is damaged or was replaced; run `interlingua prepare --force`")
 
 
+def recorded_sha256(manifest: dict[str, Any], splits: list[str] | tuple[str, ...], *,
+                    spm: bool = True) -> dict[str, str]:
+    """{relative path: sha256} of the shards of `splits` (and spm.model) as `manifest` records them: what
+    `verify` checked, for a cache key that changes with the data read."""
+    files = {f["path"]: f["sha256"] for split in splits for f in manifest["splits"][split]["files"]}
+    if spm:
+        files[manifest["spm"]["model"]] = manifest["spm"]["sha256"]
+    return files
+
+
 def read_split(data_dir: str | Path, split: str, columns: list[str] | None = None) -> pa.Table:
     """One split as a pyarrow Table (all shards, in shard order)."""
     tables = []

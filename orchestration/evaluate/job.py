@@ -3,8 +3,9 @@
     result = evaluate(load_config("configs/bible6-cpu.yaml"))
 
 1. `resolve_encoder`: the model directory (default: the run's trained model) or the USE baseline.
-2. The stage cache: an evaluation of the same model file, dataset and `evaluate`
-   config (its fingerprint in `state.json`) is returned as it is, unless `force`.
+2. The stage cache: an evaluation of the same model file, data (the sha256 of every file read,
+   verified against the manifest first) and `evaluate` config (its fingerprint in `state.json`) is
+   returned as it is, unless `force`.
 3. `embed_split` (Ray Data actors) writes the embeddings block by block to
    `<run_dir>/eval/<split>/embeddings/` (`evaluation.store`: per language, rows in key order).
 4. `measure`: every ordered pair searched by `evaluation.xsim.search_pairs`
@@ -37,7 +38,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.progress import Progress
 from orchestration.state import read_state, write_state
-from pipelines.dataset import file_sha256, fingerprint, load_manifest, verify
+from pipelines.dataset import file_sha256, fingerprint, load_manifest, recorded_sha256, verify
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +89,13 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     out_dir = (config.eval_dir / (f"{name}-{label}" if label else name)).resolve()
     texts = _testset(config, testset, encoder) if testset else None
     languages = texts.languages if texts else encoder.languages
-    data = texts.data if texts else load_manifest(config.data_dir)["fingerprint"]
-    fp = eval_fingerprint(config, encoder, data)
     check_output(out_dir, also=(STATE_FILE,))  # a user's file there is never overwritten
+    data, verified = _verified_data(config, texts)  # before the cache: it must not answer for changed files
+    fp = eval_fingerprint(config, encoder, data, verified)
     state = read_state(out_dir / STATE_FILE)
     if not force and state.get("fingerprint") == fp and (out_dir / "metrics.json").is_file():
         log.info("%s: this model was evaluated on this data already", out_dir)
         return _cached(out_dir, languages, state["run_id"], data)
-    if not texts:
-        verify(config.data_dir, (config.evaluate.split,))  # on the driver, before any Ray work
     ensure_ray(config.runtime.ray_address, log_to_driver=False)
     meta = {"model": model_identity(config, encoder), "split": name, "data": data}
     if texts:
@@ -115,6 +114,16 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id, name, tags)
     write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id, "data": data})
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
+
+
+def _verified_data(config: Config, texts) -> tuple[str, dict[str, str]]:
+    """What is searched (its fingerprint, as tagged) and the sha256 of every file read, checked: the test
+    set's (checked when it was read), or the split's shards and spm.model, verified here on the driver,
+    before any Ray work. DatasetError naming a file that differs from the manifest."""
+    if texts:
+        return texts.data, texts.verified
+    manifest = verify(config.data_dir, (config.evaluate.split,))
+    return manifest["fingerprint"], recorded_sha256(manifest, (config.evaluate.split,))
 
 
 def _testset(config: Config, name: str, encoder: Encoder):
@@ -144,7 +153,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     if not model_path.is_file():
         raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")
     if own_text:
-        model_files.check(model_dir)
+        model_files.verify(model_files.check(model_dir))  # it reads the text with its own spm.model: the right one?
         languages = model_files.load(model_path)[0].languages
         return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages)
     mismatch = False
@@ -165,12 +174,14 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), mismatch, languages)
 
 
-def eval_fingerprint(config: Config, encoder: Encoder, data: str) -> str:
-    """What an evaluation depends on: the model file, the data searched (a fingerprint), the evaluate
+def eval_fingerprint(config: Config, encoder: Encoder, data: str, verified: dict[str, str]) -> str:
+    """What an evaluation depends on: the model file, the data searched (a fingerprint) and the sha256 of
+    the files read (`verified`: a shard changed under an unchanged manifest is other data), the evaluate
     config (but the list of test sets: adding one changes no other evaluation)."""
     return fingerprint({
         "model": model_identity(config, encoder),
         "data": data,
+        "files": verified,
         "evaluate": config.evaluate.model_dump(exclude={"testsets"}),
     })
 

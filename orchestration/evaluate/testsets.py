@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 
 from orchestration.config_sections import TestsetConfig
 from orchestration.evaluate import EvaluateError
-from pipelines.dataset import MANIFEST, file_sha256, fingerprint, load_manifest, read_split
+from pipelines.dataset import (MANIFEST, DatasetError, file_sha256, fingerprint, load_manifest, read_split,
+                               recorded_sha256, verify)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class Testset:
     identity: dict[str, Any]  # the files and their sha256, or the dataset, split and fingerprint
     read: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    verified: dict[str, str] = field(default_factory=dict)  # every file read -> its sha256, as checked
 
     @property
     def data(self) -> str:
@@ -94,7 +96,8 @@ def _from_files(spec: TestsetConfig) -> Testset:
     table = pa.table({"key": [f"{i + 1:09d}" for i in keep],
                       **{f"{lang}_text": [lines[i] for i in keep] for lang, lines in columns.items()}})
     dropped = {"empty": read - len(keep)} if read > len(keep) else {}
-    return Testset(spec.name, table, list(columns), {"files": identity}, read, dropped)
+    verified = {entry["path"]: entry["sha256"] for entry in identity.values()}
+    return Testset(spec.name, table, list(columns), {"files": identity}, read, dropped, verified)
 
 
 def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
@@ -112,10 +115,16 @@ def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
     if missing:
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has no {missing} (it holds "
                             f"{manifest['languages']})")
+    # the fingerprint pins what the manifest says; the shards' sha256 pin what is read (the text: no spm)
+    try:
+        manifest = verify(folder, (spec.split,), spm=False)
+    except DatasetError as exc:
+        raise EvaluateError(f"evaluate.testsets {spec.name}: the pinned set changed: {exc}") from None
     table = read_split(folder, spec.split, ["key", *[f"{lang}_text" for lang in languages]])
     read = len(table)
     table = table.filter(functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_text"]) for lang in languages]))
     table = table.sort_by("key")
     dropped = {"incomplete": read - len(table)} if read > len(table) else {}
     identity = {"dataset": str(folder.resolve()), "split": spec.split, "fingerprint": spec.fingerprint}
-    return Testset(spec.name, table, list(languages), identity, read, dropped)
+    return Testset(spec.name, table, list(languages), identity, read, dropped,
+                   recorded_sha256(manifest, (spec.split,), spm=False))

@@ -54,8 +54,9 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
         encoder, normalize, model_meta = load_encoder(config, Path(tmp), out_dir / EMBEDDINGS)
         sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
+        gold = load_gold(config, normalize)  # its errors before the embedding, not after it
+        check_k(m.k, sentences)
         embeddings = {lang: encoder(s.raw, lang) for lang, s in sentences.items()}  # (N, D) each
-    gold = load_gold(config, normalize)
     results = [mine_language_pair(config, sentences[x], sentences[y], embeddings[x], embeddings[y], gold)
                for x, y in combinations([i.lang for i in m.inputs], 2)]
     run_id = write_outputs(config, out_dir, results, sentences, model_meta, uri, parent_run_id)
@@ -71,7 +72,10 @@ def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarra
     shards = max(1, -(-max(len(ex), len(ey)) // 50_000))
     fwd = knn(ex, ey, m.k, index=index, nprobe=m.nprobe, shards=shards, executor=executor)
     bwd = knn(ey, ex, m.k, index=index, nprobe=m.nprobe, shards=shards, executor=executor)
-    candidates = mine_pairs(fwd, bwd, m.mode)
+    try:
+        candidates = mine_pairs(fwd, bwd, m.mode)
+    except ValueError as exc:  # the margin is undefined for these neighbourhoods
+        raise MineError(f"{x.lang}-{y.lang}: {exc}: lower mine.k (now {m.k})") from None
     kept, dropped = filter_pairs(candidates, x.texts, y.texts, src_hubs=hub_counts(bwd, len(x.texts)),
                                  trg_hubs=hub_counts(fwd, len(y.texts)), max_hub=m.max_hub,
                                  max_length_ratio=m.max_length_ratio, min_letter_share=m.min_letter_share,
@@ -94,6 +98,16 @@ def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarra
              "" if scores is None else " (P {precision:.3f} R {recall:.3f} F1 {f1:.3f})".format(**scores))
     return LanguagePair(x.lang, y.lang, index, len(candidates), kept.take(above), kept.score, threshold, dropped,
                         scores, curve)
+
+
+def check_k(k: int, sentences: dict[str, Sentences]) -> None:
+    """MineError naming mine.k and the sizes when k exceeds a side's distinct sentences, before any embedding:
+    such a k used to be clamped to the whole side, whose mean cosine nears 0, and margins reached 8.4e8."""
+    smallest = min(sentences.values(), key=lambda s: len(s.texts))
+    if k > len(smallest.texts):
+        sizes = ", ".join(f"{lang} {len(s.texts)}" for lang, s in sentences.items())
+        raise MineError(f"mine.k={k} is larger than the smaller side ({smallest.lang}: {len(smallest.texts)} "
+                        f"distinct sentences; {sizes}); set mine.k to at most {len(smallest.texts)} (LASER uses 4)")
 
 
 def load_encoder(config: Config, tmp: Path, embeddings_dir: Path) -> tuple[Encoder, Any, dict[str, Any]]:
@@ -168,8 +182,9 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
     langs = [i.lang for i in config.mine.inputs]
     out: dict[tuple[str, str], set[tuple[str, str]]] = {}
     if gold.split:
-        from pipelines.dataset import read_split
+        from pipelines.dataset import read_split, verify
 
+        verify(config.data_dir, (gold.split,), spm=False)  # the gold text as prepared, or DatasetError naming a shard
         table = read_split(config.data_dir, gold.split, [f"{lang}_text" for lang in langs])
         for x, y in combinations(langs, 2):
             out[(x, y)] = {(norm(a, x)[0], norm(b, y)[0]) for a, b in zip(table[f"{x}_text"].to_pylist(),

@@ -24,6 +24,7 @@ from orchestration import model_dir as model_files
 from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
 from pipelines import storage
 from pipelines.config import dump_yaml
+from pipelines.dataset import file_sha256
 
 STATE_FILE = "state.pt"
 
@@ -97,7 +98,10 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
                    folder / STATE_FILE)
         best = MultilingualNMT(**model_args)
         best.load_state_dict(state.best_model)
-        save_model(best, str(folder / MODEL_FILE), step=progress.best_step, dev_error=progress.dev_error)
+        # the tokenizer's identity inside the weights' file: a model folder whose spm.model was replaced is
+        # refused even without lineage.json (`model_dir.verify`)
+        save_model(best, str(folder / MODEL_FILE), step=progress.best_step, dev_error=progress.dev_error,
+                   spm_sha256=file_sha256(spm_model))
         shutil.copy(spm_model, folder / SPM_FILE)
         (folder / CONFIG_FILE).write_text(dump_yaml(config))
         (folder / PROGRESS_FILE).write_text(json.dumps(asdict(progress), indent=2))

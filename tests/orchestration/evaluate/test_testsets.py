@@ -18,7 +18,7 @@ from orchestration.evaluate.testsets import load_testset
 from orchestration.lifecycle.champion import register_and_decide
 from orchestration.lifecycle.compare import compare_runs
 from pipelines.config import dump_yaml
-from pipelines.dataset import load_manifest
+from pipelines.dataset import file_sha256, load_manifest
 from tests.conftest import write_lines
 from tests.orchestration.helpers import config_for, untrained_model_dir
 
@@ -75,6 +75,49 @@ def test_a_pinned_dataset_is_refused_when_it_changed_or_is_not_pinned(small_data
         load_testset(spec(name="p", dataset=str(data), fingerprint=current), ["fr", "xx"])
     pinned = load_testset(spec(name="p", dataset=str(data), fingerprint=current, split="dev"), ["fr", "en"])
     assert len(pinned.table) == 40 and pinned.identity["fingerprint"] == current
+
+
+def rotate_french(data, rows: int = 20):
+    """Rewrite the test shard of the dataset at `data` with the French text of its first `rows` rows moved
+    one row on (misaligned translations), leaving manifest.json as it was; the shard's path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shard = data / load_manifest(data)["splits"]["test"]["files"][0]["path"]
+    table = pq.read_table(shard)
+    french = table["fr_text"].to_pylist()
+    french[:rows] = french[1:rows] + french[:1]
+    table = table.set_column(table.schema.get_field_index("fr_text"), "fr_text", pa.array(french, pa.string()))
+    pq.write_table(table, shard, compression="zstd")
+    return shard
+
+
+@pytest.mark.slow
+def test_a_pinned_set_or_split_whose_shard_changed_is_refused_and_the_cache_does_not_answer(
+        small_dataset, tmp_path, local_ray, capsys):
+    data = tmp_path / "pinned"
+    shutil.copytree(small_dataset.data_dir, data)
+    pin = {"name": "pin", "dataset": str(data), "fingerprint": load_manifest(data)["fingerprint"]}
+    config = config_for(small_dataset, tmp_path, f"dataset_dir={data}", f"evaluate.testsets={json.dumps([pin])}",
+                        "evaluate.shards=2")
+    (tmp_path / "run.yaml").write_text(dump_yaml(config.to_dict()))
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    first = evaluate(config, model_dir=model, testset="pin")
+    evaluate(config, model_dir=model)  # the split: both evaluations are now in the stage cache
+    shard = rotate_french(data)
+    for testset in (["--testset", "pin"], []):
+        assert main(["evaluate", "-c", str(tmp_path / "run.yaml"), "--model", str(model), *testset]) == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert f"{shard}: sha256" in lines[0] and "differs" in lines[0]
+    # a manifest re-recorded over the new shard, its fingerprint kept: the shard passes verification, and the
+    # evaluation's cache key holds the sha256 verified, so the altered set is measured again
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["splits"]["test"]["files"][0].update(sha256=file_sha256(shard), bytes=shard.stat().st_size)
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    again = evaluate(config, model_dir=model, testset="pin")
+    assert not again.skipped and again.run_id != first.run_id and again.data == first.data
 
 
 def config_with_testsets(small_dataset, tmp_path, files, *overrides):

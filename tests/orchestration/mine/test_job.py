@@ -101,3 +101,47 @@ def test_a_model_directory_embeds_with_the_corpus_job_and_a_rerun_reuses_its_blo
     again = mine(config)
     assert marker.stat().st_mtime_ns == written  # the rerun kept the finished block
     assert len(again.pairs[0].kept) == len(result.pairs[0].kept)
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def mine_args(folder, model, *overrides):
+    return ["mine", f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}",
+            f"mine.model={model}", "prepare.spm.vocab_size=2000",
+            f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+            *overrides]
+
+
+def test_a_k_larger_than_the_smaller_side_is_refused_before_embedding(bucc, small_dataset, capsys):
+    from tests.orchestration.helpers import untrained_model_dir
+
+    folder, _ = bucc
+    model = untrained_model_dir(small_dataset, folder / "model")
+    assert main(mine_args(folder, model, "mine.threshold=1.1", "mine.k=1000000")) == 2
+    line = error_line(capsys)
+    # 287 English verses (Lamentations, Ruth, Jonah), 300 French ones (Ruth, Jonah, Esther), all distinct
+    assert "mine.k=1000000 is larger than the smaller side (en: 287 distinct sentences; fr 300, en 287)" in line
+    assert "set mine.k to at most 287" in line
+    assert not (folder / "run" / "mine" / "embeddings").exists()  # refused before any sentence was embedded
+
+
+def test_a_gold_split_whose_shard_changed_is_refused_naming_it_before_embedding(bucc, small_dataset, capsys):
+    import shutil
+
+    from tests.orchestration.evaluate.test_testsets import rotate_french
+    from tests.orchestration.helpers import untrained_model_dir
+
+    folder, _ = bucc
+    data = folder / "data"
+    shutil.copytree(small_dataset.data_dir, data)
+    shard = rotate_french(data)  # manifest.json as it was
+    model = untrained_model_dir(small_dataset, folder / "model")
+    assert main(mine_args(folder, model, f"dataset_dir={data}", "mine.gold={split: test}")) == 2
+    line = error_line(capsys)
+    assert f"{shard}: sha256" in line and "differs" in line
+    assert not (folder / "run" / "mine" / "embeddings").exists()  # refused before any sentence was embedded
