@@ -19,6 +19,7 @@ from typing import Any, get_args
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from core.errors import UserError
 from orchestration.config_sections import (
     EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, TrackingConfig, TrainConfig,
 )
@@ -45,7 +46,7 @@ SOURCE_KINDS = frozenset(kind for member in get_args(get_args(Source)[0])
                          for kind in get_args(member.model_fields["kind"].annotation))
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration the user must fix; the message says where and what."""
 
 

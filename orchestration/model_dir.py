@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
 from pipelines import storage
 from pipelines.dataset import CONFIG_FILE, SPM_MODEL, file_sha256
 
@@ -34,8 +35,12 @@ REQUIRED = (MODEL_FILE, SPM_FILE, CONFIG_FILE)
 FILES = (*REQUIRED, PROGRESS_FILE, LINEAGE_FILE)  # all a model directory holds
 
 
-class ModelDirError(RuntimeError):
+class ModelDirError(UserError, RuntimeError):
     """A model directory that is corrupt, or of another tokenizer than the data it would be fed."""
+
+
+class ModelMissing(ModelDirError, FileNotFoundError):
+    """A path that holds no model directory."""
 
 
 class TokenizerMismatch(ModelDirError):
@@ -48,10 +53,10 @@ def default(train_dir: Path) -> Path:
 
 
 def check(model_dir: Path) -> Path:
-    """`model_dir` if it holds a model; FileNotFoundError naming what is missing otherwise."""
+    """`model_dir` if it holds a model; ModelMissing (a FileNotFoundError) naming what is missing otherwise."""
     missing = [name for name in REQUIRED if not (model_dir / name).is_file()]
     if missing:
-        raise FileNotFoundError(
+        raise ModelMissing(
             f"{model_dir}: not a model directory (missing {', '.join(missing)}); "
             "`interlingua train` writes one to <run_dir>/train/model"
         )

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.errors import UserError
 from pipelines import storage
 
 FORMAT = "interlingua-dataset/1"
@@ -37,7 +38,7 @@ SPM_VOCAB = "spm.vocab"
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
-class DatasetError(RuntimeError):
+class DatasetError(UserError, RuntimeError):
     """A dataset directory that is missing, incomplete or of another format."""
 
 

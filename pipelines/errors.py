@@ -1,12 +1,14 @@
 """The preparation's user errors, importable without Beam (the CLI catches them for every command)."""
 from __future__ import annotations
 
+from core.errors import UserError
 
-class SourceError(ValueError):
+
+class SourceError(UserError, ValueError):
     """Bad input found before the pipeline starts; the message names file, line and counts."""
 
 
-class HeldOutError(ValueError):
+class HeldOutError(UserError, ValueError):
     """Too few distinct tuples for the dev/test sizes asked for."""
 
 

@@ -19,11 +19,13 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from core.errors import UserError
+
 Location = str | Path
 SCHEMES = ("s3", "gs", "hdfs", "file")
 
 
-class StorageError(ValueError):
+class StorageError(UserError, ValueError):
     """A location that names no filesystem pyarrow can open."""
 
 
@@ -136,7 +138,7 @@ JOURNAL = ".interlingua-writing.json"  # the files an output is about to write i
 _TMP = re.compile(r"\.tmp-[0-9a-f]{8}$")  # `write_json`'s temporary name beside the file
 
 
-class ForeignDataError(ValueError):
+class ForeignDataError(UserError, ValueError):
     """A location holding files the product did not write: it is neither replaced, cleaned nor written into."""
 
 

@@ -4,7 +4,10 @@
     job.py         evaluate(): the stage cache, embedding, sharded search (`evaluation.xsim` on Ray
                    tasks reading the stored embeddings), metrics, report files and the MLflow run
 """
+from __future__ import annotations
+
+from core.errors import UserError
 
 
-class EvaluateError(RuntimeError):
+class EvaluateError(UserError, RuntimeError):
     """An evaluation that cannot run as asked; the message says what to change."""

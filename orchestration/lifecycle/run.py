@@ -9,7 +9,7 @@ data therefore does nothing expensive; new data re-runs what depends on it.
 The stages are MLflow runs nested under one pipeline run. A new model is
 registered and promoted or not by `champion.register_and_decide`.
 
-Exit codes (`EXIT_*`): 0 trained and promoted, 3 nothing to do, 4 trained but
+Exit codes (`core.errors.Exit`): 0 trained and promoted, 3 nothing to do, 4 trained but
 not promoted, 5 another run holds the lock, 1 failed, 2 bad config or input.
 """
 from __future__ import annotations
@@ -23,14 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from core.errors import Exit
 from orchestration import tracking
 from orchestration.config import Config
 
 log = logging.getLogger(__name__)
-
-EXIT_PROMOTED, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-EXIT_NOTHING_TO_DO, EXIT_NOT_PROMOTED, EXIT_ALREADY_RUNNING = 3, 4, 5
-
 
 class AlreadyRunning(RuntimeError):
     pass
@@ -88,7 +85,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
         _close_killed_runs(uri, config.tracking.experiment, run_dir)
         parent = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
                                     tags={"interlingua.stage": "pipeline", "interlingua.run_dir": run_dir})
-        outcome = Outcome(EXIT_FAILED, "failed", run_id=parent)
+        outcome = Outcome(Exit.FAILED, "failed", run_id=parent)
         try:
             prepared = run_prepare(config.prepare, config.data_dir, options=options,
                                    resolved_config=config.to_dict())
@@ -105,11 +102,11 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             name = config.registry.model_name or config.name
             if tracking.find_version(uri, name, MODEL_TAG, sha) is not None:
                 outcome.stages["register"] = "skipped"
-                outcome.code, outcome.message = EXIT_NOTHING_TO_DO, "nothing to do: this model was registered already"
+                outcome.code, outcome.message = Exit.NOTHING_TO_DO, "nothing to do: this model was registered already"
             else:
                 outcome.stages["register"] = "ran"
                 decision = register_and_decide(config, uri, name, sha, trained, challenger, parent)
-                outcome.code = EXIT_PROMOTED if decision.promoted else EXIT_NOT_PROMOTED
+                outcome.code = Exit.OK if decision.promoted else Exit.NOT_PROMOTED
                 outcome.message = decision.message
                 outcome.champion_error, outcome.challenger_error = decision.champion_error, decision.challenger_error
             tracking.set_tags(uri, parent, {f"stage.{k}": v for k, v in outcome.stages.items()}

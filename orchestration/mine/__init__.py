@@ -7,7 +7,10 @@
 The mined pairs are a `prepare` source (`kind: mined`), so `interlingua run`
 retrains on them and promotes the model only when the evaluation improves.
 """
+from __future__ import annotations
+
+from core.errors import UserError
 
 
-class MineError(ValueError):
+class MineError(UserError, ValueError):
     """A mining run that cannot start as asked; the message says what to change."""

@@ -18,12 +18,17 @@ import numpy as np
 import sentencepiece as spm
 import torch
 
+from core.errors import UserError
 from model.inference import embed
 from model.nmt import MultilingualNMT
 from orchestration import model_dir as model_files
 from orchestration.config import load_config
 from pipelines.clean import Normalizer
 
+
+
+class UnknownLanguage(UserError, ValueError):
+    """A language the model has no encoder input for."""
 
 class SentenceEmbedder:
     def __init__(self, model: MultilingualNMT, processor: spm.SentencePieceProcessor, normalizer: Normalizer,
@@ -52,6 +57,6 @@ class SentenceEmbedder:
     def embed(self, sentences: Sequence[str], lang: str) -> np.ndarray:
         """(len(sentences), D) float32; an empty sentence gets the embedding of EOS alone."""
         if lang not in self.languages:
-            raise ValueError(f"the model knows {self.languages}, not {lang!r}")
+            raise UnknownLanguage(f"the model knows {self.languages}, not {lang!r}")
         return embed(self.model, self.token_ids(sentences, lang), lang, max_tokens=self.max_tokens,
                      device=self.device, autocast=self.device.type == "cuda")

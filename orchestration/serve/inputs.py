@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
+from core.errors import UserError
+
 BOM = b"\xef\xbb\xbf"
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """Input that cannot be embedded as given; the message names the file (and line) and what to do."""
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from evaluation.search import search, search_blocks
 from evaluation.store import MANIFEST, StoredEmbeddings
 from orchestration import model_dir as model_files
-from orchestration.config import Config
+from orchestration.config import Config, ConfigError
 from orchestration.serve.embedder import SentenceEmbedder
 from pipelines.dataset import file_sha256, load_manifest, read_split, verify
 
@@ -31,13 +31,13 @@ def nearest_sentences(
     """{target language: [(cosine, tuple key, text), ...] best first}; ValueError for an empty query or a
     language the model does not know, DatasetError for a damaged split."""
     if not query.strip():
-        raise ValueError("--query is empty: give a sentence to search for")
+        raise ConfigError("--query is empty: give a sentence to search for")
     model_dir = Path(model_dir or model_files.default(config.train_dir))
     embedder = SentenceEmbedder.load(model_dir)
     verify(config.data_dir, (config.evaluate.split,), spm=False)  # what the neighbours are read from
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
     if unknown:
-        raise ValueError(f"the model knows {embedder.languages}, not {unknown}")
+        raise ConfigError(f"the model knows {embedder.languages}, not {unknown}")
     query_vec = embedder.embed([query], lang)  # (1, D)
     store = stored_embeddings(config, model_dir)
     out = {}

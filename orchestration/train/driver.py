@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
 from orchestration import logs
 from orchestration import model_dir as model_files
 from orchestration import tracking
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 STATE_FILE = "run.json"
 
 
-class TrainError(RuntimeError):
+class TrainError(UserError, RuntimeError):
     """A training run that cannot start as asked; the message says what to change."""
 
 

@@ -89,9 +89,9 @@ def test_compare_refuses_impossible_options_before_any_work(tmp_path, capsys):
 
 
 def test_every_command_help_shows_an_example(capsys):
-    from orchestration.cli import _parser
+    from orchestration.cli import parser
 
-    commands = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    commands = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     assert {"prepare", "train", "evaluate", "search", "embed", "run", "compare", "tune", "mine", "config"} <= set(commands)
     for name in commands:
         with pytest.raises(SystemExit):

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import Exit
 from orchestration import tracking
 from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.lifecycle.compare import compare_runs
-from orchestration.lifecycle.run import (
-    EXIT_ALREADY_RUNNING, EXIT_NOT_PROMOTED, EXIT_NOTHING_TO_DO, EXIT_PROMOTED, run_lock, run_pipeline,
-)
+from orchestration.lifecycle.run import run_lock, run_pipeline
 from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
 from tests.orchestration.helpers import TINY, checkpoints, wait_for
 
@@ -50,10 +49,10 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     config = pipeline_config(tmp_path, template, uri)
 
     first = run_pipeline(config)
-    assert first.code == EXIT_PROMOTED and first.stages == dict.fromkeys(["prepare", "train", "evaluate",
+    assert first.code == Exit.OK and first.stages == dict.fromkeys(["prepare", "train", "evaluate",
                                                                             "register"], "ran")
     second = run_pipeline(config)  # the scheduled rerun: nothing new
-    assert second.code == EXIT_NOTHING_TO_DO
+    assert second.code == Exit.NOTHING_TO_DO
     assert second.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "skipped")
 
     # another config: a challenger, measured against the champion re-evaluated on the same split; it is
@@ -62,7 +61,7 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     third = run_pipeline(retuned)
     assert third.stages == {"prepare": "skipped", "train": "ran", "evaluate": "ran", "register": "ran"}
     promoted = third.challenger_error < third.champion_error
-    assert third.code == (EXIT_PROMOTED if promoted else EXIT_NOT_PROMOTED), third.message
+    assert third.code == (Exit.OK if promoted else Exit.NOT_PROMOTED), third.message
     champion_version = "2" if promoted else "1"
     assert str(tracking.champion(uri, "pipe").version) == champion_version
 
@@ -73,7 +72,7 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
                                "registry.max_pair_regression=0.0")
     fourth = run_pipeline(stricter)
     assert fourth.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
-    assert fourth.code == EXIT_NOT_PROMOTED and "not promoted" in fourth.message
+    assert fourth.code == Exit.NOT_PROMOTED and "not promoted" in fourth.message
     assert fourth.champion_error is not None  # the champion was re-evaluated on the new test split
     # new data, a new tokenizer: the champion was fed the same sentences encoded with its own (its registered
     # lineage names another spm.model than the new dataset's; fed the dataset's token ids, it would be refused)
@@ -131,7 +130,7 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
     assert tracking._client(uri).search_model_versions("name='pipe'") == []  # nothing half-trained registered
 
     outcome = run_pipeline(load_config(None, overrides))  # the next scheduled run
-    assert outcome.code == EXIT_PROMOTED and outcome.stages["prepare"] == "skipped", outcome.message
+    assert outcome.code == Exit.OK and outcome.stages["prepare"] == "skipped", outcome.message
     trains = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'train'")
     assert len(trains) == 1 and trains[0].info.status == "FINISHED"  # resumed, not duplicated
     progress = json.loads((train_dir / "model" / "progress.json").read_text())
@@ -148,7 +147,7 @@ def test_a_second_run_on_the_same_config_exits_already_running(tmp_path, capsys)
     run_dir = tmp_path / "run"
     with run_lock(run_dir):
         code = main(["run", f"run_dir={run_dir}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"])
-    assert code == EXIT_ALREADY_RUNNING
+    assert code == Exit.ALREADY_RUNNING
     assert "in use by another `interlingua run`" in capsys.readouterr().err
 
 
@@ -203,8 +202,8 @@ def mlflow_server(tmp_path_factory):
 def test_run_and_compare_against_a_tracking_server(tmp_path, book_lines, mlflow_server, local_ray):
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
     config = pipeline_config(tmp_path, template, mlflow_server, "name=served")
-    assert run_pipeline(config).code == EXIT_PROMOTED
-    assert run_pipeline(config).code == EXIT_NOTHING_TO_DO
+    assert run_pipeline(config).code == Exit.OK
+    assert run_pipeline(config).code == Exit.NOTHING_TO_DO
     assert str(tracking.champion(mlflow_server, "served").version) == "1"
     table = compare_runs(config)
     assert "served-eval-test" in table and "1 evaluation runs" in table
@@ -218,7 +217,7 @@ def test_the_loop_closes_the_champion_mines_pairs_and_run_retrains_on_them(tmp_p
 
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert run_pipeline(pipeline_config(tmp_path, template, uri)).code == EXIT_PROMOTED
+    assert run_pipeline(pipeline_config(tmp_path, template, uri)).code == Exit.OK
     manifest = tmp_path / "run" / "data" / "manifest.json"
     tuples_before = json.loads(manifest.read_text())["counts"]["tuples"]["in"]
 
@@ -240,4 +239,4 @@ def test_the_loop_closes_the_champion_mines_pairs_and_run_retrains_on_them(tmp_p
     assert counts["in"] == tuples_before + len(pair.kept)  # every mined pair reached prepare
     assert "below_min_score" not in counts["dropped"]
     promoted = retrained.challenger_error < retrained.champion_error
-    assert retrained.code == (EXIT_PROMOTED if promoted else EXIT_NOT_PROMOTED), retrained.message
+    assert retrained.code == (Exit.OK if promoted else Exit.NOT_PROMOTED), retrained.message

@@ -1,0 +1,88 @@
+"""The `interlingua` command line: one small function per command (`stages.py`, `tools.py`), each with its
+flags beside it, and one table of exit codes (`core.errors.Exit`).
+
+    interlingua prepare --config configs/bible6.yaml prepare.spm.vocab_size=8000
+    interlingua prepare --workers 2                       # Beam in 2 processes
+    interlingua prepare --runner=FlinkRunner --flink_master=host:8081   # any Beam flags
+    interlingua train --config configs/bible6-cpu.yaml    # Ray Train; resumes a stopped run
+    interlingua evaluate --config configs/bible6-cpu.yaml # L x L similarity-search error -> MLflow
+    interlingua search -c configs/bible6-cpu.yaml -q "Dieu est amour." -l fr --in en,zh
+    interlingua embed -c configs/bible6-cpu.yaml -l en -i corpus/ 'more/*.txt' -o embeddings/   # Ray Data
+    interlingua run -c configs/bible6-cpu.yaml            # the whole job, for cron (see exit codes)
+    interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
+    interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
+    interlingua config --config configs/bible6.yaml       # print the resolved config
+
+Arguments of the form `section.key=value` override the config; every other unrecognized `--flag` goes to
+Apache Beam unchanged (prepare, run). A user error (`core.errors.UserError`) is one line and exit 2; an
+unreachable tracking store or cluster one line and exit 1; SIGINT one line and exit 130.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from core.errors import Exit, UserError
+from orchestration import logs
+from orchestration.cli import stages, tools
+from orchestration.cli.common import verbosity_flags
+from orchestration.config import ConfigError, load_config
+
+_OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
+COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
+            tools.add_compare, tools.add_search, tools.add_embed, tools.add_mine, tools.add_config)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("interlingua")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: every command of `COMMANDS`."""
+    main_parser = argparse.ArgumentParser(
+        prog="interlingua", description="Learn language-independent sentence embeddings from N-way parallel corpora.")
+    verbosity_flags(main_parser)
+    main_parser.add_argument("--version", action="version", version=f"interlingua {_version()}")
+    sub = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return main_parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code (`Exit`)."""
+    args, unknown = parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    overrides, args.beam_args = list(args.overrides), [a for a in unknown if a.startswith("-")]
+    for arg in (a for a in unknown if not a.startswith("-")):
+        # a value that followed a Beam flag ("--job_endpoint embed") belongs to Beam
+        (overrides if _OVERRIDE.match(arg) else args.beam_args).append(arg)
+    logs.configure(logs.VERBOSE if args.verbose else logs.QUIET if args.quiet else logs.DEFAULT)
+    try:
+        config = load_config(args.config, overrides)
+        if args.beam_args and not args.beam:
+            raise ConfigError(f"unknown arguments: {' '.join(args.beam_args)}")
+        if args.writes:
+            from orchestration.state import check_writable
+
+            check_writable(Path(config.run_dir), "run_dir")  # before any work, not at its end
+        return args.handler(config, args)
+    except UserError as exc:
+        return _fail(args.command, f"error: {exc}", Exit.USER_ERROR)
+    except ConnectionError as exc:  # the tracking store or the cluster: not the input's fault
+        return _fail(args.command, f"error: {exc}", Exit.FAILED)
+    except KeyboardInterrupt:
+        resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
+        return _fail(args.command, f"interrupted; nothing half-done was published{resume}", Exit.INTERRUPTED)
+
+
+def _fail(command: str, message: str, code: Exit) -> int:
+    print(f"interlingua {command}: {message}", file=sys.stderr)
+    return code
