@@ -118,6 +118,16 @@ def metric_series(uri: str, run_id: str, key: str) -> list[tuple[int, float, flo
     return [(m.step, m.value, m.timestamp / 1000) for m in _client(uri).get_metric_history(run_id, key)]
 
 
+def literal(value: str) -> str:
+    """`value` as a string literal of MLflow's search filter (`tags.x = {literal(v)}`). The filter has no escape
+    for a quote: a value holding ' goes between double quotes; ValueError when it holds both ' and "."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise ValueError(f"{value!r}: MLflow's search filter cannot match a name holding both ' and \"; rename it")
+
+
 def search_runs(uri: str, experiment: str, filter_string: str = "", max_results: int = 100) -> list:
     """Runs of an experiment, newest first ([] when the experiment does not exist)."""
     client = _client(uri)
@@ -234,7 +244,7 @@ def find_version(uri: str, name: str, tag: str, value: str) -> str | None:
     from mlflow.exceptions import MlflowException
 
     try:
-        versions = _client(uri).search_model_versions(f"name='{name}'")
+        versions = _client(uri).search_model_versions(f"name={literal(name)}")
     except MlflowException:
         return None
     for version in versions:

@@ -51,3 +51,20 @@ def test_an_empty_experiment_says_so(tmp_path):
     config = load_config(None, [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     assert compare_runs(config, experiment="nothing") == (
         f"no evaluation runs in experiment 'nothing' of sqlite:///{tmp_path / 'mlflow.db'}")
+
+
+def test_a_test_set_name_holding_a_quote_is_found(tmp_path, capsys):
+    from orchestration.cli import main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for name, testset in (("quoted-eval", "it's"), ("plain-eval", "its"), ("split-eval", None)):
+        run = tracking.start_run(uri, "interlingua", name, {"name": name}, tags={
+            "interlingua.stage": "evaluate", **({"interlingua.testset": testset} if testset else {})})
+        tracking.log_metrics(uri, run, {"eval/xsim_error": 0.25}, 0)
+        tracking.end_run(uri, run, "FINISHED")
+    assert main(["compare", "--testset", "it's", f"tracking.uri={uri}"]) == 0
+    out = capsys.readouterr().out
+    assert "1 evaluation runs" in out and "quoted-eval" in out and "plain-eval" not in out
+    assert main(["compare", "--testset", "say \"it's\"", f"tracking.uri={uri}"]) == 2  # MLflow cannot match it
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--testset 'say \"it\\'s\"': MLflow's search filter cannot match" in err, err
