@@ -113,7 +113,10 @@ def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(sma
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
             # the trial's training run has started: its MLflow run is open (run.json names it)
-            wait_for(lambda: list(trials.glob("*/train/run.json")), 300, "a trial's training run", proc)
+            try:
+                wait_for(lambda: list(trials.glob("*/train/run.json")), 300, "a trial's training run", proc)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{proc.communicate(timeout=60)[1][-3000:]}") from None
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=300)
         finally:
