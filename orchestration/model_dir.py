@@ -176,3 +176,26 @@ def _readable(model_path: Path, read):
     except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
         raise ModelDirError(f"{model_path}: not a readable model file ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}); export it again") from None
+
+
+def load_tokenizer(spm_path: Path):
+    """The sentencepiece processor of `spm_path`, with ModelDirError naming the file when it is not one."""
+    import sentencepiece as spm
+
+    try:
+        return spm.SentencePieceProcessor(model_file=str(spm_path))
+    except (OSError, RuntimeError) as exc:
+        raise ModelDirError(f"{spm_path}: not a readable sentencepiece model ({str(exc).splitlines()[0]}); "
+                            "export the model again") from None
+
+
+def check_readable(model_dir: Path) -> Path:
+    """On the driver, before workers load the model: its files are there (FileNotFoundError naming what is
+    missing), model.pt and spm.model are those lineage.json records, and both load (ModelDirError naming the
+    file). Otherwise every worker would fail on its own, and the reason would be buried in their tracebacks.
+    Returns model.pt's path."""
+    check(model_dir)
+    verify(model_dir)
+    load(model_dir / MODEL_FILE)  # the whole file: a truncated one fails only when read to its end
+    load_tokenizer(model_dir / SPM_FILE)
+    return model_dir / MODEL_FILE

@@ -123,6 +123,16 @@ def experiment_names(uri: str) -> list[str]:
     return sorted(e.name for e in _client(uri).search_experiments())
 
 
+def literal(value: str) -> str:
+    """`value` as a string literal of MLflow's search filter (`tags.x = {literal(v)}`). The filter has no escape
+    for a quote: a value holding ' goes between double quotes; ValueError when it holds both ' and "."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise ValueError(f"{value!r}: MLflow's search filter cannot match a name holding both ' and \"; rename it")
+
+
 def search_runs(uri: str, experiment: str, filter_string: str = "", max_results: int = 100) -> list:
     """Runs of an experiment, newest first ([] when the experiment does not exist)."""
     client = _client(uri)
@@ -239,7 +249,7 @@ def find_version(uri: str, name: str, tag: str, value: str) -> str | None:
     from mlflow.exceptions import MlflowException
 
     try:
-        versions = _client(uri).search_model_versions(f"name='{name}'")
+        versions = _client(uri).search_model_versions(f"name={literal(name)}")
     except MlflowException:
         return None
     for version in versions:

@@ -96,6 +96,8 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     if not force and state.get("fingerprint") == fp and (out_dir / "metrics.json").is_file():
         log.info("%s: this model was evaluated on this data already", out_dir)
         return _cached(out_dir, languages, state["run_id"], data)
+    # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
+    tracking.check_reachable(tracking.resolve_uri(config.tracking.uri))
     ensure_ray(config.runtime.ray_address, log_to_driver=False)
     meta = {"model": model_identity(config, encoder), "split": name, "data": data}
     if texts:

@@ -61,7 +61,7 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
     metric, pair_prefix = METRICS[stage]
     where = f"tags.`interlingua.stage` = '{stage}'"
     if stage == "evaluate":
-        on = f"= '{testset}'" if testset else "IS NULL"  # a test set's runs, or the split's
+        on = f"= {_literal(testset)}" if testset else "IS NULL"  # a test set's runs, or the split's
         where += f" and tags.`interlingua.testset` {on}"
     runs = tracking.search_runs(uri, experiment, where, max_runs)
     if not runs:
@@ -163,3 +163,10 @@ def _plot(uri: str, runs: list, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": PLOT_SOFTWARE})  # how a rerun knows it may replace it
     plt.close(fig)
+
+
+def _literal(testset: str) -> str:
+    try:
+        return tracking.literal(testset)
+    except ValueError as exc:
+        raise ConfigError(f"--testset {exc}") from None

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestration.config_sections import MineInput
+from orchestration.config_sections import MineConfig, MineInput
 from orchestration.mine import MineError
 from pipelines.clean import Normalizer
 from pipelines.config import NormalizeConfig
@@ -35,6 +35,38 @@ def input_files(spec: MineInput) -> list[Path]:
     return files
 
 
+def check_inputs(m: MineConfig) -> None:
+    """MineError naming the input and what to do, before any model is loaded or sentence embedded: an input
+    matching no file, or holding no sentence; a Parquet input without its column; a missing gold file."""
+    for spec in m.inputs:
+        if not any([_has_sentence(path, spec) for path in input_files(spec)]):  # every file: each column checked
+            raise MineError(f"mine.inputs ({spec.lang}): {spec.path}: no sentence to mine (empty); "
+                            "give files with one sentence per line")
+    gold = m.gold.path if m.gold is not None else None
+    if gold is not None and not Path(gold).is_file():
+        raise MineError(f"mine.gold.path: {gold}: file not found; give a TSV file of true pairs (source<TAB>target "
+                        "per line), or mine.gold={split: dev}")
+
+
+def _has_sentence(path: Path, spec: MineInput) -> bool:
+    """Whether the file holds a non-blank line (text) or a row (Parquet, whose column is checked)."""
+    if spec.format == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise MineError(f"mine.inputs ({spec.lang}): {path}: not a readable Parquet file ({exc})") from None
+        names = meta.schema.to_arrow_schema().names
+        if spec.column not in names:
+            raise MineError(f"mine.inputs ({spec.lang}): {path} has no column {spec.column!r} (it has "
+                            f"{', '.join(names)}); set the input's column")
+        return meta.num_rows > 0
+    with open(path, "rb") as handle:
+        return any(line.strip() for line in handle)  # stops at the first sentence
+
+
 def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
     """The input's distinct non-empty sentences; empty lines and duplicates counted, not kept."""
     normalizer, out, seen = Normalizer(normalize), Sentences(spec.lang), set()
@@ -49,6 +81,8 @@ def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
             seen.add(text)
             out.texts.append(text)
             out.raw.append(raw)
+    if not out.texts:  # every line empty once normalized: nothing to embed
+        raise MineError(f"mine.inputs ({spec.lang}): {spec.path}: no sentence to mine ({out.read} lines, all empty)")
     log.info("%s: %d lines, %d distinct sentences (dropped: %s)", spec.lang, out.read, len(out.texts),
              ", ".join(f"{r} {n}" for r, n in out.dropped.items()) or "none")
     return out

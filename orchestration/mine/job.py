@@ -27,8 +27,9 @@ from orchestration import model_dir as model_files
 from orchestration import tracking
 from orchestration.config import Config
 from orchestration.mine import MineError
-from orchestration.mine.inputs import Sentences, read_sentences
+from orchestration.mine.inputs import Sentences, check_inputs, read_sentences
 from orchestration.mine.report import EMBEDDINGS, LanguagePair, check_output, write_outputs
+from orchestration.state import check_writable
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
     out_dir = config.mine_dir.resolve()
+    check_inputs(m)  # a missing or empty file is the user's to fix before any model is loaded
+    check_writable(out_dir, "mine.output_dir")
     check_output(out_dir)  # a user's folder is refused before any work
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
         encoder, normalize, model_meta = load_encoder(config, Path(tmp), out_dir / EMBEDDINGS)
@@ -192,7 +195,11 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
         return out
     x, y = langs[:2]
     pairs = set()
-    for i, line in enumerate(Path(gold.path).read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = Path(gold.path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MineError(f"mine.gold.path: {gold.path}: not a readable UTF-8 file ({exc})") from None
+    for i, line in enumerate(text.splitlines(), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise MineError(f"{gold.path}:{i}: expected source<TAB>target, got {len(fields)} fields")

@@ -101,7 +101,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: 
     module), on the Ray cluster at `ray_address` (`orchestration.cluster.ensure_ray`) when blocks
     are left to do; CorpusError on bad input or an `out_dir` holding other embeddings (without `force`)."""
     started = time.monotonic()
-    model_path = model_files.check(model_dir) / model_files.MODEL_FILE
+    model_path = model_files.check_readable(model_dir)  # on the driver: a damaged model is named before Ray
     languages, dim = _model_languages(model_path)
     if lang not in languages:
         raise CorpusError(f"the model knows {languages}, not {lang!r}")

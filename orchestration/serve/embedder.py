@@ -41,7 +41,7 @@ class SentenceEmbedder:
         model_dir = model_files.check(Path(model_dir))
         model_files.verify(model_dir)  # model.pt and spm.model as exported (ModelDirError otherwise)
         model, _ = model_files.load(model_dir / model_files.MODEL_FILE, map_location=device)
-        processor = spm.SentencePieceProcessor(model_file=str(model_dir / model_files.SPM_FILE))
+        processor = model_files.load_tokenizer(model_dir / model_files.SPM_FILE)
         config = load_config(model_dir / model_files.CONFIG_FILE)
         return cls(model.to(device), processor, Normalizer(config.prepare.normalize),
                    max_tokens=max_tokens, device=device)

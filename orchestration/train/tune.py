@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from orchestration import tracking
 from orchestration.cluster import ensure_ray
@@ -32,16 +36,27 @@ log = logging.getLogger(__name__)
 
 METRIC = "dev_error"  # the best dev similarity error so far, as `checkpoint.report` reports it
 TUNE_DIR, BEST_FILE = "tune", "best.yaml"
+NO_TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"  # Ray Tune's switch for its own SIGINT handler (we install ours)
 
 
 class Domain(Schema):
     """One key's search domain: exactly one of the fields."""
 
-    choice: list[Any] | None = None
-    grid: list[Any] | None = None
+    choice: list[Any] | None = Field(default=None, min_length=1)
+    grid: list[Any] | None = Field(default=None, min_length=1)
     uniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high].")
-    loguniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high].")
+    loguniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high], low > 0.")
     randint: list[int] | None = Field(default=None, min_length=2, max_length=2, description="[low, high), integers.")
+
+    @field_validator("uniform", "loguniform", "randint")
+    @classmethod
+    def _bounds(cls, bounds: list[float] | None, info) -> list[float] | None:
+        # Ray Tune would refuse these only when the search starts, its MLflow run open
+        if bounds is not None and not bounds[0] < bounds[1]:
+            raise ValueError(f"{bounds}: low must be below high")
+        if bounds is not None and info.field_name == "loguniform" and bounds[0] <= 0:
+            raise ValueError(f"{bounds}: both bounds must be above 0 (a log scale)")
+        return bounds
 
 
 class Asha(Schema):
@@ -76,15 +91,18 @@ def load_space(path: str | Path) -> SearchSpace:
         space = SearchSpace.model_validate(data)
     except FileNotFoundError:
         raise ConfigError(f"{path}: search space file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
+        raise ConfigError(f"{path}: not a readable search space file ({exc}); give a YAML file") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except ValidationError as exc:
-        problems = "\n".join(
-            f"  {'.'.join(map(str, e['loc']))}: "
-            + ("unknown key (check its spelling)" if e["type"] == "extra_forbidden" else e["msg"])
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: "
+            + ("unknown key (check its spelling)" if e["type"] == "extra_forbidden"
+               else e["msg"].removeprefix("Value error, "))
             for e in exc.errors()
         )
-        raise ConfigError(f"{path}: invalid search space:\n{problems}") from None
+        raise ConfigError(f"{path}: invalid search space: {problems}") from None
     for key, domain in space.space.items():
         if sum(v is not None for v in domain.model_dump().values()) != 1:
             raise ConfigError(f"{path}: space.{key}: give exactly one of choice, grid, uniform, loguniform, randint")
@@ -134,11 +152,8 @@ def _trial(params: dict[str, Any]) -> None:
 
 
 def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneResult:
-    """Run (or resume) the search; write the best trial's config; log the search to MLflow."""
-    import ray
-    from ray import tune as ray_tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
+    """Run (or resume) the search; write the best trial's config; log the search to MLflow. Ctrl+C stops the
+    trials, saves the search for a rerun to resume, marks its MLflow runs KILLED and raises KeyboardInterrupt."""
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
     tune_dir = (Path(config.run_dir) / TUNE_DIR).resolve()
@@ -146,39 +161,24 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     origins = space_origins(space_path)
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
         with_values(config, {key: _example(space.space[key])}, origins)
+    domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
     state_path = tune_dir / "tune.json"
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
     run_id = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-tune",
                                 {"space": space.model_dump(mode="json"), **config.to_dict()},
                                 resume_run_id=state.get("run_id"), tags={"interlingua.stage": "tune"})
     state_path.write_text(json.dumps({"run_id": run_id}))
-    ensure_ray(config.runtime.ray_address)
-    per_trial = config.runtime.num_workers * config.runtime.cpus_per_worker
-    concurrent = space.max_concurrent_trials or max(1, int(ray.cluster_resources().get("CPU", 1)) // per_trial)
-    # the trial itself only waits on its Ray Train run, whose workers hold the CPUs (Tune needs a
-    # non-empty request: a hundredth of a CPU)
-    trainable = ray_tune.with_resources(_trial, {"CPU": 0.01})
-    param_space = {"values": tune_domains(space), "base": config.to_dict(), "parent_run_id": run_id}
-    scheduler = (ASHAScheduler(time_attr="step", grace_period=space.asha.grace_steps,
-                               reduction_factor=space.asha.reduction_factor, max_t=config.train.max_steps)
-                 if space.scheduler == "asha" else FIFOScheduler())
-    experiment = tune_dir / "ray"
-    if ray_tune.Tuner.can_restore(str(experiment)):
-        log.info("resuming the search in %s", experiment)
-        tuner = ray_tune.Tuner.restore(str(experiment), trainable, param_space=param_space, resume_errored=True)
-    else:
-        tuner = ray_tune.Tuner(
-            trainable, param_space=param_space,
-            tune_config=ray_tune.TuneConfig(metric=METRIC, mode="min", num_samples=space.num_samples,
-                                            scheduler=scheduler, max_concurrent_trials=concurrent),
-            run_config=ray_tune.RunConfig(name="ray", storage_path=str(tune_dir), verbose=1),
-        )
     try:
-        results = tuner.fit()
+        ensure_ray(config.runtime.ray_address)
+        tuner = _tuner(config, space, domains, run_id, tune_dir)
+        with _graceful_sigint() as interrupted:
+            results = tuner.fit()
+        if interrupted.is_set():  # Tune returns as from a finished search: the trials were stopped
+            raise KeyboardInterrupt
         best = results.get_best_result(metric=METRIC, mode="min", scope="all")
         if best is None or best.metrics.get(METRIC) is None:
-            raise RuntimeError(f"no trial reported a dev error; see the trial logs in {experiment}")
-        _close_stopped_trials(uri, config.tracking.experiment, results)
+            raise RuntimeError(f"no trial reported a dev error; see the trial logs in {tune_dir / 'ray'}")
+        _close_running_trials(uri, config.tracking.experiment, run_id)  # those the scheduler stopped
         values = best.config["values"]
         path = tune_dir / BEST_FILE
         path.write_text(f"# best of {len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
@@ -187,11 +187,68 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                              step=0)
         tracking.set_tags(uri, run_id, {f"tune.best.{k}": str(v) for k, v in values.items()})
         tracking.log_artifact(uri, run_id, path)
-    except BaseException:
-        tracking.end_run(uri, run_id, "FAILED")
+    except BaseException as exc:
+        _close_running_trials(uri, config.tracking.experiment, run_id)  # their actors are gone
+        tracking.end_run(uri, run_id, "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED")
         raise
     tracking.end_run(uri, run_id, "FINISHED")
     return TuneResult(path, float(best.metrics[METRIC]), len(results), run_id)
+
+
+def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: str, tune_dir: Path):
+    """A new Ray Tune search of `domains`, or the one saved in `tune_dir` restored."""
+    import ray
+    from ray import tune as ray_tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    per_trial = config.runtime.num_workers * config.runtime.cpus_per_worker
+    concurrent = space.max_concurrent_trials or max(1, int(ray.cluster_resources().get("CPU", 1)) // per_trial)
+    # the trial itself only waits on its Ray Train run, whose workers hold the CPUs (Tune needs a
+    # non-empty request: a hundredth of a CPU)
+    trainable = ray_tune.with_resources(_trial, {"CPU": 0.01})
+    param_space = {"values": domains, "base": config.to_dict(), "parent_run_id": run_id}
+    experiment = tune_dir / "ray"
+    if ray_tune.Tuner.can_restore(str(experiment)):
+        log.info("resuming the search in %s", experiment)
+        return ray_tune.Tuner.restore(str(experiment), trainable, param_space=param_space, resume_errored=True)
+    scheduler = (ASHAScheduler(time_attr="step", grace_period=space.asha.grace_steps,
+                               reduction_factor=space.asha.reduction_factor, max_t=config.train.max_steps)
+                 if space.scheduler == "asha" else FIFOScheduler())
+    return ray_tune.Tuner(
+        trainable, param_space=param_space,
+        tune_config=ray_tune.TuneConfig(metric=METRIC, mode="min", num_samples=space.num_samples,
+                                        scheduler=scheduler, max_concurrent_trials=concurrent),
+        run_config=ray_tune.RunConfig(name="ray", storage_path=str(tune_dir), verbose=1),
+    )
+
+
+@contextmanager
+def _graceful_sigint() -> Iterator[threading.Event]:
+    """Ctrl+C during `Tuner.fit`: Tune stops the trials and saves the search's state (what a rerun resumes), and
+    the event is set for the caller to report the interruption. Tune's own SIGINT handler stops as gracefully but
+    then returns as if the search had ended, so ours asks Tune through its SIGUSR1 handler. A second Ctrl+C, or
+    one before Tune listens, stops at once."""
+    interrupted = threading.Event()
+
+    def on_sigint(signum, frame) -> None:
+        tune_handler = signal.getsignal(signal.SIGUSR1)
+        if interrupted.is_set() or not callable(tune_handler):
+            raise KeyboardInterrupt
+        interrupted.set()
+        log.warning("interrupted: stopping the trials and saving the search for a rerun (Ctrl+C again: at once)")
+        tune_handler(signal.SIGUSR1, frame)
+
+    saved = os.environ.get(NO_TUNE_SIGINT)
+    os.environ[NO_TUNE_SIGINT] = "1"
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if saved is None:
+            os.environ.pop(NO_TUNE_SIGINT, None)
+        else:
+            os.environ[NO_TUNE_SIGINT] = saved
 
 
 def _example(domain: Domain) -> Any:
@@ -201,10 +258,9 @@ def _example(domain: Domain) -> Any:
     return (domain.uniform or domain.loguniform or domain.randint)[0]
 
 
-def _close_stopped_trials(uri: str, experiment: str, results) -> None:
-    """Trials the scheduler stopped end with their actor, their MLflow runs still RUNNING: mark them KILLED."""
-    for result in results:
-        trial = result.metrics.get("trial_id")
-        for run in tracking.search_runs(uri, experiment, f"tags.`interlingua.trial` = '{trial}'", 5):
-            if run.info.status == "RUNNING":
-                tracking.end_run(uri, run.info.run_id, "KILLED")
+def _close_running_trials(uri: str, experiment: str, tune_run_id: str) -> None:
+    """The search's trial runs still RUNNING (their actors stopped by the scheduler or an interruption, with no
+    chance to end their runs): marked KILLED. A rerun of the search resumes them and sets them RUNNING again."""
+    running = f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'RUNNING'"
+    for run in tracking.search_runs(uri, experiment, running, 1000):
+        tracking.end_run(uri, run.info.run_id, "KILLED")

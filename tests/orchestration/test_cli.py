@@ -68,17 +68,45 @@ def test_train_without_a_dataset_says_to_prepare_first(tmp_path, capsys):
     assert "train.paths.0.kind" in capsys.readouterr().err
 
 
-def test_an_unreachable_tracking_server_fails_train_and_compare_at_once(small_dataset, tmp_path, capsys):
-    from tests.orchestration.helpers import free_ports
+# every command that talks to the tracking store, with what it needs besides the store to start its work
+STORE_COMMANDS = {
+    "train": [],
+    "evaluate": ["--model", "{model}"],
+    "run": [],
+    "tune": ["--space", "{space}"],
+    "compare": [],
+    "mine": ["mine.inputs=[{{lang: en, path: '{en}'}}, {{lang: fr, path: '{fr}'}}]", "mine.model={model}",
+             "mine.threshold=1.0"],
+}
 
+
+@pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
+def test_an_unreachable_tracking_server_fails_every_command_before_any_work(command, small_dataset, book_lines,
+                                                                             tmp_path, capsys, monkeypatch):
+    import ray
+
+    from tests.conftest import write_lines
+    from tests.orchestration.helpers import free_ports, untrained_model_dir
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started before the tracking store was checked")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whatever an earlier test left running
+    monkeypatch.setattr(ray, "init", no_ray)
+    lines = book_lines({"en": "k", "fr": "l"}, [57])  # Philemon
+    files = {"model": untrained_model_dir(small_dataset, tmp_path / "model"),
+             "en": write_lines(tmp_path / "en.txt", lines["en"]), "fr": write_lines(tmp_path / "fr.txt", lines["fr"]),
+             "space": tmp_path / "space.yaml"}
+    files["space"].write_text("space:\n  train.lr: {loguniform: [0.001, 0.01]}\nnum_samples: 2\n")
     (port,) = free_ports(1)
-    where = [f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}", "prepare.spm.vocab_size=2000",
-             f"tracking.uri=http://127.0.0.1:{port}"]
-    for command in (["train", *where], ["compare", *where]):
-        assert main(command) == 1
-        err = capsys.readouterr().err
-        assert f"127.0.0.1:{port} is unreachable" in err and "Traceback" not in err
-    assert not (tmp_path / "run" / "train").exists()  # nothing started
+    run_dir = tmp_path / "run"
+    args = [a.format(**files) for a in STORE_COMMANDS[command]]
+    assert main([command, *args, f"run_dir={run_dir}", f"dataset_dir={small_dataset.data_dir}",
+                 "prepare.spm.vocab_size=2000", f"tracking.uri=http://127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"interlingua {command}: error: MLflow tracking store http://127.0.0.1:{port} "
+                                f"is unreachable: {err.split('unreachable: ', 1)[-1].strip()}"], err
+    assert not run_dir.exists() or [p.name for p in run_dir.iterdir()] == [], "work was done"
 
 
 def test_compare_refuses_impossible_options_before_any_work(tmp_path, capsys):

@@ -81,6 +81,45 @@ def test_a_damaged_model_file_is_named_by_every_reader(small_dataset, tmp_path, 
         assert str(model / model_files.MODEL_FILE) in line and "recorded in lineage.json" in line
 
 
+def _truncated_model(model, book_lines):
+    path = model / model_files.MODEL_FILE
+    path.write_bytes(path.read_bytes()[:1000])
+    return f"{path}: sha256"  # lineage.json records the whole file
+
+
+def _another_tokenizer(model, book_lines):
+    other_tokenizer(book_lines, model / model_files.SPM_FILE)
+    return f"{model / model_files.SPM_FILE}: sha256"
+
+
+def _not_a_tokenizer(model, book_lines):
+    (model / model_files.LINEAGE_FILE).unlink()  # a model exported before lineage.json: only loading it tells
+    (model / model_files.SPM_FILE).write_bytes(b"not a sentencepiece model")
+    return f"{model / model_files.SPM_FILE}: not a readable sentencepiece model"
+
+
+@pytest.mark.parametrize("damage", [_truncated_model, _another_tokenizer, _not_a_tokenizer])
+def test_embed_names_a_damaged_model_before_ray_starts(damage, small_dataset, tmp_path, book_lines, where, capsys,
+                                                       monkeypatch):
+    import ray
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started for a damaged model")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whatever an earlier test left running
+    monkeypatch.setattr(ray, "init", no_ray)
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    model_files.record_lineage(model, load_manifest(small_dataset.data_dir))  # as `interlingua train` exports it
+    expected = damage(model, book_lines)
+    text = tmp_path / "fr.txt"
+    text.write_text("".join(line + "\n" for line in book_lines({"fr": "l"}, [57])["fr"]))  # Philemon
+    for out in (tmp_path / "blocks", tmp_path / "e.npy"):  # the Ray Data job, and the in-process form
+        assert main(["embed", "--model", str(model), "-l", "fr", "-i", str(text), "-o", str(out), *where]) == 2
+        line = one_line(capsys.readouterr().err)
+        assert line.startswith("interlingua embed: error: ") and expected in line, line
+        assert not out.exists()
+
+
 def test_reencoding_the_text_with_the_datasets_own_tokenizer_gives_its_token_ids(small_dataset, tmp_path):
     """What the champion's re-evaluation relies on: the stored text, encoded with a tokenizer, is the token ids
     `prepare` writes with it."""

@@ -91,3 +91,20 @@ def test_an_unknown_or_empty_experiment_or_test_set_is_an_error_naming_what_exis
         f"interlingua compare: error: experiment 'interlingua' of {uri} has no evaluation runs on test set "
         "'gospels' (its runs: 1 evaluation, 1 training); evaluated: the split")
     assert main(["compare", store]) == 0 and "a-eval" in capsys.readouterr().out
+
+
+def test_a_test_set_name_holding_a_quote_is_found(tmp_path, capsys):
+    from orchestration.cli import main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for name, testset in (("quoted-eval", "it's"), ("plain-eval", "its"), ("split-eval", None)):
+        run = tracking.start_run(uri, "interlingua", name, {"name": name}, tags={
+            "interlingua.stage": "evaluate", **({"interlingua.testset": testset} if testset else {})})
+        tracking.log_metrics(uri, run, {"eval/xsim_error": 0.25}, 0)
+        tracking.end_run(uri, run, "FINISHED")
+    assert main(["compare", "--testset", "it's", f"tracking.uri={uri}"]) == 0
+    out = capsys.readouterr().out
+    assert "1 evaluation runs" in out and "quoted-eval" in out and "plain-eval" not in out
+    assert main(["compare", "--testset", "say \"it's\"", f"tracking.uri={uri}"]) == 2  # MLflow cannot match it
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--testset 'say \"it\\'s\"': MLflow's search filter cannot match" in err, err

@@ -145,3 +145,45 @@ def test_a_gold_split_whose_shard_changed_is_refused_naming_it_before_embedding(
     line = error_line(capsys)
     assert f"{shard}: sha256" in line and "differs" in line
     assert not (folder / "run" / "mine" / "embeddings").exists()  # refused before any sentence was embedded
+
+
+def _parquet_without_the_column(folder):
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"sentence": (folder / "fr.txt").read_text().splitlines()}), folder / "fr.parquet")
+    return [f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.parquet'}', format: parquet}}, "
+            f"{{lang: en, path: '{folder / 'en.txt'}'}}]", "mine.threshold=1.1"], "has no column 'text'"
+
+
+def _empty_input(folder):
+    (folder / "empty.txt").write_text("")
+    return [f"mine.inputs=[{{lang: fr, path: '{folder / 'empty.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+            "mine.threshold=1.1"], "empty.txt: no sentence to mine"
+
+
+def _missing_gold(folder):
+    return [f"mine.gold={{path: '{folder / 'missing.tsv'}'}}"], "mine.gold.path: " + str(folder / "missing.tsv")
+
+
+def _output_under_a_file(folder):
+    (folder / "notes.txt").write_text("a user's file\n")
+    return [f"mine.output_dir={folder / 'notes.txt' / 'mined'}", "mine.threshold=1.1"], "mine.output_dir: cannot write"
+
+
+@pytest.mark.parametrize("case", [_empty_input, _missing_gold, _parquet_without_the_column, _output_under_a_file])
+def test_bad_input_is_one_line_and_exit_2_before_any_model_is_loaded(case, bucc, monkeypatch, capsys):
+    from orchestration.mine import job
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the model was loaded before the inputs were checked")
+
+    monkeypatch.setattr(job, "load_encoder", no_work)
+    folder, _ = bucc
+    overrides, expected = case(folder)
+    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", "mine.model=use",
+            f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+            *overrides]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("interlingua mine: error: ") and expected in err, err
+    assert not (folder / "run" / "mine").exists()

@@ -1,14 +1,19 @@
 """`interlingua tune` on real Bible text: a tiny search on Ray Tune, its trials in MLflow and `compare`."""
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 import yaml
 
 from orchestration import tracking
+from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError, load_config
 from orchestration.train.tune import load_space, trial_config, tune
-from tests.orchestration.helpers import config_for
+from tests.orchestration.helpers import TINY, config_for, wait_for
 
 
 def write_space(tmp_path, text: str):
@@ -81,3 +86,67 @@ space:
     table = compare_runs(config, stage="train")
     assert "2 training runs" in table and "train.lr" in table
     assert yaml.safe_load(result.best_config.read_text())["train"]["lr"] == best.train.lr
+
+
+def where_for(config) -> list[str]:
+    return [f"run_dir={config.run_dir}", f"dataset_dir={config.data_dir}", f"tracking.uri={config.tracking.uri}",
+            "prepare.spm.vocab_size=2000", *TINY]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("space:\n  train.lr: {loguniform: [0.01, -1]}\n", "space.train.lr.loguniform: [0.01, -1.0]: low must be below high"),
+    ("space:\n  train.lr: {loguniform: [0, 0.01]}\n", "space.train.lr.loguniform: [0.0, 0.01]: both bounds must be above 0"),
+    ("space:\n  model.encoder_hidden: {choice: []}\n", "space.model.encoder_hidden.choice: List should have at least 1"),
+    ("space:\n  train.lr: {uniform: [0.1, 0.1]}\n", "space.train.lr.uniform: [0.1, 0.1]: low must be below high"),
+    (None, "not a readable search space file ([Errno 21] Is a directory"),
+])
+def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expected, small_dataset, tmp_path, capsys):
+    config = config_for(small_dataset, tmp_path)
+    if text is None:
+        space = tmp_path / "space"
+        space.mkdir()
+    else:
+        space = write_space(tmp_path, text)
+    assert main(["tune", "--space", str(space), *where_for(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"interlingua tune: error: {space}: " + err.split(f"{space}: ", 1)[-1].strip()], err
+    assert expected in err
+    assert not (tmp_path / "run" / "tune").exists()
+    assert tracking.search_runs(tracking.resolve_uri(config.tracking.uri), config.tracking.experiment) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(small_dataset, tmp_path):
+    config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
+                        "runtime.cpus_per_worker=1")
+    space = write_space(tmp_path, "num_samples: 1\nmax_concurrent_trials: 1\nscheduler: fifo\n"
+                                  "space:\n  train.lr: {grid: [0.01]}\n")
+    command = [sys.executable, "-m", "orchestration.cli", "tune", "--space", str(space), *where_for(config)]
+    uri = tracking.resolve_uri(config.tracking.uri)
+    trials = tmp_path / "run" / "tune" / "trials"
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            # the trial's training run has started: its MLflow run is open (run.json names it)
+            try:
+                wait_for(lambda: list(trials.glob("*/train/run.json")), 300, "a trial's training run", proc)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\n{proc.communicate(timeout=60)[1][-3000:]}") from None
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert [line for line in err.splitlines() if line.startswith("interlingua")] == [
+        "interlingua tune: interrupted; nothing half-done was published"], err
+    assert "Traceback" not in err, err
+    (tune_run,) = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'tune'")
+    trial_runs = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
+    assert tune_run.info.status == "KILLED" and len(trial_runs) == 1
+    assert trial_runs[0].info.status == "KILLED", trial_runs[0].info.status
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"(MLflow tune run {tune_run.info.run_id})" in again.stdout  # the same search, resumed
+    rerun = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
+    assert [(r.info.run_id, r.info.status) for r in rerun] == [(trial_runs[0].info.run_id, "FINISHED")]
+    assert tracking.get_run(uri, tune_run.info.run_id).info.status == "FINISHED"
