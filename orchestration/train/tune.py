@@ -30,12 +30,14 @@ from pydantic import Field, ValidationError, field_validator
 from orchestration import tracking
 from orchestration.cluster import ensure_ray
 from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
+from pipelines import storage
 from pipelines.config import Schema, dump_yaml
 
 log = logging.getLogger(__name__)
 
 METRIC = "dev_error"  # the best dev similarity error so far, as `checkpoint.report` reports it
-TUNE_DIR, BEST_FILE = "tune", "best.yaml"
+TUNE_DIR, BEST_FILE, STATE_FILE = "tune", "best.yaml", "tune.json"
+BEST_HEADER = "# best of "  # the first line of every best.yaml the search writes
 NO_TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"  # Ray Tune's switch for its own SIGINT handler (we install ours)
 
 
@@ -158,16 +160,17 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     tracking.check_reachable(uri)
     tune_dir = (Path(config.run_dir) / TUNE_DIR).resolve()
     tune_dir.mkdir(parents=True, exist_ok=True)
+    check_tune_dir(tune_dir)
     origins = space_origins(space_path)
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
         with_values(config, {key: _example(space.space[key])}, origins)
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
-    state_path = tune_dir / "tune.json"
+    state_path = tune_dir / STATE_FILE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
     run_id = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-tune",
                                 {"space": space.model_dump(mode="json"), **config.to_dict()},
                                 resume_run_id=state.get("run_id"), tags={"interlingua.stage": "tune"})
-    state_path.write_text(json.dumps({"run_id": run_id}))
+    storage.write_json(state_path, {"run_id": run_id})
     try:
         ensure_ray(config.runtime.ray_address)
         tuner = _tuner(config, space, domains, run_id, tune_dir)
@@ -181,7 +184,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
         _close_running_trials(uri, config.tracking.experiment, run_id)  # those the scheduler stopped
         values = best.config["values"]
         path = tune_dir / BEST_FILE
-        path.write_text(f"# best of {len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
+        path.write_text(f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
                         + dump_yaml(with_values(config, values).to_dict()))  # base run_dir
         tracking.log_metrics(uri, run_id, {"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)},
                              step=0)
@@ -193,6 +196,18 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
         raise
     tracking.end_run(uri, run_id, "FINISHED")
     return TuneResult(path, float(best.metrics[METRIC]), len(results), run_id)
+
+
+def check_tune_dir(tune_dir: Path) -> None:
+    """ForeignDataError naming what in `tune_dir` the search did not write: best.yaml (its own begins with
+    BEST_HEADER) and tune.json are rewritten, so a user's file of that name is refused too."""
+    def ours(entry: str) -> bool:
+        if entry == BEST_FILE:
+            return (tune_dir / entry).read_text(errors="replace").startswith(BEST_HEADER)
+        return entry == STATE_FILE or entry.split("/")[0] in ("ray", "trials")
+
+    storage.check_only_ours(tune_dir, ours, what="tune",
+                            advice=f"move them out of {tune_dir}; interlingua writes only its own search there")
 
 
 def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: str, tune_dir: Path):

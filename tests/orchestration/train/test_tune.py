@@ -51,6 +51,20 @@ def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path,
 
 
 @pytest.mark.slow
+def test_a_users_file_in_the_tune_folder_is_never_overwritten(tmp_path, small_dataset):
+    from pipelines.storage import ForeignDataError
+
+    config = config_for(small_dataset, tmp_path)
+    space = write_space(tmp_path, "space:\n  train.lr: {choice: [0.1]}\n")
+    folder = tmp_path / "run" / "tune"
+    folder.mkdir(parents=True)
+    (folder / "best.yaml").write_text("# my own notes\n")
+    with pytest.raises(ForeignDataError, match="best.yaml"):
+        tune(config, load_space(space), space_path=space)
+    assert (folder / "best.yaml").read_text() == "# my own notes\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["best.yaml"]  # refused before any search
+
+
 def test_tune_runs_trials_nested_in_mlflow_and_writes_the_best_config(small_dataset, tmp_path):
     import ray
 
