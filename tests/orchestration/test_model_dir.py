@@ -230,7 +230,7 @@ def test_a_model_records_its_tokenizer_and_a_replaced_spm_model_is_refused_namin
     assert "cannot check" not in caplog.text  # its own tokenizer, recorded: nothing to warn about
 
     replaced = model_files.file_sha256(other_tokenizer(book_lines, model / model_files.SPM_FILE))
-    for command in (embed, ["evaluate", "--model", str(model), *where]):
+    for command in ([*embed, "--force"], ["evaluate", "--model", str(model), *where]):
         assert main(command) == 2
         line = one_line(capsys.readouterr().err)
         assert str(model / model_files.SPM_FILE) in line and replaced[:12] in line and trained_with[:12] in line
