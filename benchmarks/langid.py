@@ -17,8 +17,10 @@ import time
 
 import numpy as np
 
-from pipelines.clean import Normalizer, SentenceFilter
-from pipelines.config import BibleSource, FilterConfig, LanguageIdConfig, NormalizeConfig
+from core.normalize import Normalizer
+from pipelines.clean import SentenceFilter
+from pipelines.config import BibleSource, FilterConfig, LanguageIdConfig
+from core.normalize import NormalizeConfig
 from pipelines.langid import LanguageCheck
 from pipelines.sources import bible_db_path
 

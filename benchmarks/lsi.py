@@ -25,7 +25,7 @@ from evaluation.xsim import average_error, error_matrix  # noqa: E402
 from model.lsi import cooccurrence_matrix, idf_weights, lsi_embeddings  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
 from model.batching import ParallelCorpus  # noqa: E402
-from pipelines.dataset import load_manifest  # noqa: E402
+from core.dataset import load_manifest  # noqa: E402
 
 
 def main() -> None:

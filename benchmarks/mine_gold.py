@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestration.config import load_config, with_values  # noqa: E402
 from orchestration.mine.job import mine  # noqa: E402
-from pipelines.dataset import MANIFEST, read_split  # noqa: E402
+from core.dataset import MANIFEST, read_split  # noqa: E402
 
 
 def write_inputs(config, x: str, y: str, distractors: int, folder: Path, seed: int = 0) -> int:

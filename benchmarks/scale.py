@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestration import tracking  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
-from pipelines.dataset import MANIFEST, SPM_MODEL, SPM_VOCAB, file_sha256, load_manifest  # noqa: E402
+from core.dataset import MANIFEST, SPM_MODEL, SPM_VOCAB, file_sha256, load_manifest  # noqa: E402
 
 INTERLINGUA = str(Path(sys.executable).with_name("interlingua"))
 

@@ -51,7 +51,7 @@ from orchestration import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.train.builders import model_args, training_paths  # noqa: E402
 from orchestration.train.driver import train  # noqa: E402
-from pipelines.dataset import load_manifest, split_files  # noqa: E402
+from core.dataset import load_manifest, split_files  # noqa: E402
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines import storage
+from core import storage
 
 Matrix = dict[tuple[str, str], float]
 FILES = ("error_matrix.csv", "error_matrix.png", "metrics.json")

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pipelines import storage
+from core import storage
 
 FORMAT = "interlingua-stored-embeddings/1"
 MANIFEST = "manifest.json"

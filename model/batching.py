@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import torch
 
 from model.training_paths import Signature, TrainingPath, sample_path
-from pipelines.dataset import EOS_ID, PAD_ID
+from core.dataset import EOS_ID, PAD_ID
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -88,7 +88,7 @@ class ParallelCorpus:
     @classmethod
     def read(cls, data_dir: str | Path, split: str, languages: Sequence[str]) -> ParallelCorpus:
         """The token ids of `languages` in a whole split of a prepared dataset (dev, test: small)."""
-        from pipelines.dataset import read_split
+        from core.dataset import read_split
 
         return cls.from_table(read_split(data_dir, split, [f"{lang}_ids" for lang in languages]), languages)
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipelines.dataset import BOS_ID, EOS_ID, PAD_ID
+from core.dataset import BOS_ID, EOS_ID, PAD_ID
 
 Output = Literal["softmax", "adaptive"]
 

@@ -20,7 +20,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from pipelines.dataset import PAD_ID
+from core.dataset import PAD_ID
 
 Pooling = Literal["max", "last", "mean"]
 

@@ -23,7 +23,8 @@ from core.errors import UserError
 from orchestration.config_sections import (
     EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, TrackingConfig, TrainConfig,
 )
-from pipelines.config import PrepareConfig, Schema, Source
+from pipelines.config import PrepareConfig, Source
+from core.schema import Schema
 
 log = logging.getLogger(__name__)
 

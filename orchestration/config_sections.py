@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pipelines.config import Schema
+from core.schema import Schema
 
 
 class PathConfig(Schema):

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from pipelines import storage
-from pipelines.dataset import CONFIG_FILE, SPM_MODEL, file_sha256
+from core import storage
+from core.dataset import CONFIG_FILE, SPM_MODEL, file_sha256
 
 log = logging.getLogger(__name__)
 

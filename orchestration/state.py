@@ -3,7 +3,7 @@
 `train` keeps `<run_dir>/train/run.json` (fingerprint, MLflow run, done, best
 step); `evaluate` keeps `state.json` in its output folder (fingerprint, MLflow
 run). The dataset's manifest plays this part for `prepare`. A stage whose
-recorded fingerprint (`pipelines.dataset.fingerprint`) equals the current one
+recorded fingerprint (`core.dataset.fingerprint`) equals the current one
 is up to date.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipelines import storage
+from core import storage
 
 
 def read_state(path: Path) -> dict[str, Any]:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import regex
 
-from pipelines.config import FilterConfig, NormalizeConfig
+from core.normalize import NormalizeConfig, Normalizer
+from pipelines.config import FilterConfig
 
 if TYPE_CHECKING:
     from pipelines.langid import LanguageCheck
@@ -55,12 +55,8 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
 _URL_EMAIL = re.compile(
     r"(?i)\b(?:https?://|ftp://|www\.)\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+\b"
 )
-_SPACES = re.compile(r"\s+")
 _LETTER = regex.compile(r"\p{L}")
 _WORD_CHAR = regex.compile(r"[\p{L}\p{N}]")
-# Zero-width (non-)joiners carry meaning in Persian and Indic scripts; every other
-# control or format character (soft hyphen, LRM marks, BOM, NUL...) is removed.
-_CONTROL = regex.compile(r"(?![\u200c\u200d])[\p{Cc}\p{Cf}]")
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,39 +70,6 @@ def length_units(text: str, lang: str) -> int:
     if base_language(lang) in CJK_LANGUAGES:
         return len(text) - text.count(" ")
     return len(text.split())
-
-
-@dataclass
-class Normalizer:
-    """NFKC, control/format characters, whitespace, lowercasing, and noise patterns."""
-
-    config: NormalizeConfig
-    _patterns: list[tuple[str, re.Pattern[str], frozenset[str] | None]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._patterns = [
-            (p.name, re.compile(p.regex), frozenset(p.languages) if p.languages else None)
-            for p in self.config.remove_patterns
-        ]
-
-    def __call__(self, text: str, lang: str) -> tuple[str, list[str]]:
-        """Return the normalized text and the names of the noise patterns that matched."""
-        if self.config.nfkc and not unicodedata.is_normalized("NFKC", text):
-            text = unicodedata.normalize("NFKC", text)
-        matched = []
-        for name, pattern, langs in self._patterns:
-            if langs is not None and lang not in langs:
-                continue
-            text, n = pattern.subn(" ", text)
-            if n:
-                matched.append(name)
-        if text.isprintable():  # no control, format or separator character but the space
-            text = " ".join(text.split())
-        else:
-            text = _SPACES.sub(" ", _CONTROL.sub("", text)).strip()  # remove first: " \u200e " leaves one space
-        if self.config.lowercase:
-            text = text.lower()
-        return text, matched
 
 
 @dataclass

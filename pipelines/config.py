@@ -7,23 +7,17 @@ errors into messages that name the YAML key.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-import yaml
+from pydantic import Field, field_validator, model_validator
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from core.normalize import NormalizeConfig
+from core.schema import Schema
 
 LANG_CODE = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]+)?$")
 
 # The six UN languages of the paper, from the Bible versions listed in shared/DATA.md.
 DEFAULT_BIBLE_VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
-
-
-class Schema(BaseModel):
-    """Base for every config section: unknown keys and silent coercions are errors."""
-
-    # no inf/nan: the resolved config is written as JSON and YAML, and must load back the same
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 def _check_languages(languages: list[str]) -> list[str]:
@@ -125,39 +119,6 @@ class MinedSource(Schema):
 
 
 Source = Annotated[Union[BibleSource, TextSource, TableSource, MinedSource], Field(discriminator="kind")]
-
-
-class RemovePattern(Schema):
-    """A regular expression deleted from sentences (corpus noise); counted per language."""
-
-    name: str
-    regex: str
-    languages: list[str] | None = None
-
-    @field_validator("regex")
-    @classmethod
-    def _compiles(cls, regex: str) -> str:
-        try:
-            re.compile(regex)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from exc
-        return regex
-
-
-def _default_patterns() -> list[RemovePattern]:
-    # The Bible's inline verse references "(51:1)" (fr, ru) and its Chinese notes in
-    # full-width brackets "（细拉）": real noise of the default corpus (shared/DATA.md).
-    # Patterns see NFKC-normalized text, where full-width brackets are ASCII ones.
-    return [
-        RemovePattern(name="inline_reference", regex=r"\(\d+:\d+\)"),
-        RemovePattern(name="bracketed_note", regex=r"\([^()]*\)", languages=["zh"]),
-    ]
-
-
-class NormalizeConfig(Schema):
-    nfkc: bool = True
-    lowercase: bool = True  # the paper lowercases
-    remove_patterns: list[RemovePattern] = Field(default_factory=_default_patterns)
 
 
 class LanguageIdConfig(Schema):
@@ -319,8 +280,3 @@ class PrepareConfig(Schema):
 def source_name(source: BibleSource | TextSource | TableSource | MinedSource, index: int) -> str:
     """The name that prefixes a source's tuple keys: its `name`, else `<kind><index>`."""
     return source.name or f"{source.kind}{index}"
-
-
-def dump_yaml(config: dict[str, Any]) -> str:
-    """A resolved config as YAML: readable, and loadable again as a run config."""
-    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)

@@ -8,7 +8,8 @@ from typing import Any, Iterable, Iterator
 import apache_beam as beam
 import sentencepiece as spm
 
-from pipelines import dataset, storage, tokenizer
+from core import dataset, storage
+from pipelines import tokenizer
 from pipelines.config import SpmConfig
 from pipelines.counting import STATS, CountedParDo, Tally
 from pipelines.joins import JoinSingleton

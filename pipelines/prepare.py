@@ -27,9 +27,11 @@ from typing import Any, Iterator
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import dataset, sources, staging, storage
+from core import dataset, storage
+from pipelines import sources, staging
 from pipelines.clean import SCRIPTS, base_language
-from pipelines.config import PrepareConfig, dump_yaml
+from pipelines.config import PrepareConfig
+from core.schema import dump_yaml
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from pipelines.config import BibleSource, MinedSource, PrepareConfig, TableSource, TextSource, source_name
-from pipelines.dataset import file_sha256
+from core.dataset import file_sha256
 from pipelines.errors import SourceError
 
 MALFORMED = "malformed"

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines import dataset, storage
+from core import dataset, storage
 
 ATTEMPT = "attempt-"
 

@@ -11,7 +11,7 @@ from typing import Iterable
 import sentencepiece as spm
 
 from pipelines.config import SpmConfig
-from pipelines.dataset import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from core.dataset import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def unit_hash(*parts: object) -> float:

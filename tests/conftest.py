@@ -95,9 +95,9 @@ def local_ray():
 
 
 def disk_full_at_second_shard(monkeypatch):
-    """`pipelines.dataset.write_shard` fails with ENOSPC on its second call (a disk filling up mid-job);
+    """`core.dataset.write_shard` fails with ENOSPC on its second call (a disk filling up mid-job);
     returns the real one, to put back."""
-    from pipelines import dataset
+    from core import dataset
 
     real, calls = dataset.write_shard, [0]
 

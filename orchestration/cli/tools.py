@@ -44,7 +44,7 @@ def add_search(sub: argparse._SubParsersAction) -> None:
 
 def search(config: Config, args: argparse.Namespace) -> int:
     from orchestration.serve.nearest import nearest_sentences
-    from pipelines.dataset import load_manifest
+    from core.dataset import load_manifest
 
     if args.k < 1:
         raise ConfigError("-k must be at least 1")
@@ -153,7 +153,7 @@ def add_config(sub: argparse._SubParsersAction) -> None:
 
 
 def show_config(config: Config, args: argparse.Namespace) -> int:
-    from pipelines.config import dump_yaml
+    from core.schema import dump_yaml
 
     print(dump_yaml(config.to_dict()), end="")
     return Exit.OK

@@ -25,8 +25,8 @@ from orchestration import logs
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
 from orchestration.progress import Progress
-from pipelines import storage
-from pipelines.dataset import split_files
+from core import storage
+from core.dataset import split_files
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.progress import Progress
 from orchestration.state import read_state, write_state
-from pipelines.dataset import file_sha256, fingerprint, load_manifest, recorded_sha256, verify
+from core.dataset import file_sha256, fingerprint, load_manifest, recorded_sha256, verify
 
 log = logging.getLogger(__name__)
 

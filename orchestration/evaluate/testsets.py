@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from orchestration.config_sections import TestsetConfig
 from orchestration.evaluate import EvaluateError
-from pipelines.dataset import (MANIFEST, DatasetError, file_sha256, fingerprint, load_manifest, read_split,
+from core.dataset import (MANIFEST, DatasetError, file_sha256, fingerprint, load_manifest, read_split,
                                recorded_sha256, verify)
 
 log = logging.getLogger(__name__)

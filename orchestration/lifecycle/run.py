@@ -73,7 +73,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     from orchestration.lifecycle.champion import MODEL_TAG, register_and_decide
     from orchestration.model_dir import MODEL_FILE
     from orchestration.train.driver import train
-    from pipelines.dataset import file_sha256
+    from core.dataset import file_sha256
     from pipelines.prepare import run_prepare
     from pipelines.runners import pipeline_options
 

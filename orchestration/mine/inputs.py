@@ -8,8 +8,8 @@ from pathlib import Path
 
 from orchestration.config_sections import MineConfig, MineInput
 from orchestration.mine import MineError
-from pipelines.clean import Normalizer
-from pipelines.config import NormalizeConfig
+from core.normalize import Normalizer
+from core.normalize import NormalizeConfig
 
 log = logging.getLogger(__name__)
 

@@ -117,7 +117,7 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: Path) -> tuple[Encod
     """The embedding function of `mine.model`, the normalization it was trained with, and what it is.
     A trained model embeds with the streaming Ray Data job (`serve.corpus.embed_corpus`) into
     `embeddings_dir`/<lang>, which a rerun of the same sentences and model resumes; USE in this process."""
-    from pipelines.config import NormalizeConfig
+    from core.normalize import NormalizeConfig
 
     choice = config.mine.model
     if choice == "use":
@@ -127,7 +127,7 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: Path) -> tuple[Encod
         return (lambda texts, lang: np.asarray(use.encode(texts), dtype=np.float32)), NormalizeConfig(), {
             "model": "use"}
     from orchestration.serve.embedder import SentenceEmbedder
-    from pipelines.dataset import file_sha256
+    from core.dataset import file_sha256
 
     if choice == "run":
         folder = model_files.default(config.train_dir)
@@ -176,7 +176,7 @@ def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path
 
 def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str, str]]]:
     """True (x text, y text) pairs, normalized as the inputs are, for every language pair."""
-    from pipelines.clean import Normalizer
+    from core.normalize import Normalizer
 
     gold = config.mine.gold
     if gold is None:
@@ -185,7 +185,7 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
     langs = [i.lang for i in config.mine.inputs]
     out: dict[tuple[str, str], set[tuple[str, str]]] = {}
     if gold.split:
-        from pipelines.dataset import read_split, verify
+        from core.dataset import read_split, verify
 
         verify(config.data_dir, (gold.split,), spm=False)  # the gold text as prepared, or DatasetError naming a shard
         table = read_split(config.data_dir, gold.split, [f"{lang}_text" for lang in langs])

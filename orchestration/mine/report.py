@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 from evaluation.mining import Pairs
 from orchestration import tracking
 from orchestration.config import Config
-from pipelines import storage
-from pipelines.dataset import file_sha256
+from core import storage
+from core.dataset import file_sha256
 
 FORMAT = "interlingua-mined/1"
 MANIFEST = "manifest.json"

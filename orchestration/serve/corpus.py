@@ -36,8 +36,8 @@ from orchestration.cluster import ensure_ray
 from orchestration.progress import Progress
 from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_block, read_lines,
                                         resolve_inputs)
-from pipelines import storage
-from pipelines.dataset import file_sha256, fingerprint
+from core import storage
+from core.dataset import file_sha256, fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from model.inference import embed
 from model.nmt import MultilingualNMT
 from orchestration import model_dir as model_files
 from orchestration.config import load_config
-from pipelines.clean import Normalizer
+from core.normalize import Normalizer
 
 
 

@@ -120,7 +120,7 @@ def _scan_parquet(path: Path, column: str) -> tuple[InputFile, list[int]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipelines.dataset import file_sha256
+    from core.dataset import file_sha256
 
     parquet = pq.ParquetFile(path)
     schema = parquet.schema_arrow

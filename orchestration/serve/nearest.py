@@ -18,7 +18,7 @@ from evaluation.store import MANIFEST, StoredEmbeddings
 from orchestration import model_dir as model_files
 from orchestration.config import Config, ConfigError
 from orchestration.serve.embedder import SentenceEmbedder
-from pipelines.dataset import file_sha256, load_manifest, read_split, verify
+from core.dataset import file_sha256, load_manifest, read_split, verify
 
 log = logging.getLogger(__name__)
 

@@ -23,11 +23,9 @@ import numpy as np
 import pandas as pd
 
 # The third-party distributions imported when the model loads (`orchestration.serve.embedder` and what it
-# imports), pinned at logging time to the versions installed then. apache-beam and pyarrow are here only
-# because `pipelines.clean` (the normalization), `pipelines.counting` and `pipelines.dataset` import them
-# at module level; serving itself uses neither. mlflow pins itself.
-REQUIREMENTS = ("torch", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow",
-                "apache-beam")
+# imports: the Beam-free `core`, `model`), pinned at logging time to the versions installed then; neither
+# Apache Beam nor Ray (tests/orchestration/test_imports.py). mlflow pins itself.
+REQUIREMENTS = ("torch", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow")
 
 
 class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):

@@ -22,9 +22,9 @@ from model.batching import DataPosition
 from model.nmt import MultilingualNMT, save_model
 from orchestration import model_dir as model_files
 from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
-from pipelines import storage
-from pipelines.config import dump_yaml
-from pipelines.dataset import file_sha256
+from core import storage
+from core.schema import dump_yaml
+from core.dataset import file_sha256
 
 STATE_FILE = "state.pt"
 

@@ -29,9 +29,9 @@ from orchestration.cluster import ensure_ray
 from orchestration.config import Config
 from orchestration.state import read_state, write_state
 from orchestration.train import builders
-from pipelines import storage
-from pipelines.config import dump_yaml
-from pipelines.dataset import SPM_MODEL, fingerprint, load_manifest, read_split, verify
+from core import storage
+from core.schema import dump_yaml
+from core.dataset import SPM_MODEL, fingerprint, load_manifest, read_split, verify
 
 log = logging.getLogger(__name__)
 

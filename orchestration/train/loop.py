@@ -40,7 +40,7 @@ from orchestration.train.builders import schedule_args, training_paths
 from orchestration.train.checkpoint import Progress, TrainingState
 from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress
-from pipelines.dataset import split_files
+from core.dataset import split_files
 
 log = logging.getLogger("interlingua.train")
 

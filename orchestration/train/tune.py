@@ -30,8 +30,8 @@ from pydantic import Field, ValidationError, field_validator
 from orchestration import tracking
 from orchestration.cluster import ensure_ray
 from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
-from pipelines import storage
-from pipelines.config import Schema, dump_yaml
+from core import storage
+from core.schema import Schema, dump_yaml
 
 log = logging.getLogger(__name__)
 

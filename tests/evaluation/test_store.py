@@ -75,7 +75,7 @@ def test_npy_files_are_written_and_read_by_row_range(tmp_path):
 
 
 def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_path):
-    from pipelines import storage
+    from core import storage
 
     folder = tmp_path / "embeddings"
 
@@ -98,7 +98,7 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
 
 def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
     from evaluation.report import check_output
-    from pipelines.storage import ForeignDataError
+    from core.storage import ForeignDataError
 
     for name in ("metrics.json", "state.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from model.batching import (
     token_budget_batches,
 )
 from model.training_paths import TrainingPath
-from pipelines.dataset import split_files
+from core.dataset import split_files
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 

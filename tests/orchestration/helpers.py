@@ -71,8 +71,8 @@ def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
 
     from model.nmt import MultilingualNMT, save_model
     from orchestration import model_dir as files
-    from pipelines.config import dump_yaml
-    from pipelines.dataset import SPM_MODEL, load_manifest
+    from core.schema import dump_yaml
+    from core.dataset import SPM_MODEL, load_manifest
 
     manifest = load_manifest(small_dataset.data_dir)
     torch.manual_seed(0)

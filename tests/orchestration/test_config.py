@@ -4,7 +4,8 @@ import pytest
 import yaml
 
 from orchestration.config import ConfigError, load_config
-from pipelines.config import DEFAULT_BIBLE_VERSIONS, BibleSource, TextSource, dump_yaml
+from pipelines.config import DEFAULT_BIBLE_VERSIONS, BibleSource, TextSource
+from core.schema import dump_yaml
 
 
 def write(tmp_path, text: str):

@@ -26,19 +26,51 @@ BEAM_FREE = [
     "orchestration.tracking",
     "pipelines.clean",
     "pipelines.sources",
-    "pipelines.dataset",
+    "core.dataset",
     "pipelines.tokenizer",
 ]
 
 
-def imported_beam(modules: list[str]) -> bool:
-    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint('apache_beam' in sys.modules)"
+def imported(modules: list[str], package: str = "apache_beam") -> bool:
+    """Whether importing `modules` in a fresh interpreter loads `package`."""
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint({package!r} in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip() == "True"
+
+
+def imported_beam(modules: list[str]) -> bool:
+    return imported(modules, "apache_beam")
 
 
 @pytest.mark.slow
 def test_the_commands_that_run_no_beam_job_do_not_import_beam():
     assert not imported_beam(BEAM_FREE)
     assert imported_beam(["pipelines.prepare"])  # the check can fail: prepare does import it
+
+
+# What the served model imports: the Beam-free core, the model and the embedder.
+SERVING = ["core.dataset", "core.storage", "core.normalize", "core.schema", "core.errors", "model.nmt",
+           "model.inference", "orchestration.serve.embedder", "orchestration.serve.pyfunc"]
+
+
+@pytest.mark.slow
+def test_the_model_the_embedder_and_the_pyfunc_need_neither_beam_nor_ray_train():
+    assert not imported(SERVING, "apache_beam") and not imported(SERVING, "ray.train")
+    assert imported(["ray.train.torch"], "ray.train")  # the check can fail
+    from orchestration.serve.pyfunc import REQUIREMENTS
+
+    assert not {"apache-beam", "ray", "faiss-cpu"} & set(REQUIREMENTS)
+
+
+def test_model_and_evaluation_import_nothing_of_the_beam_job():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for package in ("core", "model", "evaluation"):
+        for path in (root / package).glob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                assert not [n for n in names if n.split(".")[0] in ("pipelines", "orchestration")], (path, names)

@@ -12,7 +12,7 @@ from orchestration import model_dir as model_files
 from orchestration.cli import main
 from orchestration.serve.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
-from pipelines.dataset import load_manifest
+from core.dataset import load_manifest
 from pipelines.tokenizer import train_bpe
 from tests.conftest import VERSIONS
 from tests.orchestration.helpers import config_for, untrained_model_dir

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from pipelines import clean as T
-from pipelines.config import FilterConfig, NormalizeConfig
+from pipelines.config import FilterConfig
+from core.normalize import NormalizeConfig
 
 PSALM_3_1 = (19, 3, 1)
 PSALM_3_2 = (19, 3, 2)

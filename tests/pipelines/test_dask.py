@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 
 from orchestration.cli import main as cli
-from pipelines import dataset
+from core import dataset
 from tests.local_cluster import local_dask_cluster
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options

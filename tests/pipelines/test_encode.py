@@ -8,7 +8,7 @@ import sentencepiece as spm
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import dataset
+from core import dataset
 from pipelines.config import SpmConfig
 from pipelines.counting import STATS
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite, TrainBpe

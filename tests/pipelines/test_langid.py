@@ -8,7 +8,8 @@ import pytest
 
 from orchestration.config import ConfigError, load_config
 from pipelines.clean import WRONG_LANGUAGE, Cleaner
-from pipelines.config import FilterConfig, LanguageIdConfig, NormalizeConfig
+from pipelines.config import FilterConfig, LanguageIdConfig
+from core.normalize import NormalizeConfig
 from pipelines.langid import LanguageCheck, unchecked_languages
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestration.config import load_config
-from pipelines.dataset import file_sha256
+from core.dataset import file_sha256
 from pipelines.errors import SourceError
 from pipelines.sources import BELOW_MIN_SCORE, plan_reads, read_task
 

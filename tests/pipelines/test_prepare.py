@@ -8,7 +8,8 @@ import pytest
 import sentencepiece as spm
 
 from orchestration.config import load_config
-from pipelines import dataset, tokenizer
+from core import dataset
+from pipelines import tokenizer
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
 from pipelines.split import CONTAMINATED, HeldOutError

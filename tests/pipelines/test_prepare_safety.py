@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from pipelines import dataset, staging, storage
+from core import dataset, storage
+from pipelines import staging
 from tests.pipelines.test_prepare_errors import error_line, text_source
 
 ENGLISH, FRENCH = "k", "l"

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from orchestration.config import ConfigError, load_config
 from pipelines import clean
 from pipelines.clean import Cleaner
-from pipelines.config import FilterConfig, NormalizeConfig
+from pipelines.config import FilterConfig
+from core.normalize import NormalizeConfig
 from pipelines.sources import MALFORMED, SourceError, plan_reads, read_task
 
 LINE_BYTES = st.one_of(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import dataset, staging, storage
+from core import dataset, storage
+from pipelines import staging
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
 from tests.conftest import disk_full_at_second_shard, small_config

@@ -18,7 +18,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
 from orchestration.train.driver import train
-from pipelines.dataset import file_sha256, read_split
+from core.dataset import file_sha256, read_split
 from tests.orchestration.helpers import config_for
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]

@@ -17,8 +17,8 @@ from orchestration.evaluate.job import evaluate
 from orchestration.evaluate.testsets import load_testset
 from orchestration.lifecycle.champion import register_and_decide
 from orchestration.lifecycle.compare import compare_runs
-from pipelines.config import dump_yaml
-from pipelines.dataset import file_sha256, load_manifest
+from core.schema import dump_yaml
+from core.dataset import file_sha256, load_manifest
 from tests.conftest import write_lines
 from tests.orchestration.helpers import config_for, untrained_model_dir
 

@@ -9,7 +9,7 @@ import pytest
 
 from orchestration.cli import main
 from orchestration.mine.report import FORMAT, check_output
-from pipelines import storage
+from core import storage
 from tests.conftest import write_lines
 
 SENTINEL = b"a user's file: never overwrite me\n"

@@ -11,7 +11,7 @@ import pytest
 
 from orchestration.serve.corpus import embed_corpus
 from orchestration.serve.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
-from pipelines.dataset import file_sha256
+from core.dataset import file_sha256
 from tests.orchestration.helpers import untrained_model_dir
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from orchestration.cli import main
 from orchestration.serve import corpus
-from pipelines.storage import ForeignDataError
+from core.storage import ForeignDataError
 from tests.orchestration.helpers import untrained_model_dir
 
 SENTINEL = "a user's file: never delete me\n"

@@ -122,7 +122,7 @@ SENTINEL = "a user's file: never delete me\n"
 def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path):
     from ray.train import Checkpoint
 
-    from pipelines.storage import ForeignDataError
+    from core.storage import ForeignDataError
 
     checkpoint_dir = tmp_path / "checkpoint"
     checkpoint_dir.mkdir()
@@ -141,7 +141,7 @@ def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path)
 
 def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     from orchestration.train.driver import check_train_dir, train
-    from pipelines import storage
+    from core import storage
     from tests.orchestration.helpers import config_for
 
     config = config_for(small_dataset, tmp_path)

@@ -75,7 +75,7 @@ def test_bad_language_in_a_path_is_rejected_before_training(small_dataset, tmp_p
 
 def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does(small_dataset, tmp_path):
     from orchestration.train.driver import train_fingerprint
-    from pipelines.dataset import load_manifest
+    from core.dataset import load_manifest
 
     manifest = load_manifest(small_dataset.data_dir)
     base = train_fingerprint(config_for(small_dataset, tmp_path), manifest)

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.errors import UserError
-from pipelines import storage
+from core import storage
 
 FORMAT = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
