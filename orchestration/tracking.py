@@ -6,14 +6,26 @@ beside it), or any tracking server (`http://host:5000`).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 log = logging.getLogger(__name__)
+
+# The tags the project sets on its runs and registered versions (what `compare`, `run` and the champion
+# decision search by).
+STAGE_TAG = "interlingua.stage"  # prepare, train, evaluate, tune, mine, pipeline
+DATA_TAG = "interlingua.data"  # the fingerprint of what was evaluated
+TESTSET_TAG = "interlingua.testset"
+ENCODER_TAG = "interlingua.encoder"
+MODEL_STEP_TAG = "interlingua.model_step"
+TRAIN_RUN_TAG = "interlingua.train_run_id"
+TUNE_TAG, TRIAL_TAG = "interlingua.tune", "interlingua.trial"
+RUN_DIR_TAG = "interlingua.run_dir"
 
 
 def resolve_uri(uri: str) -> str:
@@ -81,6 +93,25 @@ def start_run(
     return run.info.run_id
 
 
+@contextlib.contextmanager
+def run(uri: str, experiment: str, run_name: str, params: Mapping[str, Any], *, stage: str,
+        resume_run_id: str | None = None, parent_run_id: str | None = None,
+        tags: Mapping[str, str] | None = None) -> Iterator[str]:
+    """`with tracking.run(...) as run_id:` the one way a stage opens its MLflow run (`start_run`, tagged with
+    its stage) and ends it: FINISHED, KILLED on an interrupt (SIGINT, SystemExit), FAILED on any error."""
+    run_id = start_run(uri, experiment, run_name, params, resume_run_id=resume_run_id, parent_run_id=parent_run_id,
+                       tags={STAGE_TAG: stage, **(tags or {})})
+    try:
+        yield run_id
+    except (KeyboardInterrupt, SystemExit):
+        end_run(uri, run_id, "KILLED")
+        raise
+    except BaseException:
+        end_run(uri, run_id, "FAILED")
+        raise
+    end_run(uri, run_id, "FINISHED")
+
+
 def log_metrics(uri: str, run_id: str, metrics: Mapping[str, float], step: int) -> None:
     from mlflow.entities import Metric
 
@@ -141,6 +172,11 @@ def search_runs(uri: str, experiment: str, filter_string: str = "", max_results:
         return []
     return client.search_runs([found.experiment_id], filter_string, max_results=max_results,
                               order_by=["attributes.start_time DESC"])
+
+
+def artifacts(uri: str, run_id: str, path: str | None = None) -> list[str]:
+    """The paths of a run's artifacts (under `path`)."""
+    return [a.path for a in _client(uri).list_artifacts(run_id, path)]
 
 
 # --- the model registry (champion / challenger) ---------------------------------------------------
@@ -256,6 +292,11 @@ def find_version(uri: str, name: str, tag: str, value: str) -> str | None:
         if version.tags.get(tag) == value:
             return str(version.version)
     return None
+
+
+def model_versions(uri: str, name: str) -> list:
+    """Every registered version of the model `name` (each with .version and .tags)."""
+    return list(_client(uri).search_model_versions(f"name={literal(name)}"))
 
 
 def champion(uri: str, name: str):

@@ -112,7 +112,7 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     averages = {"all": float(np.mean(list(matrix.values()))), **subset_averages(matrix, languages)}
     named = {f"{p}-{q}": m for (p, q), m in pairs.items()}
     write_report(out_dir, matrix, named, averages, languages, len(store))
-    tags = {"interlingua.data": data, **({"interlingua.testset": testset} if testset else {})}
+    tags = {tracking.DATA_TAG: data, **({tracking.TESTSET_TAG: testset} if testset else {})}
     run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id, name, tags)
     write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id, "data": data})
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
@@ -240,20 +240,16 @@ def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], s
     if encoder == "model" and not label:
         train_run = read_state(config.train_dir / TRAIN_STATE).get("run_id")
     suffix = f"-{label}" if label else ""
-    run_id = tracking.start_run(
-        uri, config.tracking.experiment, f"{config.name}-eval-{name}{suffix}", config.to_dict(),
-        parent_run_id=parent_run_id or train_run,
-        tags={"interlingua.stage": "evaluate", "interlingua.encoder": encoder,
-              "interlingua.model_step": str(meta.get("step")), **tags,
-              **({"interlingua.train_run_id": train_run} if train_run else {})},
-    )
     rename = {"error": "xsim_error"}
     metrics = {f"eval/{rename.get(name, name)}/{pair}": value for pair, m in named.items() for name, value in m.items()}
     metrics["eval/xsim_error"] = averages["all"]
     metrics.update({f"eval/xsim_error/avg_{name}": v for name, v in averages.items() if name != "all"})
     metrics["eval/sentences"] = size
-    tracking.log_metrics(uri, run_id, metrics, 0)
-    for name in FILES:
-        tracking.log_artifact(uri, run_id, out_dir / name)
-    tracking.end_run(uri, run_id, "FINISHED")
+    with tracking.run(uri, config.tracking.experiment, f"{config.name}-eval-{name}{suffix}", config.to_dict(),
+                      stage="evaluate", parent_run_id=parent_run_id or train_run,
+                      tags={tracking.ENCODER_TAG: encoder, tracking.MODEL_STEP_TAG: str(meta.get("step")), **tags,
+                            **({tracking.TRAIN_RUN_TAG: train_run} if train_run else {})}) as run_id:
+        tracking.log_metrics(uri, run_id, metrics, 0)
+        for file in FILES:
+            tracking.log_artifact(uri, run_id, out_dir / file)
     return run_id

@@ -59,10 +59,10 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
         raise ConfigError(f"{flag} {experiment!r}: no such experiment in {uri} (it has: "
                           f"{', '.join(map(repr, names)) or 'none'}); a stage's first run creates it")
     metric, pair_prefix = METRICS[stage]
-    where = f"tags.`interlingua.stage` = '{stage}'"
+    where = f"tags.`{tracking.STAGE_TAG}` = '{stage}'"
     if stage == "evaluate":
         on = f"= {_literal(testset)}" if testset else "IS NULL"  # a test set's runs, or the split's
-        where += f" and tags.`interlingua.testset` {on}"
+        where += f" and tags.`{tracking.TESTSET_TAG}` {on}"
     runs = tracking.search_runs(uri, experiment, where, max_runs)
     if not runs:
         raise ConfigError(_no_runs(uri, experiment, stage, testset))
@@ -92,13 +92,13 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
 def _no_runs(uri: str, experiment: str, stage: str, testset: str | None) -> str:
     """What the experiment holds instead of the runs asked for: its runs of each stage, the test sets evaluated."""
     runs = tracking.search_runs(uri, experiment, "", max_results=10_000)
-    stages = [r.data.tags.get("interlingua.stage") for r in runs]
+    stages = [r.data.tags.get(tracking.STAGE_TAG) for r in runs]
     counts = sorted(Counter(stages).items(), key=str)
     held = ", ".join(f"{n} {LABELS.get(s, s or 'untagged')}" for s, n in counts) or "none"
     what = f"{LABELS[stage]} runs" + (f" on test set {testset!r}" if testset else "")
     message = f"experiment {experiment!r} of {uri} has no {what} (its runs: {held})"
     if stage == "evaluate" and "evaluate" in stages:
-        sets = {r.data.tags.get("interlingua.testset") for r in runs if r.data.tags.get("interlingua.stage") == stage}
+        sets = {r.data.tags.get(tracking.TESTSET_TAG) for r in runs if r.data.tags.get(tracking.STAGE_TAG) == stage}
         evaluated = sorted(f"--testset {name}" for name in sets if name) + (["the split"] if None in sets else [])
         message += f"; evaluated: {', '.join(evaluated)}"
     elif stage == "evaluate" and "train" in stages:
@@ -138,7 +138,7 @@ def _plot(uri: str, runs: list, path: str) -> None:
     fig, axes = plt.subplots(1, 1 + len(others), figsize=(5 + 4 * len(others), 4), squeeze=False)
     curves = axes[0][0]
     for run in runs:
-        trained = run.data.tags.get("interlingua.train_run_id") or run.data.tags.get("mlflow.parentRunId")
+        trained = run.data.tags.get(tracking.TRAIN_RUN_TAG) or run.data.tags.get("mlflow.parentRunId")
         history = tracking.metric_history(uri, trained, "dev/xsim_error") if trained else []
         if history:
             steps, values = zip(*sorted(history))

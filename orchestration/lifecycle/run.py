@@ -83,10 +83,9 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     run_dir = str(Path(config.run_dir).resolve())
     with run_lock(Path(config.run_dir), wait):
         _close_killed_runs(uri, config.tracking.experiment, run_dir)
-        parent = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
-                                    tags={"interlingua.stage": "pipeline", "interlingua.run_dir": run_dir})
-        outcome = Outcome(Exit.FAILED, "failed", run_id=parent)
-        try:
+        with tracking.run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
+                          stage="pipeline", tags={tracking.RUN_DIR_TAG: run_dir}) as parent:
+            outcome = Outcome(Exit.FAILED, "failed", run_id=parent)
             prepared = run_prepare(config.prepare, config.data_dir, options=options,
                                    resolved_config=config.to_dict())
             outcome.stages["prepare"] = "skipped" if prepared.skipped else "ran"
@@ -111,10 +110,6 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
                 outcome.champion_error, outcome.challenger_error = decision.champion_error, decision.challenger_error
             tracking.set_tags(uri, parent, {f"stage.{k}": v for k, v in outcome.stages.items()}
                               | {"decision": outcome.message})
-        except BaseException:
-            tracking.end_run(uri, parent, "FAILED")
-            raise
-        tracking.end_run(uri, parent, "FINISHED")
         return outcome
 
 
@@ -123,8 +118,8 @@ def _close_killed_runs(uri: str, experiment: str, run_dir: str) -> None:
     stage runs. Holding the lock proves no live process owns them; a killed training run is resumed (and set
     RUNNING again) by this run's train stage, so nothing is trained or logged twice."""
     running = "attributes.status = 'RUNNING'"
-    for stale in tracking.search_runs(uri, experiment, f"tags.`interlingua.stage` = 'pipeline' and {running}"):
-        if stale.data.tags.get("interlingua.run_dir") != run_dir:
+    for stale in tracking.search_runs(uri, experiment, f"tags.`{tracking.STAGE_TAG}` = 'pipeline' and {running}"):
+        if stale.data.tags.get(tracking.RUN_DIR_TAG) != run_dir:
             continue
         for child in tracking.search_runs(uri, experiment,
                                           f"tags.`mlflow.parentRunId` = '{stale.info.run_id}' and {running}"):

@@ -141,8 +141,6 @@ def _figure(path: Path, results: list[LanguagePair]) -> None:
 
 
 def _log(config: Config, uri: str, out_dir: Path, results: list[LanguagePair], parent_run_id: str | None) -> str:
-    run_id = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-mine", config.to_dict(),
-                                parent_run_id=parent_run_id, tags={"interlingua.stage": "mine"})
     metrics: dict[str, float] = {}
     for r in results:
         prefix = f"mine/{r.name}"
@@ -150,8 +148,9 @@ def _log(config: Config, uri: str, out_dir: Path, results: list[LanguagePair], p
                         f"{prefix}/threshold": r.threshold})
         metrics.update({f"{prefix}/dropped/{reason}": n for reason, n in r.dropped.items()})
         metrics.update({f"{prefix}/{k}": v for k, v in (r.scores or {}).items()})
-    tracking.log_metrics(uri, run_id, metrics, 0)
-    for name in (MANIFEST, REPORT):
-        tracking.log_artifact(uri, run_id, out_dir / name)
-    tracking.end_run(uri, run_id, "FINISHED")
+    with tracking.run(uri, config.tracking.experiment, f"{config.name}-mine", config.to_dict(), stage="mine",
+                      parent_run_id=parent_run_id) as run_id:
+        tracking.log_metrics(uri, run_id, metrics, 0)
+        for name in (MANIFEST, REPORT):
+            tracking.log_artifact(uri, run_id, out_dir / name)
     return run_id

@@ -139,7 +139,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     train_dir.mkdir(parents=True, exist_ok=True)
     run_id = tracking.start_run(
         uri, config.tracking.experiment, config.name, config.to_dict(),
-        resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={"interlingua.stage": "train", **(tags or {})},
+        resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={tracking.STAGE_TAG: "train", **(tags or {})},
     )
     cfg["mlflow"]["run_id"] = run_id
     write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})

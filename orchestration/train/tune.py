@@ -150,7 +150,7 @@ def _trial(params: dict[str, Any]) -> None:
     trial_id = ray.tune.get_context().get_trial_id()
     config = trial_config(base, params["values"], trial_id)
     train(config, parent_run_id=params["parent_run_id"], callbacks=[TuneReportCallback()],
-          tags={"interlingua.tune": params["parent_run_id"], "interlingua.trial": trial_id})
+          tags={tracking.TUNE_TAG: params["parent_run_id"], tracking.TRIAL_TAG: trial_id})
 
 
 def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneResult:
@@ -167,21 +167,22 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
     state_path = tune_dir / STATE_FILE
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
-    run_id = tracking.start_run(uri, config.tracking.experiment, f"{config.name}-tune",
-                                {"space": space.model_dump(mode="json"), **config.to_dict()},
-                                resume_run_id=state.get("run_id"), tags={"interlingua.stage": "tune"})
-    storage.write_json(state_path, {"run_id": run_id})
-    try:
-        ensure_ray(config.runtime.ray_address)
-        tuner = _tuner(config, space, domains, run_id, tune_dir)
-        with _graceful_sigint() as interrupted:
-            results = tuner.fit()
-        if interrupted.is_set():  # Tune returns as from a finished search: the trials were stopped
-            raise KeyboardInterrupt
-        best = results.get_best_result(metric=METRIC, mode="min", scope="all")
-        if best is None or best.metrics.get(METRIC) is None:
-            raise RuntimeError(f"no trial reported a dev error; see the trial logs in {tune_dir / 'ray'}")
-        _close_running_trials(uri, config.tracking.experiment, run_id)  # those the scheduler stopped
+    with tracking.run(uri, config.tracking.experiment, f"{config.name}-tune",
+                      {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
+                      resume_run_id=state.get("run_id")) as run_id:
+        storage.write_json(state_path, {"run_id": run_id})
+        try:
+            ensure_ray(config.runtime.ray_address)
+            tuner = _tuner(config, space, domains, run_id, tune_dir)
+            with _graceful_sigint() as interrupted:
+                results = tuner.fit()
+            if interrupted.is_set():  # Tune returns as from a finished search: the trials were stopped
+                raise KeyboardInterrupt
+            best = results.get_best_result(metric=METRIC, mode="min", scope="all")
+            if best is None or best.metrics.get(METRIC) is None:
+                raise RuntimeError(f"no trial reported a dev error; see the trial logs in {tune_dir / 'ray'}")
+        finally:  # those the scheduler stopped; on a failure, those whose actors are gone
+            _close_running_trials(uri, config.tracking.experiment, run_id)
         values = best.config["values"]
         path = tune_dir / BEST_FILE
         path.write_text(f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
@@ -190,11 +191,6 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                              step=0)
         tracking.set_tags(uri, run_id, {f"tune.best.{k}": str(v) for k, v in values.items()})
         tracking.log_artifact(uri, run_id, path)
-    except BaseException as exc:
-        _close_running_trials(uri, config.tracking.experiment, run_id)  # their actors are gone
-        tracking.end_run(uri, run_id, "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED")
-        raise
-    tracking.end_run(uri, run_id, "FINISHED")
     return TuneResult(path, float(best.metrics[METRIC]), len(results), run_id)
 
 

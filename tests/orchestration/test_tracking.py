@@ -82,7 +82,7 @@ def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(
     fake.mkdir()
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(root / name, fake / name)
-    for package in ("pipelines", "model", "orchestration", "evaluation"):
+    for package in ("core", "pipelines", "model", "orchestration", "evaluation"):
         (fake / package).mkdir()
         (fake / package / "__init__.py").write_text(f"NAME = {package!r}\n")
     monkeypatch.setattr(orchestration, "__file__", str(fake / "orchestration" / "__init__.py"))
@@ -91,8 +91,8 @@ def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(
     assert tracking.build_project_wheel(tmp_path / "b").name == first.name  # same sources, same version
     assert re.fullmatch(r"interlingua-[0-9.]+\+src[0-9a-f]{12}-py3-none-any\.whl", first.name)
     names = set(zipfile.ZipFile(first).namelist())
-    assert {f"{p}/__init__.py" for p in ("pipelines", "model", "orchestration", "evaluation")} <= names
-    assert {n.split("/")[0] for n in names} - {"pipelines", "model", "orchestration", "evaluation"} == {
+    assert {f"{p}/__init__.py" for p in ("core", "pipelines", "model", "orchestration", "evaluation")} <= names
+    assert {n.split("/")[0] for n in names} - {"core", "pipelines", "model", "orchestration", "evaluation"} == {
         f"{first.name.split('-py3')[0]}.dist-info"}
     assert not (fake / "build").exists() and "[egg_info]" not in (fake / "setup.cfg").read_text()
 

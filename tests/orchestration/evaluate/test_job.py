@@ -121,7 +121,7 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_
     assert run.data.tags["mlflow.parentRunId"] == trained.run_id
     assert run.data.metrics["eval/xsim_error/fr-en"] == pytest.approx(result.matrix[("fr", "en")])
     assert "eval/margin_error/fr-en" in run.data.metrics and "eval/xsim_error/avg_efs" in run.data.metrics
-    names = {a.path for a in tracking._client(uri).list_artifacts(result.run_id)}
+    names = set(tracking.artifacts(uri, result.run_id))
     assert {"error_matrix.png", "error_matrix.csv", "metrics.json"} <= names
 
 

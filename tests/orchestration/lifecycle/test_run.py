@@ -76,7 +76,7 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     assert fourth.champion_error is not None  # the champion was re-evaluated on the new test split
     # new data, a new tokenizer: the champion was fed the same sentences encoded with its own (its registered
     # lineage names another spm.model than the new dataset's; fed the dataset's token ids, it would be refused)
-    champion_tags = tracking._client(uri).get_model_version("pipe", champion_version).tags
+    champion_tags = next(v for v in tracking.model_versions(uri, "pipe") if v.version == champion_version).tags
     new_spm = json.loads((Path(config.data_dir) / "manifest.json").read_text())["spm"]["sha256"]
     assert champion_tags["interlingua.spm_sha256"] != new_spm
     assert str(tracking.champion(uri, "pipe").version) == champion_version
@@ -127,7 +127,7 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
             driver.kill()
     killed = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
     assert [r.info.status for r in killed] == ["RUNNING"]  # left behind by the kill
-    assert tracking._client(uri).search_model_versions("name='pipe'") == []  # nothing half-trained registered
+    assert tracking.model_versions(uri, "pipe") == []  # nothing half-trained registered
 
     outcome = run_pipeline(load_config(None, overrides))  # the next scheduled run
     assert outcome.code == Exit.OK and outcome.stages["prepare"] == "skipped", outcome.message
@@ -139,7 +139,7 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
     assert tracking.get_run(uri, killed[0].info.run_id).info.status == "KILLED"
     pipelines = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
     assert sorted(r.info.status for r in pipelines) == ["FINISHED", "KILLED"]
-    versions = tracking._client(uri).search_model_versions("name='pipe'")
+    versions = tracking.model_versions(uri, "pipe")
     assert len(versions) == 1 and versions[0].tags["train_run_id"] == trains[0].info.run_id
 
 

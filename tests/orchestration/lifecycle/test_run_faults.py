@@ -53,7 +53,7 @@ def test_every_damaged_input_of_a_run_ends_in_a_one_line_error_and_promotes_noth
     assert main(["run", *where, f"tracking.uri={uri}"]) == 0  # trained, evaluated, registered, champion
     capsys.readouterr()
     data, model = tmp_path / "run" / "data", tmp_path / "run" / "train" / "model"
-    versions = len(tracking._client(uri).search_model_versions("name='pipe'"))
+    versions = len(tracking.model_versions(uri, "pipe"))
 
     for fault, (where_is, damage, code, named) in FAULTS.items():
         victim = where_is(data, model)
@@ -70,6 +70,6 @@ def test_every_damaged_input_of_a_run_ends_in_a_one_line_error_and_promotes_noth
     assert main(["run", *where, f"tracking.uri=http://127.0.0.1:{port}"]) == 1
     assert f"127.0.0.1:{port} is unreachable" in capsys.readouterr().err
 
-    assert len(tracking._client(uri).search_model_versions("name='pipe'")) == versions  # nothing registered
+    assert len(tracking.model_versions(uri, "pipe")) == versions  # nothing registered
     assert str(tracking.champion(uri, "pipe").version) == "1"
     assert main(["run", *where, f"tracking.uri={uri}"]) == 3  # repaired: nothing to do, as before the faults

@@ -35,7 +35,7 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
         assert key in run.data.metrics, key
     assert 0 < run.data.metrics["train/cpu_cores"] <= 1.05 * os.cpu_count()
     assert [s for s, _ in tracking.metric_history(uri, result.run_id, "dev/xsim_error")] == [10, 20]
-    artifacts = {a.path for a in tracking._client(uri).list_artifacts(result.run_id, "model")}
+    artifacts = set(tracking.artifacts(uri, result.run_id, "model"))
     assert "model/model.pt" in artifacts and "model/spm.model" in artifacts
 
     again = train(config)  # the same run again: nothing to do
