@@ -198,77 +198,20 @@ def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedd
     import pandas as pd
     from mlflow.models import infer_signature
 
-    from orchestration.serve import pyfunc
+    from orchestration.serve import packaging, pyfunc
 
     mlflow.set_tracking_uri(uri)
     example = pd.DataFrame({"sentence": ["in the beginning god created the heaven and the earth."], "lang": ["en"]})
     signature = infer_signature(example, np.zeros((1, embedding_dim), dtype=np.float32))
     with tempfile.TemporaryDirectory(prefix="interlingua-wheel-") as tmp:
-        wheel = build_project_wheel(tmp)  # before the run is entered: a failed build leaves its status alone
+        wheel = packaging.build_project_wheel(tmp)  # before the run is entered: a failed build leaves its status alone
         with mlflow.start_run(run_id=run_id):
             return mlflow.pyfunc.log_model(
                 name="pyfunc", python_model=pyfunc.__file__, artifacts={"model_dir": str(model_dir)},
                 code_paths=[str(wheel)], signature=signature, input_example=example,
                 # relative to the model's folder, where MLflow's environment managers run pip
-                pip_requirements=[f"code/{wheel.name}", *pinned(pyfunc.REQUIREMENTS)],
+                pip_requirements=[f"code/{wheel.name}", *packaging.pinned(pyfunc.REQUIREMENTS)],
             )
-
-
-DISTRIBUTION = "interlingua"  # setup.cfg's name
-BUILD_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
-
-
-def build_project_wheel(dst: str | os.PathLike) -> Path:
-    """A wheel of the installed project, built from its source tree (found from the package's location)
-    into `dst`; returns its path. Raises FileNotFoundError without a source tree (a non-editable install),
-    RuntimeError when the build fails.
-
-    The build runs on a copy of the build files and the packages, so the checkout gets no build/ folder
-    and no stale file of an earlier build can slip into the wheel. The version gets a local label made of
-    the sources' hash (`0.1.0+src1a2b3c4d5e6f`): MLflow names the environments it restores after the
-    requirement strings, and a wheel named as an earlier one would reuse an environment with old code.
-    """
-    import hashlib
-    import importlib.metadata
-    import shutil
-    import subprocess
-    import sys
-
-    import orchestration
-
-    root = Path(orchestration.__file__).resolve().parents[1]
-    if not (root / "setup.cfg").is_file():
-        raise FileNotFoundError(
-            f"{root} holds no setup.cfg: a registered model carries a wheel of the project, built from its "
-            "source tree; install the project from a checkout (`pip install -e .`) to register models")
-    packages = importlib.metadata.distribution(DISTRIBUTION).read_text("top_level.txt").split()
-    tree, out = Path(dst) / "src", Path(dst) / "dist"
-    tree.mkdir(parents=True)
-    for name in BUILD_FILES:
-        if (root / name).is_file():
-            shutil.copy2(root / name, tree / name)
-    for name in packages:
-        shutil.copytree(root / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    digest = hashlib.sha256()
-    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(tree)).encode() + b"\0" + path.read_bytes())
-    with open(tree / "setup.cfg", "a") as cfg:  # the copy's: the checkout keeps its version
-        cfg.write(f"\n[egg_info]\ntag_build = +src{digest.hexdigest()[:12]}\n")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--disable-pip-version-check", "-q", "-w", str(out), str(tree)],
-                          capture_output=True, text=True)
-    wheels = sorted(out.glob("*.whl"))
-    if done.returncode != 0 or len(wheels) != 1:
-        raise RuntimeError(f"building the project's wheel from {root} failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    return wheels[0]
-
-
-def pinned(distributions) -> list[str]:
-    """`name==version` of each installed distribution, without a local label (`torch==2.13.0`, not
-    `2.13.0+cpu`: the same release from any index matches it)."""
-    import importlib.metadata
-
-    return [f"{name}=={importlib.metadata.version(name).split('+')[0]}" for name in distributions]
 
 
 def register_model(uri: str, model_uri: str, name: str, tags: Mapping[str, str]) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 import orchestration
 from orchestration import tracking
+from orchestration.serve import packaging
 from orchestration.lifecycle.champion import MODEL_TAG
 from tests.orchestration.helpers import free_ports, untrained_model_dir
 
@@ -87,8 +88,8 @@ def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(
         (fake / package / "__init__.py").write_text(f"NAME = {package!r}\n")
     monkeypatch.setattr(orchestration, "__file__", str(fake / "orchestration" / "__init__.py"))
 
-    first = tracking.build_project_wheel(tmp_path / "a")
-    assert tracking.build_project_wheel(tmp_path / "b").name == first.name  # same sources, same version
+    first = packaging.build_project_wheel(tmp_path / "a")
+    assert packaging.build_project_wheel(tmp_path / "b").name == first.name  # same sources, same version
     assert re.fullmatch(r"interlingua-[0-9.]+\+src[0-9a-f]{12}-py3-none-any\.whl", first.name)
     names = set(zipfile.ZipFile(first).namelist())
     assert {f"{p}/__init__.py" for p in ("core", "pipelines", "model", "orchestration", "evaluation")} <= names
@@ -97,19 +98,19 @@ def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(
     assert not (fake / "build").exists() and "[egg_info]" not in (fake / "setup.cfg").read_text()
 
     (fake / "model" / "__init__.py").write_text("NAME = 'changed'\n")
-    assert tracking.build_project_wheel(tmp_path / "c").name != first.name  # new code: a new environment
+    assert packaging.build_project_wheel(tmp_path / "c").name != first.name  # new code: a new environment
 
 
 def test_a_non_editable_install_cannot_build_the_wheel_and_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setattr(orchestration, "__file__", str(tmp_path / "site-packages" / "orchestration" / "__init__.py"))
     with pytest.raises(FileNotFoundError, match="pip install -e"):
-        tracking.build_project_wheel(tmp_path / "out")
+        packaging.build_project_wheel(tmp_path / "out")
 
 
 def test_requirements_are_pinned_without_the_local_label():
     import torch
     import yaml
 
-    assert tracking.pinned(["torch", "PyYAML"]) == [f"torch=={torch.__version__.split('+')[0]}",
+    assert packaging.pinned(["torch", "PyYAML"]) == [f"torch=={torch.__version__.split('+')[0]}",
                                                    f"PyYAML=={yaml.__version__}"]
-    assert "+" not in tracking.pinned(["torch"])[0]  # 2.13.0+cpu here: the label names an index, not a release
+    assert "+" not in packaging.pinned(["torch"])[0]  # 2.13.0+cpu here: the label names an index, not a release
