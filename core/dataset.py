@@ -20,7 +20,8 @@ import hashlib
 import json
 import posixpath
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -209,3 +210,60 @@ def read_split(data_dir: str | Path, split: str, columns: list[str] | None = Non
         fs, path = storage.resolve(location)
         tables.append(pq.read_table(path, columns=columns, filesystem=fs))
     return pa.concat_tables(tables)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A prepared dataset opened once from its manifest: small and picklable, so a Ray task gets the handle
+    and reads its own shards (as `evaluation.store.StoredEmbeddings`). Nothing outside this module indexes
+    the manifest.
+
+        data = Dataset.open(config.data_dir).verify(["test"])   # DatasetError naming a changed shard
+        data.fingerprint, data.languages, data.vocab_size, data.files("test"), data.read("test", ["key"])
+    """
+
+    location: str | Path  # a local directory or a URI
+    manifest: Mapping[str, Any] = field(repr=False)
+
+    @classmethod
+    def open(cls, location: str | Path) -> Dataset:
+        """DatasetError when `location` holds no finished dataset of this format."""
+        return cls(location, load_manifest(location))
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest["fingerprint"]
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.manifest["languages"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest["spm"]["vocab_size"])
+
+    @property
+    def spm_sha256(self) -> str | None:
+        return self.manifest["spm"].get("sha256")
+
+    @property
+    def config_name(self) -> str | None:
+        """The `name` of the config that prepared it (None before the resolved config was recorded)."""
+        return (self.manifest.get("config") or {}).get("name")
+
+    def files(self, split: str) -> list[Path] | list[str]:
+        """The split's Parquet shards (`split_files`)."""
+        return split_files(self.location, split)
+
+    def verify(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> Dataset:
+        """This dataset, once the shards of `splits` (and spm.model) match the manifest (`verify`)."""
+        verify(self.location, splits, spm=spm)
+        return self
+
+    def sha256(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, str]:
+        """{relative path: sha256} of what `verify` checks (`recorded_sha256`): a cache key of the data read."""
+        return recorded_sha256(dict(self.manifest), splits, spm=spm)
+
+    def read(self, split: str, columns: list[str] | None = None) -> pa.Table:
+        """One split as a pyarrow Table (`read_split`)."""
+        return read_split(self.location, split, columns)

@@ -23,7 +23,7 @@ from typing import Any
 
 from core.errors import UserError
 from core import storage
-from core.dataset import CONFIG_FILE, SPM_MODEL, file_sha256
+from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,11 @@ def progress(model_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def record_lineage(model_dir: Path, manifest: dict[str, Any]) -> dict[str, str]:
+def record_lineage(model_dir: Path, data: Dataset) -> dict[str, str]:
     """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.pt."""
-    lineage = {"dataset_fingerprint": manifest["fingerprint"], "spm_sha256": file_sha256(model_dir / SPM_FILE),
+    lineage = {"dataset_fingerprint": data.fingerprint, "spm_sha256": file_sha256(model_dir / SPM_FILE),
                "model_sha256": file_sha256(model_dir / MODEL_FILE)}
-    (model_dir / LINEAGE_FILE).write_text(json.dumps(lineage, indent=2) + "\n")
+    storage.write_json(model_dir / LINEAGE_FILE, lineage)
     return lineage
 
 
@@ -134,11 +134,11 @@ def check_trained_tokenizer(model_dir: Path, spm_sha256: str | None, *, in_linea
                             "back, or export the model again")
 
 
-def check_tokenizer(model_dir: Path, manifest: dict[str, Any], data_dir: Path | str) -> None:
-    """ModelDirError unless the dataset `manifest` (at `data_dir`) was encoded with the model's own spm.model:
-    token ids of another tokenizer give a silently wrong embedding."""
+def check_tokenizer(model_dir: Path, data: Dataset) -> None:
+    """ModelDirError unless the dataset was encoded with the model's own spm.model: token ids of another
+    tokenizer give a silently wrong embedding."""
     record = verify(model_dir)
-    model_spm, data_spm = record.get("spm_sha256"), manifest["spm"].get("sha256")
+    model_spm, data_spm, data_dir = record.get("spm_sha256"), data.spm_sha256, data.location
     if model_spm is None:
         log.warning("%s: no %s and no %s: cannot check that it was trained with the tokenizer of %s",
                     model_dir, LINEAGE_FILE, SPM_FILE, data_dir)

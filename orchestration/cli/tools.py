@@ -43,12 +43,12 @@ def add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def search(config: Config, args: argparse.Namespace) -> int:
+    from core.dataset import Dataset
     from orchestration.serve.nearest import nearest_sentences
-    from core.dataset import load_manifest
 
     if args.k < 1:
         raise ConfigError("-k must be at least 1")
-    languages = config.train.languages or load_manifest(config.data_dir)["languages"]
+    languages = config.train.languages or Dataset.open(config.data_dir).languages
     targets = args.targets.split(",") if args.targets else [lang for lang in languages if lang != args.lang]
     found = nearest_sentences(config, args.query, args.lang, targets, args.k, Path(args.model) if args.model else None)
     for lang, hits in found.items():

@@ -38,7 +38,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.progress import Progress
 from orchestration.state import read_state, write_state
-from core.dataset import file_sha256, fingerprint, load_manifest, recorded_sha256, verify
+from core.dataset import Dataset, file_sha256, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,9 @@ def _verified_data(config: Config, texts) -> tuple[str, dict[str, str]]:
     before any Ray work. DatasetError naming a file that differs from the manifest."""
     if texts:
         return texts.data, texts.verified
-    manifest = verify(config.data_dir, (config.evaluate.split,))
-    return manifest["fingerprint"], recorded_sha256(manifest, (config.evaluate.split,))
+    split = (config.evaluate.split,)
+    data = Dataset.open(config.data_dir).verify(split)
+    return data.fingerprint, data.sha256(split)
 
 
 def _testset(config: Config, name: str, encoder: Encoder):
@@ -146,9 +147,9 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     lacks its languages, ModelDirError when its files are damaged or its tokenizer is not the dataset's
     (unless `reencode`: then the model reads the split's text with its own normalization and spm.model). `own_text`: the model
     reads text with its own tokenizer (a test set), so the dataset's tokenizer does not matter."""
-    manifest = load_manifest(config.data_dir)
+    data = Dataset.open(config.data_dir)
     if config.evaluate.encoder == "use":
-        available = config.train.languages or manifest["languages"]
+        available = config.train.languages or data.languages
         return Encoder(None, _languages(config, available), {"encoder": "use"})
     model_dir = Path(model_dir or model_files.default(config.train_dir)).resolve()
     model_path = model_dir / model_files.MODEL_FILE
@@ -160,7 +161,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
         return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages)
     mismatch = False
     try:
-        model_files.check_tokenizer(model_dir, manifest, config.data_dir)
+        model_files.check_tokenizer(model_dir, data)
     except model_files.TokenizerMismatch:
         if not reencode:
             raise
@@ -168,11 +169,11 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
         log.warning("%s was trained with another tokenizer than %s: re-encoding the split's text with its own "
                     "normalization and %s", model_dir, config.data_dir, model_files.SPM_FILE)
     languages = model_files.load(model_path)[0].languages
-    lacking = [lang for lang in languages if lang not in manifest["languages"]]
+    lacking = [lang for lang in languages if lang not in data.languages]
     if lacking and config.evaluate.languages is None:
         raise EvaluateError(f"{model_path} embeds {languages}; {config.data_dir} lacks {lacking}: set "
-                            f"evaluate.languages to some of {manifest['languages']}")
-    available = [lang for lang in languages if lang in manifest["languages"]]
+                            f"evaluate.languages to some of {data.languages}")
+    available = [lang for lang in languages if lang in data.languages]
     return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), mismatch, languages)
 
 

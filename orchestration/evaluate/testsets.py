@@ -27,10 +27,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from core.dataset import MANIFEST, Dataset, DatasetError, file_sha256, fingerprint
 from orchestration.config_sections import TestsetConfig
 from orchestration.evaluate import EvaluateError
-from core.dataset import (MANIFEST, DatasetError, file_sha256, fingerprint, load_manifest, read_split,
-                               recorded_sha256, verify)
 
 log = logging.getLogger(__name__)
 
@@ -104,27 +103,27 @@ def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
     folder = Path(spec.dataset)
     if not (folder / MANIFEST).is_file():
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} holds no prepared dataset ({MANIFEST})")
-    manifest = load_manifest(folder)
+    data = Dataset.open(folder)
     if spec.fingerprint is None:
         raise EvaluateError(f"evaluate.testsets {spec.name}: pin the dataset with fingerprint: "
-                            f"{manifest['fingerprint']} (its manifest's), so that a changed set is refused")
-    if manifest["fingerprint"] != spec.fingerprint:
-        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has fingerprint {manifest['fingerprint']}, "
+                            f"{data.fingerprint} (its manifest's), so that a changed set is refused")
+    if data.fingerprint != spec.fingerprint:
+        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has fingerprint {data.fingerprint}, "
                             f"pinned {spec.fingerprint}: the pinned set changed; restore it, or pin the new one")
-    missing = [lang for lang in languages if lang not in manifest["languages"]]
+    missing = [lang for lang in languages if lang not in data.languages]
     if missing:
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has no {missing} (it holds "
-                            f"{manifest['languages']})")
+                            f"{data.languages})")
     # the fingerprint pins what the manifest says; the shards' sha256 pin what is read (the text: no spm)
     try:
-        manifest = verify(folder, (spec.split,), spm=False)
+        data.verify((spec.split,), spm=False)
     except DatasetError as exc:
         raise EvaluateError(f"evaluate.testsets {spec.name}: the pinned set changed: {exc}") from None
-    table = read_split(folder, spec.split, ["key", *[f"{lang}_text" for lang in languages]])
+    table = data.read(spec.split, ["key", *[f"{lang}_text" for lang in languages]])
     read = len(table)
     table = table.filter(functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_text"]) for lang in languages]))
     table = table.sort_by("key")
     dropped = {"incomplete": read - len(table)} if read > len(table) else {}
     identity = {"dataset": str(folder.resolve()), "split": spec.split, "fingerprint": spec.fingerprint}
     return Testset(spec.name, table, list(languages), identity, read, dropped,
-                   recorded_sha256(manifest, (spec.split,), spm=False))
+                   data.sha256((spec.split,), spm=False))

@@ -185,10 +185,10 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
     langs = [i.lang for i in config.mine.inputs]
     out: dict[tuple[str, str], set[tuple[str, str]]] = {}
     if gold.split:
-        from core.dataset import read_split, verify
+        from core.dataset import Dataset
 
-        verify(config.data_dir, (gold.split,), spm=False)  # the gold text as prepared, or DatasetError naming a shard
-        table = read_split(config.data_dir, gold.split, [f"{lang}_text" for lang in langs])
+        data = Dataset.open(config.data_dir).verify((gold.split,), spm=False)  # DatasetError naming a changed shard
+        table = data.read(gold.split, [f"{lang}_text" for lang in langs])
         for x, y in combinations(langs, 2):
             out[(x, y)] = {(norm(a, x)[0], norm(b, y)[0]) for a, b in zip(table[f"{x}_text"].to_pylist(),
                                                                         table[f"{y}_text"].to_pylist()) if a and b}

@@ -18,7 +18,7 @@ from evaluation.store import MANIFEST, StoredEmbeddings
 from orchestration import model_dir as model_files
 from orchestration.config import Config, ConfigError
 from orchestration.serve.embedder import SentenceEmbedder
-from core.dataset import file_sha256, load_manifest, read_split, verify
+from core.dataset import Dataset, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def nearest_sentences(
         raise ConfigError("--query is empty: give a sentence to search for")
     model_dir = Path(model_dir or model_files.default(config.train_dir))
     embedder = SentenceEmbedder.load(model_dir)
-    verify(config.data_dir, (config.evaluate.split,), spm=False)  # what the neighbours are read from
+    Dataset.open(config.data_dir).verify((config.evaluate.split,), spm=False)  # what the neighbours are read from
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
     if unknown:
         raise ConfigError(f"the model knows {embedder.languages}, not {unknown}")
@@ -59,7 +59,7 @@ def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | Non
         log.info("%s holds another model's embeddings; embedding the split here", folder)
         return None
     try:  # embeddings of token ids of another tokenizer (written before evaluate checked it) are wrong
-        model_files.check_tokenizer(model_dir, load_manifest(config.data_dir), config.data_dir)
+        model_files.check_tokenizer(model_dir, Dataset.open(config.data_dir))
     except model_files.TokenizerMismatch:
         log.warning("%s: the split was encoded with another tokenizer than the model's; embedding its text "
                     "here with the model's own", folder)
@@ -74,7 +74,7 @@ def _search_stored(store: StoredEmbeddings, query_vec: np.ndarray, target: str, 
 
 
 def _search_split(config: Config, embedder: SentenceEmbedder, query_vec: np.ndarray, target: str, k: int) -> Hits:
-    table = read_split(config.data_dir, config.evaluate.split, ["key", f"{target}_text"]).sort_by("key")
+    table = Dataset.open(config.data_dir).read(config.evaluate.split, ["key", f"{target}_text"]).sort_by("key")
     table = table.filter(table[f"{target}_text"].is_valid())
     keys, texts = table["key"].to_pylist(), table[f"{target}_text"].to_pylist()
     log.info("embedding %d %s sentences of the %s split", len(texts), target, config.evaluate.split)

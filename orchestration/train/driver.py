@@ -31,7 +31,7 @@ from orchestration.state import read_state, write_state
 from orchestration.train import builders
 from core import storage
 from core.schema import dump_yaml
-from core.dataset import SPM_MODEL, fingerprint, load_manifest, read_split, verify
+from core.dataset import SPM_MODEL, Dataset, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +51,21 @@ class TrainResult:
     skipped: bool
 
 
-def train_fingerprint(config: Config, manifest: dict[str, Any]) -> str:
+def train_fingerprint(config: Config, data: Dataset) -> str:
     """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`)."""
-    return fingerprint({"data": manifest["fingerprint"], "model": config.model.model_dump(),
+    return fingerprint({"data": data.fingerprint, "model": config.model.model_dump(),
                         "train": config.train.model_dump()})
 
 
-def loop_config(config: Config, manifest: dict[str, Any], run_id: str, uri: str) -> dict[str, Any]:
+def loop_config(config: Config, data: Dataset, run_id: str, uri: str) -> dict[str, Any]:
     """Everything a worker needs, as plain values (absolute paths: workers run elsewhere); checks the
     config against the dataset first."""
-    languages = builders.trained_languages(config, list(manifest["languages"]))
+    languages = builders.trained_languages(config, data.languages)
     builders.check_losses(config)
     data_dir = config.data_dir.resolve()
     check_dev_tuples(config, builders.dev_languages(config, languages))
     return {
-        "model_args": builders.model_args(config, languages, manifest["spm"]["vocab_size"]),
+        "model_args": builders.model_args(config, languages, data.vocab_size),
         "languages": languages,
         "dev_languages": builders.dev_languages(config, languages),
         "data_dir": str(data_dir),
@@ -81,7 +81,7 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
     fewer, the dev error would be `nan` (as with prepare.split.heldout_complete=false and a rare language)."""
     import pyarrow.compute as pc
 
-    table = read_split(config.data_dir, "dev", [f"{lang}_len" for lang in languages])
+    table = Dataset.open(config.data_dir).read("dev", [f"{lang}_len" for lang in languages])
     complete = pc.sum(functools.reduce(pc.and_, [pc.is_valid(column) for column in table.columns])).as_py() or 0
     if complete < 2:
         raise TrainError(f"{config.data_dir}: the dev split has {complete} tuple(s) with every one of {languages} "
@@ -110,9 +110,11 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
           tags: dict[str, str] | None = None) -> TrainResult:
     """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
-    manifest = load_manifest(config.data_dir)
+    data = Dataset.open(config.data_dir)
     train_dir = config.train_dir.resolve()
-    fp = train_fingerprint(config, manifest)
+    fp = train_fingerprint(config, data)
+    uri = tracking.resolve_uri(config.tracking.uri)
+    tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work (or --force's)
     state_path = train_dir / STATE_FILE
     state = read_state(state_path)
     if state and state.get("fingerprint") != fp and restart_stale:
@@ -126,16 +128,14 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     if force and train_dir.exists():
         storage.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)
         state = {}
-    uri = tracking.resolve_uri(config.tracking.uri)
     model_dir = model_files.default(train_dir)
     if state.get("done") and (model_dir / model_files.MODEL_FILE).is_file():
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
-    cfg = loop_config(config, manifest, "", uri)  # validates before anything starts
+    cfg = loop_config(config, data, "", uri)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
-    verify(config.data_dir, ("train", "dev"))
-    tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work
+    data.verify(("train", "dev"))
     train_dir.mkdir(parents=True, exist_ok=True)
     run_id = tracking.start_run(
         uri, config.tracking.experiment, config.name, config.to_dict(),
@@ -148,7 +148,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
 
     try:
         meta = checkpoint.export(_fit(config, cfg, train_dir, callbacks or []), model_dir)
-        model_files.record_lineage(model_dir, manifest)
+        model_files.record_lineage(model_dir, data)
         tracking.log_artifacts(uri, run_id, model_dir, "model")
         if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
             tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])

@@ -40,7 +40,7 @@ from orchestration.train.builders import schedule_args, training_paths
 from orchestration.train.checkpoint import Progress, TrainingState
 from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress
-from core.dataset import split_files
+from core.dataset import Dataset
 
 log = logging.getLogger("interlingua.train")
 
@@ -98,7 +98,7 @@ def set_up(cfg: dict[str, Any]) -> Worker:
     device = ray.train.torch.get_device()
     _register_worker(Path(cfg["train_dir"]), rank, world)
 
-    units = shard_units(split_files(cfg["data_dir"], "train"))
+    units = shard_units(Dataset.open(cfg["data_dir"]).files("train"))
     torch.manual_seed(t.seed)  # the initial weights: the same on every worker and in every attempt
     model = MultilingualNMT(**cfg["model_args"])
     state = checkpoint.restore()

@@ -12,7 +12,7 @@ from orchestration import model_dir as model_files
 from orchestration.cli import main
 from orchestration.serve.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
-from core.dataset import load_manifest
+from core.dataset import Dataset, load_manifest
 from pipelines.tokenizer import train_bpe
 from tests.conftest import VERSIONS
 from tests.orchestration.helpers import config_for, untrained_model_dir
@@ -52,7 +52,7 @@ def test_evaluate_refuses_a_model_of_another_tokenizer_naming_both(small_dataset
     assert model_sha[:12] in line and data_sha[:12] in line and "tokenizer" in line
     assert not (tmp_path / "run" / "eval").exists()  # refused before any work
 
-    model_files.record_lineage(model, {"fingerprint": "other"})  # a model that records its lineage
+    model_files.record_lineage(model, Dataset("elsewhere", {"fingerprint": "other"}))  # a model that records its lineage
     assert main(["evaluate", "--model", str(model), *where]) == 2
     assert model_sha[:12] in one_line(capsys.readouterr().err)
 
@@ -70,7 +70,7 @@ def test_a_damaged_model_file_is_named_by_every_reader(small_dataset, tmp_path, 
         assert f"{path}: not a readable model file" in line and "Errno" not in line
 
     model = untrained_model_dir(small_dataset, tmp_path / "recorded")
-    model_files.record_lineage(model, load_manifest(small_dataset.data_dir))
+    model_files.record_lineage(model, Dataset.open(small_dataset.data_dir))
     shutil.copy(tmp_path / "model" / model_files.MODEL_FILE, model / model_files.MODEL_FILE)
     (model / model_files.SPM_FILE).write_bytes(b"")
     for command in (["evaluate", "--model", str(model)],
@@ -109,7 +109,7 @@ def test_embed_names_a_damaged_model_before_ray_starts(damage, small_dataset, tm
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whatever an earlier test left running
     monkeypatch.setattr(ray, "init", no_ray)
     model = untrained_model_dir(small_dataset, tmp_path / "model")
-    model_files.record_lineage(model, load_manifest(small_dataset.data_dir))  # as `interlingua train` exports it
+    model_files.record_lineage(model, Dataset.open(small_dataset.data_dir))  # as `interlingua train` exports it
     expected = damage(model, book_lines)
     text = tmp_path / "fr.txt"
     text.write_text("".join(line + "\n" for line in book_lines({"fr": "l"}, [57])["fr"]))  # Philemon
@@ -186,7 +186,7 @@ def test_train_names_a_damaged_input_on_the_driver_before_ray_starts(copied, dam
 def test_an_old_model_dir_without_lineage_is_checked_by_its_bundled_tokenizer(small_dataset, tmp_path):
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     manifest = load_manifest(small_dataset.data_dir)
-    model_files.check_tokenizer(model, manifest, small_dataset.data_dir)  # its own tokenizer: accepted
+    model_files.check_tokenizer(model, Dataset.open(small_dataset.data_dir))  # its own tokenizer: accepted
     assert not (model / model_files.LINEAGE_FILE).exists()
     assert model_files.verify(model)["spm_sha256"] == manifest["spm"]["sha256"]
 
@@ -247,7 +247,7 @@ def test_an_old_model_dir_with_no_tokenizer_record_loads_with_a_warning(small_da
     assert f"{model}: neither lineage.json nor the tokenizer's sha256 in model.pt" in caplog.text
     assert "cannot check" in caplog.text
     caplog.clear()
-    model_files.record_lineage(model, load_manifest(small_dataset.data_dir))  # lineage.json records it
+    model_files.record_lineage(model, Dataset.open(small_dataset.data_dir))  # lineage.json records it
     with caplog.at_level("WARNING"):
         SentenceEmbedder.load(model)
     assert "cannot check" not in caplog.text

@@ -74,10 +74,10 @@ def test_bad_language_in_a_path_is_rejected_before_training(small_dataset, tmp_p
 
 
 def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does(small_dataset, tmp_path):
+    from core.dataset import Dataset
     from orchestration.train.driver import train_fingerprint
-    from core.dataset import load_manifest
 
-    manifest = load_manifest(small_dataset.data_dir)
+    manifest = Dataset.open(small_dataset.data_dir)
     base = train_fingerprint(config_for(small_dataset, tmp_path), manifest)
     for runtime in ("runtime.num_workers=2", "runtime.cpus_per_worker=2", "runtime.max_failures=0",
                     "runtime.checkpoint_every_steps=7", "runtime.log_every_steps=3", "runtime.worker_env={}"):
