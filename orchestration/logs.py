@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 QUIET, DEFAULT, VERBOSE = -1, 0, 1
 ENV = "INTERLINGUA_VERBOSITY"
@@ -59,6 +60,11 @@ def configure(level: int) -> None:
     logging.basicConfig(format=FORMAT, datefmt="%H:%M:%S")  # no-op where a handler exists (pytest's)
     logging.getLogger().setLevel({QUIET: logging.WARNING, DEFAULT: logging.INFO}.get(level, logging.DEBUG))
     _quiet_libraries(level)
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        # Ray colours the "(RayTrainWorker pid=...)" prefix of the workers' lines it prints here
+        # whatever the output is: in a log file those are escape codes. Read at every line printed;
+        # a user's own setting wins.
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
 
 def configure_worker(level: int) -> None:
@@ -88,6 +94,18 @@ def _quiet_libraries(level: int) -> None:
     # read when the library is imported (here or in a Ray worker), over its own logging config
     os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+
+
+def plain_ray_output() -> None:
+    """No colour in the worker lines Ray prints on this process when its output is not a terminal (see
+    `configure`): Ray 2.x colours its " [repeated Nx across cluster]" marker with no setting to turn it
+    off, so its `_color` is made plain; were it renamed, the marker alone would keep its colour."""
+    if os.environ.get("RAY_COLOR_PREFIX") != "0":
+        return
+    from ray._private import ray_logging
+
+    if hasattr(ray_logging, "_color"):
+        ray_logging._color = str
 
 
 def ray_logging_level() -> int:
