@@ -49,7 +49,7 @@ def test_a_config_with_only_its_corpus_learns(small_dataset, tmp_path, local_ray
     config = load_config(path)
     result = train(config)
     # Chance is 39/40 = 97.5 % (each of 40 dev verses searched among the same 40 of every other language).
-    # Here the defaults reach 41 % after these 200 steps (a minute on 2 cores); the paper's recipe
+    # Here the defaults reach 41 % after these 200 steps (37 s of training on 2 shared cores); the paper's recipe
     # (configs/paper.yaml) stays at chance (97.7 %). 60 % leaves room for another machine's arithmetic
     # and still fails a recipe that does not learn.
     assert result.step == 200 and result.dev_error < 0.6, result.dev_error
