@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 QUIET, DEFAULT, VERBOSE = -1, 0, 1
@@ -44,6 +45,18 @@ class _DropInterruptEcho(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         interrupted = record.exc_info is not None and record.exc_info[0] is KeyboardInterrupt
         return not (interrupted or str(record.msg).startswith("KeyboardInterrupt"))
+
+
+class _NoEscapeCodes(logging.Filter):
+    """Drops the colour codes a library puts in its own messages (Ray's dashboard URL, with -v)."""
+
+    CODES = re.compile(r"\x1b\[[0-9;]*m")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\x1b[" in message:
+            record.msg, record.args = self.CODES.sub("", message), None
+        return True
 
 
 def verbosity() -> int:
@@ -97,15 +110,19 @@ def _quiet_libraries(level: int) -> None:
 
 
 def plain_ray_output() -> None:
-    """No colour in the worker lines Ray prints on this process when its output is not a terminal (see
-    `configure`): Ray 2.x colours its " [repeated Nx across cluster]" marker with no setting to turn it
-    off, so its `_color` is made plain; were it renamed, the marker alone would keep its colour."""
+    """No colour in what Ray prints on this process when its output is not a terminal (see `configure`):
+    its own logger's messages lose their codes, and its " [repeated Nx across cluster]" marker, coloured
+    by Ray 2.x with no setting to turn it off, is made plain (were `_color` renamed, the marker alone
+    would keep its colour)."""
     if os.environ.get("RAY_COLOR_PREFIX") != "0":
         return
     from ray._private import ray_logging
 
     if hasattr(ray_logging, "_color"):
         ray_logging._color = str
+    for handler in logging.getLogger("ray").handlers:  # Ray's own handler: it does not propagate to ours
+        if not any(isinstance(f, _NoEscapeCodes) for f in handler.filters):
+            handler.addFilter(_NoEscapeCodes())
 
 
 def ray_logging_level() -> int:

@@ -59,7 +59,8 @@ class Follower:
         if "step" not in values or values == self.seen:
             return
         if self.progress is None:  # a resumed run's rate counts from where it resumed
-            self.progress = Progress(self.max_steps, verb="trained", unit="steps", done=int(values.get("start_step", 0)))
+            start = int(values.get("start_step", 0))
+            self.progress = Progress(self.max_steps, verb="trained", unit="steps", done=start)
         self.seen = dict(values)
         self.progress.update(int(values["step"]) - self.progress.done, note=note(values), eta_s=values.get("eta_s"))
 

@@ -2,6 +2,7 @@
 libraries' chatter; `--quiet` prints the result alone."""
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -81,11 +82,16 @@ def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
     monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
     monkeypatch.delenv("RAY_COLOR_PREFIX")
     monkeypatch.setattr(ray_logging, "_color", ray_logging._color)
+    (handler,) = logging.getLogger("ray").handlers  # Ray's own, which its dashboard line goes through (-v)
+    monkeypatch.setattr(handler, "filters", list(handler.filters))
     monkeypatch.setattr("sys.stdout.isatty", lambda: False)  # a log file
     logs.configure(logs.DEFAULT)
     logs.plain_ray_output()
     assert os.environ["RAY_COLOR_PREFIX"] == "0"  # Ray's "(RayTrainWorker pid=...)" prefix: plain
     assert ray_logging._color(" [repeated 2x across cluster]") == " [repeated 2x across cluster]"
+    record = logging.LogRecord("ray", logging.INFO, "worker.py", 1, "dashboard at %s%s%s",
+                               ("\x1b[1m", "url", "\x1b[0m"), None)
+    assert handler.filter(record) and record.getMessage() == "dashboard at url"
 
 
 @pytest.mark.slow
