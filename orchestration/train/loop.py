@@ -36,11 +36,10 @@ from model.nmt import MultilingualNMT
 from model.training import input_tokens, scheduled_lr, train_step
 from orchestration import logs, tracking
 from orchestration.config import Config
-from orchestration.train import checkpoint
+from orchestration.train import checkpoint, live
 from orchestration.train.builders import schedule_args, training_paths
 from orchestration.train.checkpoint import Progress, TrainingState
 from orchestration.train.distributed import broadcast, gather
-from orchestration.train import live
 from orchestration.train.window import Window, log_progress, remaining_s
 from pipelines.dataset import split_files
 
