@@ -106,8 +106,9 @@ def test_train_shows_one_progress_line_no_colour_codes_and_the_worker_lines_with
     # the driver's line like evaluate's (a line every 30 s and the last one): step, rate, ETA, dev error, tokens/s
     assert progress and re.search(r"trained 20/20 steps \(100 %\), [\d,]+ steps/s, ETA 0:00:00, "
                                   r"best dev error [\d.]+ %, [\d,]+ tokens/s$", progress[-1]), out.stderr
-    assert len(lines(out.stderr)) <= 4, out.stderr  # the LSI line, the progress line(s)
-    assert not re.search(r"step \d+/20 loss", out.stderr)  # the workers' lines: -v
+    # the workers' step and dev lines: -v (no count of all lines: with another Ray instance on the machine,
+    # Ray's placement-group cleaner prints a traceback of its own)
+    assert not re.search(r"step \d+/20 loss|dev similarity error", out.stderr), out.stderr
 
     verbose = interlingua("-v", *args, "--force")
     assert "\x1b[" not in verbose.stdout + verbose.stderr
