@@ -54,14 +54,16 @@ class Progress:
         return (f"{self.verb} {drawn}{self.done:,}/{self.total:,} {self.unit} ({100 * share:.0f} %), "
                 f"{rate:,.0f} {self.unit}/s, ETA {duration(eta)}" + (f", {note}" if note else ""))
 
-    def close(self) -> None:
-        """End the bar's line on a terminal; elsewhere log the last update if no line showed it (work
-        that ended before `total`, as training on a time budget)."""
-        if self.tty and self.done:
-            sys.stderr.write("\n")
-        elif self.unlogged:
+    def log_last(self) -> None:
+        """Log the last update if no line showed it: work that ended before `total` (training on a
+        time budget, an early stop)."""
+        if self.unlogged:
             log.info("%s", self.unlogged)
             self.unlogged = ""
+
+    def close(self) -> None:
+        if self.tty and self.done:
+            sys.stderr.write("\n")
 
 
 def duration(seconds: float) -> str:

@@ -65,7 +65,10 @@ class Follower:
         self.progress.update(int(values["step"]) - self.progress.done, note=note(values), eta_s=values.get("eta_s"))
 
     def close(self) -> None:
+        """The last numbers drawn stay: on a terminal the bar, elsewhere a line (the run may have ended
+        before `max_steps`)."""
         if self.progress is not None:
+            self.progress.log_last()
             self.progress.close()
 
 
