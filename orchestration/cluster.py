@@ -13,6 +13,7 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
 
     from orchestration import logs
 
+    logs.plain_ray_output()
     if not ray.is_initialized():
         ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=log_to_driver,
                  logging_level=logs.ray_logging_level())

@@ -21,6 +21,11 @@ class PathConfig(Schema):
 
 
 class ModelConfig(Schema):
+    """What is learned. The defaults are the recipe that learns in minutes on a CPU (the demo's,
+    benchmarks/RESULTS.md): one BLSTM-max encoder shared by every language, its token embeddings
+    initialized by cross-language LSI, trained by the ranking loss alone over every ordered language
+    pair of a tuple. The paper's recipe (per-language modules, NMT loss only) is configs/paper.yaml."""
+
     encoder: Literal["blstm_max", "lstm_last", "bow_mean"] = Field(
         default="blstm_max",
         description="BLSTM + max-pool over time (the paper's best), LSTM last state, or the mean of the "
@@ -28,15 +33,15 @@ class ModelConfig(Schema):
     )
     embed_dim: int = Field(default=128, gt=0, description="Token embedding size.")
     embed_init: Literal["random", "lsi"] = Field(
-        default="random", description="Encoder token embeddings: random, or cross-language LSI of the training "
+        default="lsi", description="Encoder token embeddings: random, or cross-language LSI of the training "
         "data (a truncated SVD of the token x tuple matrix, seconds; translations start close together).",
     )
-    encoder_hidden: int = Field(default=256, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
+    encoder_hidden: int = Field(default=128, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
     encoder_layers: int = Field(default=1, ge=1)
     decoder_hidden: int = Field(default=256, gt=0)
     decoder_layers: int = Field(default=1, ge=1)
-    dropout: float = Field(default=0.1, ge=0, lt=1)
-    shared_encoder: bool = Field(default=False, description="One encoder for every language (LASER).")
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    shared_encoder: bool = Field(default=True, description="One encoder for every language (LASER).")
     shared_decoder: bool = Field(default=False, description="One decoder told the target language (LASER).")
     output: Literal["softmax", "adaptive"] = Field(
         default="softmax", description="Full softmax, or torch's adaptive softmax (cheaper on CPU)."
@@ -45,13 +50,13 @@ class ModelConfig(Schema):
         default=None, description="Frequency-rank cutoffs of the adaptive softmax; [V/16, V/4] when unset."
     )
     ranking_weight: float = Field(
-        default=0.0, ge=0, description="Weight of the in-batch ranking loss on the embeddings; 0 = off."
+        default=1.0, ge=0, description="Weight of the in-batch ranking loss on the embeddings; 0 = off."
     )
     ranking_scale: float = Field(default=20.0, gt=0)
     ranking_margin: float = Field(default=0.3, ge=0)
-    nmt_weight: float = Field(default=1.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
+    nmt_weight: float = Field(default=0.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
     ranking_pairs: Literal["source", "all"] = Field(
-        default="source",
+        default="all",
         description="Ranking loss between the (averaged) source and each target ('source'), or between "
         "every ordered pair of the batch's languages ('all': with a 1:N path, all L(L-1) pairs of a tuple).",
     )
@@ -64,10 +69,13 @@ class ModelConfig(Schema):
 
 
 class TrainConfig(Schema):
-    paths: list[PathConfig] = Field(default_factory=lambda: [PathConfig(kind="1:1")], min_length=1)
+    """How it is learned; the defaults go with ModelConfig's: one 1:N path (a tuple's every language at
+    once), small batches, a high peak learning rate after a short warmup, cosine decay."""
+
+    paths: list[PathConfig] = Field(default_factory=lambda: [PathConfig(kind="1:N")], min_length=1)
     monolingual: bool = Field(default=False, description="Allow auto-encoding paths (target = source).")
     languages: list[str] | None = Field(default=None, description="Train on these; all of the dataset's when unset.")
-    max_tokens: int = Field(default=2000, gt=0, description="Batch budget: sentences x longest length.")
+    max_tokens: int = Field(default=1500, gt=0, description="Batch budget: sentences x longest length.")
     window_tuples: int = Field(
         default=200_000, gt=0, description="Tuples a worker holds at once: its batches are planned (shuffled, "
         "length-bucketed) within windows of this many tuples (or one Parquet row group, if larger).",
@@ -79,10 +87,10 @@ class TrainConfig(Schema):
     max_steps: int = Field(default=20000, gt=0)
     max_minutes: float | None = Field(default=None, gt=0, description="Stop after this much training time.")
     seed: int = 0
-    lr: float = Field(default=1e-3, gt=0, description="Peak learning rate (after warmup).")
-    warmup_steps: int = Field(default=0, ge=0, description="Linear warmup from 0 to `lr` over these steps.")
+    lr: float = Field(default=6e-3, gt=0, description="Peak learning rate (after warmup).")
+    warmup_steps: int = Field(default=100, ge=0, description="Linear warmup from 0 to `lr` over these steps.")
     schedule: Literal["plateau", "cosine", "inverse_sqrt", "constant"] = Field(
-        default="plateau",
+        default="cosine",
         description="After warmup: decay by `lr_decay` when the dev error stalls; cosine to `min_lr` over "
         "the budget (the nearer of max_steps and max_minutes, so with a time budget it follows the clock); "
         "inverse square root of the step; or constant.",
@@ -92,7 +100,7 @@ class TrainConfig(Schema):
     lr_decay: float = Field(default=0.5, gt=0, lt=1, description="LR factor when the dev error stalls.")
     lr_patience_evals: int = Field(default=1, ge=0)
     early_stop_patience_evals: int | None = Field(default=4, ge=1)
-    min_lr: float = Field(default=1e-5, ge=0)
+    min_lr: float = Field(default=1e-4, ge=0)
     eval_every_steps: int = Field(default=200, gt=0)
     dev_max_sentences: int | None = Field(default=1000, gt=1, description="Dev tuples used for the error.")
 

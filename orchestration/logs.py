@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 
 QUIET, DEFAULT, VERBOSE = -1, 0, 1
 ENV = "INTERLINGUA_VERBOSITY"
@@ -45,6 +47,18 @@ class _DropInterruptEcho(logging.Filter):
         return not (interrupted or str(record.msg).startswith("KeyboardInterrupt"))
 
 
+class _NoEscapeCodes(logging.Filter):
+    """Drops the colour codes a library puts in its own messages (Ray's dashboard URL, with -v)."""
+
+    CODES = re.compile(r"\x1b\[[0-9;]*m")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\x1b[" in message:
+            record.msg, record.args = self.CODES.sub("", message), None
+        return True
+
+
 def verbosity() -> int:
     """The level set by `configure` in this process or the process that started it (DEFAULT if none)."""
     try:
@@ -59,6 +73,11 @@ def configure(level: int) -> None:
     logging.basicConfig(format=FORMAT, datefmt="%H:%M:%S")  # no-op where a handler exists (pytest's)
     logging.getLogger().setLevel({QUIET: logging.WARNING, DEFAULT: logging.INFO}.get(level, logging.DEBUG))
     _quiet_libraries(level)
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        # Ray colours the "(RayTrainWorker pid=...)" prefix of the workers' lines it prints here
+        # whatever the output is: in a log file those are escape codes. Read at every line printed;
+        # a user's own setting wins.
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
 
 def configure_worker(level: int) -> None:
@@ -88,6 +107,22 @@ def _quiet_libraries(level: int) -> None:
     # read when the library is imported (here or in a Ray worker), over its own logging config
     os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+
+
+def plain_ray_output() -> None:
+    """No colour in what Ray prints on this process when its output is not a terminal (see `configure`):
+    its own logger's messages lose their codes, and its " [repeated Nx across cluster]" marker, coloured
+    by Ray 2.x with no setting to turn it off, is made plain (were `_color` renamed, the marker alone
+    would keep its colour)."""
+    if os.environ.get("RAY_COLOR_PREFIX") != "0":
+        return
+    from ray._private import ray_logging
+
+    if hasattr(ray_logging, "_color"):
+        ray_logging._color = str
+    for handler in logging.getLogger("ray").handlers:  # Ray's own handler: it does not propagate to ours
+        if not any(isinstance(f, _NoEscapeCodes) for f in handler.filters):
+            handler.addFilter(_NoEscapeCodes())
 
 
 def ray_logging_level() -> int:

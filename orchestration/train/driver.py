@@ -28,7 +28,7 @@ from orchestration import tracking
 from orchestration.cluster import ensure_ray
 from orchestration.config import Config
 from orchestration.state import read_state, write_state
-from orchestration.train import builders
+from orchestration.train import builders, live
 from core import storage
 from core.schema import dump_yaml
 from core.dataset import SPM_MODEL, Dataset, fingerprint
@@ -183,14 +183,21 @@ def _interruptible_trainer():
 
 
 def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
-    """Ray Train's run; the last reported checkpoint (it holds the best model so far)."""
+    """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
+    r = config.runtime
+    ensure_ray(r.ray_address)
+    with live.shown(config.train.max_steps) as board:  # training's one progress line, on this process
+        # the workers log at the command's level, rank 0 posts its progress to the board
+        return _run_trainer(config, {**cfg, "verbosity": logs.verbosity(), "progress_board": board}, train_dir,
+                            callbacks)
+
+
+def _run_trainer(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
     from orchestration.train.loop import train_loop_per_worker
 
     r = config.runtime
-    ensure_ray(r.ray_address)
-    cfg = {**cfg, "verbosity": logs.verbosity()}  # the workers log at the command's level
     resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {})}
     trainer = _interruptible_trainer()(
         train_loop_per_worker,

@@ -5,7 +5,8 @@
                     the optimizer and schedule, restored from Ray's checkpoint when restarting,
                     the stream at the data position it had reached
     step            one homogeneous batch (a training path's signature): `model.training.train_step`
-    end_of_window   every `runtime.log_every_steps`: metrics, the progress line, the time limit
+    end_of_window   every `runtime.log_every_steps`: metrics, the progress posted to the driver's line
+                    (`live`; the worker's own line with -v), the time limit
     evaluate_dev    every `train.eval_every_steps`: rank 0 measures the dev similarity error, which
                     drives ReduceLROnPlateau, the best model and early stopping on every rank alike
     checkpoint      every `runtime.checkpoint_every_steps`: `checkpoint.report`
@@ -35,11 +36,11 @@ from model.nmt import MultilingualNMT
 from model.training import input_tokens, scheduled_lr, train_step
 from orchestration import logs, tracking
 from orchestration.config import Config
-from orchestration.train import checkpoint
+from orchestration.train import checkpoint, live
 from orchestration.train.builders import schedule_args, training_paths
 from orchestration.train.checkpoint import Progress, TrainingState
 from orchestration.train.distributed import broadcast, gather
-from orchestration.train.window import Window, log_progress
+from orchestration.train.window import Window, log_progress, remaining_s
 from core.dataset import Dataset
 
 log = logging.getLogger("interlingua.train")
@@ -80,6 +81,7 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
             stop = evaluate_dev(worker, metrics) or stop
         if metrics and worker.rank == 0:
             tracking.log_metrics(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"], metrics, n)
+            post_progress(worker, metrics)
         if n % run.checkpoint_every_steps == 0 or stop:
             worker.progress.done = stop
             save_checkpoint(worker, metrics)
@@ -135,6 +137,7 @@ def set_up(cfg: dict[str, Any]) -> Worker:
         tracking.get_run(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"])
         worker.dev = ParallelCorpus.read(cfg["data_dir"], "dev", cfg["dev_languages"])
         worker.dev_rows = worker.dev.complete_rows()[: t.dev_max_sentences]
+        live.post(cfg.get("progress_board"), start_step=progress.step, step=progress.step)
     return worker
 
 
@@ -167,7 +170,7 @@ def end_of_window(worker: Worker, window: Window, epoch: int, metrics: dict[str,
     metrics["train/max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this worker's peak
     over_time = t.max_minutes is not None and progress.elapsed_s >= 60 * t.max_minutes
     stop = bool(broadcast([float(over_time)], worker.device)[0]) or progress.step >= t.max_steps
-    if worker.rank == 0:
+    if worker.rank == 0 and logs.verbosity() >= logs.VERBOSE:  # the driver draws the one progress line
         log_progress(progress.step, metrics, progress.elapsed_s, max_steps=t.max_steps, max_minutes=t.max_minutes)
     window.reset()
     return stop
@@ -199,9 +202,18 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
             log.info("early stop at step %d: no dev improvement in %d evaluations", progress.step, patience)
         metrics["dev/xsim_error"] = value
         metrics.update({f"dev/xsim_error/{p}-{q}": e for (p, q), e in pairs.items()})
-        log.info("step %d dev similarity error %.4f (best %.4f at step %s)",
-                 progress.step, value, progress.dev_error, progress.best_step)
+        if logs.verbosity() >= logs.VERBOSE:  # else the driver's progress line shows the best
+            log.info("step %d dev similarity error %.4f (best %.4f at step %s)",
+                     progress.step, value, progress.dev_error, progress.best_step)
     return stop
+
+
+def post_progress(worker: Worker, metrics: dict[str, float]) -> None:
+    """Rank 0's numbers to the driver's progress line (`live`): step, ETA, tokens/s, the best dev error."""
+    t, progress = worker.config.train, worker.progress
+    live.post(worker.cfg.get("progress_board"), step=progress.step, tokens_per_s=metrics.get("train/tokens_per_s"),
+              eta_s=remaining_s(progress.step, progress.elapsed_s, max_steps=t.max_steps, max_minutes=t.max_minutes),
+              dev_error=progress.dev_error)
 
 
 def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:

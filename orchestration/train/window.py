@@ -43,7 +43,7 @@ class Window:
         self.input_tokens += input_tokens
 
     def metrics(self, device: torch.device) -> dict[str, float]:
-        """Summed over workers; per-language perplexity of the decoders.
+        """Summed over workers; the NMT loss's per-token NLL and per-language perplexity when it is on.
 
         `train/cpu_cores` is the CPU time of the worker processes (all their
         threads) per second of the window: about `cpus_per_worker` x workers
@@ -61,10 +61,11 @@ class Window:
         seconds = max(self.wall_clock() - self.start, 1e-9)
         out = {
             "train/loss": loss / max(steps, 1),
-            "train/nll_per_token": sum(nll) / max(sum(tokens), 1),
             "train/tokens_per_s": (input_tokens + sum(tokens)) / seconds,
             "train/cpu_cores": cpu_seconds / seconds,
         }
+        if sum(tokens):  # decoded tokens: the NMT loss is on
+            out["train/nll_per_token"] = sum(nll) / sum(tokens)
         if ranking:
             out["train/ranking_loss"] = ranking / max(steps, 1)
         for lang, s, t in zip(keys, nll, tokens):
@@ -73,16 +74,24 @@ class Window:
         return out
 
 
-def log_progress(step: int, metrics: dict[str, float], elapsed: float, *, max_steps: int,
-                 max_minutes: float | None) -> None:
-    """One progress line: step, losses, tokens/s, learning rate, elapsed time and the ETA."""
-    per_step = elapsed / step
-    remaining = (max_steps - step) * per_step
+def remaining_s(step: int, elapsed: float, *, max_steps: int, max_minutes: float | None) -> float:
+    """Seconds left: the steps left at the rate so far, or the time budget left if that ends first."""
+    remaining = (max_steps - step) * elapsed / max(step, 1)
     if max_minutes is not None:
         remaining = min(remaining, 60 * max_minutes - elapsed)
-    log.info(
-        "step %d/%d loss %.3f nll/token %.3f %s %.0f tok/s lr %.2g elapsed %.0fs ETA %.0fs",
-        step, max_steps, metrics["train/loss"], metrics["train/nll_per_token"],
-        f"ranking {metrics['train/ranking_loss']:.3f}" if "train/ranking_loss" in metrics else "",
-        metrics["train/tokens_per_s"], metrics["train/lr"], elapsed, max(remaining, 0),
-    )
+    return max(remaining, 0.0)
+
+
+def log_progress(step: int, metrics: dict[str, float], elapsed: float, *, max_steps: int,
+                 max_minutes: float | None) -> None:
+    """One worker's progress line (shown with -v): step, losses (the NMT loss's per-token NLL when it
+    is on), tokens/s, learning rate, elapsed time and the ETA."""
+    columns = [f"step {step}/{max_steps}", f"loss {metrics['train/loss']:.3f}"]
+    if "train/nll_per_token" in metrics:
+        columns.append(f"nll/token {metrics['train/nll_per_token']:.3f}")
+    if "train/ranking_loss" in metrics:
+        columns.append(f"ranking {metrics['train/ranking_loss']:.3f}")
+    eta = remaining_s(step, elapsed, max_steps=max_steps, max_minutes=max_minutes)
+    columns += [f"{metrics['train/tokens_per_s']:.0f} tok/s", f"lr {metrics['train/lr']:.2g}",
+                f"elapsed {elapsed:.0f}s", f"ETA {eta:.0f}s"]
+    log.info("%s", " ".join(columns))

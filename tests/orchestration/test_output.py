@@ -2,6 +2,8 @@
 libraries' chatter; `--quiet` prints the result alone."""
 from __future__ import annotations
 
+import logging
+import os
 import re
 import subprocess
 import sys
@@ -9,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import SMALL_BOOKS
+from tests.orchestration.helpers import TINY
 
 # Each library line the issue found in the demo's output, and a few more of the same kind.
 NOISE = re.compile("|".join([
@@ -68,3 +71,46 @@ def test_evaluate_prints_no_library_chatter(small_dataset, tmp_path):
     assert len(lines(out.stderr)) <= 6, out.stderr  # embedded ...; searching ...; the progress lines
     assert lines(out.stdout)[0].startswith("error %")
     assert any(line.startswith("averages: all") for line in lines(out.stdout))
+
+
+def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
+    from ray._private import ray_logging
+
+    from orchestration import logs
+
+    monkeypatch.setenv(logs.ENV, str(logs.DEFAULT))  # both restored after the test
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
+    monkeypatch.delenv("RAY_COLOR_PREFIX")
+    monkeypatch.setattr(ray_logging, "_color", ray_logging._color)
+    (handler,) = logging.getLogger("ray").handlers  # Ray's own, which its dashboard line goes through (-v)
+    monkeypatch.setattr(handler, "filters", list(handler.filters))
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)  # a log file
+    logs.configure(logs.DEFAULT)
+    logs.plain_ray_output()
+    assert os.environ["RAY_COLOR_PREFIX"] == "0"  # Ray's "(RayTrainWorker pid=...)" prefix: plain
+    assert ray_logging._color(" [repeated 2x across cluster]") == " [repeated 2x across cluster]"
+    record = logging.LogRecord("ray", logging.INFO, "worker.py", 1, "dashboard at %s%s%s",
+                               ("\x1b[1m", "url", "\x1b[0m"), None)
+    assert handler.filter(record) and record.getMessage() == "dashboard at url"
+
+
+@pytest.mark.slow
+def test_train_shows_one_progress_line_no_colour_codes_and_the_worker_lines_with_v(small_dataset, tmp_path):
+    args = ["train", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
+            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,
+            "train.max_steps=20"]
+    out = interlingua(*args)
+    assert_no_noise(out)
+    assert "\x1b[" not in out.stdout + out.stderr  # captured output is no terminal
+    progress = [line for line in lines(out.stderr) if "INFO orchestration.progress: trained " in line]
+    # the driver's line like evaluate's (a line every 30 s and the last one): step, rate, ETA, dev error, tokens/s
+    assert progress and re.search(r"trained 20/20 steps \(100 %\), [\d,]+ steps/s, ETA 0:00:00, "
+                                  r"best dev error [\d.]+ %, [\d,]+ tokens/s$", progress[-1]), out.stderr
+    # the workers' step and dev lines: -v (no count of all lines: with another Ray instance on the machine,
+    # Ray's placement-group cleaner prints a traceback of its own)
+    assert not re.search(r"step \d+/20 loss|dev similarity error", out.stderr), out.stderr
+
+    verbose = interlingua("-v", *args, "--force")
+    assert "\x1b[" not in verbose.stdout + verbose.stderr
+    steps = re.findall(r"step \d+/20 loss [\d.]+ (\S+)", verbose.stderr)
+    assert len(steps) == 4 and set(steps) == {"ranking"}, verbose.stderr  # every 5 steps; no NMT column: it is off

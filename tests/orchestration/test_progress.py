@@ -58,5 +58,20 @@ def test_quiet_shows_nothing(monkeypatch, level, caplog):
     assert terminal.getvalue() == "" and not caplog.records
 
 
+def test_a_resumed_count_a_given_eta_and_the_last_update_of_unfinished_work(level, caplog, monkeypatch):
+    level(logs.DEFAULT)
+    caplog.set_level(logging.INFO)
+    now = [100.0]
+    monkeypatch.setattr("orchestration.progress.time.monotonic", lambda: now[0])
+    progress = Progress(1000, verb="trained", unit="steps", every_s=3600, done=400)  # resumed at step 400
+    now[0] = 110.0
+    progress.update(50, note="best dev error 40.0 %", eta_s=125)  # a time budget that ends first
+    assert not caplog.records  # within the period
+    progress.log_last()  # the budget ended before step 1,000: its last numbers are logged
+    progress.log_last()  # once
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == "trained 450/1,000 steps (45 %), 5 steps/s, ETA 0:02:05, best dev error 40.0 %"
+
+
 def test_duration():
     assert duration(3725.5) == "1:02:05" and duration(float("inf")) == "?"

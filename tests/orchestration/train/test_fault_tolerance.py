@@ -57,7 +57,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_kil
         f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
         f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,
         f"runtime.ray_address={two_node_cluster[0]}", "runtime.num_workers=2", "train.max_steps=300",
-        "train.early_stop_patience_evals=null",
+        "train.early_stop_patience_evals=null", "model.shared_encoder=false",  # one encoder per language
     ]
     env = two_node_cluster[1]
     train_dir = tmp_path / "run" / "train"

@@ -1,11 +1,12 @@
 """The log window's metrics, on clocks the test sets (no timing luck)."""
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
 
-from orchestration.train.window import Window
+from orchestration.train.window import Window, log_progress
 
 
 class Clock:
@@ -46,3 +47,15 @@ def test_a_reset_window_starts_from_zero_and_the_current_clocks():
     assert metrics["train/loss"] == 0.0 and metrics["train/tokens_per_s"] == 0.0
     assert metrics["train/cpu_cores"] == 0.5  # 2 CPU-seconds in 4 s, not since the start
     assert "train/ranking_loss" not in metrics and "train/ppl/en" not in metrics
+    assert "train/nll_per_token" not in metrics  # no decoded token: the NMT loss is off
+
+
+def test_the_progress_line_has_an_nmt_column_only_when_the_nmt_loss_is_on(caplog):
+    caplog.set_level(logging.INFO, logger="interlingua.train")
+    ranking_only = {"train/loss": 1.5, "train/ranking_loss": 1.5, "train/tokens_per_s": 900.0, "train/lr": 0.006}
+    log_progress(20, ranking_only, 10.0, max_steps=100, max_minutes=None)
+    log_progress(20, {**ranking_only, "train/nll_per_token": 4.25}, 10.0, max_steps=100, max_minutes=None)
+    without, with_nmt = (r.getMessage() for r in caplog.records)
+    assert "nll/token" not in without and without.startswith("step 20/100 loss 1.500 ranking 1.500 900 tok/s")
+    assert "loss 1.500 nll/token 4.250 ranking 1.500" in with_nmt
+    assert without.endswith("elapsed 10s ETA 40s")  # 80 steps left at 0.5 s a step
