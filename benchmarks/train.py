@@ -126,9 +126,9 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
     units = shard_units(split_files(config.data_dir, "train"))
     torch.manual_seed(config.train.seed)
     model = MultilingualNMT(**model_args(config, languages, manifest["spm"]["vocab_size"]))
-    if model.args["output"] == "adaptive":
+    if model.output == "adaptive":
         sample = sample_corpus(units, languages, config.train.sample_tuples)
-        model.set_token_order(torch.from_numpy(sample.token_counts(model.args["vocab_size"])))
+        model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay)
     stream = BatchStream(units, languages, training_paths(config.train), seed=config.train.seed, rank=0, world=1,
@@ -142,7 +142,7 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
         out = train_step(model, optimizer, sources, targets, ranking_weight=config.model.ranking_weight,
                          grad_clip=config.train.grad_clip, device=device)
         tokens += input_tokens(sources, targets, config.model.ranking_weight)  # as the Ray loop counts them
-        tokens += sum(out["tokens"].values())  # on the model's device, read once a window as the loop does
+        tokens += sum(out.tokens.values())  # on the model's device, read once a window as the loop does
         if step % window == 0:
             tokens = int(tokens)
             now, cpu, wall = time.perf_counter(), time.process_time(), time.time()

@@ -14,7 +14,7 @@ softmax with in-batch negatives, the modern form of a margin ranking loss).
 from __future__ import annotations
 
 import zipfile
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,15 @@ from model.encoder import SentenceEncoder
 
 SHARED = "shared"
 Pair = tuple[torch.Tensor, torch.Tensor]  # (ids (B, T), lengths (B,))
+
+
+class Losses(NamedTuple):
+    """What `MultilingualNMT.forward` returns for one batch."""
+
+    loss: torch.Tensor  # () the optimized scalar
+    nll: dict[str, torch.Tensor]  # target language -> () summed NLL ({} when nmt_weight is 0)
+    tokens: dict[str, torch.Tensor]  # target language -> () target tokens ({} when nmt_weight is 0)
+    ranking: torch.Tensor | None  # () the ranking loss, None without one
 
 
 class MultilingualNMT(nn.Module):
@@ -58,6 +67,7 @@ class MultilingualNMT(nn.Module):
             raise ValueError(f"ranking_pairs must be 'source' or 'all', got {ranking_pairs!r}")
         self.ranking_scale, self.ranking_margin, self.nmt_weight = ranking_scale, ranking_margin, nmt_weight
         self.ranking_pairs = ranking_pairs
+        self.vocab_size, self.embed_dim, self.output = vocab_size, embed_dim, output
 
         def encoder() -> SentenceEncoder:
             return SentenceEncoder(
@@ -116,13 +126,8 @@ class MultilingualNMT(nn.Module):
 
     def forward(
         self, sources: dict[str, Pair], targets: dict[str, Pair], ranking_weight: float = 0.0
-    ) -> dict[str, Any]:
-        """Losses of one homogeneous batch: every source holds the same B tuples.
-
-        Returns loss (the optimized scalar), nll (summed NLL per target language),
-        tokens (token count per target language; both empty when nmt_weight is 0)
-        and ranking (the ranking loss, or None).
-        """
+    ) -> Losses:
+        """Losses of one homogeneous batch: every source holds the same B tuples (`Losses`)."""
         ranked = [lang for lang in targets if lang not in sources] if ranking_weight > 0 else []
         encoded = self.encode_many({**sources, **{lang: targets[lang] for lang in ranked}})
         sentence = torch.stack([encoded[lang] for lang in sources]).mean(dim=0)  # (B, D); M:1 averages
@@ -140,7 +145,7 @@ class MultilingualNMT(nn.Module):
             else:  # the (averaged) source against each target
                 ranking = sum(self.ranking_loss(sentence, encoded[lang]) for lang in ranked) / len(ranked)
             loss = loss + ranking_weight * ranking
-        return {"loss": loss, "nll": nll, "tokens": tokens, "ranking": ranking}
+        return Losses(loss, nll, tokens, ranking)
 
     def ranking_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Additive-margin softmax over in-batch negatives, both directions. a, b: (B, D)."""

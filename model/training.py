@@ -31,7 +31,7 @@ def train_step(
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
         out = model(to_device(sources, device), to_device(targets, device), ranking_weight=ranking_weight)
     optimizer.zero_grad(set_to_none=True)
-    out["loss"].backward()
+    out.loss.backward()
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()

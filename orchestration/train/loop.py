@@ -104,10 +104,10 @@ def set_up(cfg: dict[str, Any]) -> Worker:
     torch.manual_seed(t.seed)  # the initial weights: the same on every worker and in every attempt
     model = MultilingualNMT(**cfg["model_args"])
     state = checkpoint.restore()
-    if model.args["output"] == "adaptive" or (config.model.embed_init == "lsi" and not state):
+    if model.output == "adaptive" or (config.model.embed_init == "lsi" and not state):
         sample = sample_corpus(units, cfg["languages"], t.sample_tuples)  # read once, then let go
-        if model.args["output"] == "adaptive":
-            model.set_token_order(torch.from_numpy(sample.token_counts(model.args["vocab_size"])))
+        if model.output == "adaptive":
+            model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))
         if not state:
             _init_lsi(model, sample, t.seed, rank)
         del sample
@@ -258,8 +258,8 @@ def _init_lsi(model: MultilingualNMT, corpus: ParallelCorpus, seed: int, rank: i
     started = time.monotonic()
     matrix = cooccurrence_matrix([corpus.values[lang] for lang in corpus.languages],
                                  [corpus.lengths[lang] for lang in corpus.languages],
-                                 vocab_size=model.args["vocab_size"])
-    model.set_token_embeddings(torch.from_numpy(lsi_embeddings(matrix, dim=model.args["embed_dim"], seed=seed)))
+                                 vocab_size=model.vocab_size)
+    model.set_token_embeddings(torch.from_numpy(lsi_embeddings(matrix, dim=model.embed_dim, seed=seed)))
     if rank == 0:
         log.info("token embeddings from cross-language LSI of %d tuples in %.1fs", corpus.size,
                  time.monotonic() - started)

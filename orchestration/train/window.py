@@ -4,10 +4,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
+from model.nmt import Losses
 from orchestration.train.distributed import all_sum
 
 log = logging.getLogger("interlingua.train")
@@ -31,14 +32,14 @@ class Window:
         self.loss = self.ranking = self.steps = self.input_tokens = 0.0
         self.start, self.cpu_start = self.wall_clock(), self.cpu_clock()
 
-    def add(self, out: dict[str, Any], input_tokens: int) -> None:
+    def add(self, out: Losses, input_tokens: int) -> None:
         # sums stay tensors on the model's device: a float() per step would wait for the GPU every step
-        for lang, value in out["nll"].items():
+        for lang, value in out.nll.items():
             self.nll[lang] += value.detach()
-            self.tokens[lang] += out["tokens"][lang]
-        self.loss += out["loss"].detach()
-        if out["ranking"] is not None:
-            self.ranking += out["ranking"].detach()
+            self.tokens[lang] += out.tokens[lang]
+        self.loss += out.loss.detach()
+        if out.ranking is not None:
+            self.ranking += out.ranking.detach()
         self.steps += 1
         self.input_tokens += input_tokens
 

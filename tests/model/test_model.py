@@ -51,13 +51,13 @@ def test_forward_losses_and_shared_modules(corpus):
     rows = rows_with(corpus, ["fr", "en", "es"], 5)
     sources, targets = corpus.batch((("fr",), ("en", "es")), rows)
     out = small_model()(sources, targets)
-    assert set(out["nll"]) == {"en", "es"} and out["ranking"] is None
+    assert set(out.nll) == {"en", "es"} and out.ranking is None
     # tokens = target ids + one EOS per sentence
-    assert int(out["tokens"]["en"]) == int(corpus.lengths["en"][rows].sum()) + len(rows)
-    assert out["loss"].item() == pytest.approx(np.log(2000), rel=0.1)  # untrained: near uniform
+    assert int(out.tokens["en"]) == int(corpus.lengths["en"][rows].sum()) + len(rows)
+    assert out.loss.item() == pytest.approx(np.log(2000), rel=0.1)  # untrained: near uniform
     shared = small_model(shared_encoder=True, shared_decoder=True)
     assert list(shared.encoders) == ["shared"] and list(shared.decoders) == ["shared"]
-    assert shared(sources, targets)["loss"].isfinite()
+    assert shared(sources, targets).loss.isfinite()
 
 
 def grads(model: MultilingualNMT) -> set[str]:
@@ -82,7 +82,7 @@ def test_each_path_puts_gradients_exactly_where_it_should(corpus, signature, ran
     ranking = abs(ranking)
     rows = rows_with(corpus, list(signature[0] + signature[1]), 4)
     sources, targets = corpus.batch(signature, rows)
-    model(sources, targets, ranking_weight=ranking)["loss"].backward()
+    model(sources, targets, ranking_weight=ranking).loss.backward()
     assert grads(model) == expected
 
 
@@ -95,10 +95,10 @@ def test_overfits_a_handful_of_real_pairs(corpus):
     for _ in range(150):
         out = model(sources, targets, ranking_weight=1.0)
         opt.zero_grad()
-        out["loss"].backward()
+        out.loss.backward()
         opt.step()
-        first = first or float(out["nll"]["en"].detach() / out["tokens"]["en"])
-    final = float(out["nll"]["en"].detach() / out["tokens"]["en"])
+        first = first or float(out.nll["en"].detach() / out.tokens["en"])
+    final = float(out.nll["en"].detach() / out.tokens["en"])
     assert first > 6.0 and final < 0.5, (first, final)
     fr = embed(model, [corpus.ids("fr", r) for r in rows], "fr")
     en = embed(model, [corpus.ids("en", r) for r in rows], "en")
@@ -114,7 +114,7 @@ def test_adaptive_softmax_and_token_order(corpus):
     assert ranks[counts.argmax()] == 0 and sorted(ranks.tolist()) == list(range(2000))
     rows = rows_with(corpus, ["fr", "en"], 4)
     out = model(*corpus.batch((("fr",), ("en",)), rows))
-    assert out["loss"].item() == pytest.approx(np.log(2000), rel=0.15)
+    assert out.loss.item() == pytest.approx(np.log(2000), rel=0.15)
     with pytest.raises(ValueError, match="adaptive_cutoffs"):
         small_model(output="adaptive", adaptive_cutoffs=[500, 100])
 
@@ -189,7 +189,7 @@ def test_ranking_all_pairs_trains_every_language_of_the_batch_through_one_shared
         else:
             expected = (model.ranking_loss(encoded["fr"], encoded["en"])
                         + model.ranking_loss(encoded["fr"], encoded["ru"])) / 2
-        torch.testing.assert_close(out["ranking"], expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(out.ranking, expected, rtol=1e-5, atol=1e-6)
     assert calls[0] == calls[4] == 12  # one encoder call over the 3 languages x 4 tuples
     with pytest.raises(ValueError, match="ranking_pairs"):
         small_model(ranking_pairs="every")

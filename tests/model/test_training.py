@@ -39,7 +39,7 @@ def test_train_step_updates_the_weights_and_counts_the_encoded_tokens():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     out = train_step(model, optimizer, sources, targets, ranking_weight=1.0, grad_clip=1.0,
                      device=torch.device("cpu"))
-    assert out["ranking"] is not None and out["nll"] == {}
+    assert out.ranking is not None and out.nll == {}
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert input_tokens(sources, targets, ranking_weight=1.0) == (4 + 3) + (2 + 1)  # sources with EOS, targets
     assert input_tokens(sources, targets, ranking_weight=0.0) == 4 + 3  # no ranking: the targets are not encoded

@@ -82,7 +82,8 @@ def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
     monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
     monkeypatch.delenv("RAY_COLOR_PREFIX")
     monkeypatch.setattr(ray_logging, "_color", ray_logging._color)
-    (handler,) = logging.getLogger("ray").handlers  # Ray's own, which its dashboard line goes through (-v)
+    # Ray's own handler, which its dashboard line goes through (-v); other tests may have added others
+    handler = next(h for h in logging.getLogger("ray").handlers if type(h).__name__ == "PlainRayHandler")
     monkeypatch.setattr(handler, "filters", list(handler.filters))
     monkeypatch.setattr("sys.stdout.isatty", lambda: False)  # a log file
     logs.configure(logs.DEFAULT)

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from model.nmt import Losses
 from orchestration.train.window import Window, log_progress
 
 
@@ -20,10 +21,10 @@ class Clock:
 def test_window_metrics_count_tokens_losses_and_cpu_time():
     wall, cpu = Clock(), Clock()
     window = Window(["en", "fr"], wall_clock=wall, cpu_clock=cpu)
-    out = {"nll": {"fr": torch.tensor(6.0)}, "tokens": {"fr": torch.tensor(3)}, "loss": torch.tensor(2.0),
-           "ranking": torch.tensor(0.5)}
+    out = Losses(nll={"fr": torch.tensor(6.0)}, tokens={"fr": torch.tensor(3)}, loss=torch.tensor(2.0),
+                 ranking=torch.tensor(0.5))
     window.add(out, input_tokens=5)
-    window.add({**out, "loss": torch.tensor(4.0)}, input_tokens=7)
+    window.add(out._replace(loss=torch.tensor(4.0)), input_tokens=7)
     wall.now, cpu.now = 2.0, 3.0  # 2 s of wall time, 3 CPU-seconds: 1.5 cores
     metrics = window.metrics(torch.device("cpu"))
     assert metrics == {
@@ -39,7 +40,7 @@ def test_window_metrics_count_tokens_losses_and_cpu_time():
 def test_a_reset_window_starts_from_zero_and_the_current_clocks():
     wall, cpu = Clock(), Clock()
     window = Window(["en"], wall_clock=wall, cpu_clock=cpu)
-    window.add({"nll": {}, "tokens": {}, "loss": torch.tensor(1.0), "ranking": None}, input_tokens=4)
+    window.add(Losses(nll={}, tokens={}, loss=torch.tensor(1.0), ranking=None), input_tokens=4)
     wall.now, cpu.now = 10.0, 1.0
     window.reset()
     wall.now, cpu.now = 14.0, 3.0
