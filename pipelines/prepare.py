@@ -131,9 +131,9 @@ def run_prepare(
     staging.check_destination(data_dir, (resolved_config or {}).get("name"), print_, force)  # before any work
     _warn_unchecked_languages(config)
     staged = staging.stage(data_dir, print_)
-    log.info("preparing %d records from %d sources in %d read tasks -> %s",
-             plan.records, len(config.sources), len(plan.tasks), data_dir)
-    try:
+    try:  # from the staging on: an interrupt anywhere leaves no staging behind
+        log.info("preparing %d records from %d sources in %d read tasks -> %s",
+                 plan.records, len(config.sources), len(plan.tasks), data_dir)
         with _interrupt_is_keyboard_interrupt():
             stats = _run_job(config, plan, staged.root, options)
         manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
