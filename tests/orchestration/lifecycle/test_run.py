@@ -76,7 +76,7 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     assert fourth.champion_error is not None  # the champion was re-evaluated on the new test split
     # new data, a new tokenizer: the champion was fed the same sentences encoded with its own (its registered
     # lineage names another spm.model than the new dataset's; fed the dataset's token ids, it would be refused)
-    champion_tags = next(v for v in tracking.model_versions(uri, "pipe") if v.version == champion_version).tags
+    champion_tags = next(v for v in tracking.model_versions(uri, "pipe") if str(v.version) == str(champion_version)).tags
     new_spm = json.loads((Path(config.data_dir) / "manifest.json").read_text())["spm"]["sha256"]
     assert champion_tags["interlingua.spm_sha256"] != new_spm
     assert str(tracking.champion(uri, "pipe").version) == champion_version
