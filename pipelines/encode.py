@@ -135,7 +135,7 @@ class WriteShardFn(beam.DoFn):
         tuples, models = list(joined["tuples"]), list(joined["model"])
         if tuples and models:
             # otherwise no row fell in this shard (the driver writes it empty), or no training sentence was left
-            # to learn a BPE model from (the driver stops with the drop counts: `prepare.check_not_empty`)
+            # to learn a BPE model from (the driver stops with the drop counts: `accounting.check_not_empty`)
             yield from self._write(split, shard, tuples, models)
 
     def _write(self, split: str, shard: int, tuples: list, models: list[bytes]) -> Iterator[Any]:

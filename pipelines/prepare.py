@@ -28,14 +28,14 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from core import dataset, storage
+from core.schema import dump_yaml
 from pipelines import sources, staging
+from pipelines.accounting import check_accounting, check_not_empty, check_splits_not_empty, count_table
 from pipelines.clean import SCRIPTS, base_language
 from pipelines.config import PrepareConfig
-from core.schema import dump_yaml
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
-from pipelines.errors import EmptyDataError
 from pipelines.runners import for_cluster, release
 from pipelines.split import SplitTuples, check_held_out
 from pipelines.transforms import CleanTupleFn, ReadTupleFn
@@ -225,72 +225,6 @@ def _shard_files(staged: staging.Staging, split: str, count: int, languages: lis
         files.append({"path": staged.prefix + name, "rows": dataset.shard_rows(location),
                       "bytes": storage.size(location), "sha256": dataset.file_sha256(location)})
     return files
-
-
-def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
-    """Turn flat stats names into {tuples: {...}, sentences: {lang: {...}}, normalized: {...}}."""
-    def block(prefix: str) -> dict[str, Any]:
-        out = {"in": stats.get(f"{prefix}/in", 0),
-               "out": {s: stats.get(f"{prefix}/out/{s}", 0) for s in dataset.SPLITS},
-               "dropped": {}}
-        for name, n in sorted(stats.items()):
-            if name.startswith(f"{prefix}/dropped/"):
-                out["dropped"][name.rsplit("/", 1)[1]] = n
-        return out
-
-    normalized: dict[str, dict[str, int]] = {}
-    for name, n in sorted(stats.items()):
-        if name.startswith("normalized/"):
-            _, lang, pattern = name.split("/")
-            normalized.setdefault(lang, {})[pattern] = n
-    return {"tuples": block("tuples"),
-            "sentences": {lang: block(f"sentences/{lang}") for lang in languages},
-            "normalized": normalized}
-
-
-def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
-    """EmptyDataError, with the drop counts by reason, when there was no BPE sample or a language kept no
-    sentence: a dataset that would train or measure nothing (or `nan`)."""
-    t = counts["tuples"]
-    if not sample:
-        raise EmptyDataError(f"no training sentence to learn the BPE model from: tuples {_tally(t)}; "
-                             f"sentences dropped {_by_language(counts)}; check prepare.sources, prepare.filters "
-                             "and prepare.split")
-    for lang, s in counts["sentences"].items():
-        if s["in"] and not sum(s["out"].values()):
-            raise EmptyDataError(f"language {lang!r} kept none of its sentences: {_tally(s)}; check the {lang} "
-                                 "input (its script, language code) and prepare.filters")
-
-
-def check_splits_not_empty(counts: dict[str, Any]) -> None:
-    """EmptyDataError when a split got no tuple (with fractions; sizes are checked by `check_held_out`)."""
-    t = counts["tuples"]
-    empty = [split for split, n in t["out"].items() if not n]
-    if empty:
-        raise EmptyDataError(f"split {empty[0]!r} would be empty: tuples {_tally(t)}; check prepare.split")
-
-
-def _tally(block: dict[str, Any]) -> str:
-    """`85 read, written train 0, dev 0, test 0; dropped duplicate 59, ...` (largest first)."""
-    return (f"{block['in']:,} read, written " + ", ".join(f"{s} {n:,}" for s, n in block["out"].items())
-            + "; dropped " + (_drops(block) or "none"))
-
-
-def _drops(block: dict[str, Any]) -> str:
-    return ", ".join(f"{reason} {n:,}" for reason, n in sorted(block["dropped"].items(), key=lambda kv: -kv[1]))
-
-
-def _by_language(counts: dict[str, Any]) -> str:
-    return "; ".join(f"{lang}: {_drops(s) or 'none'}" for lang, s in counts["sentences"].items())
-
-
-def check_accounting(counts: dict[str, Any]) -> None:
-    """Raise RuntimeError unless everything read was written or dropped under a reason."""
-    blocks = {"tuples": counts["tuples"], **{f"sentences/{k}": v for k, v in counts["sentences"].items()}}
-    for name, b in blocks.items():
-        accounted = sum(b["out"].values()) + sum(b["dropped"].values())
-        if accounted != b["in"]:
-            raise RuntimeError(f"{name}: {b['in']} read but {accounted} written or dropped: records lost")
 
 
 def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, int], plan: sources.SourcePlan,
