@@ -20,7 +20,7 @@ def ray_bin() -> str:
     return str(Path(sys.executable).with_name("ray"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # stopped after its test: a second Ray instance on the machine makes Ray print errors in others
 def two_node_cluster(tmp_path_factory):
     """`ray start --head` and `ray start --address=...`: two raylets, one CPU each."""
     temp_dir = f"/tmp/rt{os.getpid()}"  # short: Ray's socket paths have a length limit
