@@ -12,8 +12,8 @@ import json
 import os
 import posixpath
 import re
-from pathlib import Path
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
@@ -207,9 +207,10 @@ def make_staging(location: Location) -> None:
     run (marked) is removed first; anything else there is refused (ForeignDataError), never deleted."""
     fs, path = resolve(location)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
-        if not is_staging(location) and entries(location):
+        found = [] if is_staging(location) else entries(location)
+        if found:
             raise ForeignDataError(f"{location}: interlingua stages its output here, but this path holds files "
-                                   f"it did not write ({', '.join(entries(location)[:3])}); move them away")
+                                   f"it did not write ({', '.join(found[:3])}); move them away")
         remove_staging(location)
     fs.create_dir(path, recursive=True)
     write_bytes(join(location, STAGING_MARKER), b"interlingua staging; removed with its directory\n")

@@ -184,9 +184,8 @@ def _completed(out_dir: Path, fp: str, blocks: list[BlockSpec], force: bool) -> 
     """The blocks of this plan already written. ForeignDataError when the folder holds anything but
     embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
     model or options, unless `force`, which removes those (its own files alone)."""
-    found = check_output(out_dir)
-    records = _block_records(out_dir)
-    manifest = _read_manifest(out_dir)
+    records, manifest = _block_records(out_dir), _read_manifest(out_dir)  # each record read once
+    found = check_output(out_dir, ours=_owned(records, manifest))
     stale = [name for name, record in records.items() if record.get("fingerprint") != fp]
     if manifest is not None and manifest.get("fingerprint") != fp:
         stale.append(MANIFEST)
@@ -208,21 +207,24 @@ _BLOCK = re.compile(r"part-\d{5}\.(npy|json)")
 _TMP_BLOCK = re.compile(r"part-\d{5}\.tmp\.npy")  # a block being written (a record's: storage.write_json's)
 
 
-def check_output(out_dir: Path, *, what: str = "-o") -> list[str]:
-    """The entries of an embeddings folder once each is this product's (its manifest, its blocks and their
-    records, a killed run's temporary files); ForeignDataError naming the others (a user's files, or
+def check_output(out_dir: Path, *, what: str = "-o", ours: Callable[[str], bool] | None = None) -> list[str]:
+    """The entries of an embeddings folder once each is this product's (`own_entries`, or `ours` when the
+    caller has read the folder's records already); ForeignDataError naming the others (a user's files, or
     the inputs themselves when the output is their folder)."""
     return storage.check_only_ours(
-        out_dir, own_entries(out_dir), what=what,
+        out_dir, ours or own_entries(out_dir), what=what,
         advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)")
 
 
 def own_entries(out_dir: Path) -> Callable[[str], bool]:
     """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
     blocks and their records, a killed run's temporary files."""
-    records = _block_records(out_dir)
+    return _owned(_block_records(out_dir), _read_manifest(out_dir))
+
+
+def _owned(records: dict[str, dict[str, Any]], manifest: dict[str, Any] | None) -> Callable[[str], bool]:
     ours = set(records) | {str(r.get("name", "")) for r in records.values()}
-    if _read_manifest(out_dir) is not None:
+    if manifest is not None:
         ours.add(MANIFEST)
     return lambda e: e in ours or bool(_TMP_BLOCK.fullmatch(e))
 
