@@ -67,13 +67,13 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     config = load_config(args.config)
-    if not (config.data_dir / MANIFEST).is_file():
+    if not (Path(config.data_dir) / MANIFEST).is_file():
         raise SystemExit(f"{config.data_dir}: prepare the dataset first (interlingua prepare -c {args.config})")
     x, y = args.pair
     folder = Path(args.out)
     total = write_inputs(config, x, y, args.distractors, folder)
     rows = []
-    for model in args.model or ["use", str(config.train_dir / "model")]:
+    for model in args.model or ["use", str(Path(config.train_dir) / "model")]:
         name = "use" if model == "use" else Path(model).parent.parent.name
         run = with_values(config, {
             "mine.model": model, "mine.output_dir": str(folder / name), "mine.gold": {"split": "test"},

@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--runs", default="runs/scale")
     args = parser.parse_args()
     config = load_config(args.config)
-    if not (config.data_dir / MANIFEST).is_file():
+    if not (Path(config.data_dir) / MANIFEST).is_file():
         subprocess.run([INTERLINGUA, "prepare", "-c", args.config], check=True)
     runs = Path(args.runs)
     uri = tracking.resolve_uri(f"sqlite:///{runs / 'mlflow.db'}")

@@ -157,7 +157,7 @@ def ray_loop(config: Config, steps: int, window: int) -> list[Window]:
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         run = config.model_copy(update={
             "run_dir": str(Path(tmp) / "run"),
-            "dataset_dir": str(config.data_dir.resolve()),
+            "dataset_dir": str(Path(config.data_dir).resolve()),
             "tracking": config.tracking.model_copy(update={"uri": f"sqlite:///{tmp}/mlflow.db"}),
             "train": config.train.model_copy(update={
                 "max_steps": steps, "max_minutes": None, "eval_every_steps": steps + 1}),
@@ -213,7 +213,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     config = load_config(args.config, args.overrides)
     _same_env_as_workers(config)
-    if not (config.data_dir / "manifest.json").is_file():
+    if not (Path(config.data_dir) / "manifest.json").is_file():
         from pipelines.prepare import run_prepare
         from pipelines.runners import pipeline_options
 

@@ -7,6 +7,7 @@ path, resolved against the working directory.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import re
 import uuid
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -24,6 +26,12 @@ from core.errors import UserError
 Location = str | Path
 SCHEMES = ("s3", "gs", "hdfs", "file")
 
+# The object store's connection, from the standard variables users already set (pyarrow's S3 client reads
+# the keys and region itself but ignores the endpoint variable, so it is passed on here) or from a config's
+# `storage` section (`configure`, which sets the same variables so that Ray workers inherit them).
+ENDPOINT_ENV, REGION_ENV, SCHEME_ENV = "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "INTERLINGUA_S3_SCHEME"
+ENV = (ENDPOINT_ENV, REGION_ENV, SCHEME_ENV, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
 
 class StorageError(UserError, ValueError):
     """A location that names no filesystem pyarrow can open."""
@@ -32,6 +40,63 @@ class StorageError(UserError, ValueError):
 def is_uri(location: Location) -> bool:
     """Whether `location` names a filesystem by scheme (`s3://bucket/key`) rather than a local path."""
     return "://" in str(location)
+
+
+def scheme(location: Location) -> str:
+    """`s3`, `gs`, `hdfs`, `file`, or `local` for a path without a scheme."""
+    return str(location).split("://", 1)[0].lower() if is_uri(location) else "local"
+
+
+def check_location(location: Location, what: str) -> str:
+    """`location` as given, once it is a local path or a URI with a supported scheme; StorageError naming
+    `what` (the key or flag) otherwise. A path that merely looks like a URI (`s3:/bucket`, `s3:bucket`) is
+    refused too: taken as local, it would write into a folder named `s3:` beside the user's files."""
+    text = str(location)
+    if is_uri(text):
+        if scheme(text) not in SCHEMES:
+            raise StorageError(f"{what}: {text}: unsupported scheme {scheme(text)}://; use a local path or "
+                               f"{', '.join(s + '://' for s in SCHEMES)}")
+        if scheme(text) == "file" and not text[len("file://"):].startswith("/"):
+            raise StorageError(f"{what}: {text}: file:// needs an absolute path (file:///data/x)")
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text) and not re.match(r"^[A-Za-z]:[\\/]", text):
+        raise StorageError(f"{what}: {text} looks like a URI without '//' (write {text.split(':', 1)[0]}://...); "
+                           "a local path must not start with a scheme")
+    return text
+
+
+def absolute(location: Location) -> str:
+    """A URI as it is, a local path made absolute: the same location from any working directory."""
+    return str(location) if is_uri(location) else os.path.abspath(location)
+
+
+def configure(endpoint: str | None = None, region: str | None = None, scheme: str | None = None) -> None:
+    """Use this object store endpoint (`http://host:port` or `host:port`), region and scheme for s3://
+    locations in this process and, through the environment, in the Ray workers it starts. None keeps what
+    the environment says."""
+    for name, value in ((ENDPOINT_ENV, endpoint), (REGION_ENV, region), (SCHEME_ENV, scheme)):
+        if value is not None:
+            os.environ[name] = value
+
+
+def environment() -> dict[str, str]:
+    """The storage variables set in this process: what a worker process needs to reach the same store."""
+    return {name: os.environ[name] for name in ENV if os.environ.get(name)}
+
+
+def s3_options() -> dict[str, str]:
+    """`pyarrow.fs.S3FileSystem` options from the environment (see `configure`)."""
+    options: dict[str, str] = {}
+    endpoint = os.environ.get(ENDPOINT_ENV, "")
+    if endpoint:
+        parsed = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
+        options["endpoint_override"] = parsed.netloc or parsed.path
+        if parsed.scheme:
+            options["scheme"] = parsed.scheme
+    if os.environ.get(SCHEME_ENV):
+        options["scheme"] = os.environ[SCHEME_ENV]
+    if os.environ.get(REGION_ENV):
+        options["region"] = os.environ[REGION_ENV]
+    return options
 
 
 def join(location: Location, *parts: str) -> str:
@@ -45,13 +110,22 @@ def resolve(location: Location) -> tuple[pafs.FileSystem, str]:
     """The filesystem holding `location` and the path within it. Raises StorageError."""
     if not is_uri(location):
         return pafs.LocalFileSystem(), os.path.abspath(location)
+    text = check_location(location, "location")
+    if scheme(text) == "s3":
+        return _s3(tuple(sorted(s3_options().items()))), text[len("s3://"):].rstrip("/")
     try:
-        return pafs.FileSystem.from_uri(str(location))
+        return pafs.FileSystem.from_uri(text)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise StorageError(
             f"{location}: {exc}; give a local path or a URI with one of the schemes "
             f"{', '.join(s + '://' for s in SCHEMES)} (file:// needs an absolute path)"
         ) from exc
+
+
+@functools.lru_cache(maxsize=8)
+def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
+    # One client per set of options: making one costs a few milliseconds and every read resolves.
+    return pafs.S3FileSystem(**dict(options))
 
 
 def exists(location: Location) -> bool:
@@ -151,6 +225,16 @@ def entries(location: Location) -> list[str]:
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
     root = path.rstrip("/") + "/"
     return sorted(i.path[len(root):] for i in infos if i.path.startswith(root))
+
+
+def files(location: Location) -> list[str]:
+    """The files under `location` (not the directories), as in `entries`."""
+    fs, path = resolve(location)
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return []
+    root = path.rstrip("/") + "/"
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    return sorted(i.path[len(root):] for i in infos if i.path.startswith(root) and i.type == pafs.FileType.File)
 
 
 def check_only_ours(location: Location, ours: Callable[[str], bool], *, what: str, advice: str) -> list[str]:
@@ -269,3 +353,28 @@ def swap_in(staging: Path, target: Path, previous: list[str] | None) -> None:
     (target / STAGING_MARKER).unlink(missing_ok=True)
     if previous is not None:
         remove_ours(old, previous)
+
+
+# --- Whole directories: a stage that needs local files (torch, sentencepiece) works on a local copy ------
+
+def upload_dir(local: Path, location: Location) -> list[str]:
+    """Copy every file under the local directory `local` to `location` (a local path or a URI); the
+    relative names copied, sorted."""
+    names = sorted(str(p.relative_to(local)).replace(os.sep, "/") for p in Path(local).rglob("*") if p.is_file())
+    fs, path = resolve(location)
+    fs.create_dir(path, recursive=True)
+    for name in names:
+        pafs.copy_files(str(Path(local) / name), posixpath.join(path, name),
+                        source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    return names
+
+
+def download_dir(location: Location, local: Path) -> list[str]:
+    """Copy every file under `location` into the local directory `local`; the relative names, sorted."""
+    fs, path = resolve(location)
+    names = files(location)
+    for name in names:
+        (Path(local) / name).parent.mkdir(parents=True, exist_ok=True)
+        pafs.copy_files(posixpath.join(path, name), str(Path(local) / name), source_filesystem=fs,
+                        destination_filesystem=pafs.LocalFileSystem())
+    return names

@@ -19,9 +19,11 @@ from typing import Any, get_args
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from core import storage
 from core.errors import UserError
 from orchestration.config_sections import (
-    EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, TrackingConfig, TrainConfig,
+    EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, StorageConfig, TrackingConfig,
+    TrainConfig,
 )
 from pipelines.config import PrepareConfig, Source
 from core.schema import Schema
@@ -67,6 +69,17 @@ class Config(Schema):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     mine: MineConfig = Field(default_factory=MineConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+
+    @model_validator(mode="after")
+    def _locations(self) -> "Config":
+        # A URI with a scheme pyarrow cannot open, or `s3:/bucket` (one slash), is refused here: taken as a
+        # local path it would write into a folder named `s3:` and report success.
+        for key, value in (("run_dir", self.run_dir), ("dataset_dir", self.dataset_dir),
+                           ("mine.output_dir", self.mine.output_dir)):
+            if value is not None:
+                storage.check_location(value, key)
+        return self
 
     @model_validator(mode="after")
     def _decision_set(self) -> "Config":
@@ -76,21 +89,28 @@ class Config(Schema):
                              f"({', '.join(names) or 'none given'})")
         return self
 
+    # Every location below is a string: a URI (s3://bucket/runs/x/train) or an absolute local path. Build
+    # paths under them with `core.storage.join`, read and write them with `core.storage`.
     @property
-    def data_dir(self) -> Path:
-        return Path(self.dataset_dir) if self.dataset_dir else Path(self.run_dir) / "data"
+    def run_location(self) -> str:
+        return storage.absolute(self.run_dir)
 
     @property
-    def train_dir(self) -> Path:
-        return Path(self.run_dir) / "train"
+    def data_dir(self) -> str:
+        return storage.absolute(self.dataset_dir) if self.dataset_dir else storage.join(self.run_location, "data")
 
     @property
-    def eval_dir(self) -> Path:
-        return Path(self.run_dir) / "eval"
+    def train_dir(self) -> str:
+        return storage.join(self.run_location, "train")
 
     @property
-    def mine_dir(self) -> Path:
-        return Path(self.mine.output_dir) if self.mine.output_dir else Path(self.run_dir) / "mine"
+    def eval_dir(self) -> str:
+        return storage.join(self.run_location, "eval")
+
+    @property
+    def mine_dir(self) -> str:
+        return storage.absolute(self.mine.output_dir) if self.mine.output_dir else storage.join(self.run_location,
+                                                                                               "mine")
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config, every default filled in; written beside every output."""

@@ -183,6 +183,17 @@ class EvaluateConfig(Schema):
         return self
 
 
+class StorageConfig(Schema):
+    """Where s3:// locations are served from. Unset keys keep the standard environment variables
+    (AWS_ENDPOINT_URL, AWS_DEFAULT_REGION; the keys always come from AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY or the AWS config files, never from a config file)."""
+
+    endpoint: str | None = Field(default=None, description="An S3-compatible endpoint, e.g. http://minio:9000.")
+    region: str | None = Field(default=None, description="The bucket's region.")
+    scheme: str | None = Field(default=None, pattern=r"^https?$", description="http or https (the endpoint's own "
+                                                                                 "scheme when unset).")
+
+
 class TrackingConfig(Schema):
     uri: str = Field(
         default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."

@@ -8,35 +8,37 @@ is up to date.
 """
 from __future__ import annotations
 
-import json
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from core import storage
 
 
-def read_state(path: Path) -> dict[str, Any]:
-    """The recorded state, {} when there is none."""
-    return json.loads(path.read_text()) if path.is_file() else {}
+def read_state(path: str | Path) -> dict[str, Any]:
+    """The recorded state, {} when there is none (`path`: a local path or a URI)."""
+    return storage.read_json(path) if storage.exists(path) else {}
 
 
-def write_state(path: Path, state: dict[str, Any]) -> None:
+def write_state(path: str | Path, state: dict[str, Any]) -> None:
     """Replace the state file whole (a crash leaves the old one or the new one, never half of one)."""
     storage.write_json(path, state)
 
 
-def check_writable(folder: Path, what: str) -> None:
-    """Make `folder` if needed and check that files can be written in it, before any work. ConfigError naming
-    `what` (a config key or flag) and the path otherwise."""
+def check_writable(folder: str | Path, what: str) -> None:
+    """Check that files can be written in `folder` (a local path or a URI; made if needed), before any
+    work: ConfigError naming `what` (a config key or flag) and the location otherwise."""
     from orchestration.config import ConfigError
 
-    if folder.exists() and not folder.is_dir():
+    fs, path = storage.resolve(folder)
+    if fs.get_file_info(path).type == pafs.FileType.File:
         raise ConfigError(f"{what}: {folder} is a file, not a directory; choose another {what}")
+    probe = storage.join(folder, f".write-check-{uuid.uuid4().hex[:8]}")  # ours: written, then deleted
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"{what}: cannot write in {folder} ({exc.strerror or exc}); choose another {what} "
-                          "or fix its permissions") from None
+        storage.write_bytes(probe, b"")
+        storage.delete_file(probe)
+    except OSError as exc:  # pyarrow's errors for a refused PUT or a read-only folder are OSErrors
+        raise ConfigError(f"{what}: cannot write in {folder} ({getattr(exc, 'strerror', None) or exc}); choose "
+                          f"another {what}, fix its permissions or the store's credentials") from None

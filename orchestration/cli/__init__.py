@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 from typing import Sequence
 
+from core import storage
 from core.errors import Exit, UserError
 from orchestration import logs
 from orchestration.cli import stages, tools
@@ -69,10 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, overrides)
         if args.beam_args and not args.beam:
             raise ConfigError(f"unknown arguments: {' '.join(args.beam_args)}")
+        storage.configure(**config.storage.model_dump())  # s3:// endpoint and region, also for Ray workers
         if args.writes:
             from orchestration.state import check_writable
 
-            check_writable(Path(config.run_dir), "run_dir")  # before any work, not at its end
+            check_writable(config.run_location, "run_dir")  # before any work, not at its end
         return args.handler(config, args)
     except UserError as exc:
         return _fail(args.command, f"error: {exc}", Exit.USER_ERROR)

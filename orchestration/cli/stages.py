@@ -96,7 +96,8 @@ def add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
-    from orchestration.lifecycle.run import AlreadyRunning, run_pipeline
+    from orchestration.lifecycle.lock import AlreadyRunning
+    from orchestration.lifecycle.run import run_pipeline
 
     try:
         outcome = run_pipeline(config, wait=args.wait, beam_args=args.beam_args)

@@ -82,7 +82,7 @@ def add_embed(sub: argparse._SubParsersAction) -> None:
 def embed(config: Config, args: argparse.Namespace) -> int:
     from orchestration import model_dir
 
-    model = Path(args.model) if args.model else model_dir.default(config.train_dir)
+    model = Path(args.model) if args.model else model_dir.default(Path(config.train_dir))
     parent = Path(args.output).resolve().parent
     if not parent.is_dir():  # before the embedding work, not after it
         raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")

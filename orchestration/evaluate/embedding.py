@@ -117,7 +117,7 @@ def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows:
 
     e = config.evaluate
     columns = ["key"] + [f"{lang}_{c}" for lang in languages for c in (("text",) if use else ("ids", "text"))]
-    files = [str(path) for path in Dataset.open(config.data_dir.resolve()).files(e.split)]
+    files = [str(path) for path in Dataset.open(config.data_dir).files(e.split)]
     ordered = key_ordered(files)
     total = sum(pq.read_metadata(path).num_rows for path in files)
     # about a batch per block: the sort's tasks stay few for a small split, many for a large one
@@ -237,7 +237,7 @@ def _log_skipped(config: Config, rows: int) -> None:
     import pyarrow.parquet as pq
 
     split = config.evaluate.split
-    total = sum(pq.read_metadata(path).num_rows for path in Dataset.open(config.data_dir.resolve()).files(split))
+    total = sum(pq.read_metadata(path).num_rows for path in Dataset.open(config.data_dir).files(split))
     if not config.evaluate.max_sentences and total > rows:
         log.info("%d tuples of %s lack a language and are left out of the search", total - rows, split)
 

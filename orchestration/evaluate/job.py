@@ -86,7 +86,7 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     encoder = resolve_encoder(config, model_dir, reencode=reencode, own_text=testset is not None)
     label = label or (None if config.evaluate.encoder == "model" else config.evaluate.encoder)
     name = f"testset-{testset}" if testset else config.evaluate.split
-    out_dir = (config.eval_dir / (f"{name}-{label}" if label else name)).resolve()
+    out_dir = (Path(config.eval_dir) / (f"{name}-{label}" if label else name)).resolve()
     texts = _testset(config, testset, encoder) if testset else None
     languages = texts.languages if texts else encoder.languages
     check_output(out_dir, also=(STATE_FILE,))  # a user's file there is never overwritten
@@ -151,7 +151,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     if config.evaluate.encoder == "use":
         available = config.train.languages or data.languages
         return Encoder(None, _languages(config, available), {"encoder": "use"})
-    model_dir = Path(model_dir or model_files.default(config.train_dir)).resolve()
+    model_dir = Path(model_dir or model_files.default(Path(config.train_dir))).resolve()
     model_path = model_dir / model_files.MODEL_FILE
     if not model_path.is_file():
         raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")
@@ -239,7 +239,7 @@ def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], s
     encoder = config.evaluate.encoder
     train_run = None
     if encoder == "model" and not label:
-        train_run = read_state(config.train_dir / TRAIN_STATE).get("run_id")
+        train_run = read_state(Path(config.train_dir) / TRAIN_STATE).get("run_id")
     suffix = f"-{label}" if label else ""
     rename = {"error": "xsim_error"}
     metrics = {f"eval/{rename.get(name, name)}/{pair}": value for pair, m in named.items() for name, value in m.items()}

@@ -14,24 +14,15 @@ not promoted, 5 another run holds the lock, 1 failed, 2 bad config or input.
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterator
 
 from core.errors import Exit
 from orchestration import tracking
 from orchestration.config import Config
+from orchestration.lifecycle.lock import run_lock
 
 log = logging.getLogger(__name__)
-
-class AlreadyRunning(RuntimeError):
-    pass
-
 
 @dataclass
 class Outcome:
@@ -42,29 +33,6 @@ class Outcome:
     challenger_error: float | None = None
     run_id: str | None = None
     matrix: str = ""  # the challenger's error matrix, as text
-
-
-@contextmanager
-def run_lock(run_dir: Path, wait: bool = False) -> Iterator[None]:
-    """An exclusive lock on `<run_dir>/.lock` (released by the OS if the process dies)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / ".lock"
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            handle.seek(0)
-            raise AlreadyRunning(f"{run_dir} is in use by another `interlingua run` (pid {handle.read().strip()}); "
-                                 "use --wait to wait for it") from None
-        handle.truncate(0)
-        handle.write(str(os.getpid()))
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | None = None) -> Outcome:
@@ -80,8 +48,8 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # before any long work
     options = pipeline_options(beam_args or [])  # an unknown --runner: exit 2 now, not inside the stage
-    run_dir = str(Path(config.run_dir).resolve())
-    with run_lock(Path(config.run_dir), wait):
+    run_dir = config.run_location
+    with run_lock(run_dir, wait):
         _close_killed_runs(uri, config.tracking.experiment, run_dir)
         with tracking.run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
                           stage="pipeline", tags={tracking.RUN_DIR_TAG: run_dir}) as parent:

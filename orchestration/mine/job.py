@@ -50,7 +50,7 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         raise MineError("mine.inputs: give two or more inputs, one per language")
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
-    out_dir = config.mine_dir.resolve()
+    out_dir = Path(config.mine_dir)
     check_inputs(m)  # a missing or empty file is the user's to fix before any model is loaded
     check_writable(out_dir, "mine.output_dir")
     check_output(out_dir)  # a user's folder is refused before any work
@@ -130,7 +130,7 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: Path) -> tuple[Encod
     from core.dataset import file_sha256
 
     if choice == "run":
-        folder = model_files.default(config.train_dir)
+        folder = model_files.default(Path(config.train_dir))
     elif choice == "champion":
         name = config.registry.model_name or config.name
         version = tracking.champion(tracking.resolve_uri(config.tracking.uri), name)

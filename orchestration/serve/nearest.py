@@ -32,7 +32,7 @@ def nearest_sentences(
     language the model does not know, DatasetError for a damaged split."""
     if not query.strip():
         raise ConfigError("--query is empty: give a sentence to search for")
-    model_dir = Path(model_dir or model_files.default(config.train_dir))
+    model_dir = Path(model_dir or model_files.default(Path(config.train_dir)))
     embedder = SentenceEmbedder.load(model_dir)
     Dataset.open(config.data_dir).verify((config.evaluate.split,), spm=False)  # what the neighbours are read from
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
@@ -51,7 +51,7 @@ def nearest_sentences(
 
 def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:
     """The evaluation's stored embeddings of the split when this model made them, else None."""
-    folder = config.eval_dir / config.evaluate.split / "embeddings"
+    folder = Path(config.eval_dir) / config.evaluate.split / "embeddings"
     if not (folder / MANIFEST).is_file():
         return None
     store = StoredEmbeddings.open(folder)

@@ -62,7 +62,7 @@ def loop_config(config: Config, data: Dataset, run_id: str, uri: str) -> dict[st
     config against the dataset first."""
     languages = builders.trained_languages(config, data.languages)
     builders.check_losses(config)
-    data_dir = config.data_dir.resolve()
+    data_dir = Path(config.data_dir)
     check_dev_tuples(config, builders.dev_languages(config, languages))
     return {
         "model_args": builders.model_args(config, languages, data.vocab_size),
@@ -70,7 +70,7 @@ def loop_config(config: Config, data: Dataset, run_id: str, uri: str) -> dict[st
         "dev_languages": builders.dev_languages(config, languages),
         "data_dir": str(data_dir),
         "spm_model": str(data_dir / SPM_MODEL),
-        "train_dir": str(config.train_dir.resolve()),
+        "train_dir": config.train_dir,
         "config": config.to_dict(),
         "mlflow": {"uri": uri, "run_id": run_id},
     }
@@ -111,7 +111,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     data = Dataset.open(config.data_dir)
-    train_dir = config.train_dir.resolve()
+    train_dir = Path(config.train_dir)
     fp = train_fingerprint(config, data)
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work (or --force's)

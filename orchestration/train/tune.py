@@ -135,7 +135,7 @@ def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Confi
     Checkpoints follow evaluations, so every report carries the dev error the scheduler compares."""
     run_dir = Path(config.run_dir).resolve() / TUNE_DIR / "trials" / trial_id
     trial = with_values(config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": str(run_dir),
-                                 "dataset_dir": str(config.data_dir.resolve())})
+                                 "dataset_dir": config.data_dir})
     return with_values(trial, {"runtime.checkpoint_every_steps": trial.train.eval_every_steps})
 
 

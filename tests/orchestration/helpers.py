@@ -80,6 +80,6 @@ def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
                             embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
     folder.mkdir(parents=True, exist_ok=True)
     save_model(model, str(folder / files.MODEL_FILE), step=0, dev_error=None)
-    shutil.copy(small_dataset.data_dir / SPM_MODEL, folder / files.SPM_FILE)
+    shutil.copy(Path(small_dataset.data_dir) / SPM_MODEL, folder / files.SPM_FILE)
     (folder / files.CONFIG_FILE).write_text(dump_yaml(small_dataset.to_dict()))
     return folder

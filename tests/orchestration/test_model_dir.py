@@ -2,6 +2,8 @@
 dataset files are named before any work (exit 2, one line). Real Bible text, untrained tiny models."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import shutil
 
@@ -124,7 +126,7 @@ def test_reencoding_the_text_with_the_datasets_own_tokenizer_gives_its_token_ids
     """What the champion's re-evaluation relies on: the stored text, encoded with a tokenizer, is the token ids
     `prepare` writes with it."""
     model = untrained_model_dir(small_dataset, tmp_path / "model")
-    table = pq.read_table(small_dataset.data_dir / "test" / "part-00000-of-00001.parquet").slice(0, 20)
+    table = pq.read_table(Path(small_dataset.data_dir) / "test" / "part-00000-of-00001.parquet").slice(0, 20)
     batch = {column: table[column].to_numpy(zero_copy_only=False) for column in table.column_names}
     embedder = SentenceEmbedder.load(model)  # what TextEmbedFn reads the text with
     for lang in ("zh", "ar"):
@@ -208,7 +210,7 @@ def exported_model_dir(small_dataset, folder, monkeypatch):
                                      model.state_dict())
     monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: shutil.copytree(
         checkpoint.path, folder.with_name("checkpoint")))
-    checkpoint.report(0, state, model.args, spm_model=str(small_dataset.data_dir / "spm.model"),
+    checkpoint.report(0, state, model.args, spm_model=str(Path(small_dataset.data_dir) / "spm.model"),
                       config=small_dataset.to_dict(), metrics={})
     checkpoint.export(ray.train.Checkpoint.from_directory(str(folder.with_name("checkpoint"))), folder)
     return folder

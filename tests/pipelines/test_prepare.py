@@ -79,7 +79,7 @@ def test_parquet_schema_tokens_and_spm_model(prepared):
     files = dataset.split_files(config.data_dir, "train")
     assert [f.name for f in files] == [f"part-0000{i}-of-00003.parquet" for i in range(3)]
     assert pq.read_schema(files[0]).remove_metadata() == dataset.schema(LANGS)
-    sp = spm.SentencePieceProcessor(model_file=str(config.data_dir / dataset.SPM_MODEL))
+    sp = spm.SentencePieceProcessor(model_file=str(Path(config.data_dir) / dataset.SPM_MODEL))
     assert sp.get_piece_size() == result.manifest["spm"]["vocab_size"] <= 2000
     rows = dataset.read_split(config.data_dir, "dev").to_pylist()
     pairs = [(r[f"{lang}_text"], r[f"{lang}_ids"], r[f"{lang}_len"]) for r in rows for lang in LANGS]
@@ -91,7 +91,7 @@ def test_parquet_schema_tokens_and_spm_model(prepared):
     # in 231 verses those are Chinese characters seen once
     train_zh = [i for r in dataset.read_split(config.data_dir, "train").to_pylist() for i in r["zh_ids"] or []]
     assert train_zh.count(dataset.UNK_ID) < 0.02 * len(train_zh)
-    written = yaml_config(config.data_dir / "config.yaml")
+    written = yaml_config(Path(config.data_dir) / "config.yaml")
     assert written == config.to_dict() == result.manifest["config"]
 
 
@@ -113,10 +113,10 @@ def yaml_config(path: Path) -> dict:
 
 def test_rerun_is_a_no_op_and_forced_rerun_gives_identical_files(prepared, tmp_path):
     config, result = prepared
-    stamp = (config.data_dir / dataset.MANIFEST).stat().st_mtime_ns
+    stamp = (Path(config.data_dir) / dataset.MANIFEST).stat().st_mtime_ns
     again = prepare(config)
     assert again.skipped and again.manifest == result.manifest
-    assert (config.data_dir / dataset.MANIFEST).stat().st_mtime_ns == stamp
+    assert (Path(config.data_dir) / dataset.MANIFEST).stat().st_mtime_ns == stamp
     other = small_config(tmp_path)
     rebuilt = prepare(other, force=True)
     assert not rebuilt.skipped
@@ -173,7 +173,7 @@ def test_a_crashed_first_run_leaves_no_dataset(tmp_path, monkeypatch):
     monkeypatch.setattr(dataset, "write_shard", failing)
     with pytest.raises(Exception, match="No space left on device"):
         prepare(config)
-    assert not config.data_dir.exists()
+    assert not Path(config.data_dir).exists()
     with pytest.raises(dataset.DatasetError, match="not a finished dataset"):
         dataset.load_manifest(config.data_dir)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -65,7 +66,7 @@ def test_bad_test_sets_are_refused_naming_the_file(ruth, tmp_path):
 
 
 def test_a_pinned_dataset_is_refused_when_it_changed_or_is_not_pinned(small_dataset, tmp_path):
-    data = small_dataset.data_dir
+    data = Path(small_dataset.data_dir)
     current = load_manifest(data)["fingerprint"]
     with pytest.raises(EvaluateError, match=f"pin the dataset with fingerprint: {current}"):
         load_testset(spec(name="p", dataset=str(data)), ["fr", "en"])

@@ -18,7 +18,8 @@ from orchestration import tracking
 from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.lifecycle.compare import compare_runs
-from orchestration.lifecycle.run import run_lock, run_pipeline
+from orchestration.lifecycle.lock import run_lock
+from orchestration.lifecycle.run import run_pipeline
 from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
 from tests.orchestration.helpers import TINY, checkpoints, wait_for
 

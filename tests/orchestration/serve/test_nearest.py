@@ -1,6 +1,8 @@
 """`interlingua embed` and `interlingua search` on a model trained on real Bible text."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import logging
 
 import numpy as np
@@ -25,7 +27,7 @@ def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, l
     assert main(["embed", *overrides, "-l", "fr", "-i", str(tmp_path / "fr.txt"), "-o", str(out)]) == 0
     assert "3 sentences (0 empty)" in capsys.readouterr().out
     vectors = np.load(out)
-    embedder = SentenceEmbedder.load(config.train_dir / "model")
+    embedder = SentenceEmbedder.load(Path(config.train_dir) / "model")
     assert vectors.shape == (3, embedder.model.embedding_dim)
     np.testing.assert_allclose(vectors, embedder.embed(ruth, "fr"), rtol=1e-5, atol=1e-6)
     # the same sentence as stored in the dataset (normalized, lowercased) embeds the same

@@ -145,7 +145,7 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     from tests.orchestration.helpers import config_for
 
     config = config_for(small_dataset, tmp_path)
-    train_dir = config.train_dir
+    train_dir = Path(config.train_dir)
     for name in ("run.json", "config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
                  "model/model.pt", "model/lineage.json", ".model.partial/model.pt"):
         (train_dir / name).parent.mkdir(parents=True, exist_ok=True)

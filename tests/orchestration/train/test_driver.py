@@ -1,6 +1,8 @@
 """`interlingua train` with Ray Train on real Bible text: export, MLflow, the stage cache, bad configs."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import os
 
@@ -24,7 +26,7 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
     assert {p.name for p in result.model_dir.iterdir()} >= {"model.pt", "spm.model", "config.yaml", "progress.json"}
     assert load_config(result.model_dir / "config.yaml").model == config.model  # reproducible from it
     lineage = json.loads((result.model_dir / "lineage.json").read_text())  # what it was made from
-    manifest = json.loads((config.data_dir / "manifest.json").read_text())
+    manifest = json.loads((Path(config.data_dir) / "manifest.json").read_text())
     assert lineage["spm_sha256"] == manifest["spm"]["sha256"] and lineage["dataset_fingerprint"] == manifest["fingerprint"]
     assert model.embedding_dim == 32
 
@@ -51,7 +53,7 @@ def test_a_failed_training_is_marked_failed(small_dataset, tmp_path, local_ray):
     config = config_for(small_dataset, tmp_path, "train.paths=[{kind: 'M:N', m: 7}]", "runtime.max_failures=0")
     with pytest.raises(Exception, match="no training batch"):
         train(config)
-    state = json.loads((config.train_dir / "run.json").read_text())
+    state = json.loads((Path(config.train_dir) / "run.json").read_text())
     assert tracking.get_run(config.tracking.uri, state["run_id"]).info.status == "FAILED"
 
 
@@ -62,7 +64,7 @@ def test_a_diverged_training_stops_and_logs_no_nan(small_dataset, tmp_path, loca
                         "model.ranking_weight=0.0")
     with pytest.raises(Exception, match=r"training diverged: the loss is (nan|inf) before step \d+; lower train.lr"):
         train(config)
-    run_id = json.loads((config.train_dir / "run.json").read_text())["run_id"]
+    run_id = json.loads((Path(config.train_dir) / "run.json").read_text())["run_id"]
     run = tracking.get_run(config.tracking.uri, run_id)
     assert run.info.status == "FAILED" and "train/loss" not in run.data.metrics
     with pytest.raises(ValueError, match=r"non-finite metrics \{'dev/xsim_error': nan\}"):

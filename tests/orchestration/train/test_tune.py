@@ -1,6 +1,8 @@
 """`interlingua tune` on real Bible text: a tiny search on Ray Tune, its trials in MLflow and `compare`."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import signal
 import subprocess
 import sys
@@ -33,7 +35,7 @@ def test_space_errors_name_the_file_and_key(tmp_path, small_dataset):
     trial = trial_config(config, {"train.lr": 0.02, "model.encoder_hidden": 24}, "t1")
     assert trial.train.lr == 0.02 and trial.model.encoder_hidden == 24
     assert trial.runtime.checkpoint_every_steps == trial.train.eval_every_steps  # every report has a dev error
-    assert str(trial.run_dir).endswith("tune/trials/t1") and trial.data_dir == config.data_dir.resolve()
+    assert str(trial.run_dir).endswith("tune/trials/t1") and trial.data_dir == Path(config.data_dir).resolve()
 
 
 def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path, small_dataset):

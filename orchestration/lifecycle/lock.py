@@ -1,0 +1,189 @@
+"""The `run` lock: one `interlingua run` per run dir, across hosts.
+
+A local run dir is locked with `flock` on `<run_dir>/.lock`: the OS releases it when the process dies.
+
+An `s3://` run dir is locked by creating `<run_dir>/.lock` with a conditional PUT (`If-None-Match: *`):
+exactly one of two hosts racing for it succeeds. The holder renews its lease every `ttl / 3` seconds with a
+PUT conditional on its own ETag (`If-Match`); a holder that dies stops renewing. A waiting host takes over a
+lock only once it has not been renewed for `ttl` seconds, by the store's own clock (the object's
+Last-Modified against the response's Date: no two hosts' clocks are compared), with a DELETE conditional on
+the stale ETag, so two hosts that find it stale at once cannot both take it. A holder that finds its lease
+taken over (a renewal refused) interrupts its own run, which then exits 130 with its MLflow runs KILLED:
+two hosts never both write the run dir.
+
+Other schemes (gs://, hdfs://) have no conditional create through pyarrow: `run` refuses them, naming the
+alternatives; every other command works there.
+"""
+from __future__ import annotations
+
+import _thread
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Iterator
+
+from core import storage
+from core.errors import UserError
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+TTL_SECONDS = 60.0  # a dead holder's lock is taken over after this long without a renewal
+
+
+class AlreadyRunning(RuntimeError):
+    """Another `interlingua run` holds the run dir's lock (exit 5)."""
+
+
+class LockUnsupported(UserError, ValueError):
+    """A run dir on a filesystem with no conditional create."""
+
+
+@contextmanager
+def run_lock(run_dir: str | Path, wait: bool = False, *, ttl: float = TTL_SECONDS,
+             poll: float = 2.0) -> Iterator[None]:
+    """Hold the run dir's lock for the block. AlreadyRunning when another run holds it (unless `wait`)."""
+    kind = storage.scheme(run_dir)
+    if kind in ("local", "file"):
+        local = str(run_dir)[len("file://"):] if kind == "file" else str(run_dir)
+        with _flock(Path(local), wait):
+            yield
+    elif kind == "s3":
+        with _S3Lock(storage.join(run_dir, LOCK_FILE), ttl).held(wait, poll):
+            yield
+    else:
+        raise LockUnsupported(f"run_dir: {run_dir}: `interlingua run` locks its run dir with a conditional "
+                              f"create, which {kind}:// lacks here; use an s3:// or local run_dir for `run` "
+                              "(prepare, train and evaluate run on any scheme)")
+
+
+@contextmanager
+def _flock(run_dir: Path, wait: bool) -> Iterator[None]:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / LOCK_FILE, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            handle.seek(0)
+            raise AlreadyRunning(f"{run_dir} is in use by another `interlingua run` ({handle.read().strip()}); "
+                                 "use --wait to wait for it") from None
+        handle.truncate(0)
+        handle.write(_holder())
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _holder() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+class _S3Lock:
+    """The lease object at `location` (an s3:// URI), through boto3: pyarrow exposes no conditional PUT."""
+
+    def __init__(self, location: str, ttl: float) -> None:
+        import boto3
+
+        self.bucket, _, self.key = location[len("s3://"):].partition("/")
+        self.location, self.ttl = location, ttl
+        self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`storage.configure`)
+        self.etag: str | None = None
+        # A token of its own: a lease another process wrote never has this ETag, even from the same host.
+        self.body = json.dumps({"holder": _holder(), "token": uuid.uuid4().hex}).encode()
+
+    @contextmanager
+    def held(self, wait: bool, poll: float) -> Iterator[None]:
+        while not self._acquire():
+            if not wait:
+                raise AlreadyRunning(f"{self.location} is held by another `interlingua run` "
+                                     f"({self._describe()}); use --wait to wait for it")
+            time.sleep(poll)  # polling the store: there is nothing to wait on but its answer
+        stop = threading.Event()
+        renewer = threading.Thread(target=self._renew, args=(stop,), name="run-lock-lease", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()
+            self._release()
+
+    def _acquire(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self.body,
+                                               IfNoneMatch="*")["ETag"]
+            return True
+        except ClientError as exc:
+            if _code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise
+        return self._take_over_stale()
+
+    def _take_over_stale(self) -> bool:
+        """Delete a lease nobody renewed for `ttl` (conditional on its ETag), then race for it again."""
+        from botocore.exceptions import ClientError
+
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self.key)
+        except ClientError as exc:
+            if _code(exc) in ("404", "NoSuchKey", "NotFound"):
+                return False  # released meanwhile: the next poll creates it
+            raise
+        now = parsedate_to_datetime(head["ResponseMetadata"]["HTTPHeaders"]["date"])
+        if (now - head["LastModified"]).total_seconds() < self.ttl:
+            return False
+        log.warning("%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
+                    self.location, head["LastModified"], self.ttl)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=head["ETag"])
+        except ClientError as exc:
+            if _code(exc) not in ("PreconditionFailed", "404", "NoSuchKey"):
+                raise
+        return False  # the next attempt creates it, or sees who did
+
+    def _renew(self, stop: threading.Event) -> None:
+        from botocore.exceptions import ClientError
+
+        while not stop.wait(self.ttl / 3):
+            try:
+                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self.body,
+                                                   IfMatch=self.etag)["ETag"]
+            except ClientError as exc:
+                if _code(exc) not in ("PreconditionFailed", "404", "NoSuchKey"):
+                    log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
+                    continue
+                log.error("%s: the lease was taken over by another host; stopping this run", self.location)
+                _thread.interrupt_main()
+                return
+
+    def _release(self) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
+        except ClientError as exc:  # taken over: it is not ours to delete
+            log.warning("%s: not released (%s)", self.location, _code(exc))
+
+    def _describe(self) -> str:
+        try:
+            return json.loads(self.client.get_object(Bucket=self.bucket, Key=self.key)["Body"].read())["holder"]
+        except Exception:  # noqa: BLE001 - only for the message; released meanwhile, or not ours
+            return "holder unknown"
+
+
+def _code(exc) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
