@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sqlite3
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,25 @@ def disk_full_at_second_shard(monkeypatch):
     monkeypatch.setattr(dataset, "write_shard", failing)
     return real
 
+
+@pytest.fixture
+def s3_bucket(monkeypatch):
+    """An S3 server (moto's, in a thread of this process) with an empty bucket; the standard variables point
+    at it. The cluster tests use a server in a process of its own (tests/servers.py)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from core import storage
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for name, value in {storage.ENDPOINT_ENV: f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
+                        "AWS_SECRET_ACCESS_KEY": "test", storage.REGION_ENV: "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(storage.SCHEME_ENV, raising=False)
+    # moto keeps its buckets in the process, across servers: start each test from an empty store
+    urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"))
+    boto3.client("s3").create_bucket(Bucket="bucket")
+    yield "s3://bucket"
+    server.stop()

@@ -144,7 +144,8 @@ class _S3Lock:
                 return False  # released meanwhile: the next poll creates it
             raise
         now = parsedate_to_datetime(head["ResponseMetadata"]["HTTPHeaders"]["date"])
-        if (now - head["LastModified"]).total_seconds() < self.ttl:
+        # Both times are whole seconds: one more second, so that a lease renewed in time is never stale.
+        if (now - head["LastModified"]).total_seconds() < self.ttl + 1:
             return False
         log.warning("%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
                     self.location, head["LastModified"], self.ttl)

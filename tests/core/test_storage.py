@@ -1,0 +1,67 @@
+"""The storage layer on a real S3 server (moto's): locations, endpoint configuration, whole directories."""
+from pathlib import Path
+
+import pytest
+
+from core import storage
+from orchestration.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize("location", ["s3:/bucket/runs/x", "s3:bucket/runs", "ftp://host/x", "file://relative/x"])
+def test_a_location_that_is_no_supported_uri_is_refused_naming_its_key(location):
+    with pytest.raises(ConfigError, match="run_dir"):
+        load_config(None, [f"run_dir={location}"])
+
+
+def test_local_paths_and_supported_uris_are_accepted():
+    for location in ("runs/x", "/tmp/runs/x", "s3://bucket/runs/x", "file:///tmp/x", "gs://b/x", "hdfs://nn/x"):
+        assert storage.check_location(location, "run_dir") == location
+    config = load_config(None, ["run_dir=s3://bucket/runs/x"])
+    assert config.train_dir == "s3://bucket/runs/x/train" and config.data_dir == "s3://bucket/runs/x/data"
+
+
+def test_the_endpoint_comes_from_the_environment_or_the_storage_section(monkeypatch):
+    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9999")
+    monkeypatch.delenv(storage.SCHEME_ENV, raising=False)
+    monkeypatch.delenv(storage.REGION_ENV, raising=False)
+    assert storage.s3_options() == {"endpoint_override": "127.0.0.1:9999", "scheme": "http"}
+    storage.configure(endpoint="https://store.example:443", region="eu-west-1")
+    assert storage.s3_options() == {"endpoint_override": "store.example:443", "scheme": "https",
+                                    "region": "eu-west-1"}
+    assert storage.environment()[storage.ENDPOINT_ENV] == "https://store.example:443"  # what Ray workers inherit
+
+
+def test_files_json_and_directories_round_trip_through_the_bucket(s3_bucket, tmp_path, verse):
+    verse = verse("l", 8, 1, 1)  # Ruth 1:1 in French: real text, not ASCII
+    storage.write_json(storage.join(s3_bucket, "a", "state.json"), {"verse": verse})
+    assert storage.read_json(f"{s3_bucket}/a/state.json") == {"verse": verse}
+    local = tmp_path / "model"
+    (local / "sub").mkdir(parents=True)
+    (local / "model.pt").write_bytes(verse.encode() * 3)
+    (local / "sub" / "spm.model").write_text(verse)
+    assert storage.upload_dir(local, f"{s3_bucket}/m") == ["model.pt", "sub/spm.model"]
+    assert storage.files(f"{s3_bucket}/m") == ["model.pt", "sub/spm.model"]
+    back = tmp_path / "back"
+    assert storage.download_dir(f"{s3_bucket}/m", back) == ["model.pt", "sub/spm.model"]
+    assert (back / "sub" / "spm.model").read_text() == verse
+    assert storage.sha256(f"{s3_bucket}/m/model.pt") == storage.sha256(local / "model.pt")
+
+
+def test_a_foreign_object_under_a_prefix_is_never_removed(s3_bucket, verse):
+    verse = verse("k", 8, 1, 1)
+    storage.write_bytes(f"{s3_bucket}/out/notes.txt", verse.encode())
+    with pytest.raises(storage.ForeignDataError, match="notes.txt"):
+        storage.check_only_ours(f"{s3_bucket}/out", lambda e: e == "manifest.json", what="-o", advice="move it")
+    with pytest.raises(storage.ForeignDataError, match="notes.txt"):
+        storage.make_staging(f"{s3_bucket}/out")
+    assert storage.read_bytes(f"{s3_bucket}/out/notes.txt") == verse.encode()
+
+
+def test_check_writable_probes_a_uri_and_leaves_nothing(s3_bucket):
+    from orchestration.state import check_writable
+
+    check_writable(f"{s3_bucket}/runs/x", "run_dir")
+    assert storage.entries(f"{s3_bucket}/runs/x") == []
+    with pytest.raises(ConfigError, match="run_dir: cannot write in s3://missing-bucket/x .*not found"):
+        check_writable("s3://missing-bucket/x", "run_dir")
+    assert Path("s3:").exists() is False

@@ -1,0 +1,97 @@
+"""The `run` lock across hosts, against a real S3 server's conditional PUT: two processes racing for an
+s3:// run dir, a dead holder's lease taken over, a lease lost to another host."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import boto3
+import pytest
+
+from core.errors import Exit
+from orchestration.cli import main
+from orchestration.lifecycle.lock import AlreadyRunning, LockUnsupported, run_lock
+
+HOLD = textwrap.dedent("""
+    import pathlib, sys, time
+    from orchestration.lifecycle.lock import AlreadyRunning, run_lock
+    run_dir, go, out = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+    while not go.exists():  # start together: the race is the point
+        time.sleep(0.01)
+    try:
+        with run_lock(run_dir, ttl=float(sys.argv[4])):
+            out.write_text("held")
+            while True:
+                time.sleep(0.1)
+    except AlreadyRunning as exc:
+        out.write_text(f"refused: {exc}")
+""")
+
+
+def start_holder(run_dir: str, go, out, ttl: float = 60.0) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLD, run_dir, str(go), str(out), str(ttl)],
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+def wait_for(condition, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_of_two_hosts_racing_for_an_s3_run_dir_exactly_one_runs(s3_bucket, tmp_path):
+    go, outs = tmp_path / "go", [tmp_path / "a", tmp_path / "b"]
+    holders = [start_holder(f"{s3_bucket}/runs/x", go, out) for out in outs]
+    try:
+        go.touch()
+        wait_for(lambda: all(out.exists() for out in outs))
+        results = sorted(out.read_text() for out in outs)
+        assert results[0] == "held" and results[1].startswith("refused:"), results
+        assert "held by another `interlingua run` (pid" in results[1]
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_dead_holders_lease_is_taken_over_once_it_is_not_renewed(s3_bucket, tmp_path):
+    go, out = tmp_path / "go", tmp_path / "held"
+    go.touch()
+    holder = start_holder(f"{s3_bucket}/runs/x", go, out, ttl=3.0)
+    wait_for(out.exists)
+    with pytest.raises(AlreadyRunning):
+        with run_lock(f"{s3_bucket}/runs/x", ttl=3.0):
+            pass  # the holder is alive and renewing
+    holder.send_signal(signal.SIGKILL)  # dies without releasing: no renewal from now on
+    holder.wait()
+    with run_lock(f"{s3_bucket}/runs/x", wait=True, ttl=3.0, poll=0.2):
+        body = json.loads(boto3.client("s3").get_object(Bucket="bucket", Key="runs/x/.lock")["Body"].read())
+        assert body["holder"].startswith(f"pid {os.getpid()} ")
+    with run_lock(f"{s3_bucket}/runs/x"):  # released on exit
+        pass
+
+
+def test_a_holder_whose_lease_was_taken_over_stops(s3_bucket):
+    with pytest.raises(KeyboardInterrupt):
+        with run_lock(f"{s3_bucket}/runs/x", ttl=0.6):
+            # another host, finding the lease stale, deleted it and took it
+            boto3.client("s3").put_object(Bucket="bucket", Key="runs/x/.lock", Body=b'{"holder": "other"}')
+            time.sleep(30)  # interrupted by the renewal that finds the lease gone
+    assert boto3.client("s3").get_object(Bucket="bucket", Key="runs/x/.lock")["Body"].read() == b'{"holder": "other"}'
+
+
+def test_a_second_run_on_an_s3_run_dir_exits_5(s3_bucket, tmp_path, capsys):
+    with run_lock(f"{s3_bucket}/runs/x"):
+        code = main(["run", f"run_dir={s3_bucket}/runs/x", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"])
+    assert code == Exit.ALREADY_RUNNING
+    assert "is held by another `interlingua run`" in capsys.readouterr().err
+
+
+def test_a_scheme_without_conditional_create_is_refused_for_run():
+    with pytest.raises(LockUnsupported, match="gs://"):
+        with run_lock("gs://bucket/runs/x"):
+            pass
