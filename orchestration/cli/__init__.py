@@ -27,13 +27,14 @@ from typing import Sequence
 from core import storage
 from core.errors import Exit, UserError
 from orchestration import logs
-from orchestration.cli import stages, tools
+from orchestration.cli import export, stages, tools
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
-            tools.add_compare, tools.add_search, tools.add_embed, tools.add_mine, tools.add_config)
+            tools.add_compare, tools.add_search, tools.add_embed, tools.add_mine, export.add_export,
+            tools.add_config)
 
 
 def _version() -> str:

@@ -87,7 +87,7 @@ def embed(config: Config, args: argparse.Namespace) -> int:
     if not parent.is_dir():  # before the embedding work, not after it
         raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
     if args.output.endswith(".npy"):
-        return _embed_small(model, args)
+        return _embed_small(model, args, config.runtime.backend)
     if "-" in args.input:
         raise ConfigError("stdin (-i -) is embedded in this process: give -o FILE.npy")
     from orchestration.serve.corpus import embed_corpus
@@ -103,7 +103,7 @@ def embed(config: Config, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _embed_small(model: Path, args: argparse.Namespace) -> int:
+def _embed_small(model: Path, args: argparse.Namespace, backend: str) -> int:
     import numpy as np
 
     from orchestration.serve.corpus import embed_in_process
@@ -116,7 +116,7 @@ def _embed_small(model: Path, args: argparse.Namespace) -> int:
     missing = [name for name in args.input if name != "-" and not Path(name).is_file()]
     if missing:
         raise ConfigError(f"-i {missing[0]}: no such file")
-    embedder = SentenceEmbedder.load(model)
+    embedder = SentenceEmbedder.load(model, backend=backend)
     if args.lang not in embedder.languages:
         raise ConfigError(f"-l {args.lang}: the model knows {embedder.languages}")
     vectors, empty = embed_in_process(embedder, args.input, args.lang)

@@ -33,7 +33,7 @@ def nearest_sentences(
     if not query.strip():
         raise ConfigError("--query is empty: give a sentence to search for")
     model_dir = Path(model_dir or model_files.default(Path(config.train_dir)))
-    embedder = SentenceEmbedder.load(model_dir)
+    embedder = SentenceEmbedder.load(model_dir, backend=config.runtime.backend)
     Dataset.open(config.data_dir).verify((config.evaluate.split,), spm=False)  # what the neighbours are read from
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
     if unknown:

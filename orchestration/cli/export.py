@@ -1,0 +1,33 @@
+"""`interlingua export`: the model's encoders as ONNX (fp32 and int8) for the fast backends."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from core.errors import Exit
+from orchestration.cli.common import command
+from orchestration.config import Config
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "export", export,
+                example="interlingua export -c configs/bible6-cpu.yaml   # -> runs/bible6-cpu/train/model-onnx/",
+                help="the model's encoders as ONNX, fp32 and int8 (runtime.backend=onnx, onnx-int8, auto)",
+                description="Write each encoder of the model directory as an ONNX graph (token ids and lengths in, "
+                "the sentence embedding out; dynamic batch and length; sentencepiece stays outside) and its "
+                "dynamic int8 quantization, with manifest.json (the model's sha256, each file's). Default OUT: "
+                "beside the model directory (<model>-onnx), where runtime.backend looks for it.")
+    p.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    p.add_argument("--output", "-o", help="the export directory (default: <model>-onnx beside the model); "
+                   "an existing one is replaced only if it holds nothing but an earlier export")
+
+
+def export(config: Config, args: argparse.Namespace) -> int:
+    from orchestration import model_dir
+    from orchestration.serve.export import export_model
+
+    model = Path(args.model) if args.model else model_dir.default(config.train_dir)
+    result = export_model(model, Path(args.output) if args.output else None)
+    ops = ", ".join(result.quantized_ops) or "nothing quantized"
+    print(f"{model} -> {result.out_dir}/ ({', '.join(result.files)}; int8: {ops}); see manifest.json")
+    return Exit.OK

@@ -1,0 +1,120 @@
+"""`interlingua export`: a model directory's encoders as ONNX, fp32 and int8, beside it or in `-o`.
+
+    <run_dir>/train/model-onnx/          (`default_dir`; or -o OUT)
+        encoder-<name>.onnx              fp32, one per encoder module ("shared", or a language)
+        encoder-<name>.int8.onnx         dynamic int8 (DynamicQuantizeLSTM)
+        manifest.json                    format marker, the model it came from (path, sha256 of
+                                         model.pt and spm.model), each file's sha256, versions
+
+The folder is built in a staging directory and swapped in whole (`core.storage`): a
+crash leaves the previous export intact. An existing OUT is replaced only when it
+holds nothing but an earlier export's files (its manifest names them); anything else
+there is refused (ForeignDataError, exit 2), never overwritten. Sentencepiece and the
+normalization stay outside the graphs: the model directory keeps them.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core import storage
+from core.dataset import file_sha256
+from orchestration import model_dir as model_files
+
+log = logging.getLogger(__name__)
+
+FORMAT = "interlingua-onnx-export"  # the marker that makes a folder ours to replace
+VERSION = 1
+MANIFEST = "manifest.json"
+BACKENDS = ("onnx", "onnx-int8")
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What `export_model` wrote."""
+
+    out_dir: Path
+    files: dict[str, str]  # name -> sha256
+    quantized_ops: list[str]
+
+
+def default_dir(model_dir: Path) -> Path:
+    """Where `interlingua export` writes, and where the backends look: beside the model directory (inside
+    it, `interlingua train` would refuse to replace the model: a model directory holds only its own files)."""
+    model_dir = Path(model_dir).resolve()
+    return model_dir.with_name(f"{model_dir.name}-onnx")
+
+
+def file_name(encoder: str, backend: str) -> str:
+    """The file of `encoder` ("shared" or a language) for `backend` ("onnx" or "onnx-int8")."""
+    return f"encoder-{encoder}.int8.onnx" if backend == "onnx-int8" else f"encoder-{encoder}.onnx"
+
+
+def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    """The export's manifest; None when `out_dir` holds none, or one that is not an export's."""
+    try:
+        manifest = storage.read_json(out_dir / MANIFEST)
+    except (FileNotFoundError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
+def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
+    """Export every encoder of the (verified) model directory as fp32 and int8 ONNX into `out_dir`
+    (`default_dir` when None). ModelDirError for a damaged model directory; ForeignDataError when
+    `out_dir` holds anything an earlier export did not write."""
+    model_dir = model_files.check(Path(model_dir).resolve())
+    lineage = model_files.verify(model_dir)
+    out_dir = Path(out_dir).resolve() if out_dir else default_dir(model_dir)
+    previous = _replaceable(out_dir)  # before any work: a refused -o costs nothing
+    staging = out_dir.with_name(f".{out_dir.name}.partial")
+    storage.make_staging(staging)
+    model, _ = model_files.load(model_dir / model_files.MODEL_FILE)
+    files, quantized = _write_graphs(model, staging)
+    manifest = {
+        "format": FORMAT, "version": VERSION,
+        "model": {"dir": str(model_dir), "model_sha256": lineage["model_sha256"],
+                  "spm_sha256": lineage.get("spm_sha256")},
+        "languages": model.languages, "encoders": sorted(model.encoders),
+        "embedding_dim": model.embedding_dim, "quantized_ops": quantized,
+        "files": files, "versions": _versions(),
+    }
+    storage.write_json(staging / MANIFEST, manifest)  # written last: a folder without it is no export
+    storage.swap_in(staging, out_dir, previous)
+    log.info("exported %s to %s (%s)", model_dir, out_dir, ", ".join(files))
+    return Exported(out_dir, files, quantized)
+
+
+def _replaceable(out_dir: Path) -> list[str] | None:
+    """The entries of an earlier export at `out_dir` (None: nothing there); ForeignDataError otherwise."""
+    if not out_dir.exists():
+        return None
+    manifest = read_manifest(out_dir) or {}
+    ours = set(manifest.get("files", {})) | ({MANIFEST} if manifest else set())
+    return storage.check_only_ours(out_dir, lambda e: e in ours, what=f"-o {out_dir}",
+                                   advice="give an empty or new directory; interlingua replaces only its own export")
+
+
+def _write_graphs(model, staging: Path) -> tuple[dict[str, str], list[str]]:
+    """Each encoder's fp32 and int8 graph written to `staging`; {name: sha256} and the quantized op types."""
+    import onnx
+
+    from model.onnx_export import encoder_graph, quantize_int8
+
+    files, quantized = {}, set()
+    for name, encoder in sorted(model.encoders.items()):
+        fp32, int8 = staging / file_name(name, "onnx"), staging / file_name(name, "onnx-int8")
+        onnx.save(encoder_graph(encoder.eval(), name=f"encoder-{name}"), str(fp32))
+        quantized.update(quantize_int8(str(fp32), str(int8)))
+        files[fp32.name], files[int8.name] = file_sha256(fp32), file_sha256(int8)
+    return files, sorted(quantized)
+
+
+def _versions() -> dict[str, str]:
+    import onnx
+    import onnxruntime
+    import torch
+
+    return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__}
