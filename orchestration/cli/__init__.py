@@ -71,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.beam_args and not args.beam:
             raise ConfigError(f"unknown arguments: {' '.join(args.beam_args)}")
         storage.configure(**config.storage.model_dump())  # s3:// endpoint and region, also for Ray workers
+        for key, location in (("run_dir", config.run_dir), ("dataset_dir", config.dataset_dir)):
+            if location:
+                storage.check_reachable(location, key)  # one line and exit 1 in seconds, not a traceback later
         if args.writes:
             from orchestration.state import check_writable
 

@@ -65,3 +65,17 @@ def test_check_writable_probes_a_uri_and_leaves_nothing(s3_bucket):
     with pytest.raises(ConfigError, match="run_dir: cannot write in s3://missing-bucket/x .*not found"):
         check_writable("s3://missing-bucket/x", "run_dir")
     assert Path("s3:").exists() is False
+
+
+def test_an_unreachable_store_or_missing_bucket_is_one_line_and_exit_1(s3_bucket, monkeypatch, capsys):
+    from orchestration.cli import main
+
+    assert main(["train", "run_dir=s3://no-such-bucket/runs/x"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("interlingua train: error: run_dir: s3://no-such-bucket/runs/x: bucket 'no-such-bucket' does "
+                   f"not exist at {storage.os.environ[storage.ENDPOINT_ENV]}; create it first")
+    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
+    assert main(["evaluate", f"dataset_dir={s3_bucket}/data"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"interlingua evaluate: error: dataset_dir: {s3_bucket}/data: the store does not answer")
+    assert "\n" not in err
