@@ -180,6 +180,14 @@ def write_bytes(location: Location, data: bytes) -> None:
         stream.write(data)
 
 
+def open_parquet(location: Location):
+    """A `pyarrow.parquet.ParquetFile` reading `location` (local or URI) by ranges: its metadata, a row group."""
+    import pyarrow.parquet as pq
+
+    fs, path = resolve(location)
+    return pq.ParquetFile(fs.open_input_file(path))
+
+
 def write_json(location: Location, value: Any, *, indent: int | None = 2) -> None:
     """Replace the JSON file at `location` whole: readers see the old file or the new one, never half of
     one (a rename beside it on a filesystem that renames, one PUT on an object store)."""

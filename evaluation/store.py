@@ -49,7 +49,7 @@ def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.
     keys = [keys[i] for i in order]
     name = "block-" + hashlib.blake2b(keys[0].encode("utf-8"), digest_size=8).hexdigest()
     for lang, emb in embeddings.items():
-        _atomic_save(staging / lang / f"{name}.npy", np.ascontiguousarray(emb[order]))  # (n, D)
+        save_array(staging / lang / f"{name}.npy", np.ascontiguousarray(emb[order]))  # (n, D)
     columns: dict[str, Any] = {"key": pa.array(keys, pa.string())}
     for lang, values in texts.items():
         ordered = [values[i] for i in order]
@@ -227,7 +227,9 @@ def _write_keys(folder: Path, names: list[str]) -> None:
         out.write("]\n")
 
 
-def _atomic_save(path: Path, array: np.ndarray) -> None:
+def save_array(path: Path, array: np.ndarray) -> None:
+    """`path` (.npy) written under a temporary name and renamed when whole: a killed writer leaves no half
+    block under a block's name. Every embedding block is written by it (this store's, `serve.corpus`'s)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, array)

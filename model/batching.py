@@ -25,10 +25,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from model.training_paths import Signature, TrainingPath, sample_path
+from core import storage
 from core.dataset import EOS_ID, PAD_ID
 
 Pair = tuple[torch.Tensor, torch.Tensor]
@@ -147,7 +147,7 @@ def shard_units(files: Sequence[str | Path]) -> list[Unit]:
     """Every row group of the shards, in file order (from the Parquet footers: no data is read)."""
     units = []
     for path in files:
-        meta = pq.ParquetFile(path).metadata
+        meta = storage.open_parquet(path).metadata
         units += [Unit(str(path), i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
                   if meta.row_group(i).num_rows]
     return units
@@ -172,7 +172,7 @@ def epoch_windows(units: Sequence[Unit], *, seed: int, epoch: int, rank: int, wo
 def read_units(units: Sequence[Unit], languages: Sequence[str]) -> ParallelCorpus:
     """The token ids of the units' tuples, in the given order."""
     columns = [f"{lang}_ids" for lang in languages]
-    tables = [pq.ParquetFile(u.path).read_row_group(u.row_group, columns=columns) for u in units]
+    tables = [storage.open_parquet(u.path).read_row_group(u.row_group, columns=columns) for u in units]
     return ParallelCorpus.from_table(pa.concat_tables(tables), languages)
 
 

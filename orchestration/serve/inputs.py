@@ -1,8 +1,9 @@
-"""The inputs of `interlingua embed`: text files (one sentence per line) and Parquet files (a text column).
+"""The one input reader (`interlingua embed`, `mine`, test sets): text files (one sentence per line) and Parquet files (a text column).
 
     paths = resolve_inputs(["corpus/", "more/*.txt", "news.parquet"])
     files, blocks = plan_blocks(paths, column="text", block_rows=20000)
     sentences = read_block(blocks[0], column="text")            # one block, nothing more
+    lines = read_lines(open("news.txt", "rb"), "news.txt")      # a whole file (mine, test sets)
 
 `plan_blocks` reads every input once, streaming: it checks UTF-8 (an error
 names the file and line), hashes the bytes, counts lines and empty lines, and
@@ -114,6 +115,16 @@ def read_lines(handle: BinaryIO, name: str) -> Iterator[str]:
     """The lines of an open binary stream as text (`decode_line`), for small in-process inputs."""
     for number, raw in enumerate(handle, 1):
         yield decode_line(raw, name, number, first=number == 1)
+
+
+def read_column(path: Path | str, column: str) -> Iterator[str]:
+    """The texts of a Parquet file's `column`, a row group at a time (null values as empty sentences)."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    for group in range(parquet.num_row_groups):
+        values = parquet.read_row_group(group, columns=[column])[column].to_pylist()
+        yield from ("" if v is None else v for v in values)
 
 
 def _scan_parquet(path: Path, column: str) -> tuple[InputFile, list[int]]:

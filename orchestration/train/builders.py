@@ -1,11 +1,30 @@
 """Config -> the flat arguments of the model and the training loop, checked before any work starts."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from model.training_paths import TrainingPath
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.config_sections import TrainConfig
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """Everything a training worker needs from the driver (`driver.worker_job`): picklable, absolute paths
+    (workers run elsewhere); the driver's verbosity and progress board are added when the run starts."""
+
+    config: Config
+    model_args: dict[str, Any]  # `model_args`: the constructor arguments of `MultilingualNMT`
+    languages: list[str]  # the trained ones
+    dev_languages: list[str]  # those of the dev similarity error
+    data_dir: str
+    spm_model: str
+    train_dir: str
+    mlflow_uri: str
+    run_id: str
+    verbosity: int | None = None  # `logs.verbosity()` on the driver; None: the default
+    progress_board: Any = None  # `live.shown`'s board: rank 0 posts its progress there
 
 
 def model_args(config: Config, languages: list[str], vocab_size: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ STATE_FILE = "state.pt"
 
 
 @dataclass
-class Progress:
+class TrainingProgress:
     """Where training stands; saved in every checkpoint and exported as progress.json."""
 
     step: int = 0  # optimizer steps taken, also the number of batches each worker consumed
@@ -45,7 +45,7 @@ class Progress:
     data_digest: str = ""  # rank 0's chain of the batches consumed (`model.batching.BatchStream.digest`)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Progress:
+    def from_dict(cls, values: dict[str, Any]) -> TrainingProgress:
         """From a saved progress (checkpoints before the data position was saved have none)."""
         data = DataPosition(**values.get("data", {}))
         return cls(**{**values, "data": data})
@@ -58,7 +58,7 @@ class TrainingState:
     model: dict[str, Any]
     optimizer: dict[str, Any]
     scheduler: dict[str, Any] | None
-    progress: Progress
+    progress: TrainingProgress
     best_model: dict[str, Any]
     positions: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's stream: position, digest
 
@@ -72,7 +72,7 @@ def restore() -> TrainingState | None:
         return None
     with checkpoint.as_directory() as path:
         blob = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
-    return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], Progress.from_dict(blob["progress"]),
+    return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], TrainingProgress.from_dict(blob["progress"]),
                          blob["best_model"], blob.get("positions", {}))
 
 

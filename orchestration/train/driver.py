@@ -14,6 +14,7 @@ model (by dev similarity error) is exported to `<run_dir>/train/model/`.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import signal
@@ -29,13 +30,14 @@ from orchestration.cluster import ensure_ray
 from orchestration.config import Config
 from orchestration.state import read_state, write_state
 from orchestration.train import builders, live
+from orchestration.train.builders import WorkerJob
 from core import storage
 from core.schema import dump_yaml
 from core.dataset import SPM_MODEL, Dataset, fingerprint
 
 log = logging.getLogger(__name__)
 
-STATE_FILE = "run.json"
+STATE_FILE = model_files.TRAIN_STATE
 
 
 class TrainError(UserError, RuntimeError):
@@ -57,23 +59,17 @@ def train_fingerprint(config: Config, data: Dataset) -> str:
                         "train": config.train.model_dump()})
 
 
-def loop_config(config: Config, data: Dataset, run_id: str, uri: str) -> dict[str, Any]:
-    """Everything a worker needs, as plain values (absolute paths: workers run elsewhere); checks the
-    config against the dataset first."""
+def worker_job(config: Config, data: Dataset, run_id: str, uri: str) -> WorkerJob:
+    """Everything a worker needs (absolute paths: workers run elsewhere); checks the config against the
+    dataset first."""
     languages = builders.trained_languages(config, data.languages)
     builders.check_losses(config)
-    data_dir = Path(config.data_dir)
+    data_dir = config.data_dir
     check_dev_tuples(config, builders.dev_languages(config, languages))
-    return {
-        "model_args": builders.model_args(config, languages, data.vocab_size),
-        "languages": languages,
-        "dev_languages": builders.dev_languages(config, languages),
-        "data_dir": str(data_dir),
-        "spm_model": str(data_dir / SPM_MODEL),
-        "train_dir": config.train_dir,
-        "config": config.to_dict(),
-        "mlflow": {"uri": uri, "run_id": run_id},
-    }
+    return WorkerJob(config=config, model_args=builders.model_args(config, languages, data.vocab_size),
+                     languages=languages, dev_languages=builders.dev_languages(config, languages),
+                     data_dir=data_dir, spm_model=storage.join(data_dir, SPM_MODEL),
+                     train_dir=config.train_dir, mlflow_uri=uri, run_id=run_id)
 
 
 def check_dev_tuples(config: Config, languages: list[str]) -> None:
@@ -133,29 +129,23 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
-    cfg = loop_config(config, data, "", uri)  # validates before anything starts
+    job = worker_job(config, data, "", uri)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
     train_dir.mkdir(parents=True, exist_ok=True)
-    run_id = tracking.start_run(
-        uri, config.tracking.experiment, config.name, config.to_dict(),
-        resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags={tracking.STAGE_TAG: "train", **(tags or {})},
-    )
-    cfg["mlflow"]["run_id"] = run_id
-    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})
-    (train_dir / model_files.CONFIG_FILE).write_text(dump_yaml(config.to_dict()))
     from orchestration.train import checkpoint  # torch: imported only when training
 
-    try:
-        meta = checkpoint.export(_fit(config, cfg, train_dir, callbacks or []), model_dir)
+    # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
+    with tracking.run(uri, config.tracking.experiment, config.name, config.to_dict(), stage="train",
+                      resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags=tags) as run_id:
+        write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})
+        (train_dir / model_files.CONFIG_FILE).write_text(dump_yaml(config.to_dict()))
+        meta = checkpoint.export(_fit(dataclasses.replace(job, run_id=run_id), train_dir, callbacks or []),
+                                 model_dir)
         model_files.record_lineage(model_dir, data)
         tracking.log_artifacts(uri, run_id, model_dir, "model")
         if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
             tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
-    except BaseException as exc:
-        tracking.end_run(uri, run_id, "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED")
-        raise
-    tracking.end_run(uri, run_id, "FINISHED")
     write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, **meta})
     return TrainResult(model_dir, run_id, meta["step"], meta.get("dev_error"), skipped=False)
 
@@ -182,26 +172,25 @@ def _interruptible_trainer():
     return InterruptibleTrainer
 
 
-def _fit(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
+def _fit(job: WorkerJob, train_dir: Path, callbacks: list):
     """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
-    r = config.runtime
-    ensure_ray(r.ray_address)
-    with live.shown(config.train.max_steps) as board:  # training's one progress line, on this process
+    ensure_ray(job.config.runtime.ray_address)
+    with live.shown(job.config.train.max_steps) as board:  # training's one progress line, on this process
         # the workers log at the command's level, rank 0 posts its progress to the board
-        return _run_trainer(config, {**cfg, "verbosity": logs.verbosity(), "progress_board": board}, train_dir,
+        return _run_trainer(dataclasses.replace(job, verbosity=logs.verbosity(), progress_board=board), train_dir,
                             callbacks)
 
 
-def _run_trainer(config: Config, cfg: dict[str, Any], train_dir: Path, callbacks: list):
+def _run_trainer(job: WorkerJob, train_dir: Path, callbacks: list):
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
     from orchestration.train.loop import train_loop_per_worker
 
-    r = config.runtime
+    r = job.config.runtime
     resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {})}
     trainer = _interruptible_trainer()(
         train_loop_per_worker,
-        train_loop_config=cfg,
+        train_loop_config={"job": job},  # Ray Train wants a dict
         scaling_config=ScalingConfig(num_workers=r.num_workers, use_gpu=r.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             name="ray",

@@ -11,7 +11,8 @@
                     drives ReduceLROnPlateau, the best model and early stopping on every rank alike
     checkpoint      every `runtime.checkpoint_every_steps`: `checkpoint.report`
 
-Its state is a `Worker`, its progress a `checkpoint.Progress`.
+Its state is a `Worker`, where it stands a `checkpoint.TrainingProgress` (the line the driver draws
+is an `orchestration.progress.Progress`).
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ from model.training import input_tokens, scheduled_lr, train_step
 from orchestration import logs, tracking
 from orchestration.config import Config
 from orchestration.train import checkpoint, live
-from orchestration.train.builders import schedule_args, training_paths
-from orchestration.train.checkpoint import Progress, TrainingState
+from orchestration.train.builders import WorkerJob, schedule_args, training_paths
+from orchestration.train.checkpoint import TrainingProgress, TrainingState
 from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress, remaining_s
 from core.dataset import Dataset
@@ -50,25 +51,30 @@ log = logging.getLogger("interlingua.train")
 class Worker:
     """One worker's training: what it trains, on what, and where it stands."""
 
-    cfg: dict[str, Any]  # the driver's plain values (`driver.loop_config`)
-    config: Config
+    job: WorkerJob  # what the driver sent (`driver.worker_job`)
     rank: int
     device: torch.device
     model: torch.nn.Module  # DDP-wrapped with several workers
     core: MultilingualNMT  # the model itself
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.ReduceLROnPlateau | None
-    progress: Progress
+    progress: TrainingProgress
     best_state: dict[str, Any]
     stream: BatchStream = field(repr=False)
     dev: ParallelCorpus | None = None  # rank 0 only
     dev_rows: np.ndarray | None = None
 
+    @property
+    def config(self) -> Config:
+        return self.job.config
 
-def train_loop_per_worker(cfg: dict[str, Any]) -> None:
-    logs.configure_worker(cfg.get("verbosity", logs.DEFAULT))
-    worker = set_up(cfg)
-    run, window = worker.config.runtime, Window(cfg["languages"])
+
+def train_loop_per_worker(ray_config: dict[str, WorkerJob]) -> None:
+    """One worker's training, from Ray's config {"job": `builders.WorkerJob`} to its last checkpoint."""
+    job = ray_config["job"]
+    logs.configure_worker(logs.DEFAULT if job.verbosity is None else job.verbosity)
+    worker = set_up(job)
+    run, window = worker.config.runtime, Window(job.languages)
     started, elapsed_before = time.monotonic(), worker.progress.elapsed_s
     stop = worker.progress.done
     while not stop:
@@ -80,32 +86,32 @@ def train_loop_per_worker(cfg: dict[str, Any]) -> None:
         if n % worker.config.train.eval_every_steps == 0 or stop:
             stop = evaluate_dev(worker, metrics) or stop
         if metrics and worker.rank == 0:
-            tracking.log_metrics(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"], metrics, n)
+            tracking.log_metrics(job.mlflow_uri, job.run_id, metrics, n)
             post_progress(worker, metrics)
         if n % run.checkpoint_every_steps == 0 or stop:
             worker.progress.done = stop
             save_checkpoint(worker, metrics)
 
 
-def set_up(cfg: dict[str, Any]) -> Worker:
+def set_up(job: WorkerJob) -> Worker:
     """This worker's model, optimizer, data and stream, from Ray's checkpoint when restarting."""
     import ray.train
     import ray.train.torch
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    config = Config.model_validate(cfg["config"])
+    config = job.config
     t = config.train
     torch.set_num_threads(config.runtime.cpus_per_worker)
     device = ray.train.torch.get_device()
-    _register_worker(Path(cfg["train_dir"]), rank, world)
+    _register_worker(Path(job.train_dir), rank, world)
 
-    units = shard_units(Dataset.open(cfg["data_dir"]).files("train"))
+    units = shard_units(Dataset.open(job.data_dir).files("train"))
     torch.manual_seed(t.seed)  # the initial weights: the same on every worker and in every attempt
-    model = MultilingualNMT(**cfg["model_args"])
+    model = MultilingualNMT(**job.model_args)
     state = checkpoint.restore()
     if model.output == "adaptive" or (config.model.embed_init == "lsi" and not state):
-        sample = sample_corpus(units, cfg["languages"], t.sample_tuples)  # read once, then let go
+        sample = sample_corpus(units, job.languages, t.sample_tuples)  # read once, then let go
         if model.output == "adaptive":
             model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))
         if not state:
@@ -120,24 +126,24 @@ def set_up(cfg: dict[str, Any]) -> Worker:
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience_evals, min_lr=t.min_lr
     ) if t.schedule == "plateau" else None
-    progress, best_state = Progress(world=world), copy.deepcopy(core.state_dict())
+    progress, best_state = TrainingProgress(world=world), copy.deepcopy(core.state_dict())
     if state:
         optimizer.load_state_dict(state.optimizer)
         if scheduler is not None:
             scheduler.load_state_dict(state.scheduler)
         progress, best_state = _resumed(state.progress, world, rank), state.best_model
     position, digest = _stream_start(state, rank, world)
-    stream = BatchStream(units, cfg["languages"], training_paths(t), seed=t.seed, rank=rank, world=world,
+    stream = BatchStream(units, job.languages, training_paths(t), seed=t.seed, rank=rank, world=world,
                          max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
                          position=position, digest=digest)
-    worker = Worker(cfg, config, rank, device, model, core, optimizer, scheduler, progress, best_state, stream)
+    worker = Worker(job, rank, device, model, core, optimizer, scheduler, progress, best_state, stream)
     if rank == 0:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
         # the first step: the first metrics window measures training, and a bad store fails now
-        tracking.get_run(cfg["mlflow"]["uri"], cfg["mlflow"]["run_id"])
-        worker.dev = ParallelCorpus.read(cfg["data_dir"], "dev", cfg["dev_languages"])
+        tracking.get_run(job.mlflow_uri, job.run_id)
+        worker.dev = ParallelCorpus.read(job.data_dir, "dev", job.dev_languages)
         worker.dev_rows = worker.dev.complete_rows()[: t.dev_max_sentences]
-        live.post(cfg.get("progress_board"), start_step=progress.step, step=progress.step)
+        live.post(job.progress_board, start_step=progress.step, step=progress.step)
     return worker
 
 
@@ -211,7 +217,7 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
 def post_progress(worker: Worker, metrics: dict[str, float]) -> None:
     """Rank 0's numbers to the driver's progress line (`live`): step, ETA, tokens/s, the best dev error."""
     t, progress = worker.config.train, worker.progress
-    live.post(worker.cfg.get("progress_board"), step=progress.step, tokens_per_s=metrics.get("train/tokens_per_s"),
+    live.post(worker.job.progress_board, step=progress.step, tokens_per_s=metrics.get("train/tokens_per_s"),
               eta_s=remaining_s(progress.step, progress.elapsed_s, max_steps=t.max_steps, max_minutes=t.max_minutes),
               dev_error=progress.dev_error)
 
@@ -224,8 +230,8 @@ def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
     state = TrainingState(worker.core.state_dict(), worker.optimizer.state_dict(),
                           worker.scheduler.state_dict() if worker.scheduler is not None else None,
                           worker.progress, worker.best_state, dict(enumerate(positions)))
-    checkpoint.report(worker.rank, state, worker.core.args, spm_model=worker.cfg["spm_model"],
-                      config=worker.cfg["config"], metrics=metrics)
+    checkpoint.report(worker.rank, state, worker.core.args, spm_model=worker.job.spm_model,
+                      config=worker.config.to_dict(), metrics=metrics)
 
 
 def _stream_start(state: TrainingState | None, rank: int, world: int) -> tuple[DataPosition | None, str]:
@@ -240,7 +246,7 @@ def _stream_start(state: TrainingState | None, rank: int, world: int) -> tuple[D
     return DataPosition(epoch=epoch + 1), ""
 
 
-def _resumed(progress: Progress, world: int, rank: int) -> Progress:
+def _resumed(progress: TrainingProgress, world: int, rank: int) -> TrainingProgress:
     if progress.world != world:
         log.warning("resumed with %d workers instead of %d: batch plans differ from here on", world, progress.world)
     progress.history.append({"resumed_at_step": progress.step, "world": world})

@@ -18,6 +18,8 @@ BEAM_FREE = [
     "orchestration.evaluate.embedding",
     "orchestration.serve.embedder",
     "orchestration.serve.corpus",
+    "orchestration.serve.job",
+    "orchestration.serve.inputs",
     "orchestration.serve.nearest",
     "orchestration.serve.pyfunc",
     "orchestration.mine.job",

@@ -206,7 +206,7 @@ def exported_model_dir(small_dataset, folder, monkeypatch):
     torch.manual_seed(0)
     model = MultilingualNMT(languages=manifest["languages"], vocab_size=manifest["spm"]["vocab_size"],
                             embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
-    state = checkpoint.TrainingState(model.state_dict(), {}, None, checkpoint.Progress(step=10, best_step=10),
+    state = checkpoint.TrainingState(model.state_dict(), {}, None, checkpoint.TrainingProgress(step=10, best_step=10),
                                      model.state_dict())
     monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: shutil.copytree(
         checkpoint.path, folder.with_name("checkpoint")))

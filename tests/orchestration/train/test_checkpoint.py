@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from orchestration.train import checkpoint
-from orchestration.train.checkpoint import Progress, TrainingState
+from orchestration.train.checkpoint import TrainingProgress, TrainingState
 
 
 def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, monkeypatch):
@@ -63,7 +63,7 @@ def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkey
     spm_model = tmp_path / "spm.model"
     spm_model.write_bytes(b"spm")
     state = TrainingState(model.state_dict(), optimizer.state_dict(), scheduler.state_dict(),
-                          Progress(step=20, dev_error=0.5, best_step=20), model.state_dict())
+                          TrainingProgress(step=20, dev_error=0.5, best_step=20), model.state_dict())
 
     def report() -> None:
         checkpoint.report(0, state, model.args, spm_model=str(spm_model), config={"name": "t"}, metrics={})
@@ -102,7 +102,7 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
     optimizer = torch.optim.Adam(model.parameters())
     spm_model = tmp_path / "spm.model"
     spm_model.write_bytes(b"spm")
-    progress = Progress(step=40, elapsed_s=12.5, dev_error=0.25, best_step=30, bad_evals=1,
+    progress = TrainingProgress(step=40, elapsed_s=12.5, dev_error=0.25, best_step=30, bad_evals=1,
                         history=[{"resumed_at_step": 20, "world": 2}], world=2)
     kept = tmp_path / "kept"
     monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: __import__("shutil").copytree(
