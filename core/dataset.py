@@ -243,6 +243,11 @@ class Dataset:
         return int(self.manifest["spm"]["vocab_size"])
 
     @property
+    def spm_model(self) -> str:
+        """The location of its sentencepiece model (inside its attempt's prefix at a URI)."""
+        return storage.join(self.location, self.manifest["spm"].get("model", SPM_MODEL))
+
+    @property
     def spm_sha256(self) -> str | None:
         return self.manifest["spm"].get("sha256")
 

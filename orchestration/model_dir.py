@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +51,55 @@ class TokenizerMismatch(ModelDirError):
     """A model fed token ids of another sentencepiece model than its own."""
 
 
-def default(train_dir: Path) -> Path:
-    """Where `interlingua train` exports the run's model."""
-    return train_dir / "model"
+def default(train_dir: str | Path) -> str | Path:
+    """Where `interlingua train` exports the run's model (a URI under a URI, a Path under a Path)."""
+    return storage.join(train_dir, "model") if storage.is_uri(train_dir) else Path(train_dir) / "model"
+
+
+def fetch(location: str | Path) -> Path:
+    """A local model directory holding the model at `location`: itself when local; for a URI, a verified copy
+    in this host's temp folder (`$TMPDIR/interlingua-models/<model.pt sha256>`), downloaded once per host and
+    model, since torch and sentencepiece read local files. ModelMissing naming the URI when it holds none."""
+    if not storage.is_uri(location):
+        return Path(location)
+    missing = [name for name in REQUIRED if not storage.exists(storage.join(location, name))]
+    if missing:
+        raise ModelMissing(f"{location}: not a model directory (missing {', '.join(missing)}); "
+                           "`interlingua train` writes one to <run_dir>/train/model")
+    key = storage.sha256(storage.join(location, MODEL_FILE))
+    local = Path(tempfile.gettempdir()) / "interlingua-models" / key
+    if not (local / MODEL_FILE).is_file():
+        staging = local.with_name(f".{key}.{os.getpid()}.partial")  # concurrent fetches on one host: one wins
+        shutil.rmtree(staging, ignore_errors=True)
+        storage.download_dir(location, staging)
+        verify(staging)  # ModelDirError when a file changed in transit or since lineage.json was written
+        try:
+            os.rename(staging, local)
+        except OSError:  # another process put the same model there first
+            shutil.rmtree(staging, ignore_errors=True)
+        log.info("fetched %s to %s", location, local)
+    return local
+
+
+def publish(local: Path, location: str | Path) -> None:
+    """Put the finished local model directory `local` at `location`, replacing a model there only if it holds
+    nothing but a model's files (`check_replaceable`). Locally by two renames (`storage.swap_in`); at a URI
+    the old model.pt is removed first and the new one uploaded last, so no reader ever finds a model.pt
+    beside another model's files."""
+    if not storage.is_uri(location):
+        target = Path(location)
+        previous = check_replaceable(target) if target.exists() else None
+        storage.swap_in(local, target, previous)
+        return
+    previous = check_replaceable(location)
+    if MODEL_FILE in previous:
+        storage.delete_file(storage.join(location, MODEL_FILE))
+    names = [n for n in storage.files(local) if n != storage.STAGING_MARKER]
+    for name in sorted(names, key=lambda n: n == MODEL_FILE):
+        storage.write_bytes(storage.join(location, name), (local / name).read_bytes())
+    stale = [n for n in previous if n not in names]
+    if stale:
+        storage.remove_ours(location, stale, keep_root=True)
 
 
 def training_run_id(train_dir: str | Path) -> str | None:
@@ -61,9 +110,9 @@ def training_run_id(train_dir: str | Path) -> str | None:
     return read_state(storage.join(train_dir, TRAIN_STATE)).get("run_id")
 
 
-def check(model_dir: Path) -> Path:
+def check(model_dir: str | Path) -> str | Path:
     """`model_dir` if it holds a model; ModelMissing (a FileNotFoundError) naming what is missing otherwise."""
-    missing = [name for name in REQUIRED if not (model_dir / name).is_file()]
+    missing = [name for name in REQUIRED if not storage.exists(storage.join(model_dir, name))]
     if missing:
         raise ModelMissing(
             f"{model_dir}: not a model directory (missing {', '.join(missing)}); "
@@ -85,11 +134,12 @@ def progress(model_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def record_lineage(model_dir: Path, data: Dataset) -> dict[str, str]:
+def record_lineage(model_dir: str | Path, data: Dataset) -> dict[str, str]:
     """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.pt."""
-    lineage = {"dataset_fingerprint": data.fingerprint, "spm_sha256": file_sha256(model_dir / SPM_FILE),
-               "model_sha256": file_sha256(model_dir / MODEL_FILE)}
-    storage.write_json(model_dir / LINEAGE_FILE, lineage)
+    lineage = {"dataset_fingerprint": data.fingerprint,
+               "spm_sha256": file_sha256(storage.join(model_dir, SPM_FILE)),
+               "model_sha256": file_sha256(storage.join(model_dir, MODEL_FILE))}
+    storage.write_json(storage.join(model_dir, LINEAGE_FILE), lineage)
     return lineage
 
 

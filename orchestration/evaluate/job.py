@@ -18,11 +18,14 @@ The driver holds a block of queries at a time, never a split's embeddings or tex
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -38,6 +41,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.progress import Progress
 from orchestration.state import read_state, write_state
+from core import storage
 from core.dataset import Dataset, file_sha256, fingerprint
 
 log = logging.getLogger(__name__)
@@ -86,7 +90,33 @@ def evaluate(config: Config, *, model_dir: Path | None = None, label: str | None
     encoder = resolve_encoder(config, model_dir, reencode=reencode, own_text=testset is not None)
     label = label or (None if config.evaluate.encoder == "model" else config.evaluate.encoder)
     name = f"testset-{testset}" if testset else config.evaluate.split
-    out_dir = (Path(config.eval_dir) / (f"{name}-{label}" if label else name)).resolve()
+    location = storage.join(config.eval_dir, f"{name}-{label}" if label else name)
+    if not storage.is_uri(location):
+        return _evaluate(config, encoder, Path(location), name, label, parent_run_id, force, testset)
+    with mirrored(location) as work:  # the search reads its embeddings memory-mapped: a local copy
+        result = _evaluate(config, encoder, work, name, label, parent_run_id, force, testset)
+    return dataclasses.replace(result, out_dir=location)
+
+
+@contextmanager
+def mirrored(location: str) -> Iterator[Path]:
+    """A local working copy of the output folder at the URI `location` (in this host's temp folder), filled
+    from it first; on success its files are uploaded, state.json last (the commit a rerun reads), and the
+    files of an earlier evaluation that the new one no longer has are removed (they were checked to be ours)."""
+    with tempfile.TemporaryDirectory(prefix="interlingua-eval-") as tmp:
+        work = Path(tmp) / "out"
+        before = set(storage.download_dir(location, work))
+        yield work
+        names = sorted(storage.files(work), key=lambda n: n == STATE_FILE)
+        for name in names:
+            storage.write_bytes(storage.join(location, name), (work / name).read_bytes())
+        stale = sorted(before - set(names))
+        if stale:
+            storage.remove_ours(location, stale, keep_root=True)
+
+
+def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label: str | None,
+              parent_run_id: str | None, force: bool, testset: str | None) -> EvalResult:
     texts = _testset(config, testset, encoder) if testset else None
     languages = texts.languages if texts else encoder.languages
     check_output(out_dir, also=(STATE_FILE,))  # a user's file there is never overwritten
@@ -151,7 +181,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     if config.evaluate.encoder == "use":
         available = config.train.languages or data.languages
         return Encoder(None, _languages(config, available), {"encoder": "use"})
-    model_dir = Path(model_dir or model_files.default(Path(config.train_dir))).resolve()
+    model_dir = model_files.fetch(model_dir or model_files.default(config.train_dir)).resolve()
     model_path = model_dir / model_files.MODEL_FILE
     if not model_path.is_file():
         raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")

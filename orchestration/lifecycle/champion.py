@@ -128,9 +128,10 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
     from orchestration import model_dir as model_files
     from orchestration.evaluate.job import evaluate
 
-    dim = model_files.load(trained.model_dir / model_files.MODEL_FILE)[0].embedding_dim
-    lineage = model_files.verify(trained.model_dir)
-    info = tracking.log_pyfunc_model(uri, trained.run_id, trained.model_dir, dim)
+    local = model_files.fetch(trained.model_dir)  # a URI's model: a verified copy on this host
+    dim = model_files.load(local / model_files.MODEL_FILE)[0].embedding_dim
+    lineage = model_files.verify(local)
+    info = tracking.log_pyfunc_model(uri, trained.run_id, local, dim)
     version = tracking.register_model(uri, info.model_uri, name, {
         MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
         SPM_TAG: lineage["spm_sha256"], DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),

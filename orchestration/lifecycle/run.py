@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from core import storage
 from core.errors import Exit
 from orchestration import tracking
 from orchestration.config import Config
@@ -65,7 +66,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             outcome.matrix = challenger.format_matrix()
             if config.registry.decide_on:  # the decision on a test set (e.g. a pinned one), not the split
                 challenger = tested[config.registry.decide_on]
-            sha = file_sha256(trained.model_dir / MODEL_FILE)
+            sha = file_sha256(storage.join(trained.model_dir, MODEL_FILE))
             name = config.registry.model_name or config.name
             if tracking.find_version(uri, name, MODEL_TAG, sha) is not None:
                 outcome.stages["register"] = "skipped"

@@ -39,9 +39,13 @@ def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, rows: int, 
     bars, context.enable_progress_bars = context.enable_progress_bars, logs.verbosity() >= logs.VERBOSE
     progress, records = Progress(rows, verb="embedded", unit="sentences"), []
     try:
+        # The actors write their blocks into a folder of this host (a staging folder, or the local working
+        # copy of an output at a URI): on a cluster whose nodes share no filesystem, only this node's
+        # actors can, so they are placed here (Ray's own `node:<ip>` resource).
+        here = {f"node:{ray.util.get_node_ip_address()}": 0.001}
         written = dataset.map_batches(actor, fn_constructor_kwargs=kwargs, batch_size=batch_size,
                                       batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
-                                      num_cpus=cpus, num_gpus=1 if use_gpu else 0)
+                                      num_cpus=cpus, num_gpus=1 if use_gpu else 0, resources=here)
         for record in written.iter_rows():
             records.append(record)
             progress.update(rows_of(record))

@@ -102,24 +102,30 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
         # refused even without lineage.json (`model_dir.verify`)
         save_model(best, str(folder / MODEL_FILE), step=progress.best_step, dev_error=progress.dev_error,
                    spm_sha256=file_sha256(spm_model))
-        shutil.copy(spm_model, folder / SPM_FILE)
+        (folder / SPM_FILE).write_bytes(storage.read_bytes(spm_model))  # the dataset's, local or at a URI
         (folder / CONFIG_FILE).write_text(dump_yaml(config))
         (folder / PROGRESS_FILE).write_text(json.dumps(asdict(progress), indent=2))
         ray.train.report(summary, checkpoint=ray.train.Checkpoint.from_directory(tmp))
 
 
-def export(checkpoint, model_dir: Path) -> dict[str, Any]:
-    """Copy the model directory out of a checkpoint (without the training state), atomically; returns
-    its progress."""
-    previous = model_files.check_replaceable(model_dir) if model_dir.exists() else None  # before the copy
-    staging = model_dir.with_name(f".{model_dir.name}.partial")
+def export(checkpoint, model_dir: str | Path, data=None) -> dict[str, Any]:
+    """Copy the model directory out of a checkpoint (without the training state) to `model_dir` (a local
+    path or a URI), whole (`model_files.publish`), with its lineage when the dataset `data` is given;
+    returns its progress."""
+    if storage.entries(model_dir):
+        model_files.check_replaceable(model_dir)  # before the copy: a foreign file is refused, not found after
+    local = Path(model_dir) if not storage.is_uri(model_dir) else Path(tempfile.mkdtemp(prefix="model-export-"))
+    staging = local.with_name(f".{local.name}.partial")
     storage.make_staging(staging)
     try:
         with checkpoint.as_directory() as src:
             shutil.copytree(src, staging, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
             meta = json.loads((Path(src) / PROGRESS_FILE).read_text())
-    except BaseException:
+        if data is not None:
+            model_files.record_lineage(staging, data)
+        model_files.publish(staging, model_dir)  # locally two renames: the old model is never half-deleted
+    finally:
         storage.remove_staging(staging)
-        raise
-    storage.swap_in(staging, model_dir, previous)  # two renames: the old model is never half-deleted
+        if storage.is_uri(model_dir):
+            shutil.rmtree(local, ignore_errors=True)
     return meta

@@ -33,7 +33,7 @@ from orchestration.train import builders, live
 from orchestration.train.builders import WorkerJob
 from core import storage
 from core.schema import dump_yaml
-from core.dataset import SPM_MODEL, Dataset, fingerprint
+from core.dataset import Dataset, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class TrainError(UserError, RuntimeError):
 
 @dataclass
 class TrainResult:
-    model_dir: Path
+    model_dir: str  # a local path or a URI
     run_id: str
     step: int
     dev_error: float | None
@@ -68,7 +68,7 @@ def worker_job(config: Config, data: Dataset, run_id: str, uri: str) -> WorkerJo
     check_dev_tuples(config, builders.dev_languages(config, languages))
     return WorkerJob(config=config, model_args=builders.model_args(config, languages, data.vocab_size),
                      languages=languages, dev_languages=builders.dev_languages(config, languages),
-                     data_dir=data_dir, spm_model=storage.join(data_dir, SPM_MODEL),
+                     data_dir=data_dir, spm_model=data.spm_model,
                      train_dir=config.train_dir, mlflow_uri=uri, run_id=run_id)
 
 
@@ -107,11 +107,11 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     data = Dataset.open(config.data_dir)
-    train_dir = Path(config.train_dir)
+    train_dir = config.train_dir  # a local path or a URI: everything below goes through core.storage
     fp = train_fingerprint(config, data)
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work (or --force's)
-    state_path = train_dir / STATE_FILE
+    state_path = storage.join(train_dir, STATE_FILE)
     state = read_state(state_path)
     if state and state.get("fingerprint") != fp and restart_stale:
         log.info("%s was trained on another dataset or config; training again", train_dir)
@@ -121,29 +121,27 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
             f"{train_dir} holds a run of another dataset or model/train config; resuming it would mix "
             "them. Use --force to start over, or another run_dir."
         )
-    if force and train_dir.exists():
+    if force and storage.entries(train_dir):
         storage.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)
         state = {}
     model_dir = model_files.default(train_dir)
-    if state.get("done") and (model_dir / model_files.MODEL_FILE).is_file():
+    if state.get("done") and storage.exists(storage.join(model_dir, model_files.MODEL_FILE)):
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
     job = worker_job(config, data, "", uri)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
-    train_dir.mkdir(parents=True, exist_ok=True)
     from orchestration.train import checkpoint  # torch: imported only when training
 
     # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
     with tracking.run(uri, config.tracking.experiment, config.name, config.to_dict(), stage="train",
                       resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags=tags) as run_id:
         write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})
-        (train_dir / model_files.CONFIG_FILE).write_text(dump_yaml(config.to_dict()))
+        storage.write_bytes(storage.join(train_dir, model_files.CONFIG_FILE), dump_yaml(config.to_dict()).encode())
         meta = checkpoint.export(_fit(dataclasses.replace(job, run_id=run_id), train_dir, callbacks or []),
-                                 model_dir)
-        model_files.record_lineage(model_dir, data)
-        tracking.log_artifacts(uri, run_id, model_dir, "model")
+                                 model_dir, data)
+        tracking.log_artifacts(uri, run_id, model_files.fetch(model_dir), "model")
         if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
             tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
     write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, **meta})
@@ -172,7 +170,7 @@ def _interruptible_trainer():
     return InterruptibleTrainer
 
 
-def _fit(job: WorkerJob, train_dir: Path, callbacks: list):
+def _fit(job: WorkerJob, train_dir: str, callbacks: list):
     """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
     ensure_ray(job.config.runtime.ray_address)
     with live.shown(job.config.train.max_steps) as board:  # training's one progress line, on this process
@@ -181,7 +179,7 @@ def _fit(job: WorkerJob, train_dir: Path, callbacks: list):
                             callbacks)
 
 
-def _run_trainer(job: WorkerJob, train_dir: Path, callbacks: list):
+def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
     from orchestration.train.loop import train_loop_per_worker
@@ -194,10 +192,11 @@ def _run_trainer(job: WorkerJob, train_dir: Path, callbacks: list):
         scaling_config=ScalingConfig(num_workers=r.num_workers, use_gpu=r.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             name="ray",
-            storage_path=str(train_dir),
+            # at a URI, Ray Train writes and reads its checkpoints through the same filesystem as the rest
+            **_ray_storage(train_dir),
             failure_config=FailureConfig(max_failures=r.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=r.keep_checkpoints),
-            worker_runtime_env={"env_vars": dict(r.worker_env)},
+            worker_runtime_env={"env_vars": {**storage.environment(), **r.worker_env}},
             callbacks=callbacks,
             logging_config=LoggingConfig(log_level=logs.ray_train_log_level()),  # reports, checkpoints: -v
         ),
@@ -211,5 +210,13 @@ def _run_trainer(job: WorkerJob, train_dir: Path, callbacks: list):
             raise KeyboardInterrupt from None
         raise
     if result.checkpoint is None:
-        raise TrainError(f"training ended without a checkpoint in {train_dir / 'ray'}")
+        raise TrainError(f"training ended without a checkpoint in {storage.join(train_dir, 'ray')}")
     return result.checkpoint
+
+
+def _ray_storage(train_dir: str) -> dict[str, Any]:
+    """RunConfig's storage arguments: a local folder as it is; a URI as a path in its pyarrow filesystem."""
+    if not storage.is_uri(train_dir):
+        return {"storage_path": train_dir}
+    filesystem, path = storage.resolve(train_dir)
+    return {"storage_path": path, "storage_filesystem": filesystem}

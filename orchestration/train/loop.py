@@ -17,7 +17,6 @@ is an `orchestration.progress.Progress`).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import os
@@ -25,7 +24,6 @@ import resource
 import socket
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +40,7 @@ from orchestration.train.builders import WorkerJob, schedule_args, training_path
 from orchestration.train.checkpoint import TrainingProgress, TrainingState
 from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress, remaining_s
+from core import storage
 from core.dataset import Dataset
 
 log = logging.getLogger("interlingua.train")
@@ -104,7 +103,7 @@ def set_up(job: WorkerJob) -> Worker:
     t = config.train
     torch.set_num_threads(config.runtime.cpus_per_worker)
     device = ray.train.torch.get_device()
-    _register_worker(Path(job.train_dir), rank, world)
+    _register_worker(job.train_dir, rank, world)
 
     units = shard_units(Dataset.open(job.data_dir).files("train"))
     torch.manual_seed(t.seed)  # the initial weights: the same on every worker and in every attempt
@@ -271,9 +270,10 @@ def _init_lsi(model: MultilingualNMT, corpus: ParallelCorpus, seed: int, rank: i
                  time.monotonic() - started)
 
 
-def _register_worker(train_dir: Path, rank: int, world: int) -> None:
+def _register_worker(train_dir: str, rank: int, world: int) -> None:
     """workers/rank-N.json: which process on which node holds each rank (for operators and fault tests)."""
-    folder = train_dir / "workers"
-    folder.mkdir(parents=True, exist_ok=True)
-    info = {"pid": os.getpid(), "node": socket.gethostname(), "world": world, "started": time.time()}
-    (folder / f"rank-{rank}.json").write_text(json.dumps(info))
+    import ray
+
+    info = {"pid": os.getpid(), "node": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
+            "world": world, "started": time.time()}
+    storage.write_json(storage.join(train_dir, "workers", f"rank-{rank}.json"), info, indent=None)
