@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -170,6 +171,15 @@ def read_bytes(location: Location) -> bytes:
     fs, path = resolve(location)
     with fs.open_input_stream(path) as stream:
         return stream.read()
+
+
+def open_input(location: Location):
+    """The file opened for binary reading, buffered, seekable, by lines (`readline`, iteration): a local
+    file as `open` gives it, a URI's through pyarrow (ranged reads). FileNotFoundError if it is missing."""
+    if not is_uri(location):
+        return open(location, "rb")
+    fs, path = resolve(location)
+    return io.BufferedReader(fs.open_input_file(path), buffer_size=1 << 20)
 
 
 def write_bytes(location: Location, data: bytes) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from typing import Iterator
 
+from core import storage
 from core.dataset import file_sha256
 from pipelines.config import MinedSource, TableSource, TextSource
 from pipelines.errors import SourceError
@@ -27,11 +27,11 @@ class _Scan:
 def scan_file(path: str, chunk_lines: int, skip_header: bool = False) -> _Scan:
     """Count lines, hash the bytes, and note where every chunk of lines starts."""
     try:
-        handle = open(path, "rb")
+        handle = storage.open_input(path)
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     digest = hashlib.sha256()
     offsets: list[int] = []
     lines = 0
@@ -104,12 +104,12 @@ def plan_table(source: TableSource, name: str, chunk_lines: int) -> SourcePlan:
 
 def _first_line(path: str) -> str:
     try:
-        with open(path, "rb") as handle:
+        with storage.open_input(path) as handle:
             raw = handle.readline()
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
+        raise SourceError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         return raw.decode("utf-8-sig").rstrip("\r\n")
     except UnicodeDecodeError:
@@ -119,10 +119,9 @@ def _first_line(path: str) -> str:
 def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
     """Read tasks over the rows of a mined pair file, checked against its mining manifest."""
     folder = source.path.rstrip("/")
-    manifest_path = os.path.join(folder, "manifest.json")
+    manifest_path = storage.join(folder, "manifest.json")
     try:
-        with open(manifest_path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
+        manifest = storage.read_json(manifest_path)
     except FileNotFoundError:
         raise SourceError(f"{manifest_path}: no mining manifest: not a finished `interlingua mine` output") from None
     entry = next((e for e in manifest.get("pairs", {}).values() if sorted(e["languages"]) == sorted(source.languages)),
@@ -130,7 +129,7 @@ def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
     if entry is None:
         raise SourceError(f"{manifest_path}: no mined pair of {source.languages}; it has "
                           f"{[e['languages'] for e in manifest.get('pairs', {}).values()]}")
-    path = os.path.join(folder, entry["file"])
+    path = storage.join(folder, entry["file"])
     digest = file_sha256(path)
     if digest != entry["sha256"]:
         raise SourceError(f"{path}: its sha256 differs from the mining manifest's: the file changed after mining")
@@ -138,7 +137,7 @@ def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
     tasks = [ReadTask(source=name, kind="mined", languages=tuple(source.languages), start_line=start + 1,
                       n_lines=min(chunk_lines, rows - start), paths={"": path}, score=source.min_score)
              for start in range(0, rows, chunk_lines)]
-    return SourcePlan(tasks, [{"path": path, "sha256": digest, "bytes": os.path.getsize(path)}], rows)
+    return SourcePlan(tasks, [{"path": path, "sha256": digest, "bytes": storage.size(path)}], rows)
 
 
 def read_mined(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None] | str]]:
@@ -160,7 +159,7 @@ def _decode(raw: bytes) -> str | None:
 
 
 def _lines(path: str, offset: int, n: int) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
+    with storage.open_input(path) as handle:
         handle.seek(offset)
         for i in range(n):
             line = handle.readline()

@@ -35,3 +35,22 @@ def test_prepare_train_evaluate_with_the_run_dir_in_a_bucket(s3_bucket, tmp_path
     assert storage.files(run_dir) == found
     assert storage.sha256(f"{run_dir}/train/model/model.pt") == storage.read_json(
         f"{run_dir}/train/model/lineage.json")["model_sha256"]
+
+
+def test_prepare_reads_line_aligned_files_from_the_bucket(s3_bucket, tmp_path, monkeypatch, book_lines):
+    monkeypatch.chdir(tmp_path)
+    lines = book_lines({"en": "k", "fr": "l"}, SMALL_BOOKS[:3])
+    for lang, texts in lines.items():
+        storage.write_bytes(f"{s3_bucket}/corpus/bible.{lang}", ("\n".join(texts) + "\n").encode("utf-8"))
+    data = f"{s3_bucket}/prepared"
+    args = [f"dataset_dir={data}", f"run_dir={s3_bucket}/runs/y",
+            f"prepare.sources=[{{kind: text, path: '{s3_bucket}/corpus/bible.{{lang}}', languages: [en, fr]}}]",
+            "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1000"]
+    assert main(["prepare", *args]) == Exit.OK
+    manifest = storage.read_json(f"{data}/manifest.json")
+    read = {entry["path"]: entry["sha256"] for entry in manifest["inputs"]}  # the bytes it read, from the bucket
+    assert read[f"{s3_bucket}/corpus/bible.fr"] == storage.sha256(f"{s3_bucket}/corpus/bible.fr")
+    assert 0 < sum(manifest["splits"][s]["tuples"] for s in ("train", "dev", "test")) <= len(lines["en"])
+    assert list(tmp_path.iterdir()) == []
+    assert main(["prepare", *args, f"prepare.sources=[{{kind: text, path: '{s3_bucket}/corpus/none.{{lang}}', "
+                 "languages: [en, fr]}]"]) == Exit.USER_ERROR
