@@ -1,0 +1,145 @@
+"""A Ray cluster of separate nodes started with `ray start`: a head on the server host and one worker node
+per `Node` (in its network namespace when the network has them).
+
+Each node has its own `--temp-dir`, working directory and TMPDIR under a short folder in /tmp (Ray's unix
+socket paths must stay under 107 bytes, which pytest's folders overrun), and ports chosen free here rather
+than Ray's defaults, so it never meets another Ray on the machine. Each worker node carries a custom resource
+named after it (`node_a: 1`) so a test can place work there. Stopping signals the nodes' own process groups
+only: never `ray stop`, which would stop every Ray on the machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from tests.cluster.network import Network, Node
+from tests.cluster.procs import (
+    Server, free_port, free_port_range, processes_under, spawn, stop_processes, wait_until,
+)
+
+START_S = 120  # the head, then every worker node registered with it
+WORKER_PORTS = 40  # ports for a node's Ray worker processes
+
+
+@dataclass
+class RayNode:
+    """One `ray start --block` process; `scratch` holds its temp dir (`ray`), TMPDIR (`tmp`) and cwd (`work`)."""
+
+    name: str
+    ip: str
+    resource: str | None  # the custom resource only this node has (None on the head)
+    scratch: Path
+    server: Server
+
+    def raylet_pid(self) -> int | None:
+        """The pid of this node's raylet, if it runs."""
+        import psutil
+
+        try:
+            children = psutil.Process(self.server.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return None
+        return next((c.pid for c in children if c.name() == "raylet"), None)
+
+    def kill_raylet(self) -> int:
+        """SIGKILL this node's raylet (the node dies as a host would); returns its pid."""
+        import os
+
+        pid = self.raylet_pid()
+        if pid is None:
+            raise AssertionError(f"Ray node {self.name} has no raylet running")
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+
+@dataclass
+class RayCluster:
+    """`address`: the GCS address (`runtime.ray_address`, `ray.init(address=...)`); `head`; `workers`."""
+
+    address: str
+    head: RayNode
+    workers: list[RayNode]
+    network: Network
+
+    def node(self, name: str) -> RayNode:
+        return next(n for n in self.workers if n.name == name)
+
+    def alive_nodes(self) -> list[dict]:
+        """{'ip', 'resources'} of every node the GCS counts alive."""
+        return alive_nodes(self.address)
+
+
+def alive_nodes(address: str) -> list[dict]:
+    """Ask the GCS directly (Ray's own `ray status` does the same), so that no driver joins the cluster."""
+    from ray._raylet import GcsClient
+
+    out = []
+    for info in GcsClient(address=address).get_all_node_info(timeout=5).values():
+        if info.state == 0:  # GcsNodeInfo.ALIVE
+            out.append({"ip": info.node_manager_address, "resources": dict(info.resources_total)})
+    return out
+
+
+def _ray_args(node_ip: str, scratch: Path, num_cpus: int, object_store_mb: int) -> list[str]:
+    first = free_port_range("127.0.0.1", WORKER_PORTS)
+    ports = {flag: free_port() for flag in ("--node-manager-port", "--object-manager-port",
+                                            "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+                                            "--metrics-export-port", "--runtime-env-agent-port")}
+    return [str(Path(sys.executable).with_name("ray")), "start", "--block", "--disable-usage-stats",
+            "--node-ip-address", node_ip, "--temp-dir", str(scratch / "ray"), "--num-cpus", str(num_cpus),
+            "--num-gpus", "0", "--object-store-memory", str(object_store_mb * 2**20),
+            "--min-worker-port", str(first), "--max-worker-port", str(first + WORKER_PORTS - 1),
+            *(str(x) for item in ports.items() for x in item)]
+
+
+def _start_node(name: str, args: Sequence[str], root: Path, env: dict[str, str], node: Node | None,
+                resource: str | None) -> RayNode:
+    scratch = root / name
+    for sub in ("ray", "tmp", "work"):
+        (scratch / sub).mkdir(parents=True)
+    server = spawn(f"the Ray node {name}", list(args), scratch / "ray-start.log", cwd=scratch / "work",
+                   env={**env, "TMPDIR": str(scratch / "tmp")}, prefix=node.prefix if node else ())
+    return RayNode(name, node.ip if node else "", resource, scratch, server)
+
+
+@contextlib.contextmanager
+def ray_cluster(network: Network, *, env: dict[str, str] | None = None, head_cpus: int = 1, worker_cpus: int = 1,
+                object_store_mb: int = 256, start_s: float = START_S) -> Iterator[RayCluster]:
+    """A head on `network.host_ip` and a worker node on each of `network.nodes`; all stopped and their scratch
+    folders removed when the context ends. ClusterStartError (with the log's tail) if a node is not up in time."""
+    # Ray turns token authentication on for a node on a non-loopback address and reads the token from
+    # ~/.ray (shared with every other Ray user of the machine); this private test network opts out, so that
+    # drivers need nothing but the address
+    env = {**(env or {}), "RAY_AUTH_MODE": "disabled"}
+    root = Path(tempfile.mkdtemp(prefix="ilr-"))
+    nodes: list[RayNode] = []
+    try:
+        port = free_port(network.host_ip)
+        address = f"{network.host_ip}:{port}"
+        head_args = [*_ray_args(network.host_ip, root / "head", head_cpus, object_store_mb), "--head",
+                     "--port", str(port), "--include-dashboard", "false",
+                     "--ray-client-server-port", str(free_port())]
+        head = _start_node("head", head_args, root, env, None, None)
+        head.ip = network.host_ip
+        nodes.append(head)
+        wait_until(lambda: alive_nodes(address), timeout_s=start_s, server=head.server, what=f"GCS on {address}")
+        for node in network.nodes:
+            resource = f"node_{node.name}"
+            args = [*_ray_args(node.ip, root / node.name, worker_cpus, object_store_mb), "--address", address,
+                    "--resources", json.dumps({resource: 1})]
+            nodes.append(_start_node(node.name, args, root, env, node, resource))
+            wait_until(lambda: any(resource in n["resources"] for n in alive_nodes(address)), timeout_s=start_s,
+                       server=nodes[-1].server, what=f"node {node.name} ({node.ip}) registered with the head")
+        yield RayCluster(address, head, nodes[1:], network)
+    finally:
+        for node in reversed(nodes):  # the workers first, while the head can still hear them leave
+            node.server.stop()
+        stop_processes(processes_under(root))  # a worker process that outlived its raylet
+        shutil.rmtree(root, ignore_errors=True)
