@@ -72,6 +72,26 @@ def test_a_dask_computation_runs_on_both_workers(cluster_dask):
         assert {w.ip for w in cluster_dask.workers} == {n.ip for n in cluster_dask.network.nodes}
 
 
+def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket(tracking_server, s3_server,
+                                                                               tmp_path):
+    import contextlib
+
+    import psycopg2
+
+    from orchestration import tracking as client
+
+    run = client.start_run(tracking_server.uri, "smoke", "genesis", {"book": "Genesis"})
+    (tmp_path / "genesis.txt").write_text(TEXT)
+    client.log_artifact(tracking_server.uri, run, tmp_path / "genesis.txt")
+    dsn = tracking_server.database.replace("postgresql+psycopg2://", "postgresql://")
+    with contextlib.closing(psycopg2.connect(dsn)) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM runs WHERE run_uuid = %s", (run,))
+        assert cursor.fetchone() == ("genesis",)
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(
+        Bucket=s3_server.bucket, Prefix="mlflow/").get("Contents", [])]
+    assert any(key.endswith(f"/{run}/artifacts/genesis.txt") for key in keys), keys
+
+
 def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray):
     import ray
 
@@ -97,9 +117,10 @@ def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray
 
 
 def test_a_killed_raylet_takes_its_node_out_of_the_cluster(cluster_ray):
-    """Last in this module: the cluster is left with one worker node."""
+    """Last in this module (pytest runs them in order): the module's Ray cluster is left with one worker node."""
     pid = cluster_ray.node("b").kill_raylet()
     wait_until(lambda: {r for n in cluster_ray.alive_nodes() for r in n["resources"]}.isdisjoint({"node_b"}),
                timeout_s=120, server=cluster_ray.head.server, what="node b marked dead")
     assert cluster_ray.node("b").raylet_pid() != pid
     assert len(cluster_ray.alive_nodes()) == 2
+
