@@ -44,12 +44,12 @@ class Server:
     def stop(self, timeout_s: float = 10) -> None:
         """SIGTERM to its process group and its descendants (Ray's workers make groups of their own),
         SIGKILL to whatever is left after `timeout_s`; returns once they are gone."""
-        stop_processes(_family(self.process.pid), timeout_s)
+        stop_processes(family(self.process.pid), timeout_s)
         if self.process.poll() is None:
             self.process.wait(timeout=timeout_s)
 
 
-def _family(pid: int) -> list:
+def family(pid: int) -> list:
     """The process `pid`, its descendants and the rest of its process group, as psutil.Process objects."""
     import psutil
 

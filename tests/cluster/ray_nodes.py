@@ -21,11 +21,12 @@ from typing import Iterator, Sequence
 
 from tests.cluster.network import Network, Node
 from tests.cluster.procs import (
-    Server, free_port, free_port_range, processes_under, spawn, stop_processes, wait_until,
+    Server, family, free_port, free_port_range, processes_under, spawn, stop_processes, wait_until,
 )
 
 START_S = 120  # the head, then every worker node registered with it
 WORKER_PORTS = 40  # ports for a node's Ray worker processes
+STOP_S = 5  # SIGTERM's grace before SIGKILL: nothing of a test node needs saving
 
 
 @dataclass
@@ -37,6 +38,9 @@ class RayNode:
     resource: str | None  # the custom resource only this node has (None on the head)
     scratch: Path
     server: Server
+    command: list[str]  # what started it (`RayCluster.restart` runs it again)
+    env: dict[str, str]
+    prefix: list[str]
 
     def raylet_pid(self) -> int | None:
         """The pid of this node's raylet, if it runs."""
@@ -71,6 +75,16 @@ class RayCluster:
     def node(self, name: str) -> RayNode:
         return next(n for n in self.workers if n.name == name)
 
+    def restart(self, name: str, *, start_s: float = START_S) -> RayNode:
+        """Start worker node `name` again as it was first started (after `kill_raylet`, a host coming back):
+        whatever is left of it is stopped first; returns once the head counts it alive."""
+        node = self.node(name)
+        node.server.stop()
+        node.server = spawn(f"the Ray node {name}", node.command, node.scratch / "ray-start.log",
+                            cwd=node.scratch / "work", env=node.env, prefix=node.prefix)
+        _wait_registered(self.address, node, start_s)
+        return node
+
     def alive_nodes(self) -> list[dict]:
         """{'ip', 'resources'} of every node the GCS counts alive."""
         return alive_nodes(self.address)
@@ -87,6 +101,11 @@ def alive_nodes(address: str) -> list[dict]:
     return out
 
 
+def _wait_registered(address: str, node: RayNode, start_s: float) -> None:
+    wait_until(lambda: any(node.resource in n["resources"] for n in alive_nodes(address)), timeout_s=start_s,
+               server=node.server, what=f"node {node.name} ({node.ip}) registered with the head")
+
+
 def _ray_args(node_ip: str, scratch: Path, num_cpus: int, object_store_mb: int) -> list[str]:
     first = free_port_range("127.0.0.1", WORKER_PORTS)
     ports = {flag: free_port() for flag in ("--node-manager-port", "--object-manager-port",
@@ -99,14 +118,16 @@ def _ray_args(node_ip: str, scratch: Path, num_cpus: int, object_store_mb: int) 
             *(str(x) for item in ports.items() for x in item)]
 
 
-def _start_node(name: str, args: Sequence[str], root: Path, env: dict[str, str], node: Node | None,
+def _start_node(name: str, ip: str, args: Sequence[str], root: Path, env: dict[str, str], node: Node | None,
                 resource: str | None) -> RayNode:
     scratch = root / name
     for sub in ("ray", "tmp", "work"):
-        (scratch / sub).mkdir(parents=True)
-    server = spawn(f"the Ray node {name}", list(args), scratch / "ray-start.log", cwd=scratch / "work",
-                   env={**env, "TMPDIR": str(scratch / "tmp")}, prefix=node.prefix if node else ())
-    return RayNode(name, node.ip if node else "", resource, scratch, server)
+        (scratch / sub).mkdir(parents=True, exist_ok=True)
+    env = {**env, "TMPDIR": str(scratch / "tmp")}
+    prefix = node.prefix if node else []
+    server = spawn(f"the Ray node {name}", list(args), scratch / "ray-start.log", cwd=scratch / "work", env=env,
+                   prefix=prefix)
+    return RayNode(name, ip, resource, scratch, server, list(args), env, prefix)
 
 
 @contextlib.contextmanager
@@ -126,20 +147,20 @@ def ray_cluster(network: Network, *, env: dict[str, str] | None = None, head_cpu
         head_args = [*_ray_args(network.host_ip, root / "head", head_cpus, object_store_mb), "--head",
                      "--port", str(port), "--include-dashboard", "false",
                      "--ray-client-server-port", str(free_port())]
-        head = _start_node("head", head_args, root, env, None, None)
-        head.ip = network.host_ip
+        head = _start_node("head", network.host_ip, head_args, root, env, None, None)
         nodes.append(head)
         wait_until(lambda: alive_nodes(address), timeout_s=start_s, server=head.server, what=f"GCS on {address}")
         for node in network.nodes:
             resource = f"node_{node.name}"
             args = [*_ray_args(node.ip, root / node.name, worker_cpus, object_store_mb), "--address", address,
                     "--resources", json.dumps({resource: 1})]
-            nodes.append(_start_node(node.name, args, root, env, node, resource))
-            wait_until(lambda: any(resource in n["resources"] for n in alive_nodes(address)), timeout_s=start_s,
-                       server=nodes[-1].server, what=f"node {node.name} ({node.ip}) registered with the head")
+            nodes.append(_start_node(node.name, node.ip, args, root, env, node, resource))
+            _wait_registered(address, nodes[-1], start_s)
         yield RayCluster(address, head, nodes[1:], network)
     finally:
-        for node in reversed(nodes):  # the workers first, while the head can still hear them leave
-            node.server.stop()
-        stop_processes(processes_under(root))  # a worker process that outlived its raylet
+        # the workers (together: each takes seconds to wind down) before the head, which hears them leave
+        workers, head_only = nodes[1:], nodes[:1]
+        stop_processes([p for node in workers for p in family(node.server.process.pid)], STOP_S)
+        stop_processes([p for node in head_only for p in family(node.server.process.pid)] + processes_under(root),
+                       STOP_S)
         shutil.rmtree(root, ignore_errors=True)

@@ -20,12 +20,13 @@ REGION = "us-east-1"
 
 @dataclass(frozen=True)
 class S3Server:
-    """`endpoint` (http://host:port), `bucket` (made empty at start), `env` (the variables children need)."""
+    """`endpoint` (http://host:port), `bucket` (made empty at start), `env` (the variables children need),
+    `folder` (its log and TMPDIR: all it writes locally; the objects live in its memory)."""
 
     endpoint: str
     bucket: str
     env: dict[str, str]
-    log: Path
+    folder: Path
 
     @property
     def host_port(self) -> str:
@@ -54,12 +55,13 @@ def s3_server(folder: Path, *, host: str = "127.0.0.1", bucket: str = "interling
     memory) when the context ends. ClusterStartError with its log's tail if it is not up within `start_s`."""
     moto = Path(sys.executable).with_name("moto_server")
     port = free_port(host)
+    (folder / "tmp").mkdir(parents=True, exist_ok=True)
     server = spawn("the S3 server (moto_server)", [str(moto), "-H", host, "-p", str(port)], folder / "moto.log",
-                   cwd=folder)
+                   cwd=folder, env={"TMPDIR": str(folder / "tmp")})
     try:
         env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
                "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}
-        s3 = S3Server(env["AWS_ENDPOINT_URL"], bucket, env, server.log)
+        s3 = S3Server(env["AWS_ENDPOINT_URL"], bucket, env, folder)
         client = s3.client()
         wait_until(lambda: client.list_buckets() is not None, timeout_s=start_s, server=server,
                    what=f"answer on {s3.endpoint}")

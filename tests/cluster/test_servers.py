@@ -116,11 +116,14 @@ def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray
     assert [tmp for _, tmp in placed] == [str(cluster_ray.node(n).scratch / "tmp") for n in ("a", "b")]
 
 
-def test_a_killed_raylet_takes_its_node_out_of_the_cluster(cluster_ray):
-    """Last in this module (pytest runs them in order): the module's Ray cluster is left with one worker node."""
+def test_a_killed_raylet_takes_its_node_out_of_the_cluster_until_it_restarts(cluster_ray):
+    """Last in this module (pytest runs them in order): it kills a node of the module's cluster."""
     pid = cluster_ray.node("b").kill_raylet()
     wait_until(lambda: {r for n in cluster_ray.alive_nodes() for r in n["resources"]}.isdisjoint({"node_b"}),
                timeout_s=120, server=cluster_ray.head.server, what="node b marked dead")
     assert cluster_ray.node("b").raylet_pid() != pid
     assert len(cluster_ray.alive_nodes()) == 2
+    cluster_ray.restart("b")  # the host comes back
+    assert sorted(r for n in cluster_ray.alive_nodes() for r in n["resources"] if r.startswith("node_")) == [
+        "node_a", "node_b"]
 

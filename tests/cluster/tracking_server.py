@@ -28,12 +28,13 @@ INSTALL_HINT = "install Debian's PostgreSQL server (`apt-get install -y postgres
 @dataclass(frozen=True)
 class TrackingServer:
     """`uri`: http://host:port for `tracking.uri`; `artifacts`: where the server keeps artifacts (s3://...);
-    `database`: the PostgreSQL URL of its backend store; `log`: the MLflow server's log."""
+    `database`: the PostgreSQL URL of its backend store; `folders`: all the two servers write locally (their
+    logs, TMPDIRs and PostgreSQL's data)."""
 
     uri: str
     artifacts: str
     database: str
-    log: Path
+    folders: tuple[Path, ...]
 
 
 def postgres_bin() -> Path:
@@ -59,9 +60,9 @@ def _as_server_user(folder: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def postgres(log_dir: Path, *, start_s: float = PG_START_S) -> Iterator[str]:
+def postgres(log_dir: Path, *, start_s: float = PG_START_S) -> Iterator[tuple[str, Path]]:
     """A fresh PostgreSQL cluster on 127.0.0.1:<free port> (trust auth, fsync off: a test's database) with a
-    database `mlflow`; yields its URL. The data folder is deleted when the context ends."""
+    database `mlflow`; yields its URL and its folder (data, socket, TMPDIR), deleted when the context ends."""
     binaries = postgres_bin()
     folder = Path(tempfile.mkdtemp(prefix="interlingua-pg-"))
     try:
@@ -75,13 +76,13 @@ def postgres(log_dir: Path, *, start_s: float = PG_START_S) -> Iterator[str]:
         port = free_port()
         server = spawn("PostgreSQL", [str(binaries / "postgres"), "-D", str(folder / "data"), "-k", str(folder),
                                       "-h", "127.0.0.1", "-p", str(port), "-F"], log_dir / "postgres.log",
-                       prefix=prefix, cwd=folder)
+                       prefix=prefix, cwd=folder, env={"TMPDIR": str(folder)})
         try:
             url = f"postgresql://postgres@127.0.0.1:{port}"  # libpq's form, for psycopg2
             wait_until(lambda: _create_database(url, "mlflow"), timeout_s=start_s, server=server,
                        what=f"connection on {url}")
             # SQLAlchemy's form: without the driver named it picks psycopg 3, which the test extra lacks
-            yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/mlflow"
+            yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/mlflow", folder
         finally:
             server.stop()
     finally:
@@ -103,10 +104,12 @@ def tracking_server(log_dir: Path, s3: S3Server, *, host: str = "127.0.0.1",
                     start_s: float = MLFLOW_START_S) -> Iterator[TrackingServer]:
     """PostgreSQL and `mlflow server` on host:<free port>, its artifacts under s3://<bucket>/mlflow;
     both stopped when the context ends."""
-    with postgres(log_dir) as database:
+    with postgres(log_dir) as (database, data):
         port = free_port(host)
         artifacts = f"s3://{s3.bucket}/mlflow"
-        env = {**s3.env, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        (log_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        env = {**s3.env, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+               "TMPDIR": str(log_dir / "tmp")}
         server = spawn("the MLflow tracking server", [
             str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", database,
             "--artifacts-destination", artifacts, "--host", host, "--port", str(port), "--workers", "1",
@@ -114,7 +117,7 @@ def tracking_server(log_dir: Path, s3: S3Server, *, host: str = "127.0.0.1",
         try:
             uri = f"http://{host}:{port}"
             wait_until(lambda: _answers(uri), timeout_s=start_s, server=server, what=f"answer on {uri}", every_s=1)
-            yield TrackingServer(uri, artifacts, database, server.log)
+            yield TrackingServer(uri, artifacts, database, (log_dir, data))
         finally:
             server.stop()
 
