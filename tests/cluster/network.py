@@ -20,10 +20,12 @@ SUBNET = "10.231"  # 10.231.N.0/24, N picked free when the bridge is made (sever
 
 @dataclass(frozen=True)
 class Node:
-    """A worker host: its name, its address, and the command prefix that runs a process there."""
+    """A worker host: its name, its address and the interface that has it, and the command prefix that runs a
+    process there."""
 
     name: str
     ip: str
+    ifname: str = "lo"
     netns: str | None = None
 
     @property
@@ -33,10 +35,12 @@ class Node:
 
 @dataclass(frozen=True)
 class Network:
-    """`host_ip`: where servers listen and the driver runs; `nodes`: the worker hosts; `isolated`: whether
-    the nodes are network namespaces (else processes on 127.0.0.1, and `why_not` says why)."""
+    """`host_ip` (on interface `host_ifname`): where servers listen and the driver runs; `nodes`: the worker
+    hosts; `isolated`: whether the nodes are network namespaces (else processes on 127.0.0.1, and `why_not`
+    says why)."""
 
     host_ip: str
+    host_ifname: str
     nodes: tuple[Node, ...]
     isolated: bool
     why_not: str = ""
@@ -61,7 +65,7 @@ def namespaces_unavailable() -> str:
 @contextlib.contextmanager
 def loopback(names: Sequence[str], why: str) -> Iterator[Network]:
     """Every node a process on 127.0.0.1."""
-    yield Network("127.0.0.1", tuple(Node(name, "127.0.0.1") for name in names), isolated=False, why_not=why)
+    yield Network("127.0.0.1", "lo", tuple(Node(name, "127.0.0.1") for name in names), isolated=False, why_not=why)
 
 
 @contextlib.contextmanager
@@ -78,8 +82,8 @@ def namespaces(names: Sequence[str]) -> Iterator[Network]:
             _ip("netns", "add", netns)
             made.append(netns)
             _join(bridge, netns, f"{bridge}h{i}", f"{bridge}n{i}", ip)
-            nodes.append(Node(name, ip, netns))
-        yield Network(f"{subnet}.1", tuple(nodes), isolated=True)
+            nodes.append(Node(name, ip, f"{bridge}n{i}", netns))
+        yield Network(f"{subnet}.1", bridge, tuple(nodes), isolated=True)
     finally:
         for netns in made:  # deleting a namespace deletes its end of the veth pair, and so the pair
             with contextlib.suppress(OSError):

@@ -101,6 +101,12 @@ def alive_nodes(address: str) -> list[dict]:
     return out
 
 
+def _gloo(env: dict[str, str], ifname: str) -> dict[str, str]:
+    """Torch's Gloo finds its address by resolving the hostname, which every namespace here shares (and which
+    names none of their addresses): name the node's interface, as a host with several interfaces must."""
+    return {**env, "GLOO_SOCKET_IFNAME": ifname}
+
+
 def _wait_registered(address: str, node: RayNode, start_s: float) -> None:
     wait_until(lambda: any(node.resource in n["resources"] for n in alive_nodes(address)), timeout_s=start_s,
                server=node.server, what=f"node {node.name} ({node.ip}) registered with the head")
@@ -147,14 +153,14 @@ def ray_cluster(network: Network, *, env: dict[str, str] | None = None, head_cpu
         head_args = [*_ray_args(network.host_ip, root / "head", head_cpus, object_store_mb), "--head",
                      "--port", str(port), "--include-dashboard", "false",
                      "--ray-client-server-port", str(free_port())]
-        head = _start_node("head", network.host_ip, head_args, root, env, None, None)
+        head = _start_node("head", network.host_ip, head_args, root, _gloo(env, network.host_ifname), None, None)
         nodes.append(head)
         wait_until(lambda: alive_nodes(address), timeout_s=start_s, server=head.server, what=f"GCS on {address}")
         for node in network.nodes:
             resource = f"node_{node.name}"
             args = [*_ray_args(node.ip, root / node.name, worker_cpus, object_store_mb), "--address", address,
                     "--resources", json.dumps({resource: 1})]
-            nodes.append(_start_node(node.name, node.ip, args, root, env, node, resource))
+            nodes.append(_start_node(node.name, node.ip, args, root, _gloo(env, node.ifname), node, resource))
             _wait_registered(address, nodes[-1], start_s)
         yield RayCluster(address, head, nodes[1:], network)
     finally:
