@@ -37,6 +37,13 @@ def resolve_uri(uri: str) -> str:
     return uri
 
 
+def how_to_browse(uri: str) -> str:
+    """What a user runs to see the store's runs: a server has its own web UI; a local store needs `mlflow ui`."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri} in a browser"
+    return f"`mlflow ui --backend-store-uri {uri}`"
+
+
 def _client(uri: str):
     from mlflow.tracking import MlflowClient
 

@@ -11,6 +11,9 @@ import pytest
 from orchestration.config import Config, load_config
 from pipelines.config import BibleSource
 from pipelines.sources import bible_db_path
+from tests.cluster.fixtures import (  # noqa: F401 - the test cluster's fixtures, for every test module
+    cluster_dask, cluster_network, cluster_ray, s3_env, s3_server, tracking_server,
+)
 
 # Short books, a few hundred verses in all: Ruth, Obadiah, Jonah, Philemon, 2 John, 3 John, Jude.
 SMALL_BOOKS = [8, 31, 32, 57, 63, 64, 65]

@@ -96,6 +96,7 @@ def add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
+    from orchestration import tracking
     from orchestration.lifecycle.lock import AlreadyRunning
     from orchestration.lifecycle.run import run_pipeline
 
@@ -112,7 +113,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
     print(outcome.matrix)
     print(" ".join(f"{stage}: {state}" for stage, state in outcome.stages.items()))
     print(outcome.message)
-    print(f"MLflow pipeline run {outcome.run_id}; `mlflow ui --backend-store-uri {config.tracking.uri}`")
+    print(f"MLflow pipeline run {outcome.run_id}; {tracking.how_to_browse(config.tracking.uri)}")
     return outcome.code
 
 

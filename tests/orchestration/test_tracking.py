@@ -127,3 +127,8 @@ def test_requirements_are_pinned_without_the_local_label():
     assert packaging.pinned(["torch", "PyYAML"]) == [f"torch=={torch.__version__.split('+')[0]}",
                                                    f"PyYAML=={yaml.__version__}"]
     assert "+" not in packaging.pinned(["torch"])[0]  # 2.13.0+cpu here: the label names an index, not a release
+
+
+def test_a_server_is_browsed_at_its_address_and_a_local_store_with_mlflow_ui():
+    assert tracking.how_to_browse("http://10.0.0.5:5000") == "open http://10.0.0.5:5000 in a browser"
+    assert tracking.how_to_browse("sqlite:////runs/m.db") == "`mlflow ui --backend-store-uri sqlite:////runs/m.db`"

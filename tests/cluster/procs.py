@@ -1,0 +1,162 @@
+"""Server processes of the test cluster: started in their own session with their own scratch folders,
+waited on with a deadline, stopped as a group, and named with their log's tail when they fail."""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+T = TypeVar("T")
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where `import orchestration` works from
+TAIL_LINES = 30
+
+
+class ClusterStartError(RuntimeError):
+    """A server of the test cluster did not come up: the message names it and ends with its log's tail."""
+
+
+def log_tail(log: Path, lines: int = TAIL_LINES) -> str:
+    """The last `lines` lines of a log, or a note that there is none."""
+    try:
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return f"(no log at {log})"
+    return f"--- last {len(text)} lines of {log} ---\n" + "\n".join(text)
+
+
+@dataclass
+class Server:
+    """One process (and whatever it forks: it leads its own process group) with its log."""
+
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+    def failed(self, why: str) -> ClusterStartError:
+        return ClusterStartError(f"{self.name} did not start: {why}\n{log_tail(self.log)}")
+
+    def stop(self, timeout_s: float = 10) -> None:
+        """SIGTERM to its process group and its descendants (Ray's workers make groups of their own),
+        SIGKILL to whatever is left after `timeout_s`; returns once they are gone."""
+        stop_processes(family(self.process.pid), timeout_s)
+        if self.process.poll() is None:
+            self.process.wait(timeout=timeout_s)
+
+
+def family(pid: int) -> list:
+    """The process `pid`, its descendants and the rest of its process group, as psutil.Process objects."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = {root, *root.children(recursive=True)}
+    except psutil.NoSuchProcess:
+        family = set()
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == pid:
+                family.add(process)
+    return list(family)
+
+
+def processes_under(folder: Path) -> list:
+    """Processes whose TMPDIR lies in `folder`: every process a test node started, even one that left its
+    parent's group and was re-parented (the node's scratch folder is its fingerprint)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            tmpdir = process.environ().get("TMPDIR", "")
+            if tmpdir and Path(tmpdir).is_relative_to(folder):
+                found.append(process)
+    return found
+
+
+def stop_processes(processes: list, timeout_s: float = 10) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s` to those still running; waits until they are gone."""
+    import psutil
+
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    _, alive = psutil.wait_procs(alive, timeout=timeout_s)
+    if alive:
+        raise RuntimeError(f"processes {[p.pid for p in alive]} outlived SIGKILL")
+
+
+def spawn(name: str, args: Sequence[str], log: Path, *, cwd: Path | None = None,
+          env: dict[str, str] | None = None, prefix: Sequence[str] = ()) -> Server:
+    """Start `prefix + args` in a new session (so that stopping it reaches everything it forks), writing
+    stdout and stderr to `log`. `env` is added to this process's environment with this checkout first on
+    PYTHONPATH, so that children import the code under test."""
+    path = os.environ.get("PYTHONPATH", "")
+    full_env = {**os.environ, **(env or {}),
+                "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_ROOT), path) if p)}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        process = subprocess.Popen([*prefix, *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   cwd=cwd, env=full_env, start_new_session=True)
+    return Server(name, process, log)
+
+
+def wait_until(check: Callable[[], T | None], *, timeout_s: float, server: Server, what: str,
+               every_s: float = 0.2) -> T:
+    """Poll `check` until it returns something truthy; ClusterStartError (with `server`'s log) when the
+    server exits first or `timeout_s` passes. Exceptions from `check` count as "not yet"."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - a server coming up refuses, resets, answers 503...
+            last = exc
+        if server.process.poll() is not None:
+            raise server.failed(f"it exited with {server.process.returncode} before {what}")
+        if time.monotonic() > deadline:
+            raise server.failed(f"no {what} within {timeout_s:.0f}s" + (f" (last error: {last})" if last else ""))
+        time.sleep(every_s)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free on `host` now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def free_port_range(host: str, size: int, low: int = 20000, high: int = 29000, tries: int = 50) -> int:
+    """The first of `size` consecutive ports all free on `host` now (for Ray's worker port range)."""
+    for _ in range(tries):
+        first = random.randrange(low, high - size)
+        if all(_bindable(host, port) for port in range(first, first + size)):
+            return first
+    raise ClusterStartError(f"no {size} consecutive free ports on {host} between {low} and {high}")
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex((host, port)) == 0

@@ -1,0 +1,129 @@
+"""The test cluster's own checks: each server is real, reachable from the nodes, and fails loudly."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.cluster import tracking_server as tracking
+from tests.cluster.procs import ClusterStartError, spawn, wait_until
+
+pytestmark = pytest.mark.slow
+TEXT = "Au commencement, Dieu créa les cieux et la terre.\n"
+
+
+def test_a_server_that_exits_is_named_with_its_log(tmp_path):
+    server = spawn("the broken server", [sys.executable, "-c", "import sys; print('port already in use');"
+                                         " sys.exit(3)"], tmp_path / "broken.log")
+    with pytest.raises(ClusterStartError, match="(?s)the broken server did not start: it exited with 3.*"
+                                                "port already in use"):
+        wait_until(lambda: False, timeout_s=60, server=server, what="an answer")
+
+
+def test_missing_postgres_binaries_fail_naming_the_package(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERLINGUA_PG_BIN", str(tmp_path))
+    with pytest.raises(ClusterStartError, match=r"PostgreSQL did not start: no initdb.*apt-get install -y postgresql"):
+        tracking.postgres_bin()
+
+
+def test_an_object_written_through_pyarrow_is_read_back_on_a_worker_node(s3_server, cluster_dask):
+    from distributed import Client
+
+    s3 = s3_server.filesystem()
+    with s3.open_output_stream(f"{s3_server.bucket}/smoke/genesis.txt") as out:
+        out.write(TEXT.encode())
+    assert s3.open_input_stream(f"{s3_server.bucket}/smoke/genesis.txt").read().decode() == TEXT
+
+    def read_there(path: str) -> tuple[str, str]:
+        import os
+
+        from pyarrow import fs
+
+        # the node has the standard variables only; pyarrow needs the endpoint handed to it
+        endpoint = os.environ["AWS_ENDPOINT_URL"]
+        remote = fs.S3FileSystem(endpoint_override=endpoint.split("://")[1], scheme="http")
+        return os.environ["TMPDIR"], remote.open_input_stream(path).read().decode()
+
+    with Client(cluster_dask.address, timeout=60) as client:
+        tmpdir, text = client.submit(read_there, f"{s3_server.bucket}/smoke/genesis.txt",
+                                     resources={"node_b": 1}).result(timeout=60)
+    assert text == TEXT and tmpdir == str(cluster_dask.workers[1].scratch / "tmp")
+
+
+def test_a_dask_computation_runs_on_both_workers(cluster_dask):
+    from distributed import Client
+
+    def where(line: str) -> tuple[int, str, str]:
+        import os
+
+        from distributed import get_worker
+
+        return len(line.split()), get_worker().name, os.getcwd()
+
+    lines = TEXT.split(",") * 2
+    with Client(cluster_dask.address, timeout=60) as client:
+        futures = [client.submit(where, line, resources={f"node_{name}": 1}, pure=False)
+                   for line in lines for name in ("a", "b")]
+        results = client.gather(futures)
+    assert {name for _, name, _ in results} == {"a", "b"}
+    assert sum(words for words, _, _ in results) == 2 * 2 * len(TEXT.split())
+    assert {cwd for _, _, cwd in results} == {str(w.scratch / "work") for w in cluster_dask.workers}
+    if cluster_dask.network.isolated:  # each worker on an address of its own
+        assert {w.ip for w in cluster_dask.workers} == {n.ip for n in cluster_dask.network.nodes}
+
+
+def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket(tracking_server, s3_server,
+                                                                               tmp_path):
+    import contextlib
+
+    import psycopg2
+
+    from orchestration import tracking as client
+
+    run = client.start_run(tracking_server.uri, "smoke", "genesis", {"book": "Genesis"})
+    (tmp_path / "genesis.txt").write_text(TEXT)
+    client.log_artifact(tracking_server.uri, run, tmp_path / "genesis.txt")
+    dsn = tracking_server.database.replace("postgresql+psycopg2://", "postgresql://")
+    with contextlib.closing(psycopg2.connect(dsn)) as connection, connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM runs WHERE run_uuid = %s", (run,))
+        assert cursor.fetchone() == ("genesis",)
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(
+        Bucket=s3_server.bucket, Prefix="mlflow/").get("Contents", [])]
+    assert any(key.endswith(f"/{run}/artifacts/genesis.txt") for key in keys), keys
+
+
+def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray):
+    import ray
+
+    nodes = cluster_ray.alive_nodes()
+    assert len(nodes) == 3
+    by_resource = {r: n["ip"] for n in nodes for r in n["resources"] if r.startswith("node_")}
+    assert set(by_resource) == {"node_a", "node_b"}
+    if cluster_ray.network.isolated:
+        assert len({n["ip"] for n in nodes}) == 3
+    ray.init(address=cluster_ray.address)
+    try:
+        @ray.remote(num_cpus=0)
+        def where() -> tuple[str, str]:
+            import os
+
+            return ray.util.get_node_ip_address(), os.environ["TMPDIR"]
+
+        placed = ray.get([where.options(resources={r: 1}).remote() for r in ("node_a", "node_b")], timeout=120)
+    finally:
+        ray.shutdown()
+    assert [ip for ip, _ in placed] == [by_resource["node_a"], by_resource["node_b"]]
+    assert [tmp for _, tmp in placed] == [str(cluster_ray.node(n).scratch / "tmp") for n in ("a", "b")]
+
+
+def test_a_killed_raylet_takes_its_node_out_of_the_cluster_until_it_restarts(cluster_ray):
+    """Last in this module (pytest runs them in order): it kills a node of the module's cluster."""
+    pid = cluster_ray.node("b").kill_raylet()
+    wait_until(lambda: {r for n in cluster_ray.alive_nodes() for r in n["resources"]}.isdisjoint({"node_b"}),
+               timeout_s=120, server=cluster_ray.head.server, what="node b marked dead")
+    assert cluster_ray.node("b").raylet_pid() != pid
+    assert len(cluster_ray.alive_nodes()) == 2
+    cluster_ray.restart("b")  # the host comes back
+    assert sorted(r for n in cluster_ray.alive_nodes() for r in n["resources"] if r.startswith("node_")) == [
+        "node_a", "node_b"]
+
