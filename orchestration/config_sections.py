@@ -114,6 +114,9 @@ class RuntimeConfig(Schema):
     num_workers: int = Field(default=1, ge=1, description="Ray Train workers (DDP).")
     cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
     use_gpu: bool = Field(default=False, description="A GPU per training worker and per embedding actor.")
+    train_resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each training worker needs besides its CPUs "
+        "(e.g. {trainer: 1} to keep training on the nodes started with that resource).")
     max_failures: int = Field(default=3, ge=0, description="Worker-group restarts from the last checkpoint.")
     worker_env: dict[str, str] = Field(
         # Ray Train runs the loop in a thread of its worker actor; glibc gives such a

@@ -185,7 +185,7 @@ def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
     from orchestration.train.loop import train_loop_per_worker
 
     r = job.config.runtime
-    resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {})}
+    resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {}), **r.train_resources}
     trainer = _interruptible_trainer()(
         train_loop_per_worker,
         train_loop_config={"job": job},  # Ray Train wants a dict

@@ -26,6 +26,7 @@ from tests.cluster.procs import (
 
 START_S = 120  # the head, then every worker node registered with it
 WORKER_PORTS = 40  # ports for a node's Ray worker processes
+WORKER_RESOURCE = "worker_node"  # every worker node has one, the head none (runtime.train_resources)
 STOP_S = 5  # SIGTERM's grace before SIGKILL: nothing of a test node needs saving
 
 
@@ -159,7 +160,7 @@ def ray_cluster(network: Network, *, env: dict[str, str] | None = None, head_cpu
         for node in network.nodes:
             resource = f"node_{node.name}"
             args = [*_ray_args(node.ip, root / node.name, worker_cpus, object_store_mb), "--address", address,
-                    "--resources", json.dumps({resource: 1})]
+                    "--resources", json.dumps({resource: 1, WORKER_RESOURCE: 1})]
             nodes.append(_start_node(node.name, node.ip, args, root, _gloo(env, node.ifname), node, resource))
             _wait_registered(address, nodes[-1], start_s)
         yield RayCluster(address, head, nodes[1:], network)

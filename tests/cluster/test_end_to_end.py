@@ -1,0 +1,91 @@
+"""The whole job on the test cluster, its hosts sharing nothing but the object store and the tracking
+server: `interlingua run` with its run dir in the bucket, prepare on Beam's DaskRunner reading the corpus
+from the bucket, training with two workers on the two Ray worker nodes (one of them killed mid-training
+and brought back: training resumes from the checkpoint in the bucket), evaluation, registration and
+promotion on the MLflow server; a second `run` started at the same moment from another working directory
+is held off by the lock."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core import storage
+from core.errors import Exit
+from orchestration import tracking
+from core.schema import dump_yaml
+from orchestration.config import load_config
+from tests.conftest import SMALL_BOOKS, VERSIONS
+from tests.orchestration.helpers import TINY
+from tests.orchestration.lifecycle.test_run import LANGS
+
+pytestmark = pytest.mark.slow
+RUN_S = 540  # the whole run, at most
+
+
+def start_run(cwd: Path, config: Path, env: dict[str, str], dask: str) -> subprocess.Popen:
+    cwd.mkdir()
+    return subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "-c", str(config),
+                             "--runner=DaskRunner", f"--dask_client_address={dask}"],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, seconds: float, what: str, proc: subprocess.Popen):
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        if proc.poll() is not None:
+            raise AssertionError(f"`run` exited {proc.returncode} before {what}: {proc.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+    return value
+
+
+def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
+        tmp_path, book_lines, s3_env, tracking_server, cluster_ray, cluster_dask):
+    bucket = f"s3://{s3_env.bucket}"
+    for lang, lines in book_lines(VERSIONS, SMALL_BOOKS).items():
+        storage.write_bytes(f"{bucket}/corpus/bible.{lang}", ("\n".join(lines) + "\n").encode("utf-8"))
+    run_dir = f"{bucket}/runs/e2e"
+    config = tmp_path / "cluster.yaml"  # one config, as an operator would write it
+    config.write_text(dump_yaml(load_config(None, [
+        "name=e2e", f"run_dir={run_dir}", f"tracking.uri={tracking_server.uri}", "tracking.experiment=e2e",
+        f"prepare.sources=[{{kind: text, path: '{bucket}/corpus/bible.{{lang}}', languages: {LANGS}}}]",
+        "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
+        # two training workers, one on each worker node (the head has no `worker_node`)
+        f"runtime.ray_address={cluster_ray.address}", "runtime.num_workers=2",
+        "runtime.train_resources={worker_node: 1}", "evaluate.shards=2",
+        *TINY, "train.max_steps=60", "runtime.checkpoint_every_steps=10", "train.eval_every_steps=20",
+    ]).to_dict()))
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "RAY_AUTH_MODE": "disabled"}
+    first, second = (start_run(tmp_path / name, config, env, cluster_dask.address) for name in ("a", "b"))
+    runs = {first, second}
+    held_off = wait_for(lambda: next((p for p in runs if p.poll() is not None), None), 120, "the lock decided", first)
+    assert held_off.returncode == Exit.ALREADY_RUNNING, held_off.stderr.read()
+    assert "is held by another `interlingua run`" in held_off.stderr.read()
+    winner = (runs - {held_off}).pop()
+
+    # kill worker node b mid-training, once a checkpoint is in the bucket; bring it back
+    wait_for(lambda: any(f.startswith("train/ray/checkpoint_") for f in storage.files(run_dir)), RUN_S,
+             "the first checkpoint", winner)
+    cluster_ray.node("b").kill_raylet()
+    cluster_ray.restart("b")
+    out, err = winner.communicate(timeout=RUN_S)
+    assert winner.returncode == Exit.OK, err[-4000:]
+    assert "promoted" in out
+
+    found = storage.files(run_dir)
+    assert "data/manifest.json" in found and "train/model/model.pt" in found and "train/run.json" in found
+    assert "eval/test/metrics.json" in found and "eval/test/embeddings/manifest.json" in found
+    ranks = [storage.read_json(f"{run_dir}/train/workers/rank-{r}.json")["ip"] for r in (0, 1)]
+    assert sorted(ranks) == sorted(n.ip for n in cluster_ray.workers)  # one worker on each worker node
+    assert storage.read_json(f"{run_dir}/train/run.json")["done"] is True
+    assert any(f.startswith("mlflow/") for f in storage.files(bucket))  # the MLflow artifacts, in the bucket
+    version = tracking.model_versions(tracking_server.uri, "e2e")
+    assert len(version) == 1
+    assert tracking.champion(tracking_server.uri, "e2e").version == version[0].version
+    # nothing was written in either working directory
+    assert [p for p in (tmp_path / "a").rglob("*")] == [] and [p for p in (tmp_path / "b").rglob("*")] == []
