@@ -156,6 +156,9 @@ def _trial(params: dict[str, Any]) -> None:
 def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneResult:
     """Run (or resume) the search; write the best trial's config; log the search to MLflow. Ctrl+C stops the
     trials, saves the search for a rerun to resume, marks its MLflow runs KILLED and raises KeyboardInterrupt."""
+    if storage.is_uri(config.run_dir):  # Ray Tune's experiment state and best.yaml are local files here
+        raise ConfigError(f"run_dir: {config.run_dir}: `interlingua tune` keeps its search in a local run_dir; "
+                          "give a local run_dir (dataset_dir may stay at the URI) and train the best config there")
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
     tune_dir = (Path(config.run_dir) / TUNE_DIR).resolve()

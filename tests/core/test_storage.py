@@ -79,3 +79,13 @@ def test_an_unreachable_store_or_missing_bucket_is_one_line_and_exit_1(s3_bucket
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"interlingua evaluate: error: dataset_dir: {s3_bucket}/data: the store does not answer")
     assert "\n" not in err
+
+
+def test_tune_refuses_a_run_dir_at_a_uri_before_any_work(s3_bucket, tmp_path, capsys):
+    from orchestration.cli import main
+
+    space = tmp_path / "space.yaml"
+    space.write_text("space:\n  train.lr: {loguniform: [0.0001, 0.01]}\n")
+    assert main(["tune", "--space", str(space), f"run_dir={s3_bucket}/runs/x"]) == 2
+    assert "keeps its search in a local run_dir" in capsys.readouterr().err
+    assert storage.entries(f"{s3_bucket}/runs/x") == [] and not (tmp_path / "s3:").exists()
