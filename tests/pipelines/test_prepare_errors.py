@@ -7,7 +7,7 @@ import random
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -70,6 +70,31 @@ def test_a_language_column_in_the_wrong_script_names_the_wrong_script_drops(tmp_
     assert no_dataset(tmp_path)
 
 
+def wait_for_line(proc: subprocess.Popen, text: str, *, timeout_s: float) -> str:
+    """The process's stderr up to and including the first line holding `text`, read on a thread so that
+    the deadline holds even when the process writes nothing; fails the test at the deadline or when the
+    process ends first."""
+    lines: list[str] = []
+    stopped = threading.Event()  # the line was read, or the stream ended
+
+    def read() -> None:
+        try:
+            for line in proc.stderr:
+                lines.append(line)
+                if text in line:
+                    return
+        finally:
+            stopped.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not stopped.wait(timeout_s) or not lines or text not in lines[-1]:
+        proc.kill()
+        pytest.fail(f"no line with {text!r} in {timeout_s}s (exit {proc.poll()}):\n{''.join(lines)}")
+    reader.join()
+    return "".join(lines)
+
+
 def test_sigint_during_prepare_exits_130_with_one_line_and_removes_its_staging(tmp_path, small_dataset):
     import shutil
 
@@ -79,14 +104,12 @@ def test_sigint_during_prepare_exits_130_with_one_line_and_removes_its_staging(t
     args = [sys.executable, "-m", "orchestration.cli", "prepare", f"run_dir={run}", "--force",
             f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS + [17, 41]}}}]", "prepare.spm.vocab_size=2000",
             "prepare.split.dev_size=40", "prepare.split.test_size=40"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.getcwd()})
-    deadline = time.monotonic() + 120
-    while not list(run.glob(".data.partial-*")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    time.sleep(1.0)  # into the Beam job
+    err = wait_for_line(proc, "pipelines.prepare: preparing ", timeout_s=120)  # logged inside the job's try
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    err += proc.stderr.read()
+    proc.wait(timeout=120)
     assert proc.returncode == 130, err
     lines = [line for line in err.splitlines() if line.startswith("interlingua")]
     assert lines == ["interlingua prepare: interrupted; nothing half-done was published"], err
