@@ -175,3 +175,28 @@ def test_mine_with_inputs_and_output_in_the_bucket_finds_the_pairs_it_finds_loca
     assert storage.read_bytes(f"{out}/embeddings/fr/blocks/part-00000.json") == record
     assert storage.open_parquet(f"{out}/pairs-fr-en.parquet").read().equals(remote)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local"]
+
+
+def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit_1(s3_bucket, tmp_path, monkeypatch,
+                                                                                   book_lines, capsys):
+    from tests.conftest import write_lines
+
+    monkeypatch.chdir(tmp_path)
+    fr = write_lines(tmp_path / "fr.txt", book_lines({"fr": "l"}, [57])["fr"])  # Philemon
+    embed = ["embed", "-l", "fr", "--model", str(tmp_path / "model"), "-i", str(fr)]
+    mine = ["mine", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "mine.threshold=1.1",
+            f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: 's3://no-such-bucket/en.txt'}}]"]
+    assert main([*embed, "-o", "s3://no-such-bucket/emb"]) == Exit.FAILED
+    assert capsys.readouterr().err.strip() == (
+        "interlingua embed: error: -o: s3://no-such-bucket/emb: bucket 'no-such-bucket' does not exist at "
+        f"{storage.os.environ[storage.ENDPOINT_ENV]}; create it first")
+    assert main(mine) == Exit.FAILED
+    assert "error: mine.inputs (en): s3://no-such-bucket/en.txt: bucket 'no-such-bucket'" in capsys.readouterr().err
+    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
+    assert main([*embed, "-o", f"{s3_bucket}/emb"]) == Exit.FAILED
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"interlingua embed: error: -o: {s3_bucket}/emb: the store does not answer") and "\n" not in err
+    assert main([*mine[:-1], f"mine.output_dir={s3_bucket}/mine",
+                 f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: '{fr}'}}]"]) == Exit.FAILED
+    assert "error: mine.output_dir: s3://bucket/mine: the store does not answer" in capsys.readouterr().err
+    assert not (tmp_path / "s3:").exists()
