@@ -142,8 +142,8 @@ def load_embeddings(out_dir: Location) -> np.ndarray:
 
 
 def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 10000) -> tuple[np.ndarray, int]:
-    """Small inputs without Ray: the lines of text files (local or URIs, or "-", stdin) embedded here, chunk by chunk:
-    ((N, D) float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
+    """Small inputs without Ray: the lines of text files (local or URIs, or "-", stdin) embedded here, chunk
+    by chunk: ((N, D) float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
     chunks, batch, empty = [], [], 0
     for name in names:
         with (open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else storage.open_input(name)) as handle:

@@ -90,9 +90,10 @@ def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(s3_bucket, bucket
     assert "106 sentences (0 empty)" in capsys.readouterr().out
     manifest = storage.read_json(f"{out}/manifest.json")
     # the glob's matches in name order, read from the bucket: Obadiah, then Ruth
-    assert [i["path"] for i in manifest["inputs"]] == [f"{s3_bucket}/corpus/obadiah.txt", f"{s3_bucket}/corpus/ruth.txt"]
+    assert [i["path"] for i in manifest["inputs"]] == [f"{s3_bucket}/corpus/{n}.txt" for n in ("obadiah", "ruth")]
     assert manifest["model"]["dir"] == model
-    assert sorted(storage.files(out)) == ["manifest.json"] + [f"part-0000{i}.{x}" for i in range(4) for x in ("json", "npy")]
+    blocks = [f"part-0000{i}.{x}" for i in range(4) for x in ("json", "npy")]
+    assert sorted(storage.files(out)) == ["manifest.json", *blocks]
     assert all(storage.sha256(f"{out}/{b['name']}") == b["sha256"] for b in manifest["blocks"])
     expected = SentenceEmbedder.load(local_model).embed(fr[85:] + fr[:85], "fr")
     np.testing.assert_allclose(load_embeddings(out), expected, rtol=1e-5, atol=1e-6)
@@ -195,7 +196,8 @@ def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit
     monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
     assert main([*embed, "-o", f"{s3_bucket}/emb"]) == Exit.FAILED
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"interlingua embed: error: -o: {s3_bucket}/emb: the store does not answer") and "\n" not in err
+    assert err.startswith(f"interlingua embed: error: -o: {s3_bucket}/emb: the store does not answer")
+    assert "\n" not in err
     assert main([*mine[:-1], f"mine.output_dir={s3_bucket}/mine",
                  f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: '{fr}'}}]"]) == Exit.FAILED
     assert "error: mine.output_dir: s3://bucket/mine: the store does not answer" in capsys.readouterr().err
