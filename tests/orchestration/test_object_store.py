@@ -202,3 +202,28 @@ def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit
                  f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: '{fr}'}}]"]) == Exit.FAILED
     assert "error: mine.output_dir: s3://bucket/mine: the store does not answer" in capsys.readouterr().err
     assert not (tmp_path / "s3:").exists()
+
+
+def test_inputs_in_the_bucket_by_prefix_and_glob_are_read_as_local_files_are(s3_bucket, tmp_path, book_lines):
+    from orchestration.serve.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
+    from tests.conftest import write_lines
+
+    fr = book_lines({"fr": "l"}, [8, 31])["fr"]
+    ruth, obadiah = fr[:85], fr[85:]
+    (tmp_path / "more").mkdir()
+    for name, lines in (("ruth.txt", ruth), ("more/obadiah.txt", obadiah), (".hidden", ruth[:2])):
+        storage.write_bytes(f"{s3_bucket}/corpus/{name}", _lines_bytes(lines))
+        write_lines(tmp_path / name, lines)  # the same files, local
+    assert resolve_inputs([f"{s3_bucket}/corpus"]) == [f"{s3_bucket}/corpus/ruth.txt"]  # visible, not below
+    assert resolve_inputs([f"{s3_bucket}/corpus/*.txt"]) == [f"{s3_bucket}/corpus/ruth.txt"]
+    assert resolve_inputs([f"{s3_bucket}/corpus/*/*.txt"]) == [f"{s3_bucket}/corpus/more/obadiah.txt"]
+    found = resolve_inputs([f"{s3_bucket}/corpus/**/*.txt"])
+    assert found == [f"{s3_bucket}/corpus/more/obadiah.txt", f"{s3_bucket}/corpus/ruth.txt"]
+    files, blocks = plan_blocks(found, column="text", block_rows=30)
+    local, _ = plan_blocks(resolve_inputs([str(tmp_path / "**" / "*.txt")]), column="text", block_rows=30)
+    assert [(f.rows, f.bytes, f.sha256) for f in files] == [(f.rows, f.bytes, f.sha256) for f in local]
+    assert [s for b in blocks for s in read_block(b, column="text")] == obadiah + ruth
+    with pytest.raises(CorpusError, match="matches no file"):
+        resolve_inputs([f"{s3_bucket}/corpus/*.tsv"])
+    with pytest.raises(CorpusError, match="no such file or prefix"):
+        resolve_inputs([f"{s3_bucket}/nothing"])
