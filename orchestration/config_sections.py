@@ -231,7 +231,8 @@ class MineInput(Schema):
     """Monolingual sentences of one language: text files (one sentence per line) or Parquet."""
 
     lang: str
-    path: str = Field(description="A file, a glob (`data/news.fr.*`) or a directory.")
+    path: str = Field(description="A file, a glob (`data/news.fr.*`) or a directory; local or a URI "
+                                  "(`s3://bucket/news.fr.*`).")
     format: Literal["text", "parquet"] = "text"
     column: str = Field(default="text", description="The sentence column of Parquet inputs.")
 
@@ -254,8 +255,8 @@ class MineConfig(Schema):
     inputs: list[MineInput] = Field(default_factory=list, description="Two or more languages to mine.")
     model: str = Field(
         default="run", description="'run' (<run_dir>/train/model), 'champion' (the registered champion), "
-        "'use' (the offline USE baseline) or a model directory.")
-    output_dir: str | None = Field(default=None, description="<run_dir>/mine when unset.")
+        "'use' (the offline USE baseline) or a model directory (local or a URI).")
+    output_dir: str | None = Field(default=None, description="<run_dir>/mine when unset; local or a URI.")
     k: int = Field(default=4, ge=1, description="Neighbours each way, for the margin and the candidates.")
     mode: Literal["forward", "backward", "intersection", "max"] = "intersection"
     index: Literal["auto", "flat", "ivfpq"] = Field(

@@ -68,24 +68,25 @@ def add_embed(sub: argparse._SubParsersAction) -> None:
                 "in this process.")
     p.add_argument("--lang", "-l", required=True, help="the sentences' language")
     p.add_argument("--input", "-i", nargs="+", default=["-"],
-                   help="text or Parquet files, directories, globs ('corpus/*.txt'); '-' is stdin (with FILE.npy)")
+                   help="text or Parquet files, directories, globs ('corpus/*.txt'), local or URIs "
+                   "(s3://bucket/corpus/*.txt); '-' is stdin (with FILE.npy)")
     p.add_argument("--output", "-o", required=True,
-                   help="a directory (blocks + manifest.json), or FILE.npy: one (N, D) array (small inputs)")
+                   help="a directory or URI prefix (blocks + manifest.json), or FILE.npy: one (N, D) array "
+                   "(small inputs)")
     p.add_argument("--column", default="text", help="the text column of Parquet inputs (default: text)")
     p.add_argument("--block-rows", type=int, default=20000, help="sentences per block (default 20000)")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    p.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    p.add_argument("--model", help="a model directory, local or a URI (default: <run_dir>/train/model)")
     p.add_argument("--force", action="store_true", help="replace interlingua's embeddings of other inputs in the "
                    "output directory (never other files), or an existing -o FILE.npy")
 
 
 def embed(config: Config, args: argparse.Namespace) -> int:
     from orchestration import model_dir
+    from core import storage
 
-    model = Path(args.model) if args.model else model_dir.default(Path(config.train_dir))
-    parent = Path(args.output).resolve().parent
-    if not parent.is_dir():  # before the embedding work, not after it
-        raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
+    model = args.model or model_dir.default(config.train_dir)
+    check_embed_locations(args, model)
     if args.output.endswith(".npy"):
         return _embed_small(model, args, config.runtime.backend)
     if "-" in args.input:
@@ -93,7 +94,8 @@ def embed(config: Config, args: argparse.Namespace) -> int:
     from orchestration.serve.corpus import embed_corpus
 
     r = config.runtime
-    result = embed_corpus(args.input, Path(args.output), lang=args.lang, model_dir=model, config=config.to_dict(),
+    output = args.output if storage.is_uri(args.output) else Path(args.output)
+    result = embed_corpus(args.input, output, lang=args.lang, model_dir=model, config=config.to_dict(),
                           column=args.column, dtype=args.dtype, block_rows=args.block_rows, actors=r.embed_actors,
                           cpus_per_actor=r.cpus_per_task, use_gpu=r.use_gpu, max_tokens=config.evaluate.max_tokens,
                           force=args.force, ray_address=r.ray_address)
@@ -103,25 +105,53 @@ def embed(config: Config, args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def _embed_small(model: Path, args: argparse.Namespace, backend: str) -> int:
+def check_embed_locations(args: argparse.Namespace, model: str | Path) -> None:
+    """Before any embedding work: every -i, -o and --model a local path or a URI of a supported scheme
+    (StorageError, exit 2), each store they name answering (StoreUnreachable, exit 1), and a local -o's
+    parent an existing directory (ConfigError)."""
+    from core import storage
+
+    for name in args.input:
+        if name != "-":
+            storage.check_location(name, "-i")
+    storage.check_location(args.output, "-o")
+    storage.check_location(model, "--model")
+    for location, flag in [(args.output, "-o"), (model, "--model"), *((name, "-i") for name in args.input)]:
+        storage.check_reachable(location, flag)  # a URI's store; local paths are not checked here
+    if not storage.is_uri(args.output):
+        parent = Path(args.output).resolve().parent
+        if not parent.is_dir():
+            raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
+
+
+def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> int:
+    import io
+
     import numpy as np
 
+    from core import storage
+    from orchestration import model_dir
     from orchestration.serve.corpus import embed_in_process
     from orchestration.serve.embedder import SentenceEmbedder
 
-    if Path(args.output).exists() and not args.force:
+    if storage.exists(args.output) and not args.force:
         raise ConfigError(f"-o {args.output} exists; pass --force to replace it, or give another file")
     if any(name.endswith(".parquet") for name in args.input):
         raise ConfigError("Parquet input needs an output directory (-o DIR), not a .npy file")
-    missing = [name for name in args.input if name != "-" and not Path(name).is_file()]
+    missing = [name for name in args.input if name != "-" and not storage.exists(name)]
     if missing:
         raise ConfigError(f"-i {missing[0]}: no such file")
-    embedder = SentenceEmbedder.load(model, backend=backend)
+    embedder = SentenceEmbedder.load(model_dir.fetch(model), backend=backend)
     if args.lang not in embedder.languages:
         raise ConfigError(f"-l {args.lang}: the model knows {embedder.languages}")
     vectors, empty = embed_in_process(embedder, args.input, args.lang)
     vectors = vectors.astype(args.dtype)
-    np.save(args.output, vectors)
+    if storage.is_uri(args.output):
+        buffer = io.BytesIO()
+        np.save(buffer, vectors)
+        storage.write_bytes(args.output, buffer.getvalue())  # one PUT: the whole array or none
+    else:
+        np.save(args.output, vectors)
     print(f"{len(vectors)} sentences ({empty} empty) -> {args.output} ({vectors.shape[1]}-d {args.dtype})")
     return Exit.OK
 

@@ -1,16 +1,16 @@
 """The monolingual sentences of one language, normalized as at training time and deduplicated; the
-files are read by `serve.inputs`, the one input reader (that of `embed` and the test sets)."""
+files (local or URIs) are found and read by `serve.inputs`, the one input reader (that of `embed` and the
+test sets)."""
 from __future__ import annotations
 
-import glob
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator
 
+from core import storage
 from orchestration.config_sections import MineConfig, MineInput
 from orchestration.mine import MineError
-from orchestration.serve.inputs import CorpusError, read_column, read_lines
+from orchestration.serve.inputs import CorpusError, read_column, read_lines, resolve_inputs
 from core.normalize import Normalizer
 from core.normalize import NormalizeConfig
 
@@ -28,14 +28,13 @@ class Sentences:
     dropped: dict[str, int] = field(default_factory=dict)  # reason -> lines
 
 
-def input_files(spec: MineInput) -> list[Path]:
-    """The files of an input: a file, a glob or every file of a directory, sorted."""
-    path = Path(spec.path)
-    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [
-        Path(p) for p in sorted(glob.glob(spec.path))]
-    if not files:
-        raise MineError(f"mine.inputs ({spec.lang}): no file matches {spec.path!r}")
-    return files
+def input_files(spec: MineInput) -> list[str]:
+    """The files of an input (a local path or a URI): a file, a glob or every visible file of a directory
+    (prefix), sorted. MineError when none matches; StorageError for a URI of an unsupported scheme."""
+    try:
+        return resolve_inputs([spec.path], what=f"mine.inputs ({spec.lang})")
+    except CorpusError:
+        raise MineError(f"mine.inputs ({spec.lang}): no file matches {spec.path!r}") from None
 
 
 def check_inputs(m: MineConfig) -> None:
@@ -46,19 +45,18 @@ def check_inputs(m: MineConfig) -> None:
             raise MineError(f"mine.inputs ({spec.lang}): {spec.path}: no sentence to mine (empty); "
                             "give files with one sentence per line")
     gold = m.gold.path if m.gold is not None else None
-    if gold is not None and not Path(gold).is_file():
+    if gold is not None and not storage.exists(storage.check_location(gold, "mine.gold.path")):
         raise MineError(f"mine.gold.path: {gold}: file not found; give a TSV file of true pairs (source<TAB>target "
                         "per line), or mine.gold={split: dev}")
 
 
-def _has_sentence(path: Path, spec: MineInput) -> bool:
+def _has_sentence(path: str, spec: MineInput) -> bool:
     """Whether the file holds a non-blank line (text) or a row (Parquet, whose column is checked)."""
     if spec.format == "parquet":
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         try:
-            meta = pq.read_metadata(path)
+            meta = storage.open_parquet(path).metadata
         except (pa.ArrowException, OSError) as exc:
             raise MineError(f"mine.inputs ({spec.lang}): {path}: not a readable Parquet file ({exc})") from None
         names = meta.schema.to_arrow_schema().names
@@ -66,7 +64,7 @@ def _has_sentence(path: Path, spec: MineInput) -> bool:
             raise MineError(f"mine.inputs ({spec.lang}): {path} has no column {spec.column!r} (it has "
                             f"{', '.join(names)}); set the input's column")
         return meta.num_rows > 0
-    with open(path, "rb") as handle:
+    with storage.open_input(path) as handle:
         return any(line.strip() for line in handle)  # stops at the first sentence
 
 
@@ -91,14 +89,14 @@ def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
     return out
 
 
-def _lines(path: Path, spec: MineInput) -> Iterator[str]:
+def _lines(path: str, spec: MineInput) -> Iterator[str]:
     """The file's sentences, read by the one input reader of `embed` (`serve.inputs`): UTF-8 checked, line
     ends and an opening BOM dropped, a null Parquet value as an empty sentence."""
     try:
         if spec.format == "parquet":
             yield from read_column(path, spec.column)
             return
-        with open(path, "rb") as handle:
-            yield from read_lines(handle, str(path))
+        with storage.open_input(path) as handle:
+            yield from read_lines(handle, path)
     except CorpusError as exc:
         raise MineError(str(exc)) from None

@@ -8,10 +8,13 @@ neighbours each way (exact faiss search in shards on Ray tasks, or IVF-PQ above
 the pairs of `mine.mode`, the garbage filters (`evaluation.mining.filter_pairs`),
 and the threshold: `mine.threshold`, or the one that maximizes F1 on the gold
 pairs. Output in `<run_dir>/mine` (`mine.output_dir`): `report.write_outputs`.
+
+The inputs, the gold file, the model directory and the output may be URIs (`s3://bucket/mine`): the
+embeddings go to the output's `embeddings/` through the corpus job (which uploads them block by block),
+the pairs, figure and manifest (last) are written locally and then uploaded (`report.write_outputs`).
 """
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from orchestration.mine import MineError
 from orchestration.mine.inputs import Sentences, check_inputs, read_sentences
 from orchestration.mine.report import EMBEDDINGS, LanguagePair, check_output, write_outputs
 from orchestration.state import check_writable
+from core import storage
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ Encoder = Callable[[list[str], str], np.ndarray]
 
 @dataclass
 class MineResult:
-    out_dir: Path
+    out_dir: str | Path  # a Path for a local output
     pairs: list[LanguagePair]
     run_id: str
 
@@ -50,12 +54,13 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         raise MineError("mine.inputs: give two or more inputs, one per language")
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
-    out_dir = Path(config.mine_dir)
+    out_dir = config.mine_dir if storage.is_uri(config.mine_dir) else Path(config.mine_dir)
+    check_locations(config, out_dir)
     check_inputs(m)  # a missing or empty file is the user's to fix before any model is loaded
     check_writable(out_dir, "mine.output_dir")
     check_output(out_dir)  # a user's folder is refused before any work
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
-        encoder, normalize, model_meta = load_encoder(config, Path(tmp), out_dir / EMBEDDINGS)
+        encoder, normalize, model_meta = load_encoder(config, Path(tmp), storage.join(out_dir, EMBEDDINGS))
         sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
         gold = load_gold(config, normalize)  # its errors before the embedding, not after it
         check_k(m.k, sentences)
@@ -64,6 +69,16 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
                for x, y in combinations([i.lang for i in m.inputs], 2)]
     run_id = write_outputs(config, out_dir, results, sentences, model_meta, uri, parent_run_id)
     return MineResult(out_dir, results, run_id)
+
+
+def check_locations(config: Config, out_dir: str | Path) -> None:
+    """Every input, the gold file and the output a local path or a URI of a supported scheme (StorageError,
+    the user's: exit 2), and the stores they name answering (StoreUnreachable: exit 1, within seconds)."""
+    m = config.mine
+    gold = [(m.gold.path, "mine.gold.path")] if m.gold is not None and m.gold.path else []
+    for location, what in [*((i.path, f"mine.inputs ({i.lang})") for i in m.inputs), *gold]:
+        storage.check_reachable(storage.check_location(location, what), what)
+    storage.check_reachable(out_dir, "mine.output_dir")
 
 
 def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarray, ey: np.ndarray,
@@ -113,7 +128,7 @@ def check_k(k: int, sentences: dict[str, Sentences]) -> None:
                         f"distinct sentences; {sizes}); set mine.k to at most {len(smallest.texts)} (LASER uses 4)")
 
 
-def load_encoder(config: Config, tmp: Path, embeddings_dir: Path) -> tuple[Encoder, Any, dict[str, Any]]:
+def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encoder, Any, dict[str, Any]]:
     """The embedding function of `mine.model`, the normalization it was trained with, and what it is.
     A trained model embeds with the streaming Ray Data job (`serve.corpus.embed_corpus`) into
     `embeddings_dir`/<lang>, which a rerun of the same sentences and model resumes; USE in this process."""
@@ -130,48 +145,51 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: Path) -> tuple[Encod
     from core.dataset import file_sha256
 
     if choice == "run":
-        folder = model_files.default(Path(config.train_dir))
+        location = model_files.default(config.train_dir)
     elif choice == "champion":
         name = config.registry.model_name or config.name
         version = tracking.champion(tracking.resolve_uri(config.tracking.uri), name)
         if version is None:
             raise MineError(f"mine.model=champion: registered model {name!r} has no champion yet")
-        folder = tracking.download_model_dir(config.tracking.uri, name, version.version, tmp)
+        location = tracking.download_model_dir(config.tracking.uri, name, version.version, tmp)
     else:
-        folder = Path(choice)
+        location = storage.check_location(choice, "mine.model")
     try:
+        folder = model_files.fetch(location)  # a verified local copy of a model at a URI
         embedder = SentenceEmbedder.load(folder)
     except FileNotFoundError as exc:
         raise MineError(f"mine.model={choice}: {exc}") from None
     unknown = [i.lang for i in config.mine.inputs if i.lang not in embedder.languages]
     if unknown:
         raise MineError(f"mine.inputs: the model knows {embedder.languages}, not {unknown}")
-    meta = {"model": str(folder), "model_sha256": file_sha256(folder / model_files.MODEL_FILE)}
+    meta = {"model": str(storage.absolute(location)), "model_sha256": file_sha256(folder / model_files.MODEL_FILE)}
 
     def encode(texts: list[str], lang: str) -> np.ndarray:
-        return embed_streaming(config, texts, lang, folder, embeddings_dir / lang)
+        return embed_streaming(config, texts, lang, folder, storage.join(embeddings_dir, lang))
 
     return encode, embedder.normalizer.config, meta
 
 
-def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path, out: Path) -> np.ndarray:
+def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path, out: str) -> np.ndarray:
     """(N, D) embeddings of `texts` by the corpus job: the sentences go to `out`/sentences.parquet, the
-    blocks to `out`; blocks of an earlier run of the same sentences and model are kept."""
+    blocks to `out`/blocks (`out` local or a URI); blocks of an earlier run of the same sentences and model
+    are kept."""
+    import io
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from orchestration.serve.corpus import embed_corpus
+    from orchestration.serve.corpus import embed_corpus, load_embeddings
 
-    out.mkdir(parents=True, exist_ok=True)
-    source = out / "sentences.parquet"
-    pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), source)
+    source, body = storage.join(out, "sentences.parquet"), io.BytesIO()
+    pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), body)
+    storage.write_bytes(source, body.getvalue())  # the same bytes for the same sentences: the blocks are kept
     runtime = config.runtime
-    result = embed_corpus([str(source)], out / "blocks", lang=lang, model_dir=model_dir, config=config.to_dict(),
-                          column="text", actors=runtime.embed_actors, cpus_per_actor=runtime.cpus_per_task,
-                          use_gpu=runtime.use_gpu, max_tokens=config.evaluate.max_tokens, force=True,
-                          ray_address=runtime.ray_address)
-    manifest = json.loads((result.out_dir / "manifest.json").read_text())
-    return np.concatenate([np.load(result.out_dir / b["name"]) for b in manifest["blocks"]])
+    result = embed_corpus([source], storage.join(out, "blocks"), lang=lang, model_dir=model_dir,
+                          config=config.to_dict(), column="text", actors=runtime.embed_actors,
+                          cpus_per_actor=runtime.cpus_per_task, use_gpu=runtime.use_gpu,
+                          max_tokens=config.evaluate.max_tokens, force=True, ray_address=runtime.ray_address)
+    return load_embeddings(result.out_dir)
 
 
 def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str, str]]]:
@@ -196,7 +214,7 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
     x, y = langs[:2]
     pairs = set()
     try:
-        text = Path(gold.path).read_text(encoding="utf-8")
+        text = storage.read_bytes(gold.path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise MineError(f"mine.gold.path: {gold.path}: not a readable UTF-8 file ({exc})") from None
     for i, line in enumerate(text.splitlines(), start=1):

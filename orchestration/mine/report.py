@@ -4,10 +4,13 @@
     <output>/manifest.json           written last: inputs, model, per pair counts, drops by reason,
                                      threshold, P/R/F1 on gold, pairs kept per threshold, files
     <output>/report.png              score histograms with the threshold, calibration curves
+
+The output may be a URI: the files are written in a local scratch folder and uploaded, the manifest last,
+while the write journal (`core.storage.begin_writes`) names them at the URI.
 """
 from __future__ import annotations
 
-import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,41 +51,53 @@ class LanguagePair:
         return f"{self.src}-{self.trg}"
 
 
-def write_outputs(config: Config, out_dir: Path, results: list[LanguagePair], sentences: dict, model: dict,
+def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePair], sentences: dict, model: dict,
                   uri: str, parent_run_id: str | None) -> str:
-    """Write the pair files, the figure and the manifest (last); log the MLflow run; return its id."""
+    """Write the pair files, the figure and the manifest (last) to `out_dir` (a local folder or a URI);
+    log the MLflow run; return its id."""
     check_output(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    storage.begin_writes(out_dir, [MANIFEST, REPORT, *(f"pairs-{r.name}.parquet" for r in results)])
-    (out_dir / MANIFEST).unlink(missing_ok=True)  # an unfinished output is never taken for a finished one
-    entries = {r.name: _write_pairs(out_dir, r, sentences) for r in results}
-    _figure(out_dir / REPORT, results)
-    manifest = {
-        "format": FORMAT,
-        "model": model,
-        "inputs": {lang: {"read": s.read, "distinct": len(s.texts), "dropped": s.dropped} for lang, s in sentences.items()},
-        "pairs": entries,
-        "config": config.to_dict(),
-    }
-    storage.write_json(out_dir / MANIFEST, manifest)
-    storage.end_writes(out_dir)
-    return _log(config, uri, out_dir, results, parent_run_id)
+    names = [f"pairs-{r.name}.parquet" for r in results] + [REPORT]
+    storage.begin_writes(out_dir, [MANIFEST, *names])
+    if storage.exists(storage.join(out_dir, MANIFEST)):  # an unfinished output is never taken for a finished one
+        storage.delete_file(storage.join(out_dir, MANIFEST))
+    with tempfile.TemporaryDirectory(prefix="interlingua-mined-") as scratch:
+        work = Path(scratch) if storage.is_uri(out_dir) else Path(out_dir)  # pyarrow and matplotlib write files
+        work.mkdir(parents=True, exist_ok=True)
+        entries = {r.name: _write_pairs(work, r, sentences) for r in results}
+        _figure(work / REPORT, results)
+        manifest = {
+            "format": FORMAT,
+            "model": model,
+            "inputs": {lang: {"read": s.read, "distinct": len(s.texts), "dropped": s.dropped}
+                       for lang, s in sentences.items()},
+            "pairs": entries,
+            "config": config.to_dict(),
+        }
+        if storage.is_uri(out_dir):
+            for name in names:
+                storage.write_bytes(storage.join(out_dir, name), (work / name).read_bytes())
+        storage.write_json(work / MANIFEST, manifest)
+        if storage.is_uri(out_dir):
+            storage.write_bytes(storage.join(out_dir, MANIFEST), (work / MANIFEST).read_bytes())
+        storage.end_writes(out_dir)
+        return _log(config, uri, work, results, parent_run_id)
 
 
-def check_output(out_dir: Path) -> list[str]:
-    """The entries of `mine.output_dir` once each is this product's mining output (what its manifest names,
-    what a killed run recorded it was writing, the embeddings of the inputs); ForeignDataError naming the
-    others, before any work: a user's folder is never written into."""
+def check_output(out_dir: str | Path) -> list[str]:
+    """The entries of `mine.output_dir` (local or a URI) once each is this product's mining output (what its
+    manifest names, what a killed run recorded it was writing, the embeddings of the inputs);
+    ForeignDataError naming the others, before any work: a user's folder is never written into."""
     from orchestration.serve.corpus import own_entries as own_blocks
 
     listed = storage.recorded_writes(out_dir) | {storage.JOURNAL}
     try:
-        manifest = json.loads((out_dir / MANIFEST).read_text())
+        manifest = storage.read_json(storage.join(out_dir, MANIFEST))
     except (OSError, ValueError):
         manifest = None
     if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
         listed |= {MANIFEST, REPORT, *(entry["file"] for entry in manifest.get("pairs", {}).values())}
-    blocks = {d.name: own_blocks(d / "blocks") for d in (out_dir / EMBEDDINGS).glob("*") if d.is_dir()}
+    embeddings = storage.join(out_dir, EMBEDDINGS)
+    blocks = {lang: own_blocks(storage.join(embeddings, lang, "blocks")) for lang in storage.subdirectories(embeddings)}
 
     def ours(entry: str) -> bool:  # embeddings/<lang>/sentences.parquet, embeddings/<lang>/blocks/<block>
         parts = entry.split("/")

@@ -16,14 +16,20 @@ file, embeds it and writes it (`write_block`) under a temporary name, renamed
 when whole. A rerun of the same inputs, model and
 options skips every block whose `.json` is there, so a killed job resumes;
 other inputs in the same folder are refused unless `force`.
+
+Inputs, the output and the model may be URIs (`s3://bucket/emb`): the actors, placed on this host, write
+their blocks into a local scratch folder; once the job is done each block is uploaded, its record after
+it, and the manifest last. A rerun reads the records from the store, so it resumes from the blocks
+uploaded and never downloads a block.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
+import io
 import logging
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +46,8 @@ from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_
 from core import storage
 from core.dataset import file_sha256, fingerprint
 
+Location = str | Path
+
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
@@ -48,7 +56,7 @@ FORMAT = "interlingua-embeddings/1"
 
 @dataclass
 class CorpusResult:
-    out_dir: Path
+    out_dir: Location
     rows: int  # sentences embedded, all blocks
     empty: int  # of them empty
     blocks: int
@@ -68,25 +76,26 @@ def write_block(out_dir: Path, spec: BlockSpec, vectors: np.ndarray, empty: int,
     return record
 
 
-def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: Path, config: dict[str, Any],
-                 column: str = "text", dtype: str = "float32", block_rows: int = 20000, actors: int = 1,
-                 cpus_per_actor: int = 1, use_gpu: bool = False, max_tokens: int = 8000, force: bool = False,
-                 ray_address: str | None = None) -> CorpusResult:
-    """Embed every sentence of `inputs` (files, directories, globs) into blocks in `out_dir` (see the
-    module), on the Ray cluster at `ray_address` (`orchestration.cluster.ensure_ray`) when blocks
-    are left to do; CorpusError on bad input or an `out_dir` holding other embeddings (without `force`)."""
+def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_dir: Location,
+                 config: dict[str, Any], column: str = "text", dtype: str = "float32", block_rows: int = 20000,
+                 actors: int = 1, cpus_per_actor: int = 1, use_gpu: bool = False, max_tokens: int = 8000,
+                 force: bool = False, ray_address: str | None = None) -> CorpusResult:
+    """Embed every sentence of `inputs` (files, directories, globs; local or URIs) into blocks in `out_dir`
+    (a local folder or a URI; see the module) by the model directory `model_dir` (local or a URI), on the
+    Ray cluster at `ray_address` (`orchestration.cluster.ensure_ray`) when blocks are left to do;
+    CorpusError on bad input or an `out_dir` holding other embeddings (without `force`)."""
     started = time.monotonic()
-    model_path = model_files.check_readable(model_dir)  # on the driver: a damaged model is named before Ray
+    local_model = model_files.fetch(model_dir)
+    model_path = model_files.check_readable(local_model)  # on the driver: a damaged model is named before Ray
     languages, dim = _model_languages(model_path)
     if lang not in languages:
         raise CorpusError(f"the model knows {languages}, not {lang!r}")
     check_output(out_dir)  # before the inputs are read: a user's folder is refused at once
     files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows)
     check_not_inside(out_dir, files)
-    model = {"dir": str(model_dir.resolve()), "model_sha256": file_sha256(model_path)}
+    model = {"dir": storage.absolute(model_dir), "model_sha256": file_sha256(model_path)}
     fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model["model_sha256"],
                       "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows})
-    out_dir.mkdir(parents=True, exist_ok=True)
     done = _completed(out_dir, fp, blocks, force)
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
@@ -95,24 +104,49 @@ def embed_corpus(inputs: Sequence[str], out_dir: Path, *, lang: str, model_dir: 
     warn_empty(sum(f.empty for f in files), total)
     if pending:
         ensure_ray(ray_address, log_to_driver=False)
-        job = dict(model_dir=str(model_dir), lang=lang, out_dir=str(out_dir), fingerprint=fp, column=column,
-                   dtype=dtype, max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor)
-        _run(pending, job, actors, cpus_per_actor, use_gpu)
-    records = [json.loads((out_dir / f"part-{b.index:05d}.json").read_text()) for b in blocks]
+        job = dict(model_dir=str(local_model), lang=lang, fingerprint=fp, column=column, dtype=dtype,
+                   max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor,
+                   storage_env=storage.environment())  # the actors read URI inputs from the same store
+        _embed_blocks(pending, out_dir, job, actors, cpus_per_actor, use_gpu)
+    records = _block_records(out_dir)
+    records = [records[f"part-{b.index:05d}.json"] for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
                               use_gpu=use_gpu, max_tokens=max_tokens))
-    storage.write_json(out_dir / MANIFEST, manifest)
+    storage.write_json(storage.join(out_dir, MANIFEST), manifest)
     return CorpusResult(out_dir, manifest["rows"], manifest["empty"], len(blocks), len(pending),
                         time.monotonic() - started)
 
 
+def _embed_blocks(pending: list[BlockSpec], out_dir: Location, job: dict[str, Any], actors: int, cpus: int,
+                  use_gpu: bool) -> None:
+    """The pending blocks written into `out_dir`: directly when it is a local folder; for a URI into a
+    local scratch folder first (the actors write local files), then uploaded, each block before its
+    record (the completion marker a rerun looks for)."""
+    if not storage.is_uri(out_dir):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        _run(pending, {**job, "out_dir": str(out_dir)}, actors, cpus, use_gpu)
+        return
+    with tempfile.TemporaryDirectory(prefix="interlingua-embed-") as scratch:
+        _run(pending, {**job, "out_dir": scratch}, actors, cpus, use_gpu)
+        for block in pending:
+            for name in (f"part-{block.index:05d}.npy", f"part-{block.index:05d}.json"):
+                storage.write_bytes(storage.join(out_dir, name), (Path(scratch) / name).read_bytes())
+
+
+def load_embeddings(out_dir: Location) -> np.ndarray:
+    """(N, D) every block of the finished embeddings at `out_dir` (local or a URI), in input order."""
+    manifest = storage.read_json(storage.join(out_dir, MANIFEST))
+    return np.concatenate([np.load(io.BytesIO(storage.read_bytes(storage.join(out_dir, b["name"]))))
+                           for b in manifest["blocks"]])
+
+
 def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 10000) -> tuple[np.ndarray, int]:
-    """Small inputs without Ray: the lines of text files (or "-", stdin) embedded here, chunk by chunk:
-    ((N, D) float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
+    """Small inputs without Ray: the lines of text files (local or URIs, or "-", stdin) embedded here, chunk
+    by chunk: ((N, D) float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
     chunks, batch, empty = [], [], 0
     for name in names:
-        with (open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else open(name, "rb")) as handle:
+        with (open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else storage.open_input(name)) as handle:
             for line in read_lines(handle, "<stdin>" if name == "-" else name):
                 batch.append(line)
                 empty += not line
@@ -145,7 +179,7 @@ def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, 
                actors=min(actors, len(pending)), cpus=cpus, use_gpu=use_gpu, batch_size=1)
 
 
-def _completed(out_dir: Path, fp: str, blocks: list[BlockSpec], force: bool) -> set[int]:
+def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool) -> set[int]:
     """The blocks of this plan already written. ForeignDataError when the folder holds anything but
     embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
     model or options, unless `force`, which removes those (its own files alone)."""
@@ -162,17 +196,17 @@ def _completed(out_dir: Path, fp: str, blocks: list[BlockSpec], force: bool) -> 
         return set()
     for name in found:
         if _TMP_BLOCK.fullmatch(name):
-            (out_dir / name).unlink()  # a block a killed run left half-written
+            storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
     wanted = {f"part-{b.index:05d}": b for b in blocks}
     return {wanted[stem].index for stem in (n[:-5] for n in records)
-            if stem in wanted and (out_dir / f"{stem}.npy").is_file()}
+            if stem in wanted and f"{stem}.npy" in found}
 
 
 _BLOCK = re.compile(r"part-\d{5}\.(npy|json)")
 _TMP_BLOCK = re.compile(r"part-\d{5}\.tmp\.npy")  # a block being written (a record's: storage.write_json's)
 
 
-def check_output(out_dir: Path, *, what: str = "-o", ours: Callable[[str], bool] | None = None) -> list[str]:
+def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], bool] | None = None) -> list[str]:
     """The entries of an embeddings folder once each is this product's (`own_entries`, or `ours` when the
     caller has read the folder's records already); ForeignDataError naming the others (a user's files, or
     the inputs themselves when the output is their folder)."""
@@ -181,7 +215,7 @@ def check_output(out_dir: Path, *, what: str = "-o", ours: Callable[[str], bool]
         advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)")
 
 
-def own_entries(out_dir: Path) -> Callable[[str], bool]:
+def own_entries(out_dir: Location) -> Callable[[str], bool]:
     """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
     blocks and their records, a killed run's temporary files."""
     return _owned(_block_records(out_dir), _read_manifest(out_dir))
@@ -194,27 +228,27 @@ def _owned(records: dict[str, dict[str, Any]], manifest: dict[str, Any] | None) 
     return lambda e: e in ours or bool(_TMP_BLOCK.fullmatch(e))
 
 
-def _block_records(out_dir: Path) -> dict[str, dict[str, Any]]:
+def _block_records(out_dir: Location) -> dict[str, dict[str, Any]]:
     """part-NNNNN.json -> its record, for every block record this product wrote (a JSON object with its name
     and fingerprint); other files of those names are not records."""
     found = {}
-    for path in sorted(out_dir.glob("part-*.json")) if out_dir.is_dir() else []:
-        if not _BLOCK.fullmatch(path.name):
+    for name in storage.files(out_dir):
+        if not (_BLOCK.fullmatch(name) and name.endswith(".json")):
             continue
         try:
-            record = json.loads(path.read_text())
+            record = storage.read_json(storage.join(out_dir, name))
         except (OSError, ValueError):
             continue
         if isinstance(record, dict) and {"name", "fingerprint", "index"} <= record.keys():
-            found[path.name] = record
+            found[name] = record
     return found
 
 
-def _read_manifest(out_dir: Path) -> dict[str, Any] | None:
+def _read_manifest(out_dir: Location) -> dict[str, Any] | None:
     """The folder's manifest if this product wrote it (its format marker; before the marker existed, its
     fields), else None."""
     try:
-        manifest = json.loads((out_dir / MANIFEST).read_text())
+        manifest = storage.read_json(storage.join(out_dir, MANIFEST))
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict):
@@ -225,9 +259,14 @@ def _read_manifest(out_dir: Path) -> dict[str, Any] | None:
     return None
 
 
-def check_not_inside(out_dir: Path, files: list[InputFile]) -> None:
+def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
     """CorpusError when an input lies inside the output folder: its blocks would be read as input next time."""
-    inside = [f.path for f in files if out_dir.resolve() in Path(f.path).resolve().parents]
+    if storage.is_uri(out_dir):
+        root = str(out_dir).rstrip("/") + "/"
+        inside = [f.path for f in files if f.path.startswith(root)]
+    else:
+        inside = [f.path for f in files if not storage.is_uri(f.path)
+                  and Path(out_dir).resolve() in Path(f.path).resolve().parents]
     if inside:
         raise CorpusError(f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
                           "write the embeddings to a directory of their own")

@@ -5,6 +5,9 @@
     sentences = read_block(blocks[0], column="text")            # one block, nothing more
     lines = read_lines(open("news.txt", "rb"), "news.txt")      # a whole file (mine, test sets)
 
+Every name may be a local path or a URI (`s3://bucket/corpus/*.txt`), read through `core.storage`
+(ranged reads): a URI's directory is its prefix, its glob is matched on the store's listing.
+
 `plan_blocks` reads every input once, streaming: it checks UTF-8 (an error
 names the file and line), hashes the bytes, counts lines and empty lines, and
 notes where each block of `block_rows` lines starts, so a block is read on its
@@ -14,12 +17,14 @@ is dropped; empty lines (and null Parquet values) are sentences too.
 """
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
+from core import storage
 from core.errors import UserError
 
 BOM = b"\xef\xbb\xbf"
@@ -49,35 +54,66 @@ class BlockSpec:
     offset: int = 0  # byte offset of the first line (text files)
 
 
-def resolve_inputs(specs: Sequence[str]) -> list[Path]:
+def resolve_inputs(specs: Sequence[str], *, what: str = "-i") -> list[str]:
     """Files named directly, by glob (`*`, `?`, `[`, `**`) or as a directory (its visible files), in
-    the order given, each once; directories and glob matches sorted by name. CorpusError when a name
-    matches nothing."""
-    found: list[Path] = []
+    the order given, each once; directories and glob matches sorted by name. Local files come back as
+    absolute paths, a URI's as URIs. CorpusError when a name matches nothing; StorageError (naming `what`)
+    for a URI of an unsupported scheme."""
+    found: list[str] = []
     for spec in specs:
-        path = Path(spec)
-        if path.is_dir():
-            matches = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-        elif any(c in spec for c in "*?["):
-            matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
-        elif path.is_file():
-            matches = [path]
-        else:
-            raise CorpusError(f"{spec}: no such file or directory")
+        storage.check_location(spec, what)
+        matches = _uri_matches(spec) if storage.is_uri(spec) else _local_matches(spec)
         if not matches:
             raise CorpusError(f"{spec}: matches no file")
-        found += [m.resolve() for m in matches if m.resolve() not in found]
+        found += [m for m in matches if m not in found]
     return found
 
 
-def plan_blocks(paths: Iterable[Path], *, column: str, block_rows: int) -> tuple[list[InputFile], list[BlockSpec]]:
+def _local_matches(spec: str) -> list[str]:
+    path = Path(spec)
+    if path.is_dir():
+        matches = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    elif any(c in spec for c in "*?["):
+        matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
+    elif path.is_file():
+        matches = [path]
+    else:
+        raise CorpusError(f"{spec}: no such file or directory")
+    return [str(m.resolve()) for m in matches]
+
+
+def _uri_matches(spec: str) -> list[str]:
+    """A URI's file, its prefix's visible files (not those under sub-prefixes, as a local directory's), or
+    the files its glob matches, one path component per pattern component (`**`: any number of them)."""
+    glob_at = min((spec.index(c) for c in "*?[" if c in spec), default=-1)
+    if glob_at < 0:
+        if storage.exists(spec):
+            return [spec]
+        names = [n for n in storage.files(spec) if "/" not in n and not n.startswith(".")]
+        if not names and not storage.entries(spec):
+            raise CorpusError(f"{spec}: no such file or prefix")
+        return [storage.join(spec, n) for n in names]
+    base = spec[:spec.rindex("/", 0, glob_at)]  # the prefix above the first wildcard: listed once
+    pattern = spec[len(base) + 1:].split("/")
+    return [storage.join(base, n) for n in storage.files(base) if _glob_match(n.split("/"), pattern)]
+
+
+def _glob_match(parts: list[str], pattern: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return _glob_match(parts, pattern[1:]) or bool(parts) and _glob_match(parts[1:], pattern)
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(parts[1:], pattern[1:])
+
+
+def plan_blocks(paths: Iterable[str], *, column: str, block_rows: int) -> tuple[list[InputFile], list[BlockSpec]]:
     """Scan every input (`*.parquet` as Parquet, anything else as text) and cut it into blocks of
     `block_rows` sentences; CorpusError on bad UTF-8, a missing or non-text column."""
     if block_rows < 1:
         raise CorpusError("--block-rows must be at least 1")
     files, blocks = [], []
     for path in paths:
-        scan = _scan_parquet(path, column) if path.suffix == ".parquet" else _scan_text(path, block_rows)
+        scan = _scan_parquet(path, column) if str(path).endswith(".parquet") else _scan_text(path, block_rows)
         info, offsets = scan
         files.append(info)
         for n, first in enumerate(range(0, info.rows, block_rows)):
@@ -86,9 +122,9 @@ def plan_blocks(paths: Iterable[Path], *, column: str, block_rows: int) -> tuple
     return files, blocks
 
 
-def _scan_text(path: Path, block_rows: int) -> tuple[InputFile, list[int]]:
+def _scan_text(path: str, block_rows: int) -> tuple[InputFile, list[int]]:
     digest, offsets, lines, empty, position = hashlib.sha256(), [], 0, 0, 0
-    with open(path, "rb") as handle:
+    with storage.open_input(path) as handle:
         for raw in handle:
             if lines % block_rows == 0:
                 offsets.append(position)
@@ -118,22 +154,18 @@ def read_lines(handle: BinaryIO, name: str) -> Iterator[str]:
 
 
 def read_column(path: Path | str, column: str) -> Iterator[str]:
-    """The texts of a Parquet file's `column`, a row group at a time (null values as empty sentences)."""
-    import pyarrow.parquet as pq
-
-    parquet = pq.ParquetFile(path)
+    """The texts of a Parquet file's `column` (a local path or a URI), a row group at a time (null values
+    as empty sentences)."""
+    parquet = storage.open_parquet(path)
     for group in range(parquet.num_row_groups):
         values = parquet.read_row_group(group, columns=[column])[column].to_pylist()
         yield from ("" if v is None else v for v in values)
 
 
-def _scan_parquet(path: Path, column: str) -> tuple[InputFile, list[int]]:
+def _scan_parquet(path: str, column: str) -> tuple[InputFile, list[int]]:
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from core.dataset import file_sha256
-
-    parquet = pq.ParquetFile(path)
+    parquet = storage.open_parquet(path)
     schema = parquet.schema_arrow
     if column not in schema.names:
         raise CorpusError(f"{path}: no column {column!r} (it has {', '.join(schema.names)}); pass --column NAME")
@@ -148,7 +180,7 @@ def _scan_parquet(path: Path, column: str) -> tuple[InputFile, list[int]]:
             raise CorpusError(f"{path}: row {seen + _first_invalid(values) + 1}: not valid UTF-8") from None
         empty += values.null_count + sum(1 for v in values.to_pylist() if v == "")
         seen += len(values)
-    return InputFile(str(path), "parquet", path.stat().st_size, file_sha256(path), seen, empty), []
+    return InputFile(str(path), "parquet", storage.size(path), storage.sha256(path), seen, empty), []
 
 
 def _first_invalid(values) -> int:
@@ -167,15 +199,14 @@ def _is_utf8(raw: bytes) -> bool:
 
 
 def read_block(block: BlockSpec, *, column: str) -> list[str]:
-    """The sentences of one block (null Parquet values as empty sentences)."""
+    """The sentences of one block (null Parquet values as empty sentences), read by byte offset or row
+    groups from its file (a local path or a URI)."""
     if block.kind == "text":
-        with open(block.path, "rb") as handle:
+        with storage.open_input(block.path) as handle:
             handle.seek(block.offset)
             return [decode_line(handle.readline(), block.path, block.first + i + 1, first=block.offset == 0 and i == 0)
                     for i in range(block.rows)]
-    import pyarrow.parquet as pq
-
-    parquet = pq.ParquetFile(block.path)
+    parquet = storage.open_parquet(block.path)
     groups, start = [], 0
     for g in range(parquet.num_row_groups):
         size = parquet.metadata.row_group(g).num_rows

@@ -129,15 +129,20 @@ class UseEmbedFn(_TuplesFn):
 
 
 class BlockEmbedFn:
-    """Block specs (`serve.inputs.BlockSpec`) in; each block read from its file, embedded by a model
+    """Block specs (`serve.inputs.BlockSpec`) in; each block read from its file (local or a URI), embedded by a model
     directory and written (`serve.corpus.write_block`); `index` and `rows` of each out."""
 
     def __init__(self, model_dir: str, lang: str, out_dir: str, fingerprint: str, column: str, dtype: str,
-                 max_tokens: int, device: str, threads: int) -> None:
+                 max_tokens: int, device: str, threads: int, storage_env: dict[str, str] | None = None) -> None:
+        import os
+
         import torch
 
         from orchestration.serve.embedder import SentenceEmbedder
 
+        # The driver's object store settings: its inputs may be URIs, and a worker process started before
+        # the driver set them (or on another node) would otherwise reach another store or none.
+        os.environ.update(storage_env or {})
         torch.set_num_threads(threads)
         self.embedder = SentenceEmbedder.load(model_dir, device=device, max_tokens=max_tokens)
         self.lang, self.out_dir, self.fingerprint = lang, Path(out_dir), fingerprint

@@ -83,7 +83,7 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
 def test_inputs_are_resolved_and_planned_in_order(corpus, tmp_path):
     inputs, sentences = corpus
     paths = resolve_inputs([str(tmp_path / "in"), *inputs])  # the folder, then its glob again: each file once
-    assert [p.name for p in paths] == ["a.txt", "b.txt", "jonah.parquet"]
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["a.txt", "b.txt", "jonah.parquet"]
     files, blocks = plan_blocks(paths, column="verse", block_rows=50)
     assert [f.rows for f in files] == [87, 21, 48]
     assert [s for b in blocks for s in read_block(b, column="verse")] == sentences
