@@ -19,15 +19,17 @@ Test sets are small (thousands of lines), so the driver reads them whole.
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from core.dataset import MANIFEST, Dataset, DatasetError, file_sha256, fingerprint
+from core import storage
+from core.dataset import MANIFEST, Dataset, DatasetError, fingerprint
 from orchestration.config_sections import TestsetConfig
 from orchestration.evaluate import EvaluateError
 
@@ -77,15 +79,15 @@ def _from_files(spec: TestsetConfig) -> Testset:
 
     columns, identity = {}, {}
     for lang, name in spec.files.items():
-        path = Path(name)
-        if not path.is_file():
+        path = storage.absolute(name)  # a local path or a URI
+        if not storage.exists(path):
             raise EvaluateError(f"evaluate.testsets {spec.name}: {path} ({lang}) is not a file")
+        raw = storage.read_bytes(path)  # read once: the lines and their sha256 come from the same bytes
         try:
-            with open(path, "rb") as handle:
-                columns[lang] = list(read_lines(handle, str(path)))
+            columns[lang] = list(read_lines(io.BytesIO(raw), path))
         except CorpusError as exc:
             raise EvaluateError(f"evaluate.testsets {spec.name}: {exc}") from None
-        identity[lang] = {"path": str(path.resolve()), "sha256": file_sha256(path)}
+        identity[lang] = {"path": path, "sha256": hashlib.sha256(raw).hexdigest()}
     counts = {lang: len(lines) for lang, lines in columns.items()}
     if len(set(counts.values())) > 1:
         raise EvaluateError(f"evaluate.testsets {spec.name}: the files must be line-aligned, but have "
@@ -100,8 +102,8 @@ def _from_files(spec: TestsetConfig) -> Testset:
 
 
 def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
-    folder = Path(spec.dataset)
-    if not (folder / MANIFEST).is_file():
+    folder = storage.absolute(spec.dataset)
+    if not storage.exists(storage.join(folder, MANIFEST)):
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} holds no prepared dataset ({MANIFEST})")
     data = Dataset.open(folder)
     if spec.fingerprint is None:
@@ -124,6 +126,6 @@ def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
     table = table.filter(functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_text"]) for lang in languages]))
     table = table.sort_by("key")
     dropped = {"incomplete": read - len(table)} if read > len(table) else {}
-    identity = {"dataset": str(folder.resolve()), "split": spec.split, "fingerprint": spec.fingerprint}
+    identity = {"dataset": folder, "split": spec.split, "fingerprint": spec.fingerprint}
     return Testset(spec.name, table, list(languages), identity, read, dropped,
                    data.sha256((spec.split,), spm=False))
