@@ -87,5 +87,22 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     version = tracking.model_versions(tracking_server.uri, "e2e")
     assert len(version) == 1
     assert tracking.champion(tracking_server.uri, "e2e").version == version[0].version
-    # nothing was written in either working directory
-    assert [p for p in (tmp_path / "a").rglob("*")] == [] and [p for p in (tmp_path / "b").rglob("*")] == []
+    # embed and mine on the cluster, the model, inputs and outputs in the bucket
+    tools = tmp_path / "c"
+    tools.mkdir()
+    embed = subprocess.run([sys.executable, "-m", "orchestration.cli", "embed", "-c", str(config), "-l", "fr",
+                            "--model", f"{run_dir}/train/model", "-i", f"{bucket}/corpus/bible.fr",
+                            "-o", f"{bucket}/embedded/fr"], cwd=tools, env=env, capture_output=True, text=True)
+    assert embed.returncode == Exit.OK, embed.stderr[-3000:]
+    manifest = storage.read_json(f"{bucket}/embedded/fr/manifest.json")
+    assert manifest["rows"] == len(book_lines(VERSIONS, SMALL_BOOKS)["fr"]) and manifest["blocks"]
+    mine = subprocess.run([sys.executable, "-m", "orchestration.cli", "mine", "-c", str(config),
+                           f"mine.model={run_dir}/train/model", f"mine.output_dir={bucket}/mined",
+                           f"mine.inputs=[{{lang: fr, path: '{bucket}/corpus/bible.fr'}}, "
+                           f"{{lang: en, path: '{bucket}/corpus/bible.en'}}]"],
+                          cwd=tools, env=env, capture_output=True, text=True)
+    assert mine.returncode == Exit.OK, mine.stderr[-3000:]
+    assert any(f.startswith("pairs-") for f in storage.files(f"{bucket}/mined"))
+    assert "manifest.json" in storage.files(f"{bucket}/mined")
+    # nothing was written in any working directory
+    assert [p for name in "abc" for p in (tmp_path / name).rglob("*")] == []
