@@ -97,7 +97,7 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     manifest = storage.read_json(f"{bucket}/embedded/fr/manifest.json")
     assert manifest["rows"] == len(book_lines(VERSIONS, SMALL_BOOKS)["fr"]) and manifest["blocks"]
     mine = subprocess.run([sys.executable, "-m", "orchestration.cli", "mine", "-c", str(config),
-                           f"mine.model={run_dir}/train/model", f"mine.output_dir={bucket}/mined",
+                           f"mine.model={run_dir}/train/model", f"mine.output_dir={bucket}/mined", "mine.threshold=1.05",
                            f"mine.inputs=[{{lang: fr, path: '{bucket}/corpus/bible.fr'}}, "
                            f"{{lang: en, path: '{bucket}/corpus/bible.en'}}]"],
                           cwd=tools, env=env, capture_output=True, text=True)
