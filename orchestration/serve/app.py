@@ -47,12 +47,17 @@ class EmbeddingServer:
                               drain_timeout_s=self.limits.drain_timeout_s)
         self.embed_batch.set_max_batch_size(self.limits.max_batch_size)
         self.embed_batch.set_batch_wait_timeout_s(self.limits.batch_wait_timeout_s)
-        self.poller: asyncio.Task | None = None
+        # Serve runs the constructor on the replica's event loop, where the poller then runs beside requests
+        loop = asyncio.get_running_loop()
+        self.poller = loop.create_task(self.follow_champion()) if self.source.follows else None
+
+    def __del__(self) -> None:
+        """Serve calls it when the replica stops: no alias poll once the model goes away."""
+        if getattr(self, "poller", None) is not None:
+            self.poller.cancel()
 
     async def __call__(self, request: Request) -> JSONResponse:
         """The routes of the module docstring; anything else 404 (405 for a GET of /embed)."""
-        if self.source.follows and self.poller is None:
-            self.poller = asyncio.get_running_loop().create_task(self.follow_champion())
         path = request.url.path.rstrip("/")
         if path == "/healthz":
             return JSONResponse({"status": "ok"})

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from orchestration import tracking
+from orchestration.config import load_config
 from orchestration.serve.embedder import SentenceEmbedder
 from tests.orchestration.helpers import free_ports, untrained_model_dir, wait_for
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[3]
 NAME = "served"
-LIMITS = ["serve.max_batch_size=4", "serve.max_ongoing_requests=4", "serve.max_queued_requests=2",
+LIMITS = ["serve.max_batch_size=4", "serve.max_ongoing_requests=4", "serve.max_queued_requests=6",
           "serve.max_sentences=16", "serve.max_sentence_chars=300", "serve.max_body_bytes=8000",
           "serve.poll_seconds=0.5", "serve.cpus_per_replica=1"]
 
@@ -79,6 +80,23 @@ def other_weights(model_dir: Path) -> Path:
     return model_dir
 
 
+def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> None:
+    """What `interlingua evaluate` leaves for nearest sentences: the test split's en and fr embeddings of
+    `model_dir` in <run_dir>/eval/test/embeddings."""
+    from core.dataset import Dataset, file_sha256
+    from evaluation import store
+    from orchestration import model_dir as files
+
+    table = Dataset.open(config.data_dir).read("test", ["key", "en_text", "fr_text"]).sort_by("key")
+    keys = table["key"].to_pylist()
+    texts = {lang: table[f"{lang}_text"].to_pylist() for lang in ("en", "fr")}
+    folder = Path(config.eval_dir) / "test" / "embeddings"
+    staging = folder.parent / "staging"
+    record = store.write_block(staging, keys, {lang: embedder.embed(texts[lang], lang) for lang in texts}, texts)
+    store.publish(staging, folder, [record], languages=["en", "fr"],
+                  meta={"model": file_sha256(model_dir / files.MODEL_FILE)})
+
+
 @pytest.fixture(scope="module")
 def server(small_dataset, tmp_path_factory):
     """The server process, serving the champion (version 1) of a fresh registry; stopped with SIGTERM."""
@@ -89,16 +107,17 @@ def server(small_dataset, tmp_path_factory):
     embedders = {"1": SentenceEmbedder.load(first), "2": SentenceEmbedder.load(second)}
     assert register(uri, first, embedders["1"]) == "1"
     (port,) = free_ports(1)
+    overrides = [f"run_dir={tmp / 'run'}", f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}",
+                 f"registry.model_name={NAME}", f"serve.port={port}", *LIMITS]
+    store_embeddings(load_config(None, overrides), embedders["1"], first)
     log = open(tmp / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestration.cli", "serve", f"run_dir={tmp / 'run'}",
-         f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}", f"registry.model_name={NAME}",
-         f"serve.port={port}", *LIMITS],
+        [sys.executable, "-m", "orchestration.cli", "serve", *overrides],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
-        yield {"url": url, "uri": uri, "embedders": embedders, "second": second, "log": tmp / "server.log"}
+        yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second, "log": tmp / "server.log"}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -125,6 +144,20 @@ def test_embeddings_are_the_in_process_embedders(server, verse):
     assert body["dim"] == expected.shape[1]
 
 
+def test_nearest_sentences_of_the_stored_set(server, verse):
+    """The stored test split holds the query itself: its nearest English sentence, at cosine 1."""
+    from core.dataset import Dataset
+
+    config = load_config(None, [f"dataset_dir={server['data_dir']}"])
+    query = Dataset.open(config.data_dir).read("test", ["en_text"])["en_text"][0].as_py()
+    status, body = post(f"{server['url']}/embed", {"sentences": [query], "lang": "en",
+                                                   "nearest": {"k": 2, "in": ["en", "fr"]}})
+    assert status == 200, body
+    (found,) = body["nearest"]
+    assert [len(found["en"]), len(found["fr"])] == [2, 2]
+    assert found["en"][0]["text"] == query and found["en"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+
+
 @pytest.mark.parametrize("body, status, words", [
     (b"x" * 9000, 413, "serve.max_body_bytes"),
     ({"sentences": ["In the beginning."] * 17, "lang": "en"}, 413, "serve.max_sentences"),
@@ -132,8 +165,7 @@ def test_embeddings_are_the_in_process_embedders(server, verse):
     ({"sentences": ["Dieu est amour."], "lang": "xx"}, 422, "the model knows"),
     ({"sentences": ["In the beginning. " * 20], "lang": "en"}, 422, "serve.max_sentence_chars"),
     ({"sentences": "In the beginning.", "lang": "en"}, 422, "list of strings"),
-    ({"sentences": ["In the beginning."], "lang": "en", "nearest": {"k": 3, "in": ["fr"]}}, 422,
-     "no stored embedding set"),
+    ({"sentences": ["In the beginning."], "lang": "en", "nearest": {"k": 0, "in": ["fr"]}}, 422, "nearest.k"),
 ])
 def test_limits_are_answered_with_a_status_and_a_message(server, body, status, words):
     got, answer = post(f"{server['url']}/embed", body)
@@ -142,14 +174,14 @@ def test_limits_are_answered_with_a_status_and_a_message(server, body, status, w
 
 
 def test_an_overload_is_answered_with_503_and_the_server_recovers(server, verse):
-    """More concurrent requests than max_ongoing_requests + max_queued_requests (6): the rest are 503 at
+    """More concurrent requests than max_ongoing_requests + max_queued_requests (10): the rest are 503 at
     once, nothing else fails. Waves are sent until one overloads the server (a deadline, not a sleep)."""
     body = {"sentences": [verse("k", 8, 1, n) for n in range(1, 17)], "lang": "en"}
     seen: list[int] = []
 
     def wave() -> bool:
-        with ThreadPoolExecutor(24) as pool:
-            statuses = list(pool.map(lambda _: post(f"{server['url']}/embed", body), range(24)))
+        with ThreadPoolExecutor(32) as pool:
+            statuses = list(pool.map(lambda _: post(f"{server['url']}/embed", body), range(32)))
         seen.extend(status for status, _ in statuses)
         assert {status for status, _ in statuses} <= {200, 503}, statuses
         return any(status == 503 for status, _ in statuses)
@@ -160,6 +192,9 @@ def test_an_overload_is_answered_with_503_and_the_server_recovers(server, verse)
 
 
 def test_a_new_champion_is_served_under_load_without_a_failed_request(server, verse):
+    """Three clients send requests back to back while version 2 is registered and promoted. While the replica
+    loads it, on the same CPUs, answers are slower and requests wait in the proxy's queue: the load stays
+    within serve.max_queued_requests, as a deployment's must, so none is refused."""
     sentence = verse("k", 8, 1, 1)
     per_client: list[list[tuple[int, str, list]]] = [[], [], []]
     done = threading.Event()
@@ -187,6 +222,10 @@ def test_a_new_champion_is_served_under_load_without_a_failed_request(server, ve
     for client_answers in per_client:  # one replica: a client's requests, once switched, never go back
         versions = [version for _, version, _ in client_answers]
         assert versions == sorted(versions), versions
+    status, body = post(f"{server['url']}/embed", {"sentences": [sentence], "lang": "en",
+                                                   "nearest": {"k": 2, "in": ["fr"]}})
+    assert (status, body["model_version"]) == (422, "2")  # the stored set is version 1's
+    assert "no stored embedding set" in body["error"]
     for version in ("1", "2"):
         expected = server["embedders"][version].embed([sentence], "en")
         got = next(e for _, v, e in answers if v == version)
