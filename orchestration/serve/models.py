@@ -70,7 +70,11 @@ class ModelSource:
     def current_version(self) -> str:
         """The version to serve now; NoChampion when the alias is on no version."""
         if not self.follows:
-            return file_sha256(Path(self.config.serve.model) / model_files.MODEL_FILE)[:12]
+            try:
+                folder = Path(model_files.check(self.config.serve.model))
+            except model_files.ModelMissing as exc:
+                raise model_files.ModelMissing(f"serve.model: {exc}") from None
+            return file_sha256(folder / model_files.MODEL_FILE)[:12]
         found = tracking.champion(self.uri, self.name)
         if found is None:
             raise NoChampion(f"serve.model=champion: registered model {self.name!r} in {self.uri} has no champion "

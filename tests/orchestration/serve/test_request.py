@@ -89,3 +89,15 @@ def test_a_request_that_never_ends_does_not_hold_the_old_model_forever():
         assert slot.current.version == "2" and not Path(download.name).exists()
 
     asyncio.run(scenario())
+
+
+def test_serve_without_a_model_to_serve_is_one_line_and_exit_2(tmp_path, capsys):
+    from orchestration.cli import main
+
+    assert main(["serve", f"serve.model={tmp_path / 'nothing'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"interlingua serve: error: serve.model: {tmp_path / 'nothing'}: not a model directory (missing model.pt, "
+        "spm.model, config.yaml); `interlingua train` writes one to <run_dir>/train/model"]
+    assert main(["serve", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "registry.model_name=none"]) == 2
+    err = capsys.readouterr().err
+    assert "registered model 'none'" in err and "has no champion yet" in err and len(err.splitlines()) == 1
