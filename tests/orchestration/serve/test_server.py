@@ -117,7 +117,7 @@ def server(small_dataset, tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
-        yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second, "log": tmp / "server.log"}
+        yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second}
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
