@@ -4,7 +4,7 @@
 
 Sections: `prepare` (pipelines.config), `model` and `train` (what is learned),
 `evaluate` (what is measured), `runtime` (how it runs: cluster, workers,
-devices, cadence), `tracking` (MLflow) and `registry` (champion policy).
+devices, cadence), `tracking` (MLflow), `registry` (champion policy) and `serve` (the HTTP endpoint).
 Unknown keys, wrong types and impossible values raise `ConfigError`, whose
 message names the key and, for keys read from a file, the file and line.
 """
@@ -22,8 +22,8 @@ from pydantic import Field, ValidationError, model_validator
 from core import storage
 from core.errors import UserError
 from orchestration.config_sections import (
-    EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, StorageConfig, TrackingConfig,
-    TrainConfig,
+    EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, ServeConfig, StorageConfig,
+    TrackingConfig, TrainConfig,
 )
 from pipelines.config import PrepareConfig, Source
 from core.schema import Schema
@@ -70,6 +70,7 @@ class Config(Schema):
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     mine: MineConfig = Field(default_factory=MineConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @model_validator(mode="after")
     def _locations(self) -> "Config":

@@ -1,6 +1,7 @@
 """The sections of the run configuration below `prepare` (pipelines.config): what is learned (`model`,
 `train`), what is measured (`evaluate`), how it runs (`runtime`), where it is tracked (`tracking`),
-the champion policy (`registry`) and bitext mining (`mine`). Defaults live here and only here."""
+the champion policy (`registry`), bitext mining (`mine`) and the HTTP endpoint (`serve`). Defaults live
+here and only here."""
 from __future__ import annotations
 
 from typing import Literal
@@ -275,4 +276,37 @@ class MineConfig(Schema):
     def _threshold(self) -> "MineConfig":
         if self.inputs and self.threshold is None and self.gold is None:
             raise ValueError("give mine.threshold or mine.gold to calibrate it on")
+        return self
+
+
+class ServeConfig(Schema):
+    """`interlingua serve`: the HTTP endpoint on Ray Serve (orchestration.serve.app). Every limit bounds what
+    one request or one replica may hold, so an overload is answered (413, 422, 503), never buffered."""
+
+    model: str = Field(
+        default="champion", description="'champion' (the registered champion of registry.model_name, followed "
+        "as it changes) or a model directory (served as is).")
+    host: str = Field(default="127.0.0.1", description="The address the HTTP proxy listens on (0.0.0.0: all).")
+    port: int = Field(default=8000, ge=1, le=65535)
+    replicas: int = Field(default=1, ge=1, description="Ray Serve replicas, each with the model loaded.")
+    cpus_per_replica: float = Field(default=1.0, gt=0, description="Also the replica's torch threads (at least 1).")
+    max_batch_size: int = Field(default=16, ge=1, description="Requests embedded together (@serve.batch).")
+    batch_wait_timeout_s: float = Field(default=0.01, ge=0, description="How long a batch waits to fill up.")
+    max_sentences: int = Field(default=256, ge=1, description="Sentences per request (more: 413).")
+    max_sentence_chars: int = Field(default=2000, ge=1, description="Characters per sentence (more: 422).")
+    max_body_bytes: int = Field(default=1_000_000, ge=64, description="Request body size (more: 413).")
+    max_nearest_k: int = Field(default=100, ge=1, description="Neighbours a request may ask for (more: 422).")
+    max_ongoing_requests: int = Field(
+        default=32, ge=1, description="Requests a replica works on at once; at least max_batch_size so batches fill.")
+    max_queued_requests: int = Field(
+        default=64, ge=0, description="Requests waiting for a replica; beyond it the answer is 503 at once.")
+    poll_seconds: float = Field(default=30.0, gt=0, description="How often the champion alias is read.")
+    drain_timeout_s: float = Field(
+        default=60.0, gt=0, description="How long a replaced model waits for its requests before it is dropped.")
+
+    @model_validator(mode="after")
+    def _batches_fit(self) -> "ServeConfig":
+        if self.max_ongoing_requests < self.max_batch_size:
+            raise ValueError(f"max_ongoing_requests ({self.max_ongoing_requests}) is below max_batch_size "
+                             f"({self.max_batch_size}): a batch could never fill; raise it or lower max_batch_size")
         return self

@@ -11,6 +11,7 @@ flags beside it, and one table of exit codes (`core.errors.Exit`).
     interlingua run -c configs/bible6-cpu.yaml            # the whole job, for cron (see exit codes)
     interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
     interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
+    interlingua serve -c configs/bible6-cpu.yaml          # HTTP: POST /embed, the champion, hot-swapped
     interlingua config --config configs/bible6.yaml       # print the resolved config
 
 Arguments of the form `section.key=value` override the config; every other unrecognized `--flag` goes to
@@ -27,14 +28,14 @@ from typing import Sequence
 from core import storage
 from core.errors import Exit, UserError
 from orchestration import logs
-from orchestration.cli import export, stages, tools
+from orchestration.cli import export, serve, stages, tools
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
             tools.add_compare, tools.add_search, tools.add_embed, tools.add_mine, export.add_export,
-            tools.add_config)
+            serve.add_serve, tools.add_config)
 
 
 def _version() -> str:

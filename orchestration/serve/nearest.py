@@ -68,9 +68,15 @@ def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | Non
 
 
 def _search_stored(store: StoredEmbeddings, query_vec: np.ndarray, target: str, k: int) -> Hits:
-    scores, ids = search_blocks(query_vec, store.blocks(target), min(k, len(store)), "cosine")  # (1, k)
-    return [(float(s), str(store.column("key", i, i + 1)[0]), str(store.column(f"{target}_text", i, i + 1)[0]))
-            for s, i in zip(scores[0], ids[0])]
+    return search_stored(store, query_vec, target, k)[0]
+
+
+def search_stored(store: StoredEmbeddings, query_vecs: np.ndarray, target: str, k: int) -> list[Hits]:
+    """The k nearest stored sentences in `target` of each query (Q, D), read block by block; one Hits per
+    query (`interlingua search`, and `interlingua serve`'s nearest)."""
+    scores, ids = search_blocks(query_vecs, store.blocks(target), min(k, len(store)), "cosine")  # (Q, k)
+    return [[(float(s), str(store.column("key", i, i + 1)[0]), str(store.column(f"{target}_text", i, i + 1)[0]))
+             for s, i in zip(row_scores, row_ids)] for row_scores, row_ids in zip(scores, ids)]
 
 
 def _search_split(config: Config, embedder: SentenceEmbedder, query_vec: np.ndarray, target: str, k: int) -> Hits:

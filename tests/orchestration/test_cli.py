@@ -75,6 +75,7 @@ STORE_COMMANDS = {
     "run": [],
     "tune": ["--space", "{space}"],
     "compare": [],
+    "serve": [],
     "mine": ["mine.inputs=[{{lang: en, path: '{en}'}}, {{lang: fr, path: '{fr}'}}]", "mine.model={model}",
              "mine.threshold=1.0"],
 }

@@ -22,6 +22,7 @@ BEAM_FREE = [
     "orchestration.serve.inputs",
     "orchestration.serve.nearest",
     "orchestration.serve.pyfunc",
+    "orchestration.serve.app",
     "orchestration.mine.job",
     "orchestration.mine.inputs",
     "orchestration.lifecycle.compare",
@@ -63,6 +64,13 @@ def test_the_model_the_embedder_and_the_pyfunc_need_neither_beam_nor_ray_train()
     from orchestration.serve.pyfunc import REQUIREMENTS
 
     assert not {"apache-beam", "ray", "faiss-cpu"} & set(REQUIREMENTS)
+
+
+@pytest.mark.slow
+def test_the_http_server_needs_neither_beam_nor_ray_train_nor_faiss():
+    """faiss only for the nearest sentences, imported when a stored set is there to search."""
+    server = ["orchestration.serve.app", "orchestration.cli.serve"]
+    assert not any(imported(server, package) for package in ("apache_beam", "ray.train", "faiss"))
 
 
 def test_model_and_evaluation_import_nothing_of_the_beam_job():

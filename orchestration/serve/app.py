@@ -1,0 +1,176 @@
+"""`interlingua serve`: the embedding endpoint on Ray Serve.
+
+    POST /embed   {"sentences": ["Dieu est amour."], "lang": "fr"}
+                  -> 200 {"embeddings": [[...]], "model_version": "3", "dim": 256}
+                  with "nearest": {"k": 3, "in": ["en"]}: also the nearest stored sentences of each
+    GET  /healthz -> 200 while the replica runs;  GET /readyz -> 200 with the version once a model is loaded
+
+Requests are checked against the `serve` limits before any work (serve/request.py: 413, 422 with a
+message); concurrent requests are embedded together (`@serve.batch`, grouped by language); beyond
+`max_ongoing_requests` per replica and `max_queued_requests` waiting, Ray Serve's proxy answers 503 at
+once, so an overload costs no memory. With serve.model=champion each replica reads the alias every
+`poll_seconds` and swaps to a newly promoted version without failing a request (serve/models.py); every
+answer names the version that computed it (body and the X-Model-Version header).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import numpy as np
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from orchestration.config import Config
+from orchestration.serve.models import ModelSlot, ModelSource, ServedModel
+from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
+
+log = logging.getLogger(f"ray.serve.{__name__}")  # Ray Serve shows its replicas' "ray.serve" loggers
+DEPLOYMENT = "interlingua"
+
+
+@serve.deployment(name=DEPLOYMENT)
+class EmbeddingServer:
+    """One replica: a loaded model (`ModelSlot`), the batching queue and, for a champion, the alias poller."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+
+        self.config = Config.model_validate(config)
+        self.limits = self.config.serve
+        torch.set_num_threads(max(1, int(self.limits.cpus_per_replica)))
+        self.source = ModelSource(self.config)
+        self.slot = ModelSlot(self.source.load(self.source.current_version()),
+                              drain_timeout_s=self.limits.drain_timeout_s)
+        self.embed_batch.set_max_batch_size(self.limits.max_batch_size)
+        self.embed_batch.set_batch_wait_timeout_s(self.limits.batch_wait_timeout_s)
+        # Serve runs the constructor on the replica's event loop, where the poller then runs beside requests
+        loop = asyncio.get_running_loop()
+        self.poller = loop.create_task(self.follow_champion()) if self.source.follows else None
+
+    def __del__(self) -> None:
+        """Serve calls it when the replica stops: no alias poll once the model goes away."""
+        if getattr(self, "poller", None) is not None:
+            self.poller.cancel()
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        """The routes of the module docstring; anything else 404 (405 for a GET of /embed)."""
+        path = request.url.path.rstrip("/")
+        if path == "/healthz":
+            return JSONResponse({"status": "ok"})
+        if path == "/readyz":
+            return self._answer(200, {"ready": True}, self.slot.current)
+        if path != "/embed":
+            return JSONResponse({"error": f"no route {path}; POST /embed, GET /healthz, /readyz"}, 404)
+        if request.method != "POST":
+            return JSONResponse({"error": "POST a JSON body to /embed"}, 405)
+        try:
+            check_length(request.headers.get("content-length"), self.limits)
+            body = await _read_body(request, self.limits.max_body_bytes)
+            parsed = parse_embed(body, self.limits, self.slot.current.embedder.languages)
+            result = await self.embed_batch(parsed)
+            if isinstance(result, RequestRejected):  # found in the batch: each request gets its own answer
+                raise result
+            answer, served = result
+        except RequestRejected as exc:
+            return JSONResponse({"error": str(exc), "model_version": self.slot.current.version}, exc.status)
+        return self._answer(200, answer, served)
+
+    @staticmethod
+    def _answer(status: int, body: dict[str, Any], served: ServedModel) -> JSONResponse:
+        body = {**body, "model_version": served.version}
+        return JSONResponse(body, status, headers={"X-Model-Version": served.version})
+
+    @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)  # set from the config in __init__
+    async def embed_batch(self, requests: list[EmbedRequest]) -> list[Any]:
+        """Each request's (answer, model) or its RequestRejected; one model answers the whole batch, and
+        holds it until the batch is done (a swap meanwhile drains it)."""
+        with self.slot.use() as served:
+            results: list[Any] = [None] * len(requests)
+            for lang in sorted({r.lang for r in requests}):
+                members = [i for i, r in enumerate(requests) if r.lang == lang]
+                if lang not in served.embedder.languages:  # a swap to a model without it, since the check
+                    for i in members:
+                        results[i] = RequestRejected(422, f'"lang": the model knows {served.embedder.languages}, '
+                                                          f"not {lang!r}")
+                    continue
+                sentences = [s for i in members for s in requests[i].sentences]
+                # the embedding runs in a thread: the replica's loop keeps reading bodies and answering /healthz
+                vectors = await asyncio.to_thread(served.embedder.embed, sentences, lang)  # (N, D)
+                start = 0
+                for i in members:
+                    end = start + len(requests[i].sentences)
+                    results[i] = await self._result(requests[i], vectors[start:end], served)
+                    start = end
+        return [r if isinstance(r, Exception) else (r, served) for r in results]
+
+    async def _result(self, request: EmbedRequest, vectors: np.ndarray, served: ServedModel) -> Any:
+        answer: dict[str, Any] = {"embeddings": vectors.tolist(), "dim": int(vectors.shape[1])}
+        if not request.nearest_k:
+            return answer
+        if served.store is None:
+            return RequestRejected(422, f"model version {served.version} has no stored embedding set to search "
+                                        "(`interlingua evaluate` writes it); ask without \"nearest\"")
+        from orchestration.serve.nearest import search_stored
+
+        answer["nearest"] = [{} for _ in request.sentences]
+        for target in request.nearest_in:
+            hits = await asyncio.to_thread(search_stored, served.store, vectors, target, request.nearest_k)
+            for row, found in zip(answer["nearest"], hits):
+                row[target] = [{"score": s, "key": key, "text": text} for s, key, text in found]
+        return answer
+
+    async def follow_champion(self) -> None:
+        """Every `poll_seconds`: read the alias; a new version is loaded beside the served one, then swapped
+        in (`ModelSlot.swap`). A failure is logged and the served model stays."""
+        while True:
+            await asyncio.sleep(self.limits.poll_seconds)  # a polling period, not a synchronisation
+            try:
+                version = await asyncio.to_thread(self.source.current_version)
+                if version == self.slot.current.version:
+                    continue
+                started = time.monotonic()
+                new = await asyncio.to_thread(self.source.load, version)
+                await self.slot.swap(new, loaded_s=time.monotonic() - started)
+            except Exception as exc:  # noqa: BLE001 - the served model keeps answering; the next poll retries
+                log.warning("champion poll failed, still serving version %s: %s", self.slot.current.version, exc)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, read until it passes `limit` bytes (413): a body without a Content-Length is bounded too."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestRejected(413, f"the body is above serve.max_body_bytes ({limit} bytes); "
+                                       "send fewer sentences per request")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def application(config: Config):
+    """The bound deployment of `config.serve`: replicas, CPUs, and the bounds on ongoing and queued requests."""
+    limits = config.serve
+    return EmbeddingServer.options(
+        num_replicas=limits.replicas, max_ongoing_requests=limits.max_ongoing_requests,
+        max_queued_requests=limits.max_queued_requests, ray_actor_options={"num_cpus": limits.cpus_per_replica},
+    ).bind(config.to_dict())
+
+
+def start(config: Config) -> str:
+    """Start the endpoint on the Ray cluster of `runtime.ray_address` (a local one when unset) and return its
+    URL once it answers; `stop` ends it."""
+    from orchestration.cluster import ensure_ray
+
+    ensure_ray(config.runtime.ray_address)
+    serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
+    serve.run(application(config), name=DEPLOYMENT, route_prefix="/", blocking=False)
+    return f"http://{config.serve.host}:{config.serve.port}"
+
+
+def stop() -> None:
+    """Remove the endpoint (its replicas finish what they hold) and Serve's proxy."""
+    serve.shutdown()

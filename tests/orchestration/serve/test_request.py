@@ -1,0 +1,103 @@
+"""The request checks of `interlingua serve` and its swap, without Ray or HTTP."""
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from orchestration.config_sections import ServeConfig
+from orchestration.serve.models import ModelSlot, ServedModel
+from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
+
+LIMITS = ServeConfig(max_sentences=2, max_sentence_chars=40, max_body_bytes=200, max_nearest_k=5)
+LANGS = ["en", "fr"]
+
+
+def body(**fields) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_a_good_request_is_parsed():
+    got = parse_embed(body(sentences=["Dieu est amour.", ""], lang="fr", nearest={"k": 2, "in": ["en"]}), LIMITS,
+                      LANGS)
+    assert got == EmbedRequest(("Dieu est amour.", ""), "fr", 2, ("en",))
+    assert parse_embed(body(sentences=[], lang="en"), LIMITS, LANGS).nearest_k == 0
+
+
+@pytest.mark.parametrize("raw, status, words", [
+    (b"x" * 201, 413, "serve.max_body_bytes"),
+    (body(sentences=["a", "b", "c"], lang="en"), 413, "serve.max_sentences"),
+    (b"\xff\xfe", 422, "not JSON"),
+    (b"[1, 2]", 422, "JSON object"),
+    (body(sentences=["a"], lang="en", extra=1), 422, "unknown field"),
+    (body(sentences=[1], lang="en"), 422, "list of strings"),
+    (body(sentences=["a"]), 422, "the model knows"),
+    (body(sentences=["a" * 41], lang="en"), 422, "serve.max_sentence_chars"),
+    (body(sentences=["a"], lang="en", nearest={"k": 6, "in": ["fr"]}), 422, "serve.max_nearest_k"),
+    (body(sentences=["a"], lang="en", nearest={"k": True, "in": ["fr"]}), 422, "nearest.k"),
+    (body(sentences=["a"], lang="en", nearest={"k": 1, "in": []}), 422, "nearest.in"),
+    (body(sentences=["a"], lang="en", nearest={"k": 1, "in": ["de"]}), 422, "the model knows"),
+])
+def test_a_bad_request_is_refused_with_its_status_and_what_to_change(raw, status, words):
+    with pytest.raises(RequestRejected, match=words) as caught:
+        parse_embed(raw, LIMITS, LANGS)
+    assert caught.value.status == status
+
+
+def test_a_declared_length_above_the_limit_is_refused_before_reading():
+    check_length("200", LIMITS)
+    check_length(None, LIMITS)
+    with pytest.raises(RequestRejected, match="201 bytes") as caught:
+        check_length("201", LIMITS)
+    assert caught.value.status == 413
+
+
+def served(version: str, download: tempfile.TemporaryDirectory | None = None) -> ServedModel:
+    model = ServedModel(version, embedder=None, folder=Path("."), download=download)
+    model.idle.set()
+    return model
+
+
+def test_a_swap_switches_at_once_and_drops_the_old_model_once_its_requests_end():
+    async def scenario() -> None:
+        download = tempfile.TemporaryDirectory(prefix="interlingua-test-")
+        slot = ModelSlot(served("1", download), drain_timeout_s=60)
+        holding = slot.use()
+        assert holding.__enter__().version == "1"  # a request in flight on version 1
+        swap = asyncio.create_task(slot.swap(served("2")))
+        await asyncio.sleep(0)  # let the swap start: it waits for the request, not the clock
+        assert slot.current.version == "2" and not swap.done()
+        with slot.use() as later:
+            assert later.version == "2"
+        assert Path(download.name).is_dir()  # still held
+        holding.__exit__(None, None, None)
+        await asyncio.wait_for(swap, 10)
+        assert not Path(download.name).exists()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_never_ends_does_not_hold_the_old_model_forever():
+    async def scenario() -> None:
+        download = tempfile.TemporaryDirectory(prefix="interlingua-test-")
+        slot = ModelSlot(served("1", download), drain_timeout_s=0.01)
+        slot.use().__enter__()
+        await asyncio.wait_for(slot.swap(served("2")), 10)
+        assert slot.current.version == "2" and not Path(download.name).exists()
+
+    asyncio.run(scenario())
+
+
+def test_serve_without_a_model_to_serve_is_one_line_and_exit_2(tmp_path, capsys):
+    from orchestration.cli import main
+
+    assert main(["serve", f"serve.model={tmp_path / 'nothing'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"interlingua serve: error: serve.model: {tmp_path / 'nothing'}: not a model directory (missing model.pt, "
+        "spm.model, config.yaml); `interlingua train` writes one to <run_dir>/train/model"]
+    assert main(["serve", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "registry.model_name=none"]) == 2
+    err = capsys.readouterr().err
+    assert "registered model 'none'" in err and "has no champion yet" in err and len(err.splitlines()) == 1

@@ -1,0 +1,232 @@
+"""`interlingua serve` over HTTP on loopback: a real server process (a local Ray, MLflow in a sqlite store),
+a real client. The embeddings, the limits, the 503s under overload, and a champion swap under load."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestration import tracking
+from orchestration.config import load_config
+from orchestration.serve.embedder import SentenceEmbedder
+from tests.orchestration.helpers import free_ports, untrained_model_dir, wait_for
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+NAME = "served"
+LIMITS = ["serve.max_batch_size=4", "serve.max_ongoing_requests=4", "serve.max_queued_requests=6",
+          "serve.max_sentences=16", "serve.max_sentence_chars=300", "serve.max_body_bytes=8000",
+          "serve.poll_seconds=0.5", "serve.cpus_per_replica=1"]
+
+
+def post(url: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
+    """(status, JSON body) of a POST; HTTP errors are answers too."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text)
+        except json.JSONDecodeError:
+            return exc.code, {"error": text.decode(errors="replace")}
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+    except OSError:
+        return 0, {}
+
+
+def register(uri: str, model_dir: Path, embedder: SentenceEmbedder) -> str:
+    """Log `model_dir` as the pyfunc model of a new run, register it and promote it; its version."""
+    run = tracking.start_run(uri, "exp", "train", {})
+    info = tracking.log_pyfunc_model(uri, run, model_dir, embedder.model.embedding_dim)
+    version = tracking.register_model(uri, info.model_uri, NAME, {})
+    tracking.promote(uri, NAME, version)
+    return version
+
+
+def other_weights(model_dir: Path) -> Path:
+    """The same model directory with other weights: a second version whose embeddings differ."""
+    import torch
+
+    from model.nmt import save_model
+    from orchestration import model_dir as files
+
+    model, _ = files.load(model_dir / files.MODEL_FILE)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn_like(parameter))
+    save_model(model, str(model_dir / files.MODEL_FILE), step=0, dev_error=None)
+    return model_dir
+
+
+def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> None:
+    """What `interlingua evaluate` leaves for nearest sentences: the test split's en and fr embeddings of
+    `model_dir` in <run_dir>/eval/test/embeddings."""
+    from core.dataset import Dataset, file_sha256
+    from evaluation import store
+    from orchestration import model_dir as files
+
+    table = Dataset.open(config.data_dir).read("test", ["key", "en_text", "fr_text"]).sort_by("key")
+    keys = table["key"].to_pylist()
+    texts = {lang: table[f"{lang}_text"].to_pylist() for lang in ("en", "fr")}
+    folder = Path(config.eval_dir) / "test" / "embeddings"
+    staging = folder.parent / "staging"
+    record = store.write_block(staging, keys, {lang: embedder.embed(texts[lang], lang) for lang in texts}, texts)
+    store.publish(staging, folder, [record], languages=["en", "fr"],
+                  meta={"model": file_sha256(model_dir / files.MODEL_FILE)})
+
+
+@pytest.fixture(scope="module")
+def server(small_dataset, tmp_path_factory):
+    """The server process, serving the champion (version 1) of a fresh registry; stopped with SIGTERM."""
+    tmp = tmp_path_factory.mktemp("serve")
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    first = untrained_model_dir(small_dataset, tmp / "v1")
+    second = other_weights(untrained_model_dir(small_dataset, tmp / "v2"))
+    embedders = {"1": SentenceEmbedder.load(first), "2": SentenceEmbedder.load(second)}
+    assert register(uri, first, embedders["1"]) == "1"
+    (port,) = free_ports(1)
+    overrides = [f"run_dir={tmp / 'run'}", f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}",
+                 f"registry.model_name={NAME}", f"serve.port={port}", *LIMITS]
+    store_embeddings(load_config(None, overrides), embedders["1"], first)
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "serve", *overrides],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
+        yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_health_and_readiness(server):
+    assert get(f"{server['url']}/healthz") == (200, {"status": "ok"})
+    status, body = get(f"{server['url']}/readyz")
+    assert (status, body["ready"], body["model_version"]) == (200, True, "1")
+
+
+def test_embeddings_are_the_in_process_embedders(server, verse):
+    sentences = [verse("l", 8, 1, 1), verse("l", 8, 1, 2), ""]  # Ruth 1:1-2 in French, and an empty one
+    status, body = post(f"{server['url']}/embed", {"sentences": sentences, "lang": "fr"})
+    assert status == 200, body
+    assert body["model_version"] == "1"
+    expected = server["embedders"]["1"].embed(sentences, "fr")
+    np.testing.assert_allclose(np.array(body["embeddings"]), expected, rtol=1e-5, atol=1e-6)
+    assert body["dim"] == expected.shape[1]
+
+
+def test_nearest_sentences_of_the_stored_set(server, verse):
+    """The stored test split holds the query itself: its nearest English sentence, at cosine 1."""
+    from core.dataset import Dataset
+
+    config = load_config(None, [f"dataset_dir={server['data_dir']}"])
+    query = Dataset.open(config.data_dir).read("test", ["en_text"])["en_text"][0].as_py()
+    status, body = post(f"{server['url']}/embed", {"sentences": [query], "lang": "en",
+                                                   "nearest": {"k": 2, "in": ["en", "fr"]}})
+    assert status == 200, body
+    (found,) = body["nearest"]
+    assert [len(found["en"]), len(found["fr"])] == [2, 2]
+    assert found["en"][0]["text"] == query and found["en"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"x" * 9000, 413, "serve.max_body_bytes"),
+    ({"sentences": ["In the beginning."] * 17, "lang": "en"}, 413, "serve.max_sentences"),
+    (b"{not json", 422, "not JSON"),
+    ({"sentences": ["Dieu est amour."], "lang": "xx"}, 422, "the model knows"),
+    ({"sentences": ["In the beginning. " * 20], "lang": "en"}, 422, "serve.max_sentence_chars"),
+    ({"sentences": "In the beginning.", "lang": "en"}, 422, "list of strings"),
+    ({"sentences": ["In the beginning."], "lang": "en", "nearest": {"k": 0, "in": ["fr"]}}, 422, "nearest.k"),
+])
+def test_limits_are_answered_with_a_status_and_a_message(server, body, status, words):
+    got, answer = post(f"{server['url']}/embed", body)
+    assert got == status, answer
+    assert words in answer["error"]
+
+
+def test_an_overload_is_answered_with_503_and_the_server_recovers(server, verse):
+    """More concurrent requests than max_ongoing_requests + max_queued_requests (10): the rest are 503 at
+    once, nothing else fails. Waves are sent until one overloads the server (a deadline, not a sleep)."""
+    body = {"sentences": [verse("k", 8, 1, n) for n in range(1, 17)], "lang": "en"}
+    seen: list[int] = []
+
+    def wave() -> bool:
+        with ThreadPoolExecutor(32) as pool:
+            statuses = list(pool.map(lambda _: post(f"{server['url']}/embed", body), range(32)))
+        seen.extend(status for status, _ in statuses)
+        assert {status for status, _ in statuses} <= {200, 503}, statuses
+        return any(status == 503 for status, _ in statuses)
+
+    wait_for(wave, 120, "a 503 under overload")
+    assert 200 in seen
+    assert post(f"{server['url']}/embed", body)[0] == 200
+
+
+def test_a_new_champion_is_served_under_load_without_a_failed_request(server, verse):
+    """Three clients send requests back to back while version 2 is registered and promoted. While the replica
+    loads it, on the same CPUs, answers are slower and requests wait in the proxy's queue: the load stays
+    within serve.max_queued_requests, as a deployment's must, so none is refused."""
+    sentence = verse("k", 8, 1, 1)
+    per_client: list[list[tuple[int, str, list]]] = [[], [], []]
+    done = threading.Event()
+
+    def client(answers: list) -> None:
+        while not done.is_set():
+            status, body = post(f"{server['url']}/embed", {"sentences": [sentence], "lang": "en"})
+            answers.append((status, body.get("model_version"), body.get("embeddings") or body.get("error")))
+
+    clients = [threading.Thread(target=client, args=(answers,)) for answers in per_client]
+    for thread in clients:
+        thread.start()
+    try:
+        assert register(server["uri"], server["second"], server["embedders"]["2"]) == "2"
+        wait_for(lambda: sum(a[1] == "2" for answers in per_client for a in list(answers)) >= 10, 180,
+                 "ten answers of version 2")
+    finally:
+        done.set()
+        for thread in clients:
+            thread.join(timeout=120)
+    answers = [a for client_answers in per_client for a in client_answers]
+    failed = [a for a in answers if a[0] != 200]
+    assert not failed, failed[:3]
+    assert {version for _, version, _ in answers} == {"1", "2"}
+    for client_answers in per_client:  # one replica: a client's requests, once switched, never go back
+        versions = [version for _, version, _ in client_answers]
+        assert versions == sorted(versions), versions
+    status, body = post(f"{server['url']}/embed", {"sentences": [sentence], "lang": "en",
+                                                   "nearest": {"k": 2, "in": ["fr"]}})
+    assert (status, body["model_version"]) == (422, "2")  # the stored set is version 1's
+    assert "no stored embedding set" in body["error"]
+    for version in ("1", "2"):
+        expected = server["embedders"][version].embed([sentence], "en")
+        got = next(e for _, v, e in answers if v == version)
+        np.testing.assert_allclose(np.array(got), expected, rtol=1e-5, atol=1e-6)
