@@ -51,7 +51,7 @@ def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path,
     space.write_text("space:\n  train.learning_rate: {choice: [1]}\n")
     with pytest.raises(ConfigError, match=rf"train\.learning_rate: unknown key .* \[{space}:2\]"):
         tune(config, load_space(space), space_path=space)
-    assert not (config.train_dir).exists()
+    assert not (tmp_path / "run").exists()  # refused before the tune folder or any stage folder was made
 
 
 @pytest.mark.slow
