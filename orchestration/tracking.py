@@ -138,6 +138,11 @@ def log_artifact(uri: str, run_id: str, path: str | os.PathLike, artifact_path: 
     _client(uri).log_artifact(run_id, str(path), artifact_path)
 
 
+def log_text(uri: str, run_id: str, text: str, artifact_file: str) -> None:
+    """`text` as the run's artifact `artifact_file`: for a file that lives at a URI, not on this host."""
+    _client(uri).log_text(run_id, text, artifact_file)
+
+
 def end_run(uri: str, run_id: str, status: str) -> None:
     """status: FINISHED, FAILED or KILLED."""
     _client(uri).set_terminated(run_id, status=status)

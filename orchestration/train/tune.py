@@ -10,13 +10,15 @@ an ASHA scheduler stops the weak trials early. Every trial is an MLflow run
 nested under one `tune` run; `interlingua compare --stage train` lists them.
 The best trial's resolved config is written to `<run_dir>/tune/best.yaml`,
 ready for `interlingua run`. Rerunning the same command after a crash resumes
-the search from Tune's experiment state.
+the search from Tune's experiment state. `run_dir` may be a URI (s3://...):
+then Tune's experiment state, tune.json, best.yaml and every trial's run
+directory live there, through Tune's `storage_filesystem` and `core.storage`.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
+import posixpath
 import signal
 import threading
 from contextlib import contextmanager
@@ -80,7 +82,7 @@ class SearchSpace(Schema):
 
 @dataclass
 class TuneResult:
-    best_config: Path
+    best_config: str  # a local path or a URI, as run_dir is
     best_error: float
     trials: int
     run_id: str
@@ -133,19 +135,21 @@ def tune_domains(space: SearchSpace) -> dict[str, Any]:
 def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Config:
     """The base config with a trial's values, in the trial's own run directory, on the base dataset.
     Checkpoints follow evaluations, so every report carries the dev error the scheduler compares."""
-    run_dir = Path(config.run_dir).resolve() / TUNE_DIR / "trials" / trial_id
-    trial = with_values(config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": str(run_dir),
+    run_dir = storage.join(config.run_location, TUNE_DIR, "trials", trial_id)
+    trial = with_values(config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": run_dir,
                                  "dataset_dir": config.data_dir})
     return with_values(trial, {"runtime.checkpoint_every_steps": trial.train.eval_every_steps})
 
 
-def _trial(params: dict[str, Any]) -> None:
-    """One Tune trial: `interlingua train` of the base config plus the sampled values."""
+def _trial(params: dict[str, Any], storage_env: dict[str, str]) -> None:
+    """One Tune trial: `interlingua train` of the base config plus the sampled values. `storage_env`: the
+    driver's object store variables (`storage.environment`), for a trial on a node started without them."""
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from orchestration.train.driver import train
 
+    os.environ.update(storage_env)
     base = Config.model_validate(params["base"])
     trial_id = ray.tune.get_context().get_trial_id()
     config = trial_config(base, params["values"], trial_id)
@@ -156,20 +160,16 @@ def _trial(params: dict[str, Any]) -> None:
 def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneResult:
     """Run (or resume) the search; write the best trial's config; log the search to MLflow. Ctrl+C stops the
     trials, saves the search for a rerun to resume, marks its MLflow runs KILLED and raises KeyboardInterrupt."""
-    if storage.is_uri(config.run_dir):  # Ray Tune's experiment state and best.yaml are local files here
-        raise ConfigError(f"run_dir: {config.run_dir}: `interlingua tune` keeps its search in a local run_dir; "
-                          "give a local run_dir (dataset_dir may stay at the URI) and train the best config there")
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)
-    tune_dir = (Path(config.run_dir) / TUNE_DIR).resolve()
-    tune_dir.mkdir(parents=True, exist_ok=True)
+    tune_dir = storage.join(config.run_location, TUNE_DIR)
     check_tune_dir(tune_dir)
     origins = space_origins(space_path)
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
         with_values(config, {key: _example(space.space[key])}, origins)
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
-    state_path = tune_dir / STATE_FILE
-    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    state_path = storage.join(tune_dir, STATE_FILE)
+    state = storage.read_json(state_path) if storage.exists(state_path) else {}
     with tracking.run(uri, config.tracking.experiment, f"{config.name}-tune",
                       {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
                       resume_run_id=state.get("run_id")) as run_id:
@@ -183,34 +183,37 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                 raise KeyboardInterrupt
             best = results.get_best_result(metric=METRIC, mode="min", scope="all")
             if best is None or best.metrics.get(METRIC) is None:
-                raise RuntimeError(f"no trial reported a dev error; see the trial logs in {tune_dir / 'ray'}")
+                raise RuntimeError("no trial reported a dev error; see the trial logs in "
+                                   f"{storage.join(tune_dir, 'ray')}")
         finally:  # those the scheduler stopped; on a failure, those whose actors are gone
             _close_running_trials(uri, config.tracking.experiment, run_id)
         values = best.config["values"]
-        path = tune_dir / BEST_FILE
-        path.write_text(f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
-                        + dump_yaml(with_values(config, values).to_dict()))  # base run_dir
+        path = storage.join(tune_dir, BEST_FILE)
+        text = (f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
+                + dump_yaml(with_values(config, values).to_dict()))  # base run_dir
+        storage.write_bytes(path, text.encode("utf-8"))
         tracking.log_metrics(uri, run_id, {"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)},
                              step=0)
         tracking.set_tags(uri, run_id, {f"tune.best.{k}": str(v) for k, v in values.items()})
-        tracking.log_artifact(uri, run_id, path)
+        tracking.log_text(uri, run_id, text, BEST_FILE)
     return TuneResult(path, float(best.metrics[METRIC]), len(results), run_id)
 
 
-def check_tune_dir(tune_dir: Path) -> None:
-    """ForeignDataError naming what in `tune_dir` the search did not write: best.yaml (its own begins with
-    BEST_HEADER) and tune.json are rewritten, so a user's file of that name is refused too."""
+def check_tune_dir(tune_dir: str) -> None:
+    """ForeignDataError naming what in `tune_dir` (a local path or a URI) the search did not write: best.yaml
+    (its own begins with BEST_HEADER) and tune.json are rewritten, so a user's file of that name is refused too."""
     def ours(entry: str) -> bool:
         if entry == BEST_FILE:
-            return (tune_dir / entry).read_text(errors="replace").startswith(BEST_HEADER)
+            with storage.open_input(storage.join(tune_dir, entry)) as best:  # its first line only
+                return best.readline().startswith(BEST_HEADER.encode("utf-8"))
         return entry == STATE_FILE or entry.split("/")[0] in ("ray", "trials")
 
     storage.check_only_ours(tune_dir, ours, what="tune",
                             advice=f"move them out of {tune_dir}; interlingua writes only its own search there")
 
 
-def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: str, tune_dir: Path):
-    """A new Ray Tune search of `domains`, or the one saved in `tune_dir` restored."""
+def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: str, tune_dir: str):
+    """A new Ray Tune search of `domains`, or the one saved in `tune_dir` (a local path or a URI) restored."""
     import ray
     from ray import tune as ray_tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -218,13 +221,18 @@ def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: 
     per_trial = config.runtime.num_workers * config.runtime.cpus_per_worker
     concurrent = space.max_concurrent_trials or max(1, int(ray.cluster_resources().get("CPU", 1)) // per_trial)
     # the trial itself only waits on its Ray Train run, whose workers hold the CPUs (Tune needs a
-    # non-empty request: a hundredth of a CPU)
-    trainable = ray_tune.with_resources(_trial, {"CPU": 0.01})
+    # non-empty request: a hundredth of a CPU). The store's variables go by Ray's object store, not in
+    # param_space: Tune saves that beside every trial, in the bucket too.
+    trainable = ray_tune.with_resources(ray_tune.with_parameters(_trial, storage_env=storage.environment()),
+                                        {"CPU": 0.01})
     param_space = {"values": domains, "base": config.to_dict(), "parent_run_id": run_id}
-    experiment = tune_dir / "ray"
-    if ray_tune.Tuner.can_restore(str(experiment)):
-        log.info("resuming the search in %s", experiment)
-        return ray_tune.Tuner.restore(str(experiment), trainable, param_space=param_space, resume_errored=True)
+    # Tune's own state at a URI goes through the same filesystem as the rest (`storage.resolve`: its endpoint)
+    filesystem, path = storage.resolve(tune_dir) if storage.is_uri(tune_dir) else (None, tune_dir)
+    experiment = posixpath.join(path, "ray")
+    if ray_tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
+        log.info("resuming the search in %s", storage.join(tune_dir, "ray"))
+        return ray_tune.Tuner.restore(experiment, trainable, param_space=param_space, resume_errored=True,
+                                      storage_filesystem=filesystem)
     scheduler = (ASHAScheduler(time_attr="step", grace_period=space.asha.grace_steps,
                                reduction_factor=space.asha.reduction_factor, max_t=config.train.max_steps)
                  if space.scheduler == "asha" else FIFOScheduler())
@@ -232,7 +240,7 @@ def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: 
         trainable, param_space=param_space,
         tune_config=ray_tune.TuneConfig(metric=METRIC, mode="min", num_samples=space.num_samples,
                                         scheduler=scheduler, max_concurrent_trials=concurrent),
-        run_config=ray_tune.RunConfig(name="ray", storage_path=str(tune_dir), verbose=1),
+        run_config=ray_tune.RunConfig(name="ray", storage_path=path, storage_filesystem=filesystem, verbose=1),
     )
 
 

@@ -81,11 +81,18 @@ def test_an_unreachable_store_or_missing_bucket_is_one_line_and_exit_1(s3_bucket
     assert "\n" not in err
 
 
-def test_tune_refuses_a_run_dir_at_a_uri_before_any_work(s3_bucket, tmp_path, capsys):
+def test_tune_refuses_a_users_best_yaml_in_the_bucket_before_any_work(s3_bucket, tmp_path, monkeypatch, capsys):
     from orchestration.cli import main
 
+    monkeypatch.chdir(tmp_path)
     space = tmp_path / "space.yaml"
     space.write_text("space:\n  train.lr: {loguniform: [0.0001, 0.01]}\n")
-    assert main(["tune", "--space", str(space), f"run_dir={s3_bucket}/runs/x"]) == 2
-    assert "keeps its search in a local run_dir" in capsys.readouterr().err
-    assert storage.entries(f"{s3_bucket}/runs/x") == [] and not (tmp_path / "s3:").exists()
+    notes = b"# my own notes on the search\n"
+    storage.write_bytes(f"{s3_bucket}/runs/x/tune/best.yaml", notes)
+    assert main(["tune", "--space", str(space), f"run_dir={s3_bucket}/runs/x",
+                 f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"tune: {s3_bucket}/runs/x/tune holds what interlingua did not write (best.yaml)" in err
+    assert storage.files(f"{s3_bucket}/runs/x") == ["tune/best.yaml"]  # nothing else written, nothing replaced
+    assert storage.read_bytes(f"{s3_bucket}/runs/x/tune/best.yaml") == notes
+    assert not (tmp_path / "s3:").exists()

@@ -35,7 +35,9 @@ def test_space_errors_name_the_file_and_key(tmp_path, small_dataset):
     trial = trial_config(config, {"train.lr": 0.02, "model.encoder_hidden": 24}, "t1")
     assert trial.train.lr == 0.02 and trial.model.encoder_hidden == 24
     assert trial.runtime.checkpoint_every_steps == trial.train.eval_every_steps  # every report has a dev error
-    assert str(trial.run_dir).endswith("tune/trials/t1") and trial.data_dir == Path(config.data_dir).resolve()
+    assert trial.run_dir == str(tmp_path / "run" / "tune" / "trials" / "t1") and trial.data_dir == config.data_dir
+    in_bucket = trial_config(config_for(small_dataset, tmp_path, "run_dir=s3://bucket/runs/t"), {}, "t1")
+    assert in_bucket.run_dir == "s3://bucket/runs/t/tune/trials/t1"  # a URI join, not a local path
 
 
 def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path, small_dataset):
@@ -49,7 +51,7 @@ def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path,
     space.write_text("space:\n  train.learning_rate: {choice: [1]}\n")
     with pytest.raises(ConfigError, match=rf"train\.learning_rate: unknown key .* \[{space}:2\]"):
         tune(config, load_space(space), space_path=space)
-    assert not (config.train_dir).exists()
+    assert not (tmp_path / "run").exists()  # refused before the tune folder or any stage folder was made
 
 
 @pytest.mark.slow
@@ -101,7 +103,56 @@ space:
 
     table = compare_runs(config, stage="train")
     assert "2 training runs" in table and "train.lr" in table
-    assert yaml.safe_load(result.best_config.read_text())["train"]["lr"] == best.train.lr
+    assert yaml.safe_load(Path(result.best_config).read_text())["train"]["lr"] == best.train.lr
+
+
+@pytest.mark.slow
+def test_tune_with_its_run_dir_in_a_bucket_keeps_the_search_there_and_a_rerun_resumes_it(
+        s3_bucket, small_dataset, tmp_path, monkeypatch, capsys):
+    import ray
+
+    from core import storage
+
+    monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
+    run_dir = f"{s3_bucket}/runs/t"
+    config = config_for(small_dataset, tmp_path, f"run_dir={run_dir}", "train.max_steps=20",
+                        "model.ranking_weight=1.0", "runtime.cpus_per_worker=1")
+    space = write_space(tmp_path, "num_samples: 1\nmax_concurrent_trials: 1\nscheduler: fifo\n"
+                                  "space:\n  train.lr: {grid: [0.0001, 0.01]}\n")
+    command = ["tune", "--space", str(space), *where_for(config), "train.max_steps=20", "model.ranking_weight=1.0",
+               "runtime.cpus_per_worker=1"]
+    uri = tracking.resolve_uri(config.tracking.uri)
+    ray.init(address="local", num_cpus=2)  # started after the fixture set the store's variables: workers see them
+    try:
+        assert main(command) == 0
+        out = capsys.readouterr().out
+        found = storage.files(f"{run_dir}/tune")
+        trial_runs = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
+        assert main(command) == 0  # the finished search restored from the bucket: no trial trains again
+        again = capsys.readouterr().out
+    finally:
+        ray.shutdown()
+    (tune_run,) = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'tune'")
+    assert f"best config: {run_dir}/tune/best.yaml  (MLflow tune run {tune_run.info.run_id})" in out
+    assert f"(MLflow tune run {tune_run.info.run_id})" in again and "2 trials" in again
+    best = storage.read_bytes(f"{run_dir}/tune/best.yaml").decode("utf-8")
+    assert best.startswith("# best of 2 trials of ")
+    assert yaml.safe_load(best)["train"]["lr"] in (0.0001, 0.01) and yaml.safe_load(best)["run_dir"] == run_dir
+    assert storage.read_json(f"{run_dir}/tune/tune.json") == {"run_id": tune_run.info.run_id}
+    assert tracking.artifacts(uri, tune_run.info.run_id) == ["best.yaml"]
+    trials = storage.subdirectories(f"{run_dir}/tune/trials")
+    assert len(trials) == 2 and len(trial_runs) == 2
+    for trial in trials:  # each trial's training, states and checkpoints in the bucket
+        assert {f"trials/{trial}/train/run.json", f"trials/{trial}/train/config.yaml",
+                f"trials/{trial}/train/model/model.pt"} <= set(found)
+        assert any(f.startswith(f"trials/{trial}/train/ray/checkpoint_") for f in found)
+    assert any(f.startswith("ray/") for f in found)  # Tune's experiment state, what a rerun restores
+    rerun = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
+    assert sorted(r.info.run_id for r in rerun) == sorted(r.info.run_id for r in trial_runs)
+    trial_files = [f for f in storage.files(f"{run_dir}/tune") if f.startswith("trials/")]
+    assert trial_files == [f for f in found if f.startswith("trials/")]
+    # nothing local but the space, the SQLite tracking store and its artifacts: no `s3:` folder, no run dir
+    assert {p.name for p in tmp_path.iterdir()} <= {"space.yaml", "mlflow.db", "mlartifacts"}
 
 
 def where_for(config) -> list[str]:
