@@ -26,8 +26,15 @@ def export(config: Config, args: argparse.Namespace) -> int:
     from orchestration import model_dir
     from orchestration.serve.export import export_model
 
-    model = Path(args.model) if args.model else model_dir.default(config.train_dir)
-    result = export_model(model, Path(args.output) if args.output else None)
+    from core import storage
+    from orchestration.config import ConfigError
+
+    model = args.model or model_dir.default(config.train_dir)
+    if args.output and storage.is_uri(args.output):
+        raise ConfigError(f"-o {args.output}: the export is written to a local folder; give a local -o")
+    if storage.is_uri(model) and not args.output:  # beside a fetched copy is no place a backend looks
+        raise ConfigError(f"--model {model} is at a URI: give a local -o for its export")
+    result = export_model(model_dir.fetch(model), Path(args.output) if args.output else None)
     ops = ", ".join(result.quantized_ops) or "nothing quantized"
     print(f"{model} -> {result.out_dir}/ ({', '.join(result.files)}; int8: {ops}); see manifest.json")
     return Exit.OK

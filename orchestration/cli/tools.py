@@ -50,7 +50,7 @@ def search(config: Config, args: argparse.Namespace) -> int:
         raise ConfigError("-k must be at least 1")
     languages = config.train.languages or Dataset.open(config.data_dir).languages
     targets = args.targets.split(",") if args.targets else [lang for lang in languages if lang != args.lang]
-    found = nearest_sentences(config, args.query, args.lang, targets, args.k, Path(args.model) if args.model else None)
+    found = nearest_sentences(config, args.query, args.lang, targets, args.k, args.model)
     for lang, hits in found.items():
         print(f"[{lang}]")
         for score, key, text in hits:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from core import storage
 from core.dataset import file_sha256
 from core.errors import UserError
 from orchestration import model_dir as model_files
@@ -71,7 +72,7 @@ class ModelSource:
         """The version to serve now; NoChampion when the alias is on no version."""
         if not self.follows:
             try:
-                folder = Path(model_files.check(self.config.serve.model))
+                folder = model_files.fetch(model_files.check(self.config.serve.model))
             except model_files.ModelMissing as exc:
                 raise model_files.ModelMissing(f"serve.model: {exc}") from None
             return file_sha256(folder / model_files.MODEL_FILE)[:12]
@@ -88,7 +89,7 @@ class ModelSource:
             download = tempfile.TemporaryDirectory(prefix=f"interlingua-serve-v{version}-")
             folder = tracking.download_model_dir(self.uri, self.name, version, download.name)
         else:
-            folder = Path(self.config.serve.model)
+            folder = model_files.fetch(self.config.serve.model)  # a URI: a verified local copy
         try:
             embedder = SentenceEmbedder.load(folder, backend=self.config.runtime.backend)
         except BaseException:
@@ -103,8 +104,7 @@ class ModelSource:
 def _store(config: Config, folder: Path):
     """The evaluation's stored embeddings when this very model made them (nearest sentences), else None.
     Looked for before importing the search (faiss), which plain embedding does without."""
-    manifest = Path(config.eval_dir) / config.evaluate.split / "embeddings" / "manifest.json"
-    if not manifest.is_file():
+    if not storage.exists(storage.join(config.eval_dir, config.evaluate.split, "embeddings", "manifest.json")):
         return None
     from orchestration.serve.nearest import stored_embeddings
 

@@ -8,7 +8,11 @@ they are of this model; otherwise the split is embedded here.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +22,7 @@ from evaluation.store import MANIFEST, StoredEmbeddings
 from orchestration import model_dir as model_files
 from orchestration.config import Config, ConfigError
 from orchestration.serve.embedder import SentenceEmbedder
+from core import storage
 from core.dataset import Dataset, file_sha256
 
 log = logging.getLogger(__name__)
@@ -32,7 +37,7 @@ def nearest_sentences(
     language the model does not know, DatasetError for a damaged split."""
     if not query.strip():
         raise ConfigError("--query is empty: give a sentence to search for")
-    model_dir = Path(model_dir or model_files.default(Path(config.train_dir)))
+    model_dir = model_files.fetch(model_dir or model_files.default(config.train_dir))  # a URI: a local copy
     embedder = SentenceEmbedder.load(model_dir, backend=config.runtime.backend)
     Dataset.open(config.data_dir).verify((config.evaluate.split,), spm=False)  # what the neighbours are read from
     unknown = [t for t in [lang, *targets] if t not in embedder.languages]
@@ -49,10 +54,31 @@ def nearest_sentences(
     return out
 
 
+def embeddings_folder(config: Config) -> Path | None:
+    """The local folder of the evaluation's stored embeddings of the split (at a URI: a copy in this host's
+    temp folder, downloaded once per manifest), None when there are none. The search reads them mapped."""
+    location = storage.join(config.eval_dir, config.evaluate.split, "embeddings")
+    if not storage.exists(storage.join(location, MANIFEST)):
+        return None
+    if not storage.is_uri(location):
+        return Path(location)
+    key = hashlib.sha256(storage.read_bytes(storage.join(location, MANIFEST))).hexdigest()[:16]
+    local = Path(tempfile.gettempdir()) / "interlingua-embeddings" / key
+    if not (local / MANIFEST).is_file():
+        staging = local.with_name(f".{key}.{os.getpid()}.partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        storage.download_dir(location, staging)
+        try:
+            os.rename(staging, local)
+        except OSError:  # another process put them there first
+            shutil.rmtree(staging, ignore_errors=True)
+    return local
+
+
 def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:
     """The evaluation's stored embeddings of the split when this model made them, else None."""
-    folder = Path(config.eval_dir) / config.evaluate.split / "embeddings"
-    if not (folder / MANIFEST).is_file():
+    folder = embeddings_folder(config)
+    if folder is None:
         return None
     store = StoredEmbeddings.open(folder)
     if store.meta.get("model") != file_sha256(model_dir / model_files.MODEL_FILE):

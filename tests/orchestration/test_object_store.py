@@ -227,3 +227,18 @@ def test_inputs_in_the_bucket_by_prefix_and_glob_are_read_as_local_files_are(s3_
         resolve_inputs([f"{s3_bucket}/corpus/*.tsv"])
     with pytest.raises(CorpusError, match="no such file or prefix"):
         resolve_inputs([f"{s3_bucket}/nothing"])
+
+
+def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, capsys, monkeypatch):
+    from orchestration import model_dir as model_files
+    from tests.orchestration.helpers import untrained_model_dir
+
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    storage.upload_dir(model, f"{s3_bucket}/models/m")
+    local = model_files.fetch(f"{s3_bucket}/models/m")
+    assert storage.sha256(local / "model.pt") == storage.sha256(model / "model.pt")
+    assert main(["export", "--model", f"{s3_bucket}/models/m", "-o", str(tmp_path / "onnx")]) == Exit.OK
+    assert (tmp_path / "onnx" / "manifest.json").is_file()
+    assert main(["export", "--model", f"{s3_bucket}/models/m"]) == Exit.USER_ERROR
+    assert "give a local -o" in capsys.readouterr().err
