@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import logging
 import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,7 @@ def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
             logging_config=LoggingConfig(log_level=logs.ray_train_log_level()),  # reports, checkpoints: -v
         ),
     )
+    sigint = signal.getsignal(signal.SIGINT)
     try:
         result = trainer.fit()
     except SystemExit:
@@ -209,6 +211,11 @@ def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
         if trainer.interrupted:
             raise KeyboardInterrupt from None
         raise
+    finally:
+        # fit() leaves its handler installed: a later Ctrl+C (or the run lock's lost lease) in this process
+        # would go to a finished run's abort instead of raising KeyboardInterrupt
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, sigint)
     if result.checkpoint is None:
         raise TrainError(f"training ended without a checkpoint in {storage.join(train_dir, 'ray')}")
     return result.checkpoint
