@@ -139,7 +139,7 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     finally:
         if driver.poll() is None:
             driver.kill()
-    killed, clean = final_state(train_dir), final_state(straight.train_dir)
+    killed, clean = final_state(train_dir), final_state(Path(straight.train_dir))
     resumes = [h["resumed_at_step"] for h in killed["progress"]["history"]]
     assert resumes and 0 < resumes[0] < 120  # it was killed and resumed mid-run
     assert killed["progress"]["step"] == clean["progress"]["step"] == 120
