@@ -11,9 +11,12 @@ import functools
 import hashlib
 import io
 import json
+import logging
 import os
 import posixpath
 import re
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +26,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from core.errors import UserError
+
+log = logging.getLogger(__name__)
 
 Location = str | Path
 SCHEMES = ("s3", "gs", "hdfs", "file")
@@ -421,3 +426,23 @@ def download_dir(location: Location, local: Path) -> list[str]:
         pafs.copy_files(posixpath.join(path, name), str(Path(local) / name), source_filesystem=fs,
                         destination_filesystem=pafs.LocalFileSystem())
     return names
+
+
+def cached_copy(location: Location, kind: str, key: str, check: Callable[[Path], Any] | None = None) -> Path:
+    """A local copy of the directory at `location` in this host's temp folder (`$TMPDIR/interlingua-<kind>/
+    <key>`), downloaded once per host and `key` (a content hash: a changed source gets a new copy). The copy
+    is made beside it and renamed into place whole, after `check(copy)` (which raises to refuse it), so
+    concurrent fetches on one host leave one complete copy and a reader never sees half of one."""
+    local = Path(tempfile.gettempdir()) / f"interlingua-{kind}" / key
+    if not local.is_dir():
+        staging = local.with_name(f".{key}.{os.getpid()}.partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        download_dir(location, staging)
+        if check is not None:
+            check(staging)
+        try:
+            os.rename(staging, local)
+        except OSError:  # another process put the same copy there first
+            shutil.rmtree(staging, ignore_errors=True)
+        log.info("fetched %s to %s", location, local)
+    return local

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +64,8 @@ def fetch(location: str | Path) -> Path:
         raise ModelMissing(f"{location}: not a model directory (missing {', '.join(missing)}); "
                            "`interlingua train` writes one to <run_dir>/train/model")
     key = storage.sha256(storage.join(location, MODEL_FILE))
-    local = Path(tempfile.gettempdir()) / "interlingua-models" / key
-    if not (local / MODEL_FILE).is_file():
-        staging = local.with_name(f".{key}.{os.getpid()}.partial")  # concurrent fetches on one host: one wins
-        shutil.rmtree(staging, ignore_errors=True)
-        storage.download_dir(location, staging)
-        verify(staging)  # ModelDirError when a file changed in transit or since lineage.json was written
-        try:
-            os.rename(staging, local)
-        except OSError:  # another process put the same model there first
-            shutil.rmtree(staging, ignore_errors=True)
-        log.info("fetched %s to %s", location, local)
-    return local
+    # verify: ModelDirError when a file changed in transit or since lineage.json was written
+    return storage.cached_copy(location, "models", key, check=verify)
 
 
 def publish(local: Path, location: str | Path) -> None:

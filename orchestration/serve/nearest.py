@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -63,16 +60,7 @@ def embeddings_folder(config: Config) -> Path | None:
     if not storage.is_uri(location):
         return Path(location)
     key = hashlib.sha256(storage.read_bytes(storage.join(location, MANIFEST))).hexdigest()[:16]
-    local = Path(tempfile.gettempdir()) / "interlingua-embeddings" / key
-    if not (local / MANIFEST).is_file():
-        staging = local.with_name(f".{key}.{os.getpid()}.partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        storage.download_dir(location, staging)
-        try:
-            os.rename(staging, local)
-        except OSError:  # another process put them there first
-            shutil.rmtree(staging, ignore_errors=True)
-    return local
+    return storage.cached_copy(location, "embeddings", key)
 
 
 def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:
