@@ -99,6 +99,19 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_ray_left_connected():
+    """A command run through `main` starts a local Ray cluster and, as a CLI process would, leaves it to the
+    process's exit; in the one test process, stop it with the module that started it, so that the next
+    module's `local_ray` (or cluster) starts from nothing."""
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 def disk_full_at_second_shard(monkeypatch):
     """`core.dataset.write_shard` fails with ENOSPC on its second call (a disk filling up mid-job);
     returns the real one, to put back."""
