@@ -63,7 +63,13 @@ def fetch(location: str | Path) -> Path:
     if missing:
         raise ModelMissing(f"{location}: not a model directory (missing {', '.join(missing)}); "
                            "`interlingua train` writes one to <run_dir>/train/model")
-    key = storage.sha256(storage.join(location, MODEL_FILE))
+    # the key: model.pt's sha256 as lineage.json records it (one small read; hashing model.pt at the URI
+    # reads the whole model once more), else hashed there (a model exported before lineage.json existed)
+    try:
+        key = storage.read_json(storage.join(location, LINEAGE_FILE)).get("model_sha256")
+    except (OSError, ValueError, AttributeError):
+        key = None
+    key = key or storage.sha256(storage.join(location, MODEL_FILE))
     # verify: ModelDirError when a file changed in transit or since lineage.json was written
     return storage.cached_copy(location, "models", key, check=verify)
 

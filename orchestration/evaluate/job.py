@@ -107,9 +107,7 @@ def mirrored(location: str) -> Iterator[Path]:
         work = Path(tmp) / "out"
         before = set(storage.download_dir(location, work))
         yield work
-        names = sorted(storage.files(work), key=lambda n: n == STATE_FILE)
-        for name in names:
-            storage.write_bytes(storage.join(location, name), (work / name).read_bytes())
+        names = storage.upload_dir(work, location, last=(STATE_FILE,))
         stale = sorted(before - set(names))
         if stale:
             storage.remove_ours(location, stale, keep_root=True)

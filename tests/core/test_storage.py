@@ -47,6 +47,29 @@ def test_files_json_and_directories_round_trip_through_the_bucket(s3_bucket, tmp
     assert storage.sha256(f"{s3_bucket}/m/model.pt") == storage.sha256(local / "model.pt")
 
 
+def test_a_directory_is_uploaded_several_files_at_once_and_its_commit_file_last(s3_bucket, tmp_path, verse,
+                                                                              monkeypatch):
+    import threading
+
+    local = tmp_path / "eval"
+    for i in range(12):
+        (local / "embeddings" / f"part-{i:05d}.npy").parent.mkdir(parents=True, exist_ok=True)
+        (local / "embeddings" / f"part-{i:05d}.npy").write_text(verse("l", 8, 1, i + 1))
+    (local / "state.json").write_text("{}")
+    copied, threads, real = [], set(), storage.pafs.copy_files
+
+    def recording(source, destination, **kwargs):
+        real(source, destination, **kwargs)
+        copied.append(destination.rsplit("/eval/", 1)[1])
+        threads.add(threading.get_ident())
+
+    monkeypatch.setattr(storage.pafs, "copy_files", recording)
+    names = storage.upload_dir(local, f"{s3_bucket}/eval", last=("state.json",))
+    assert copied[-1] == "state.json" and sorted(copied) == names and len(names) == 13
+    assert len(threads) > 1  # not one object after another
+    assert storage.read_bytes(f"{s3_bucket}/eval/embeddings/part-00011.npy").decode() == verse("l", 8, 1, 12)
+
+
 def test_a_foreign_object_under_a_prefix_is_never_removed(s3_bucket, verse):
     verse = verse("k", 8, 1, 1)
     storage.write_bytes(f"{s3_bucket}/out/notes.txt", verse.encode())

@@ -242,3 +242,31 @@ def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, 
     assert (tmp_path / "onnx" / "manifest.json").is_file()
     assert main(["export", "--model", f"{s3_bucket}/models/m"]) == Exit.USER_ERROR
     assert "give a local -o" in capsys.readouterr().err
+
+
+def test_a_model_in_the_bucket_is_found_by_its_lineage_and_a_replaced_model_pt_is_refused(
+        s3_bucket, bucket_model, small_dataset, tmp_path, monkeypatch):
+    import tempfile
+
+    from core.dataset import Dataset
+    from orchestration import model_dir as model_files
+
+    local, model = bucket_model
+    model_files.record_lineage(local, Dataset.open(small_dataset.data_dir))  # as `interlingua train` writes it
+    storage.write_bytes(f"{model}/lineage.json", (local / "lineage.json").read_bytes())
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-a"))  # this host's temp folder, empty
+    (tmp_path / "host-a").mkdir()
+    real = storage.sha256
+    monkeypatch.setattr(storage, "sha256", lambda location: pytest.fail(f"{location} hashed at the store")
+                        if storage.is_uri(location) else real(location))
+    fetched = model_files.fetch(model)  # the key from lineage.json: model.pt is read once, by the download
+    assert fetched.name == model_files.lineage(local)["model_sha256"]
+    assert (fetched / "model.pt").read_bytes() == (local / "model.pt").read_bytes()
+    assert model_files.fetch(model) == fetched  # cached: nothing downloaded again
+
+    storage.write_bytes(f"{model}/model.pt", (local / "model.pt").read_bytes() + b"\0")  # not its lineage's
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-b"))
+    (tmp_path / "host-b").mkdir()
+    with pytest.raises(model_files.ModelDirError, match="model.pt"):
+        model_files.fetch(model)
+    assert list((tmp_path / "host-b" / "interlingua-models").iterdir()) == []  # no copy left to be found later
