@@ -3,25 +3,23 @@
     result = embed_corpus(["corpus/*.txt"], Path("out"), lang="en", model_dir=Path("runs/x/train/model"))
 
     out/<lang>/part-00000.npy  (n, D) the embeddings of one block of sentences, in input order
-    out/part-00000.json        the block's record, written after it: its source file, first line, rows,
-                               empty lines, sha256, the run's fingerprint
-    out/manifest.json          the stored-embeddings manifest (languages [lang], dim, dtype, rows, blocks)
-                               with this job's under `meta`: inputs (sizes, sha256, lines), the model and its
-                               model.pt sha256, each block's source, the totals and the resolved config;
-                               written when the counts add up
+    out/part-00000.json        its record, written after it: source file, first line, rows, empty lines,
+                               sha256, the run's fingerprint
+    out/manifest.json          written last, when the counts add up: languages [lang], dim, dtype, rows,
+                               blocks, and under `meta` the inputs (sizes, sha256, lines), the model (its
+                               model.pt sha256), each block's source, the totals and the resolved config
 
-This is the one block format of `evaluation.store` (without rows files: vectors only), so
-`StoredEmbeddings.open(out)` reads the result, locally or at a URI.
-
-The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
+The one block format of `evaluation.store`, without rows files: `StoredEmbeddings.open(out)` reads it,
+locally or at a URI. The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
 checks UTF-8), then the one embedding job (`serve.job`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
 file, embeds it and writes it (`write_block`: `store.save_block`) under a temporary
 name, renamed when whole, then its record. A rerun of the same inputs, model and
-options skips every block whose `.json` is there, so a killed job resumes;
-other inputs in the same folder are refused unless `force`.
+options skips every block whose record is there, so a killed job resumes; other
+inputs in the same folder, or an output of the earlier layout (`part-N.npy` beside
+its record), are refused unless `force`.
 
 Inputs, the output and the model may be URIs (`s3://bucket/emb`): the actors, placed on this host, write
 their blocks into a local scratch folder; once the job is done each block is uploaded, its record after
@@ -235,15 +233,13 @@ def _owned(files: list[str], records: dict[str, dict[str, Any]], manifest: dict[
     return ours.__contains__
 
 
-def _legacy(written: dict[str, Any]) -> bool:
-    """Whether a record or manifest is of the earlier layout (`part-N.npy` beside its record, no languages)."""
+def _legacy(written: dict[str, Any]) -> bool:  # a record or manifest of the earlier layout
     return "languages" not in written if "blocks" in written else str(written["name"]).endswith(".npy")
 
 
 def _scan(out_dir: Location) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """The folder's files, and part-NNNNN.json -> its record for every block record this product wrote (a
-    JSON object with its name, fingerprint and index; in this layout its {lang: sha256} too); other files of
-    those names are not records."""
+    """The folder's files, and part-NNNNN.json -> its record for every block record embed wrote (a JSON object
+    with its name, fingerprint, index and, in this layout, {lang: sha256}); other such files are not records."""
     files, found = storage.files(out_dir), {}
     for name in files:
         if not _RECORD.fullmatch(name):
@@ -267,13 +263,11 @@ def _read_manifest(out_dir: Location) -> dict[str, Any] | None:
         return None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("blocks"), list):
         return None
-    if manifest.get("format") == store.FORMAT and isinstance(manifest.get("meta"), dict) and (
-            "fingerprint" in manifest["meta"]) and isinstance(manifest.get("languages"), list):
+    meta, form = manifest.get("meta"), manifest.get("format")
+    if form == store.FORMAT and isinstance(meta, dict) and "fingerprint" in meta and "languages" in manifest:
         return manifest
-    if manifest.get("format") == LEGACY_FORMAT or (not manifest.get("format")
-                                                    and {"fingerprint", "lang", "model"} <= manifest.keys()):
-        return manifest
-    return None
+    legacy = form == LEGACY_FORMAT or (not form and {"fingerprint", "lang", "model"} <= manifest.keys())
+    return manifest if legacy else None
 
 
 def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
