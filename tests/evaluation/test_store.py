@@ -53,7 +53,8 @@ def test_every_block_has_its_record_and_the_manifest_its_checksums(tmp_path):
     for block in manifest["blocks"]:
         record = json.loads((folder / f"{block['name']}.json").read_text())
         assert {k: record[k] for k in ("name", "start", "rows", "sha256")} == block
-        assert block["sha256"] == {lang: storage.sha256(folder / lang / f"{block['name']}.npy") for lang in ("en", "fr")}
+        assert block["sha256"] == {lang: storage.sha256(folder / lang / f"{block['name']}.npy")
+                                   for lang in ("en", "fr")}
     assert sorted(p.name for p in folder.iterdir()) == [
         "en", "fr", "keys.json", "manifest.json", *(f"part-{i:05d}.json" for i in range(4)), "rows"]
 
@@ -80,8 +81,10 @@ def test_a_store_without_rows_files_says_so(tmp_path):
 
     folder = tmp_path / "vectors"
     vectors = np.arange(12, dtype=np.float32).reshape(4, 3)
-    records = [save_block(folder, "part-00000", {"fr": vectors[:3]}), save_block(folder, "part-00001", {"fr": vectors[3:]})]
-    (folder / "manifest.json").write_text(json.dumps(make_manifest(records, languages=["fr"], dim=3, dtype="float32")))
+    records = [save_block(folder, "part-00000", {"fr": vectors[:3]}),
+               save_block(folder, "part-00001", {"fr": vectors[3:]})]
+    manifest = make_manifest(records, languages=["fr"], dim=3, dtype="float32")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     store = StoredEmbeddings.open(folder)
     np.testing.assert_array_equal(store.rows("fr"), vectors)
     assert store.starts == (0, 3, 4)
