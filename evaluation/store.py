@@ -1,35 +1,54 @@
-"""Embeddings on disk, written block by block and read by row range, so no process holds a split.
+"""Embeddings on disk in blocks, each with its completion record: the one format that `evaluate`
+(`write_block` + `publish`), `embed` and `mine` (`save_block`, in `serve.corpus`) write and
+`StoredEmbeddings` reads, from a local folder or a URI.
 
-    <folder>/manifest.json               languages, dim, dtype, rows, blocks (name, start, rows), meta
-    <folder>/<lang>/part-NNNNN.npy       (n, D) the rows [start, start + n) of every language
-    <folder>/rows/part-NNNNN.parquet     key, <lang>_text, <lang>_hash (uint64 of the text) of those rows
-    <folder>/keys.json                   every key, in row order (for tools; written block by block)
+    <folder>/<lang>/part-NNNNN.npy       (n, D) the rows [start, start + n) of each language
+    <folder>/part-NNNNN.json             the block's record, written after its arrays: name, rows, the sha256
+                                         of each array, and the writer's own fields (evaluate: start, first and
+                                         last key; embed: index, source, first_line, empty, fingerprint)
+    <folder>/rows/part-NNNNN.parquet     optional (evaluate): key, <lang>_text, <lang>_hash of those rows
+    <folder>/keys.json                   optional (evaluate): every key, in row order, for tools
+    <folder>/manifest.json               written last: format, languages, dim, dtype, rows, columns (of the
+                                         rows files; [] without), blocks (name, start, rows, sha256), meta
+                                         (the writer's own: evaluate's model; embed's fingerprint, lang, empty,
+                                         inputs, model, the blocks' sources, job, config)
 
-Rows are in key order and aligned across languages (row i of every language is
-one tuple). Writers (Ray Data tasks) call `write_block` on any batch of
-tuples, in any order and on any machine that sees the folder; `publish`
-orders the blocks by key, checks that they neither overlap nor repeat, names
-them `part-NNNNN` and renames the staging folder into place. Readers
-(`StoredEmbeddings.rows`, one search task each) map only the blocks they need.
-`NpyFile` and `NpyWriter` read and write one large `.npy` by row range.
+Rows are aligned across languages (row i of every language is one tuple).
+Evaluate's rows are in key order: its writers (Ray Data tasks) call `write_block`
+on any batch of tuples, in any order, into a staging folder; `publish` orders
+the blocks by key, checks that they neither overlap nor repeat, names them
+`part-NNNNN`, writes their records and the manifest and renames the staging
+folder into place. Embed's rows are in input order, a block per planned range
+of an input file, written in place by `save_block` (a rerun skips a block
+whose record is there). Readers (`StoredEmbeddings.rows`, one search task
+each) read only the blocks they need. A folder in the earlier format
+(`interlingua-stored-embeddings/1`: no block records) is read alike.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from core import storage
+from evaluation.npy import NpyFile, NpyWriter, save_array  # noqa: F401 - the store's array I/O, imported from here
 
-FORMAT = "interlingua-stored-embeddings/1"
+FORMAT = "interlingua-stored-embeddings/2"
+FORMATS = ("interlingua-stored-embeddings/1", FORMAT)  # /1: evaluate's, before block records
 MANIFEST = "manifest.json"
 ROWS = "rows"
 KEYS = "keys.json"
+
+
+def block_name(index: int) -> str:
+    """The name of the block `index` (0-based, in row order): its files are `<lang>/<name>.npy`, `<name>.json`."""
+    return f"part-{index:05d}"
 
 
 def text_hashes(texts: Sequence[str]) -> np.ndarray:
@@ -38,18 +57,60 @@ def text_hashes(texts: Sequence[str]) -> np.ndarray:
                      for t in texts], dtype=np.uint64)
 
 
+def save_arrays(folder: Path, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Each language's (n, D) array as `<folder>/<lang>/<name>.npy`, whole or not at all; {lang: sha256}."""
+    for lang, array in arrays.items():
+        save_array(folder / lang / f"{name}.npy", np.ascontiguousarray(array))
+    return {lang: storage.sha256(folder / lang / f"{name}.npy") for lang in arrays}
+
+
+def write_record(folder: storage.Location, record: dict[str, Any]) -> dict[str, Any]:
+    """The block's record `<folder>/<name>.json`, replaced whole: the completion marker, written after the
+    block's arrays (a reader or a rerun trusts a block only once its record is there)."""
+    storage.write_json(storage.join(folder, f"{record['name']}.json"), record, indent=1)
+    return record
+
+
+def save_block(folder: Path, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> dict[str, Any]:
+    """One block written in place: its arrays (`save_arrays`), then its record {name, rows, sha256, **fields}."""
+    rows = {len(array) for array in arrays.values()}
+    assert len(rows) == 1, f"block {name}: languages of unequal rows {rows}"
+    return write_record(folder, {"name": name, "rows": rows.pop(), "sha256": save_arrays(folder, name, arrays),
+                                 **fields})
+
+
+def make_manifest(records: Sequence[Mapping[str, Any]], *, languages: list[str], dim: int, dtype: str,
+                  columns: Sequence[str] = (), meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest of the blocks `records` (in row order): each block's start is the rows before it."""
+    blocks, start = [], 0
+    for record in records:
+        blocks.append({"name": record["name"], "start": start, "rows": int(record["rows"]),
+                       "sha256": record["sha256"]})
+        start += int(record["rows"])
+    return {"format": FORMAT, "languages": list(languages), "dim": int(dim), "dtype": str(dtype), "rows": start,
+            "columns": list(columns), "blocks": blocks, "meta": meta or {}}
+
+
+def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = False) -> set[str]:
+    """The relative paths the blocks `names` consist of (their folders too): what a store's owner may
+    replace. `rows`: with their rows files."""
+    names, languages = list(names), list(languages)
+    return storage.with_parents([*(f"{n}.json" for n in names), *(f"{lang}/{n}.npy" for lang in languages
+                                                                  for n in names),
+                                 *((f"{ROWS}/{n}.parquet" for n in names) if rows else ())])
+
+
 def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray],
                 texts: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     """Write one batch of tuples (any order; sorted here by key) into `staging`; returns its record
-    {name, rows, first_key, last_key} for `publish`. Rewriting the same batch gives the same files."""
+    {name, rows, sha256, first_key, last_key} for `publish`. Rewriting the same batch gives the same files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     order = np.argsort(np.asarray(keys, dtype=object), kind="stable")
     keys = [keys[i] for i in order]
     name = "block-" + hashlib.blake2b(keys[0].encode("utf-8"), digest_size=8).hexdigest()
-    for lang, emb in embeddings.items():
-        save_array(staging / lang / f"{name}.npy", np.ascontiguousarray(emb[order]))  # (n, D)
+    sha256 = save_arrays(staging, name, {lang: emb[order] for lang, emb in embeddings.items()})
     columns: dict[str, Any] = {"key": pa.array(keys, pa.string())}
     for lang, values in texts.items():
         ordered = [values[i] for i in order]
@@ -59,71 +120,85 @@ def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(columns), path.with_suffix(".tmp"))
     os.replace(path.with_suffix(".tmp"), path)
-    return {"name": name, "rows": len(keys), "first_key": keys[0], "last_key": keys[-1]}
+    return {"name": name, "rows": len(keys), "sha256": sha256, "first_key": keys[0], "last_key": keys[-1]}
 
 
 def publish(staging: Path, folder: Path, records: list[dict[str, Any]], *, languages: list[str],
             meta: dict[str, Any] | None = None) -> StoredEmbeddings:
-    """Order the written blocks by key, name them part-NNNNN, write the manifest and swap `staging`
-    into `folder` (a previous folder stays whole until then). AssertionError if blocks overlap."""
+    """Order the written blocks by key, name them part-NNNNN, write their records and the manifest and swap
+    `staging` into `folder` (a previous folder stays whole until then). AssertionError if blocks overlap."""
     records = sorted(records, key=lambda r: r["first_key"])
     for before, after in zip(records, records[1:]):
         assert before["last_key"] < after["first_key"], f"blocks overlap: {before} {after}"
-    blocks, start = [], 0
+    named, start = [], 0
     for i, record in enumerate(records):
-        new = f"part-{i:05d}"
+        new = block_name(i)
         for sub in [*languages, ROWS]:
             suffix = ".parquet" if sub == ROWS else ".npy"
             os.replace(staging / sub / f"{record['name']}{suffix}", staging / sub / f"{new}{suffix}")
-        blocks.append({"name": new, "start": start, "rows": record["rows"]})
+        named.append(write_record(staging, {**record, "name": new, "start": start}))
         start += record["rows"]
-    first = np.load(staging / languages[0] / f"{blocks[0]['name']}.npy", mmap_mode="r")
-    manifest = {"format": FORMAT, "languages": languages, "dim": int(first.shape[1]), "dtype": str(first.dtype),
-                "rows": start, "blocks": blocks, "meta": meta or {}}
+    first = np.load(staging / languages[0] / f"{named[0]['name']}.npy", mmap_mode="r")
+    columns = ["key", *(f"{lang}_{c}" for lang in languages for c in ("text", "hash"))]
+    manifest = make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype, columns=columns,
+                             meta=meta)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    _write_keys(staging, [b["name"] for b in blocks])
+    _write_keys(staging, [r["name"] for r in named])
     storage.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
     return StoredEmbeddings.open(folder)
+
+
+def read_manifest(folder: storage.Location) -> dict[str, Any] | None:
+    """The folder's manifest when it is a stored-embeddings manifest (either format), else None."""
+    try:
+        manifest = storage.read_json(storage.join(folder, MANIFEST))
+    except (OSError, ValueError):
+        return None
+    if isinstance(manifest, dict) and manifest.get("format", FORMATS[0]) in FORMATS and "blocks" in manifest:
+        return manifest
+    return None
 
 
 def check_replaceable(folder: Path) -> list[str]:
     """The entries of an embeddings folder once each is one `publish` wrote (what its manifest names);
     ForeignDataError naming the others, which are never removed."""
     ours = {storage.STAGING_MARKER}
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        manifest = None
-    if isinstance(manifest, dict) and manifest.get("format", FORMAT) == FORMAT and "blocks" in manifest:
-        names = [b["name"] for b in manifest["blocks"]]
-        ours |= storage.with_parents([MANIFEST, KEYS, *(f"{ROWS}/{n}.parquet" for n in names),
-                                      *(f"{lang}/{n}.npy" for lang in manifest.get("languages", []) for n in names)])
+    manifest = read_manifest(folder)
+    if manifest is not None:
+        ours |= {MANIFEST, KEYS} | block_files([b["name"] for b in manifest["blocks"]],
+                                               manifest.get("languages", []), rows=True)
     return storage.check_only_ours(folder, lambda e: e in ours, what="embeddings folder",
                                    advice="move those files out of it; interlingua replaces only its own embeddings")
 
 
+class NoRowsError(LookupError):
+    """A rows column asked of a store written without rows files (`interlingua embed`'s: vectors only)."""
+
+
 @dataclass(frozen=True)
 class StoredEmbeddings:
-    """A published embeddings folder, opened by its manifest; small and picklable, so a Ray task
-    gets the handle and reads its own rows."""
+    """A published embeddings folder (local, or a URI), opened by its manifest; small and picklable, so a
+    Ray task gets the handle and reads its own rows."""
 
-    folder: Path
+    folder: Path | str  # a URI stays a str
     languages: list[str]
     dim: int
     dtype: str
     starts: tuple[int, ...]  # block i holds rows [starts[i], starts[i + 1]); the last is the row count
     names: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict)
+    columns: tuple[str, ...] = ()  # of the rows files; () when there are none
 
     @classmethod
     def open(cls, folder: str | Path) -> StoredEmbeddings:
         """FileNotFoundError when `folder` holds no published embeddings."""
-        folder = Path(folder)
-        manifest = json.loads((folder / MANIFEST).read_text())
-        blocks = manifest["blocks"]
-        return cls(folder, manifest["languages"], manifest["dim"], manifest["dtype"],
+        folder = str(folder) if storage.is_uri(folder) else Path(folder)
+        manifest = storage.read_json(storage.join(folder, MANIFEST))
+        blocks, languages = manifest["blocks"], manifest["languages"]
+        columns = manifest.get("columns", ["key", *(f"{lang}_{c}" for lang in languages for c in ("text", "hash"))])
+        return cls(folder, languages, manifest["dim"], manifest["dtype"],
                    tuple(b["start"] for b in blocks) + (manifest["rows"],), tuple(b["name"] for b in blocks),
-                   manifest.get("meta", {}))
+                   manifest.get("meta", {}), tuple(columns))
 
     def __len__(self) -> int:
         return self.starts[-1]
@@ -137,11 +212,19 @@ class StoredEmbeddings:
                 break
             yield self.names[i], max(start, lo) - lo, min(stop, hi) - lo
 
-    def rows(self, lang: str, start: int, stop: int) -> np.ndarray:
-        """Rows [start, stop) of one language (stop - start, D), read from the blocks they lie in."""
+    def _read(self, lang: str, name: str, a: int, b: int) -> np.ndarray:
+        """Rows [a, b) of one block: mapped from a local file; a URI's block read whole through the store."""
+        if isinstance(self.folder, Path):
+            return NpyFile(self.folder / lang / f"{name}.npy")[a:b]
+        return np.load(io.BytesIO(storage.read_bytes(storage.join(self.folder, lang, f"{name}.npy"))))[a:b]
+
+    def rows(self, lang: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows [start, stop) of one language (stop - start, D), read from the blocks they lie in; every row
+        by default."""
         if lang not in self.languages:
             raise KeyError(f"{self.folder}: no embeddings of {lang!r} (has {self.languages})")
-        parts = [NpyFile(self.folder / lang / f"{name}.npy")[a:b] for name, a, b in self._spans(start, stop)]
+        stop = len(self) if stop is None else stop
+        parts = [self._read(lang, name, a, b) for name, a, b in self._spans(start, stop)]
         return np.concatenate(parts) if parts else np.zeros((0, self.dim), self.dtype)
 
     def blocks(self, lang: str) -> Iterator[tuple[int, np.ndarray]]:
@@ -150,16 +233,21 @@ class StoredEmbeddings:
             yield start, self.rows(lang, start, stop)
 
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Rows [start, stop) of a rows column: `key`, `<lang>_text` (object arrays), `<lang>_hash`."""
-        import pyarrow.parquet as pq
-
+        """Rows [start, stop) of a rows column: `key`, `<lang>_text` (object arrays), `<lang>_hash`.
+        NoRowsError when the store has no such column (embed's stores hold vectors only)."""
+        if name not in self.columns:
+            raise NoRowsError(f"{self.folder}: these embeddings hold no column {name!r} (they hold "
+                              f"{list(self.columns) or 'vectors only, in input order'})")
         stop = len(self) if stop is None else stop
-        parts = [pq.read_table(self.folder / ROWS / f"{block}.parquet", columns=[name])[name][a:b].to_numpy(
-            zero_copy_only=False) for block, a, b in self._spans(start, stop)]
+        parts = [storage.open_parquet(storage.join(self.folder, ROWS, f"{block}.parquet")).read(columns=[name])[
+            name][a:b].to_numpy(zero_copy_only=False) for block, a, b in self._spans(start, stop)]
         return np.concatenate(parts) if parts else np.zeros(0, object)
 
     def hashes(self) -> Mapping[str, np.ndarray]:
         """{lang: (S,) uint64 text hashes}, each read when asked for (one language held at a time)."""
+        missing = [lang for lang in self.languages if f"{lang}_hash" not in self.columns]
+        if missing:
+            raise NoRowsError(f"{self.folder}: these embeddings hold no text hashes of {missing}")
         return _HashColumns(self)
 
 
@@ -177,44 +265,6 @@ class _HashColumns(Mapping):
         return len(self.store.languages)
 
 
-class NpyFile:
-    """A `.npy` array read by row ranges: each read maps the file anew and copies the rows out, so
-    the reader's memory holds only what it read."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        mapped = np.load(self.path, mmap_mode="r")
-        self.shape, self.dtype = mapped.shape, mapped.dtype
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, rows: slice) -> np.ndarray:
-        mapped = np.load(self.path, mmap_mode="r")
-        try:
-            return np.array(mapped[rows])
-        finally:
-            del mapped
-
-
-class NpyWriter:
-    """A `.npy` file of a known shape, filled by row ranges in any order (written, never mapped)."""
-
-    def __init__(self, path: str | Path, shape: tuple[int, ...], dtype: Any) -> None:
-        self.path, self.shape, self.dtype = Path(path), shape, np.dtype(dtype)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        created = np.lib.format.open_memmap(self.path, mode="w+", dtype=self.dtype, shape=shape)
-        self.offset = created.offset
-        del created
-        self.row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * self.dtype.itemsize
-
-    def write(self, start: int, rows: np.ndarray) -> None:
-        assert rows.shape[1:] == self.shape[1:] and start + len(rows) <= self.shape[0], (rows.shape, start)
-        with open(self.path, "r+b") as handle:
-            handle.seek(self.offset + start * self.row_bytes)
-            handle.write(np.ascontiguousarray(rows, dtype=self.dtype).tobytes())
-
-
 def _write_keys(folder: Path, names: list[str]) -> None:
     """keys.json, a JSON list of every key, written one block at a time."""
     import pyarrow.parquet as pq
@@ -225,12 +275,3 @@ def _write_keys(folder: Path, names: list[str]) -> None:
             keys = pq.read_table(folder / ROWS / f"{name}.parquet", columns=["key"])["key"].to_pylist()
             out.write(("," if i else "") + json.dumps(keys)[1:-1])
         out.write("]\n")
-
-
-def save_array(path: Path, array: np.ndarray) -> None:
-    """`path` (.npy) written under a temporary name and renamed when whole: a killed writer leaves no half
-    block under a block's name. Every embedding block is written by it (this store's, `serve.corpus`'s)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, array)
-    os.replace(tmp, path)

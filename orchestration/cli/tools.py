@@ -63,8 +63,9 @@ def add_embed(sub: argparse._SubParsersAction) -> None:
                 example="interlingua embed -c configs/bible6-cpu.yaml -l en -i corpus/ 'more/*.txt' -o embeddings/",
                 help="sentences (text lines or a Parquet column) -> embedding blocks + manifest (Ray Data)",
                 description="Embed text files (one sentence per line) and Parquet files (--column) with a Ray Data "
-                "actor pool (runtime.embed_actors, runtime.cpus_per_task or a GPU each) into OUT/part-NNNNN.npy "
-                "blocks and OUT/manifest.json. A rerun skips complete blocks. -o FILE.npy embeds small text input "
+                "actor pool (runtime.embed_actors, runtime.cpus_per_task or a GPU each) into "
+                "OUT/<lang>/part-NNNNN.npy blocks, each with its record OUT/part-NNNNN.json, and OUT/manifest.json. "
+                "A rerun skips complete blocks. -o FILE.npy embeds small text input "
                 "in this process.")
     p.add_argument("--lang", "-l", required=True, help="the sentences' language")
     p.add_argument("--input", "-i", nargs="+", default=["-"],

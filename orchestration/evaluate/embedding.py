@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from evaluation.store import StoredEmbeddings, publish
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
-from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, run_actors
+from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, decode_record, run_actors
 from core import storage
 from core.dataset import Dataset
 
@@ -135,9 +135,10 @@ def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | No
     storage.make_staging(staging)
     kwargs = dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu,
                   dtype=e.dtype, staging=str(staging))
-    return run_actors(tuples, actor, kwargs, rows=rows * len(languages),
-                      rows_of=lambda record: int(record["rows"]) * len(languages), actors=r.embed_actors,
-                      cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
+    records = run_actors(tuples, actor, kwargs, rows=rows * len(languages),
+                         rows_of=lambda record: int(record["rows"]) * len(languages), actors=r.embed_actors,
+                         cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
+    return [decode_record(record) for record in records]
 
 
 def _log_skipped(config: Config, rows: int) -> None:

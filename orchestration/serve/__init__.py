@@ -4,7 +4,7 @@
     embedder.py   SentenceEmbedder: a model directory -> embeddings of raw sentences
     job.py        the one Ray Data embedding job: its actors (split, texts, USE, file blocks), run_actors
     inputs.py     the inputs of `embed` and `mine`: text and Parquet files, checked and cut into blocks
-    corpus.py     `embed`: a Ray Data job, blocks on disk + manifest.json, resumable (or small inputs in-process)
+    corpus.py     `embed`: a Ray Data job, `evaluation.store` blocks, resumable (or small inputs in-process)
     nearest.py    `search`: nearest sentences of the evaluation split to a query (its stored embeddings)
     pyfunc.py     the registered MLflow model (sentences and languages in, embeddings out)
 """

@@ -2,20 +2,24 @@
 
     result = embed_corpus(["corpus/*.txt"], Path("out"), lang="en", model_dir=Path("runs/x/train/model"))
 
-    out/part-00000.npy   (n, D) the embeddings of one block of sentences, in input order
-    out/part-00000.json  the block: its source file, first line, rows, empty lines, sha256 (written last)
-    out/manifest.json    inputs (sizes, sha256, lines), the model and its model.pt sha256, every block,
-                         the totals and the resolved config; written when the counts add up
+    out/<lang>/part-00000.npy  (n, D) the embeddings of one block of sentences, in input order
+    out/part-00000.json        its record, written after it: source file, first line, rows, empty lines,
+                               sha256, the run's fingerprint
+    out/manifest.json          written last, when the counts add up: languages [lang], dim, dtype, rows,
+                               blocks, and under `meta` the inputs (sizes, sha256, lines), the model (its
+                               model.pt sha256), each block's source, the totals and the resolved config
 
-The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
+The one block format of `evaluation.store`, without rows files: `StoredEmbeddings.open(out)` reads it,
+locally or at a URI. The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
 checks UTF-8), then the one embedding job (`serve.job`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
-file, embeds it and writes it (`write_block`) under a temporary name, renamed
-when whole. A rerun of the same inputs, model and
-options skips every block whose `.json` is there, so a killed job resumes;
-other inputs in the same folder are refused unless `force`.
+file, embeds it and writes it (`write_block`: `store.save_block`) under a temporary
+name, renamed when whole, then its record. A rerun of the same inputs, model and
+options skips every block whose record is there, so a killed job resumes; other
+inputs in the same folder, or an output of the earlier layout (`part-N.npy` beside
+its record), are refused unless `force`.
 
 Inputs, the output and the model may be URIs (`s3://bucket/emb`): the actors, placed on this host, write
 their blocks into a local scratch folder; once the job is done each block is uploaded, its record after
@@ -25,7 +29,6 @@ uploaded and never downloads a block.
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 import re
 import sys
@@ -37,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from evaluation.store import save_array
+from evaluation import store
 from orchestration import model_dir as model_files
 from orchestration.cluster import ensure_ray
 from orchestration.serve.job import BlockEmbedFn, run_actors
@@ -50,8 +53,8 @@ Location = str | Path
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-FORMAT = "interlingua-embeddings/1"
+MANIFEST = store.MANIFEST
+LEGACY_FORMAT = "interlingua-embeddings/1"  # blocks at the top (part-N.npy): recognised as ours, never resumed
 
 
 @dataclass
@@ -64,16 +67,12 @@ class CorpusResult:
     seconds: float
 
 
-def write_block(out_dir: Path, spec: BlockSpec, vectors: np.ndarray, empty: int, fp: str) -> dict[str, Any]:
-    """part-NNNNN.npy under a temporary name, renamed when whole, then its record part-NNNNN.json:
-    the completion marker a rerun looks for."""
-    name = f"part-{spec.index:05d}"
-    save_array(out_dir / f"{name}.npy", vectors)
-    record = {"name": f"{name}.npy", "index": spec.index, "source": spec.path, "kind": spec.kind,
-              "first_line": spec.first + 1, "rows": spec.rows, "empty": empty,
-              "sha256": file_sha256(out_dir / f"{name}.npy"), "fingerprint": fp}
-    storage.write_json(out_dir / f"{name}.json", record, indent=1)
-    return record
+def write_block(out_dir: Path, spec: BlockSpec, lang: str, vectors: np.ndarray, empty: int, fp: str) -> dict[str, Any]:
+    """<lang>/part-NNNNN.npy under a temporary name, renamed when whole, then its record part-NNNNN.json:
+    the completion marker a rerun looks for (`store.save_block`)."""
+    assert len(vectors) == spec.rows, (spec, vectors.shape)
+    return store.save_block(out_dir, store.block_name(spec.index), {lang: vectors}, index=spec.index,
+                            source=spec.path, kind=spec.kind, first_line=spec.first + 1, empty=empty, fingerprint=fp)
 
 
 def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_dir: Location,
@@ -108,13 +107,13 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
                    max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor,
                    storage_env=storage.environment())  # the actors read URI inputs from the same store
         _embed_blocks(pending, out_dir, job, actors, cpus_per_actor, use_gpu)
-    records = _block_records(out_dir)
-    records = [records[f"part-{b.index:05d}.json"] for b in blocks]
+    _, records = _scan(out_dir)
+    records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
                               use_gpu=use_gpu, max_tokens=max_tokens))
     storage.write_json(storage.join(out_dir, MANIFEST), manifest)
-    return CorpusResult(out_dir, manifest["rows"], manifest["empty"], len(blocks), len(pending),
+    return CorpusResult(out_dir, manifest["rows"], manifest["meta"]["empty"], len(blocks), len(pending),
                         time.monotonic() - started)
 
 
@@ -130,15 +129,15 @@ def _embed_blocks(pending: list[BlockSpec], out_dir: Location, job: dict[str, An
     with tempfile.TemporaryDirectory(prefix="interlingua-embed-") as scratch:
         _run(pending, {**job, "out_dir": scratch}, actors, cpus, use_gpu)
         for block in pending:
-            for name in (f"part-{block.index:05d}.npy", f"part-{block.index:05d}.json"):
-                storage.write_bytes(storage.join(out_dir, name), (Path(scratch) / name).read_bytes())
+            name = store.block_name(block.index)
+            for path in (f"{job['lang']}/{name}.npy", f"{name}.json"):  # the record after its block
+                storage.write_bytes(storage.join(out_dir, path), (Path(scratch) / path).read_bytes())
 
 
 def load_embeddings(out_dir: Location) -> np.ndarray:
-    """(N, D) every block of the finished embeddings at `out_dir` (local or a URI), in input order."""
-    manifest = storage.read_json(storage.join(out_dir, MANIFEST))
-    return np.concatenate([np.load(io.BytesIO(storage.read_bytes(storage.join(out_dir, b["name"]))))
-                           for b in manifest["blocks"]])
+    """(N, D) every row of the finished embeddings at `out_dir` (local or a URI), in input order."""
+    stored = store.StoredEmbeddings.open(out_dir)
+    return stored.rows(stored.languages[0])
 
 
 def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 10000) -> tuple[np.ndarray, int]:
@@ -182,11 +181,12 @@ def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, 
 def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool) -> set[int]:
     """The blocks of this plan already written. ForeignDataError when the folder holds anything but
     embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
-    model or options, unless `force`, which removes those (its own files alone)."""
-    records, manifest = _block_records(out_dir), _read_manifest(out_dir)  # each record read once
-    found = check_output(out_dir, ours=_owned(records, manifest))
-    stale = [name for name, record in records.items() if record.get("fingerprint") != fp]
-    if manifest is not None and manifest.get("fingerprint") != fp:
+    model or options, or in the earlier layout, unless `force`, which removes those (its own files alone)."""
+    files, records = _scan(out_dir)  # each record read once
+    manifest = _read_manifest(out_dir)
+    found = check_output(out_dir, ours=_owned(files, records, manifest))
+    stale = [name for name, record in records.items() if _legacy(record) or record.get("fingerprint") != fp]
+    if manifest is not None and (manifest.get("format") != store.FORMAT or manifest["meta"].get("fingerprint") != fp):
         stale.append(MANIFEST)
     if stale and not force:
         raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
@@ -197,13 +197,13 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
     for name in found:
         if _TMP_BLOCK.fullmatch(name):
             storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
-    wanted = {f"part-{b.index:05d}": b for b in blocks}
-    return {wanted[stem].index for stem in (n[:-5] for n in records)
-            if stem in wanted and f"{stem}.npy" in found}
+    wanted = {store.block_name(b.index): b for b in blocks}
+    return {wanted[record["name"]].index for record in records.values() if record["name"] in wanted
+            and all(f"{lang}/{record['name']}.npy" in found for lang in record["sha256"])}
 
 
-_BLOCK = re.compile(r"part-\d{5}\.(npy|json)")
-_TMP_BLOCK = re.compile(r"part-\d{5}\.tmp\.npy")  # a block being written (a record's: storage.write_json's)
+_RECORD = re.compile(r"part-\d{5}\.json")
+_TMP_BLOCK = re.compile(r"([^/]+/)?part-\d{5}\.tmp\.npy")  # a block being written (a record's: storage.write_json's)
 
 
 def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], bool] | None = None) -> list[str]:
@@ -217,46 +217,57 @@ def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], b
 
 def own_entries(out_dir: Location) -> Callable[[str], bool]:
     """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
-    blocks and their records, a killed run's temporary files."""
-    return _owned(_block_records(out_dir), _read_manifest(out_dir))
+    blocks and their records (this layout or the earlier one), a killed run's temporary files."""
+    return _owned(*_scan(out_dir), _read_manifest(out_dir))
 
 
-def _owned(records: dict[str, dict[str, Any]], manifest: dict[str, Any] | None) -> Callable[[str], bool]:
-    ours = set(records) | {str(r.get("name", "")) for r in records.values()}
+def _owned(files: list[str], records: dict[str, dict[str, Any]], manifest: dict[str, Any] | None
+           ) -> Callable[[str], bool]:
+    ours = storage.with_parents(f for f in files if _TMP_BLOCK.fullmatch(f))
+    for name, record in records.items():
+        ours |= {name, record["name"]} if _legacy(record) else store.block_files([record["name"]], record["sha256"])
     if manifest is not None:
-        ours.add(MANIFEST)
-    return lambda e: e in ours or bool(_TMP_BLOCK.fullmatch(e))
+        names = [b["name"] for b in manifest["blocks"]]
+        ours |= {MANIFEST, *names, *(n.removesuffix(".npy") + ".json" for n in names)} if _legacy(manifest) else {
+            MANIFEST, *store.block_files(names, manifest["languages"])}
+    return ours.__contains__
 
 
-def _block_records(out_dir: Location) -> dict[str, dict[str, Any]]:
-    """part-NNNNN.json -> its record, for every block record this product wrote (a JSON object with its name
-    and fingerprint); other files of those names are not records."""
-    found = {}
-    for name in storage.files(out_dir):
-        if not (_BLOCK.fullmatch(name) and name.endswith(".json")):
+def _legacy(written: dict[str, Any]) -> bool:  # a record or manifest of the earlier layout
+    return "languages" not in written if "blocks" in written else str(written["name"]).endswith(".npy")
+
+
+def _scan(out_dir: Location) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The folder's files, and part-NNNNN.json -> its record for every block record embed wrote (a JSON object
+    with its name, fingerprint, index and, in this layout, {lang: sha256}); other such files are not records."""
+    files, found = storage.files(out_dir), {}
+    for name in files:
+        if not _RECORD.fullmatch(name):
             continue
         try:
             record = storage.read_json(storage.join(out_dir, name))
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and {"name", "fingerprint", "index"} <= record.keys():
+        if isinstance(record, dict) and {"name", "fingerprint", "index"} <= record.keys() and (
+                _legacy(record) or isinstance(record.get("sha256"), dict)):
             found[name] = record
-    return found
+    return files, found
 
 
 def _read_manifest(out_dir: Location) -> dict[str, Any] | None:
-    """The folder's manifest if this product wrote it (its format marker; before the marker existed, its
-    fields), else None."""
+    """The folder's manifest if this product's embed wrote it (the stored-embeddings format with a
+    fingerprint, or the earlier layout's: its format marker or, before the marker existed, its fields)."""
     try:
         manifest = storage.read_json(storage.join(out_dir, MANIFEST))
     except (OSError, ValueError):
         return None
-    if not isinstance(manifest, dict):
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("blocks"), list):
         return None
-    if manifest.get("format") == FORMAT or (not manifest.get("format")
-                                             and {"fingerprint", "blocks", "lang", "model"} <= manifest.keys()):
+    meta, form = manifest.get("meta"), manifest.get("format")
+    if form == store.FORMAT and isinstance(meta, dict) and "fingerprint" in meta and "languages" in manifest:
         return manifest
-    return None
+    legacy = form == LEGACY_FORMAT or (not form and {"fingerprint", "lang", "model"} <= manifest.keys())
+    return manifest if legacy else None
 
 
 def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
@@ -274,15 +285,16 @@ def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
 
 def _manifest(files: list[InputFile], records: list[dict], model: dict, lang: str, dtype: str, dim: int,
               config: dict[str, Any], fp: str, job: dict[str, Any]) -> dict[str, Any]:
-    """The manifest, once every block's rows and empty lines add up to the inputs'."""
+    """The manifest (`store.make_manifest`, this job's under `meta`), once every block's rows and empty lines
+    add up to the inputs'."""
     rows, empty = sum(r["rows"] for r in records), sum(r["empty"] for r in records)
     if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
         raise AssertionError(f"blocks hold {rows} sentences ({empty} empty), the inputs "
                              f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})")
-    blocks = [{k: r[k] for k in ("name", "source", "first_line", "rows", "empty", "sha256")} for r in records]
-    return {"format": FORMAT, "fingerprint": fp, "lang": lang, "dtype": dtype, "dim": dim, "rows": rows, "empty": empty,
-            "inputs": [dataclasses.asdict(f) for f in files], "model": model, "blocks": blocks,
-            "job": job, "config": config}
+    sources = [{k: r[k] for k in ("name", "source", "first_line", "rows", "empty")} for r in records]
+    meta = {"fingerprint": fp, "lang": lang, "empty": empty, "inputs": [dataclasses.asdict(f) for f in files],
+            "model": model, "sources": sources, "job": job, "config": config}
+    return store.make_manifest(records, languages=[lang], dim=dim, dtype=dtype, meta=meta)
 
 
 def _model_languages(model_path: Path) -> tuple[list[str], int]:

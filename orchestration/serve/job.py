@@ -11,14 +11,16 @@ The actors:
     UseEmbedFn      texts, every language, by the offline multilingual USE baseline (`evaluate`)
     BlockEmbedFn    a block of an input file, one language (`embed`, `mine`: `serve.corpus`)
 
-The first three write `evaluation.store` blocks (key-ordered, published as one folder); `BlockEmbedFn`
-writes `serve.corpus` blocks (input-ordered, each with its record, the completion marker a rerun looks
-for). Both kinds write their arrays with `evaluation.store.save_array`: whole or not at all. Models load through
+All four write blocks of the one format of `evaluation.store`: the first three key-ordered blocks into a
+staging folder, published as one folder (`store.write_block`, `store.publish`); `BlockEmbedFn` input-ordered
+blocks in place, each with its record, the completion marker a rerun looks for (`serve.corpus.write_block`,
+`store.save_block`). Every array is written whole or not at all (`evaluation.npy.save_array`). Models load through
 `orchestration.model_dir` (`load`) or `SentenceEmbedder.load`, which verify the files first.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,12 +71,18 @@ class _TuplesFn:
         from evaluation.store import write_block
 
         if not len(batch["key"]):
-            return {"name": np.array([], object), "rows": np.array([], np.int64),
+            return {"name": np.array([], object), "rows": np.array([], np.int64), "sha256": np.array([], object),
                     "first_key": np.array([], object), "last_key": np.array([], object)}
         vectors = {lang: self.embed_language(batch, lang).astype(self.dtype) for lang in self.languages}
         record = write_block(Path(self.staging), list(batch["key"]), vectors,
                              {lang: batch[f"{lang}_text"] for lang in self.languages})
+        record["sha256"] = json.dumps(record["sha256"])  # {lang: sha256} travels as text (`decode_record`)
         return {name: np.array([value], object if isinstance(value, str) else None) for name, value in record.items()}
+
+
+def decode_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A `_TuplesFn` record as `evaluation.store.write_block` returned it (its sha256 a dict again)."""
+    return {**record, "sha256": json.loads(record["sha256"])}
 
 
 class SplitEmbedFn(_TuplesFn):
@@ -157,7 +165,8 @@ class BlockEmbedFn:
             spec = BlockSpec(**{f.name: _plain(batch[f.name][i]) for f in dataclasses.fields(BlockSpec)})
             sentences = read_block(spec, column=self.column)
             vectors = self.embedder.embed(sentences, self.lang).astype(self.dtype)  # (rows, D)
-            records.append(write_block(self.out_dir, spec, vectors, sum(not s for s in sentences), self.fingerprint))
+            records.append(write_block(self.out_dir, spec, self.lang, vectors, sum(not s for s in sentences),
+                                       self.fingerprint))
         return {"index": np.array([r["index"] for r in records]), "rows": np.array([r["rows"] for r in records])}
 
 

@@ -42,6 +42,58 @@ def test_blocks_come_back_in_key_order_and_aligned(tmp_path):
     assert reopened == store
 
 
+def test_every_block_has_its_record_and_the_manifest_its_checksums(tmp_path):
+    from core import storage
+
+    store, _, _, _ = stored(tmp_path)
+    folder = tmp_path / "emb"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["format"] == "interlingua-stored-embeddings/2" and manifest["languages"] == ["en", "fr"]
+    assert manifest["columns"] == ["key", "en_text", "en_hash", "fr_text", "fr_hash"]
+    for block in manifest["blocks"]:
+        record = json.loads((folder / f"{block['name']}.json").read_text())
+        assert {k: record[k] for k in ("name", "start", "rows", "sha256")} == block
+        assert block["sha256"] == {lang: storage.sha256(folder / lang / f"{block['name']}.npy")
+                                   for lang in ("en", "fr")}
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "en", "fr", "keys.json", "manifest.json", *(f"part-{i:05d}.json" for i in range(4)), "rows"]
+
+
+def test_a_folder_of_the_first_format_still_opens_and_is_replaced(tmp_path):
+    """Evaluate's folders written before block records (format /1): read alike, and recognised as ours."""
+    store, keys, arrays, _ = stored(tmp_path)
+    folder = tmp_path / "emb"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for block in manifest["blocks"]:
+        (folder / f"{block['name']}.json").unlink()
+        del block["sha256"]
+    del manifest["columns"]
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": "interlingua-stored-embeddings/1"}))
+    old = StoredEmbeddings.open(folder)
+    assert old.starts == store.starts and list(old.column("key")) == keys
+    np.testing.assert_array_equal(old.rows("fr"), arrays["fr"])
+    new, _, again, _ = stored(tmp_path, seed=1, cuts=(0, 50))  # publishing over it
+    np.testing.assert_array_equal(new.rows("en"), again["en"])
+
+
+def test_a_store_without_rows_files_says_so(tmp_path):
+    from evaluation.store import NoRowsError, make_manifest, save_block
+
+    folder = tmp_path / "vectors"
+    vectors = np.arange(12, dtype=np.float32).reshape(4, 3)
+    records = [save_block(folder, "part-00000", {"fr": vectors[:3]}),
+               save_block(folder, "part-00001", {"fr": vectors[3:]})]
+    manifest = make_manifest(records, languages=["fr"], dim=3, dtype="float32")
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    store = StoredEmbeddings.open(folder)
+    np.testing.assert_array_equal(store.rows("fr"), vectors)
+    assert store.starts == (0, 3, 4)
+    with pytest.raises(NoRowsError, match="no column 'key'.*vectors only"):
+        store.column("key")
+    with pytest.raises(NoRowsError, match="no text hashes"):
+        store.hashes()
+
+
 def test_publishing_again_replaces_the_folder_whole(tmp_path):
     stored(tmp_path, seed=0)
     store, _, arrays, _ = stored(tmp_path, seed=1, cuts=(0, 50))

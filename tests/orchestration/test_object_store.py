@@ -75,7 +75,7 @@ def bucket_model(s3_bucket, small_dataset, tmp_path_factory):
 
 def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(s3_bucket, bucket_model, small_dataset, tmp_path,
                                                                monkeypatch, book_lines, capsys):
-    from orchestration.serve.corpus import load_embeddings
+    from evaluation.store import StoredEmbeddings
     from orchestration.serve.embedder import SentenceEmbedder
 
     monkeypatch.chdir(tmp_path)
@@ -90,18 +90,22 @@ def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(s3_bucket, bucket
     assert "106 sentences (0 empty)" in capsys.readouterr().out
     manifest = storage.read_json(f"{out}/manifest.json")
     # the glob's matches in name order, read from the bucket: Obadiah, then Ruth
-    assert [i["path"] for i in manifest["inputs"]] == [f"{s3_bucket}/corpus/{n}.txt" for n in ("obadiah", "ruth")]
-    assert manifest["model"]["dir"] == model
-    blocks = [f"part-0000{i}.{x}" for i in range(4) for x in ("json", "npy")]
-    assert sorted(storage.files(out)) == ["manifest.json", *blocks]
-    assert all(storage.sha256(f"{out}/{b['name']}") == b["sha256"] for b in manifest["blocks"])
+    assert [i["path"] for i in manifest["meta"]["inputs"]] == [f"{s3_bucket}/corpus/{n}.txt"
+                                                               for n in ("obadiah", "ruth")]
+    assert manifest["meta"]["model"]["dir"] == model
+    blocks = [f"{x}part-0000{i}.{e}" for i in range(4) for x, e in (("", "json"), ("fr/", "npy"))]
+    assert sorted(storage.files(out)) == sorted(["manifest.json", *blocks])
+    assert all(storage.sha256(f"{out}/fr/{b['name']}.npy") == b["sha256"]["fr"] for b in manifest["blocks"])
     expected = SentenceEmbedder.load(local_model).embed(fr[85:] + fr[:85], "fr")
-    np.testing.assert_allclose(load_embeddings(out), expected, rtol=1e-5, atol=1e-6)
+    stored = StoredEmbeddings.open(out)  # read from the bucket, block by block
+    assert stored.folder == out and stored.starts == (0, 21, 53, 85, 106)
+    np.testing.assert_allclose(stored.rows("fr"), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stored.rows("fr", 20, 54), expected[20:54], rtol=1e-5, atol=1e-6)
 
     # a rerun does nothing; a block lost (with its record) is the only one embedded again
     assert main(args) == Exit.OK and "0 embedded now, 4 complete already" in capsys.readouterr().out
     storage.delete_file(f"{out}/part-00003.json")
-    storage.delete_file(f"{out}/part-00003.npy")
+    storage.delete_file(f"{out}/fr/part-00003.npy")
     assert main(args) == Exit.OK and "1 embedded now, 3 complete already" in capsys.readouterr().out
     assert storage.read_json(f"{out}/manifest.json") == manifest  # identical, every sha256 included
 

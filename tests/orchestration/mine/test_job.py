@@ -94,7 +94,7 @@ def test_a_model_directory_embeds_with_the_corpus_job_and_a_rerun_reuses_its_blo
     sentences = pq.read_table(result.out_dir / "embeddings" / "fr" / "sentences.parquet")["text"].to_pylist()
     assert manifest["rows"] == len(sentences) == json.loads((result.out_dir / "manifest.json").read_text())[
         "inputs"]["fr"]["distinct"]
-    stored = np.concatenate([np.load(blocks / b["name"]) for b in manifest["blocks"]])
+    stored = np.concatenate([np.load(blocks / "fr" / f"{b['name']}.npy") for b in manifest["blocks"]])
     np.testing.assert_allclose(stored, SentenceEmbedder.load(model).embed(sentences, "fr"), atol=1e-5)
     marker = blocks / "part-00000.json"
     written = marker.stat().st_mtime_ns

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from orchestration.cli import main
 from orchestration.mine.report import FORMAT, check_output
 from core import storage
+from evaluation.store import save_block
 from tests.conftest import write_lines
 
 SENTINEL = b"a user's file: never overwrite me\n"
@@ -49,6 +51,15 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     storage.end_writes(folder)
     (folder / "report.png").write_bytes(b"png")
     assert set(check_output(folder)) >= {"manifest.json", "report.png", "pairs-fr-en.parquet"}
+    blocks = folder / "embeddings" / "fr" / "blocks"
+    save_block(blocks, "part-00000", {"fr": np.zeros((2, 4), np.float32)}, index=0, fingerprint="fp")
+    (blocks / "fr" / "part-00001.tmp.npy").write_bytes(b"half")  # a block a killed run was writing
+    assert {"embeddings/fr/blocks/part-00000.json", "embeddings/fr/blocks/fr/part-00000.npy",
+            "embeddings/fr/blocks/fr/part-00001.tmp.npy"} <= set(check_output(folder))
+    (blocks / "fr" / "notes.txt").write_bytes(SENTINEL)
+    with pytest.raises(storage.ForeignDataError, match="embeddings/fr/blocks/fr/notes.txt"):
+        check_output(folder)
+    (blocks / "fr" / "notes.txt").unlink()
     (folder / "embeddings" / "fr" / "blocks" / "thesis.txt").write_bytes(SENTINEL)
     with pytest.raises(storage.ForeignDataError, match="embeddings/fr/blocks/thesis.txt"):
         check_output(folder)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from evaluation.store import StoredEmbeddings
 from orchestration.serve.corpus import embed_corpus
 from orchestration.serve.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
 from core.dataset import file_sha256
@@ -44,31 +45,41 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
     options = dict(lang="fr", model_dir=model_dir, config={"name": "test"}, column="verse", block_rows=32, actors=2)
     first = embed_corpus(inputs, out, **options)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert first.rows == manifest["rows"] == len(sentences) == 156 and first.empty == manifest["empty"] == 3
-    assert [i["rows"] for i in manifest["inputs"]] == [87, 21, 48]
-    assert [i["empty"] for i in manifest["inputs"]] == [2, 0, 1]
-    assert all(i["bytes"] == (tmp_path / i["path"]).stat().st_size for i in manifest["inputs"])
-    assert [(b["source"].rsplit("/", 1)[1], b["first_line"], b["rows"]) for b in manifest["blocks"]] == [
+    meta = manifest["meta"]
+    assert manifest["format"] == "interlingua-stored-embeddings/2" and manifest["languages"] == ["fr"]
+    assert first.rows == manifest["rows"] == len(sentences) == 156 and first.empty == meta["empty"] == 3
+    assert [i["rows"] for i in meta["inputs"]] == [87, 21, 48]
+    assert [i["empty"] for i in meta["inputs"]] == [2, 0, 1]
+    assert all(i["bytes"] == (tmp_path / i["path"]).stat().st_size for i in meta["inputs"])
+    assert [(b["source"].rsplit("/", 1)[1], b["first_line"], b["rows"]) for b in meta["sources"]] == [
         ("a.txt", 1, 32), ("a.txt", 33, 32), ("a.txt", 65, 23), ("b.txt", 1, 21), ("jonah.parquet", 1, 32),
         ("jonah.parquet", 33, 16)]
+    assert [(b["start"], b["rows"]) for b in manifest["blocks"]] == [(0, 32), (32, 32), (64, 23), (87, 21),
+                                                                     (108, 32), (140, 16)]
     assert sum(b["rows"] for b in manifest["blocks"]) == manifest["rows"]
-    assert sum(b["empty"] for b in manifest["blocks"]) == manifest["empty"]
-    assert all(file_sha256(out / b["name"]) == b["sha256"] for b in manifest["blocks"])
-    assert manifest["model"]["model_sha256"] == file_sha256(model_dir / "model.pt")
-    assert manifest["config"] == {"name": "test"}
-    vectors = np.concatenate([np.load(out / b["name"]) for b in manifest["blocks"]])
+    assert sum(b["empty"] for b in meta["sources"]) == meta["empty"]
+    assert all(file_sha256(out / "fr" / f"{b['name']}.npy") == b["sha256"]["fr"] for b in manifest["blocks"])
+    for block in manifest["blocks"]:  # each block's record: the completion marker, with its checksum
+        record = json.loads((out / f"{block['name']}.json").read_text())
+        assert record["sha256"] == block["sha256"] and record["fingerprint"] == meta["fingerprint"]
+    assert meta["model"]["model_sha256"] == file_sha256(model_dir / "model.pt")
+    assert meta["config"] == {"name": "test"}
+    vectors = np.concatenate([np.load(out / "fr" / f"{b['name']}.npy") for b in manifest["blocks"]])
     expected = SentenceEmbedder.load(model_dir).embed(sentences, "fr")  # the same normalization and BPE
     np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-6)
+    store = StoredEmbeddings.open(out)  # the one reader of stored embeddings
+    np.testing.assert_array_equal(store.rows("fr"), vectors)
+    np.testing.assert_array_equal(store.rows("fr", 30, 90), vectors[30:90])  # across three blocks
 
     # a killed run: one block missing, another half-written; the rerun embeds only the missing one
-    (out / "part-00002.npy").unlink()
+    (out / "fr" / "part-00002.npy").unlink()
     (out / "part-00002.json").unlink()
-    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.npy")}
-    (out / "part-00004.tmp.npy").write_bytes(b"half")
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("fr/part-*.npy")}
+    (out / "fr" / "part-00004.tmp.npy").write_bytes(b"half")
     again = embed_corpus(inputs, out, **options)
     assert again.computed == 1 and again.blocks == 6
-    assert {p.name: p.stat().st_mtime_ns for p in out.glob("part-*.npy") if p.name != "part-00002.npy"} == kept
-    assert not list(out.glob("*.tmp*"))
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("fr/part-*.npy") if p.name != "part-00002.npy"} == kept
+    assert not list(out.rglob("*.tmp*"))
     assert json.loads((out / "manifest.json").read_text()) == manifest  # identical, sha256 included
     assert embed_corpus(inputs, out, **options).computed == 0
 
@@ -77,7 +88,8 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
         embed_corpus(inputs[:1], out, **options)
     forced = embed_corpus(inputs[:1], out, **options, force=True)
     assert forced.rows == 108
-    assert sorted(p.name for p in out.glob("part-*.npy")) == [f"part-0000{i}.npy" for i in range(4)]
+    assert sorted(p.name for p in out.glob("fr/part-*.npy")) == [f"part-0000{i}.npy" for i in range(4)]
+    assert sorted(p.name for p in out.glob("part-*.json")) == [f"part-0000{i}.json" for i in range(4)]
 
 
 def test_inputs_are_resolved_and_planned_in_order(corpus, tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from orchestration.cli import main
 from orchestration.serve import corpus
 from core.storage import ForeignDataError
+from evaluation.store import save_block
 from tests.orchestration.helpers import untrained_model_dir
 
 SENTINEL = "a user's file: never delete me\n"
@@ -38,9 +39,20 @@ def error(capsys) -> str:
 
 def own_stale_block(folder, index: int = 0) -> None:
     """A block and its record as an earlier embed run of other inputs wrote them."""
-    np.save(folder / f"part-{index:05d}.npy", np.zeros((2, 4), np.float32))
-    record = {"name": f"part-{index:05d}.npy", "index": index, "fingerprint": "other", "rows": 2}
-    (folder / f"part-{index:05d}.json").write_text(json.dumps(record))
+    save_block(folder, f"part-{index:05d}", {"fr": np.zeros((2, 4), np.float32)}, index=index, fingerprint="other")
+
+
+def old_layout(folder, blocks: int = 2, fp: str = "same") -> None:
+    """A complete output of the earlier embed layout: part-N.npy beside its record part-N.json, and the
+    manifest of format interlingua-embeddings/1."""
+    folder.mkdir(exist_ok=True)
+    for index in range(blocks):
+        np.save(folder / f"part-{index:05d}.npy", np.zeros((2, 4), np.float32))
+        record = {"name": f"part-{index:05d}.npy", "index": index, "fingerprint": fp, "rows": 2, "sha256": "0" * 64}
+        (folder / f"part-{index:05d}.json").write_text(json.dumps(record))
+    blocks = [{"name": f"part-{i:05d}.npy", "rows": 2} for i in range(blocks)]
+    (folder / "manifest.json").write_text(json.dumps({"format": "interlingua-embeddings/1", "fingerprint": fp,
+                                                      "lang": "fr", "model": {}, "blocks": blocks}))
 
 
 def test_force_never_deletes_a_users_files_in_the_output(tmp_path, args, capsys):
@@ -54,7 +66,7 @@ def test_force_never_deletes_a_users_files_in_the_output(tmp_path, args, capsys)
     assert "part-1-thesis.txt" in line and "manifest.json" in line and str(out) in line
     assert (out / "part-1-thesis.txt").read_text() == SENTINEL
     assert json.loads((out / "manifest.json").read_text()) == {"my": "own manifest"}
-    assert (out / "part-00000.npy").exists()  # nothing at all removed
+    assert (out / "fr" / "part-00000.npy").exists()  # nothing at all removed
 
 
 def test_force_removes_its_own_stale_embeddings_only(tmp_path):
@@ -62,7 +74,7 @@ def test_force_removes_its_own_stale_embeddings_only(tmp_path):
     out.mkdir()
     own_stale_block(out, 0)
     own_stale_block(out, 1)
-    (out / "part-00002.tmp.npy").write_bytes(b"half")
+    (out / "fr" / "part-00002.tmp.npy").write_bytes(b"half")
     with pytest.raises(corpus.CorpusError, match="--force"):
         corpus._completed(out, "new", [], force=False)
     assert corpus._completed(out, "new", [], force=True) == set()
@@ -72,6 +84,39 @@ def test_force_removes_its_own_stale_embeddings_only(tmp_path):
     with pytest.raises(ForeignDataError, match="notes.txt"):
         corpus._completed(out, "new", [], force=True)
     assert (out / "notes.txt").read_text() == SENTINEL and (out / "part-00000.json").exists()
+    (out / "fr" / "notes.txt").write_text(SENTINEL)  # inside the language folder too
+    (out / "notes.txt").unlink()
+    with pytest.raises(ForeignDataError, match="fr/notes.txt"):
+        corpus._completed(out, "new", [], force=True)
+    assert (out / "fr" / "notes.txt").read_text() == SENTINEL and (out / "fr" / "part-00000.npy").exists()
+
+
+def test_an_output_of_the_earlier_layout_is_ours_to_replace_with_force_only(tmp_path):
+    """Blocks beside their records (part-N.npy, part-N.json) and the old manifest: recognised as interlingua's,
+    never resumed (even of the same inputs), refused without --force, removed with it (its own files alone)."""
+    out = tmp_path / "out"
+    old_layout(out)
+    (out / "part-00003.tmp.npy").write_bytes(b"half")  # a killed run of that layout
+    with pytest.raises(corpus.CorpusError, match="other inputs.*--force"):
+        corpus._completed(out, "same", [], force=False)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "part-00000.json", "part-00000.npy",
+                                                     "part-00001.json", "part-00001.npy", "part-00003.tmp.npy"]
+    (out / "thesis.txt").write_text(SENTINEL)
+    with pytest.raises(ForeignDataError, match="thesis.txt"):
+        corpus._completed(out, "same", [], force=True)
+    assert (out / "thesis.txt").read_text() == SENTINEL and (out / "part-00001.npy").exists()
+    (out / "thesis.txt").unlink()
+    assert corpus._completed(out, "same", [], force=True) == set()
+    assert out.is_dir() and not list(out.iterdir())
+
+
+def test_force_over_the_earlier_layout_keeps_a_users_file(tmp_path, args, capsys):
+    out = tmp_path / "out"
+    old_layout(out)
+    (out / "part-1-thesis.txt").write_text(SENTINEL)
+    assert main([*args, "-o", str(out), "--force"]) == 2
+    assert "part-1-thesis.txt" in error(capsys)
+    assert (out / "part-1-thesis.txt").read_text() == SENTINEL and len(list(out.iterdir())) == 6
 
 
 def test_an_output_holding_the_inputs_is_refused(tmp_path, args, capsys):
