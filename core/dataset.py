@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.errors import UserError
-from core import storage
+from core import ownership, storage
 
 FORMAT = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
@@ -102,7 +102,7 @@ def publish(staging: Path, data_dir: Path, manifest: dict[str, Any]) -> None:
     whole until the new one is in; then only its own files are removed. ForeignDataError, before anything
     moves, if `data_dir` holds anything but a dataset's files (`check_replaceable`)."""
     storage.write_json(staging / MANIFEST, manifest)
-    storage.swap_in(staging, data_dir, check_replaceable(data_dir) if data_dir.exists() else None)
+    ownership.swap_in(staging, data_dir, check_replaceable(data_dir) if data_dir.exists() else None)
 
 
 def own_entries(manifest: dict[str, Any] | None) -> set[str]:
@@ -114,8 +114,8 @@ def own_entries(manifest: dict[str, Any] | None) -> set[str]:
     spm = manifest["spm"]
     prefix = posixpath.dirname(spm["model"])  # "" for a local dataset, `attempt-.../` under a URI
     names += [spm["model"], spm.get("vocab", posixpath.join(prefix, SPM_VOCAB)),
-              posixpath.join(prefix, CONFIG_FILE), MANIFEST, storage.STAGING_MARKER]
-    return storage.with_parents(names)
+              posixpath.join(prefix, CONFIG_FILE), MANIFEST, ownership.STAGING_MARKER]
+    return ownership.with_parents(names)
 
 
 def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> list[str]:
@@ -126,13 +126,13 @@ def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> lis
         try:
             manifest = load_manifest(data_dir)
         except DatasetError as exc:
-            raise storage.ForeignDataError(
+            raise ownership.ForeignDataError(
                 f"{what}: {data_dir} holds a manifest.json that is not an interlingua dataset's ({exc}); it is "
                 "never replaced: choose another directory") from None
     ours = own_entries(manifest)
     # a URI's attempt prefixes: the current dataset's files and those of crashed runs, each marked as staging
-    staged = {name for name in storage.subdirectories(data_dir) if storage.is_staging(storage.join(data_dir, name))}
-    return storage.check_only_ours(
+    staged = {name for name in storage.subdirectories(data_dir) if ownership.is_staging(storage.join(data_dir, name))}
+    return ownership.check_only_ours(
         data_dir, lambda e: e in ours or e.split("/")[0] in staged, what=what,
         advice="choose a new or empty directory for the dataset, or move those files away")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from core import storage
+from core import ownership
 
 Matrix = dict[tuple[str, str], float]
 FILES = ("error_matrix.csv", "error_matrix.png", "metrics.json")
@@ -45,7 +45,7 @@ def check_output(out_dir: Path, *, also: tuple[str, ...] = ()) -> list[str]:
     """The entries of an evaluation folder once each is this product's (`FILES`, the `also` files beside them,
     and what lies in `SUBFOLDERS`); ForeignDataError naming the others, before the evaluation overwrites any."""
     names = {*FILES, *also}
-    return storage.check_only_ours(
+    return ownership.check_only_ours(
         out_dir, lambda e: e in names or e.split("/")[0] in SUBFOLDERS, what="evaluation folder",
         advice="move those files out of it; interlingua writes only its own evaluation there")
 

@@ -36,8 +36,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from core import storage
-from evaluation.npy import NpyFile, NpyWriter, save_array  # noqa: F401 - the store's array I/O, imported from here
+from core import ownership, storage
+from evaluation.npy import NpyFile, save_array
 
 FORMAT = "interlingua-stored-embeddings/2"
 FORMATS = ("interlingua-stored-embeddings/1", FORMAT)  # /1: evaluate's, before block records
@@ -95,7 +95,7 @@ def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = 
     """The relative paths the blocks `names` consist of (their folders too): what a store's owner may
     replace. `rows`: with their rows files."""
     names, languages = list(names), list(languages)
-    return storage.with_parents([*(f"{n}.json" for n in names), *(f"{lang}/{n}.npy" for lang in languages
+    return ownership.with_parents([*(f"{n}.json" for n in names), *(f"{lang}/{n}.npy" for lang in languages
                                                                   for n in names),
                                  *((f"{ROWS}/{n}.parquet" for n in names) if rows else ())])
 
@@ -144,7 +144,7 @@ def publish(staging: Path, folder: Path, records: list[dict[str, Any]], *, langu
                              meta=meta)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     _write_keys(staging, [r["name"] for r in named])
-    storage.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
+    ownership.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
     return StoredEmbeddings.open(folder)
 
 
@@ -162,12 +162,12 @@ def read_manifest(folder: storage.Location) -> dict[str, Any] | None:
 def check_replaceable(folder: Path) -> list[str]:
     """The entries of an embeddings folder once each is one `publish` wrote (what its manifest names);
     ForeignDataError naming the others, which are never removed."""
-    ours = {storage.STAGING_MARKER}
+    ours = {ownership.STAGING_MARKER}
     manifest = read_manifest(folder)
     if manifest is not None:
         ours |= {MANIFEST, KEYS} | block_files([b["name"] for b in manifest["blocks"]],
                                                manifest.get("languages", []), rows=True)
-    return storage.check_only_ours(folder, lambda e: e in ours, what="embeddings folder",
+    return ownership.check_only_ours(folder, lambda e: e in ours, what="embeddings folder",
                                    advice="move those files out of it; interlingua replaces only its own embeddings")
 
 

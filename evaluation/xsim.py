@@ -30,7 +30,8 @@ import numpy as np
 
 from evaluation.metrics import margin_choice, metrics_from_counts, retrieval_counts
 from evaluation.search import count_better, merge, normalized, pair_scores, recall_at, search_shard
-from evaluation.store import NpyFile, NpyWriter, StoredEmbeddings
+from evaluation.npy import NpyFile, NpyWriter
+from evaluation.store import StoredEmbeddings
 
 Pair = tuple[str, str]
 QUERY_BLOCK = 16384  # queries per task: a (block, shard) score tile stays well under a GiB

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from core import storage
+from core import ownership, storage
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
 
 log = logging.getLogger(__name__)
@@ -76,23 +76,23 @@ def fetch(location: str | Path) -> Path:
 
 def publish(local: Path, location: str | Path) -> None:
     """Put the finished local model directory `local` at `location`, replacing a model there only if it holds
-    nothing but a model's files (`check_replaceable`). Locally by two renames (`storage.swap_in`); at a URI
+    nothing but a model's files (`check_replaceable`). Locally by two renames (`ownership.swap_in`); at a URI
     the old model.pt is removed first and the new one uploaded last, so no reader ever finds a model.pt
     beside another model's files."""
     if not storage.is_uri(location):
         target = Path(location)
         previous = check_replaceable(target) if target.exists() else None
-        storage.swap_in(local, target, previous)
+        ownership.swap_in(local, target, previous)
         return
     previous = check_replaceable(location)
     if MODEL_FILE in previous:
         storage.delete_file(storage.join(location, MODEL_FILE))
-    names = [n for n in storage.files(local) if n != storage.STAGING_MARKER]
+    names = [n for n in storage.files(local) if n != ownership.STAGING_MARKER]
     for name in sorted(names, key=lambda n: n == MODEL_FILE):
         storage.write_bytes(storage.join(location, name), (local / name).read_bytes())
     stale = [n for n in previous if n not in names]
     if stale:
-        storage.remove_ours(location, stale, keep_root=True)
+        ownership.remove_ours(location, stale, keep_root=True)
 
 
 def training_run_id(train_dir: str | Path) -> str | None:
@@ -117,7 +117,7 @@ def check(model_dir: str | Path) -> str | Path:
 def check_replaceable(model_dir: Path) -> list[str]:
     """The files of `model_dir` once it holds nothing but a model's (what an export may replace);
     ForeignDataError naming the others."""
-    return storage.check_only_ours(model_dir, lambda e: e in FILES, what="the model directory",
+    return ownership.check_only_ours(model_dir, lambda e: e in FILES, what="the model directory",
                                    advice="move those files out of it; interlingua replaces only its model's files")
 
 

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from core import dataset, storage
+from core import dataset, ownership, storage
 from core.schema import dump_yaml
 from pipelines import sources, staging
 from pipelines.accounting import check_accounting, check_not_empty, check_splits_not_empty, count_table
@@ -142,7 +142,7 @@ def run_prepare(
         staging.commit(staged, data_dir, manifest)
     except BaseException:
         if not storage.is_uri(data_dir):  # a URI's attempt prefix is removed by the next commit
-            storage.remove_staging(staged.root)  # no half-built dataset left; the previous one is untouched
+            ownership.remove_staging(staged.root)  # no half-built dataset left; the previous one is untouched
         raise
     seconds = time.monotonic() - started
     log.info("published %s in %.1fs", data_dir, seconds)

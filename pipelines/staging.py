@@ -16,7 +16,7 @@ because object stores cannot rename a directory:
    so an unfinished prefix is never read, and the previous manifest with its
    files stays the dataset until the new manifest replaces it;
 3. only then are the other `attempt-*` prefixes deleted: the previous dataset's and
-   those of crashed runs, each holding the staging marker (`storage.STAGING_MARKER`)
+   those of crashed runs, each holding the staging marker (`ownership.STAGING_MARKER`)
    that says the product made it; nothing else under the location is touched.
 
 The manifest replaces the previous one atomically: on a filesystem that renames
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core import dataset, storage
+from core import dataset, ownership, storage
 
 ATTEMPT = "attempt-"
 
@@ -63,11 +63,11 @@ def stage(data_dir: str | Path, fingerprint: str) -> Staging:
     """An empty place for a new run's files: a staging directory, or a fresh prefix under a URI."""
     if not storage.is_uri(data_dir):
         path = dataset.staging_dir(Path(data_dir), fingerprint)
-        storage.make_staging(path)  # one left by a crashed run of the same config is replaced
+        ownership.make_staging(path)  # one left by a crashed run of the same config is replaced
         return Staging(str(path), "")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     name = f"{ATTEMPT}{fingerprint[:12]}-{stamp}-{uuid.uuid4().hex[:8]}"
-    storage.make_staging(storage.join(data_dir, name))
+    ownership.make_staging(storage.join(data_dir, name))
     return Staging(storage.join(data_dir, name), name + "/")
 
 
@@ -99,7 +99,7 @@ def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> 
     storage.write_json(storage.join(data_dir, dataset.MANIFEST), manifest)
     for name in storage.subdirectories(data_dir):
         if name.startswith(ATTEMPT) and name + "/" != staging.prefix:
-            storage.remove_staging(storage.join(data_dir, name))  # only prefixes marked as the product's
+            ownership.remove_staging(storage.join(data_dir, name))  # only prefixes marked as the product's
 
 
 def _check_members(data_dir: str | Path, manifest: dict[str, Any]) -> None:

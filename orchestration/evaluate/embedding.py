@@ -22,7 +22,7 @@ from evaluation.store import StoredEmbeddings, publish
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
 from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, decode_record, run_actors
-from core import storage
+from core import ownership
 from core.dataset import Dataset
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
         records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows)
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
-        storage.remove_staging(_staging(folder))
+        ownership.remove_staging(_staging(folder))
         raise EvaluateError(f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2")
     _log_skipped(config, rows)
     return publish(_staging(folder), folder, records, languages=languages, meta=meta)
@@ -132,7 +132,7 @@ def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | No
     staging folder."""
     e, r = config.evaluate, config.runtime
     staging = _staging(folder)
-    storage.make_staging(staging)
+    ownership.make_staging(staging)
     kwargs = dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu,
                   dtype=e.dtype, staging=str(staging))
     records = run_actors(tuples, actor, kwargs, rows=rows * len(languages),

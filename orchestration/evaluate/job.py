@@ -41,7 +41,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.progress import Progress
 from orchestration.state import read_state, write_state
-from core import storage
+from core import ownership, storage
 from core.dataset import Dataset, file_sha256, fingerprint
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def mirrored(location: str) -> Iterator[Path]:
         names = storage.upload_dir(work, location, last=(STATE_FILE,))
         stale = sorted(before - set(names))
         if stale:
-            storage.remove_ours(location, stale, keep_root=True)
+            ownership.remove_ours(location, stale, keep_root=True)
 
 
 def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label: str | None,

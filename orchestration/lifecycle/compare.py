@@ -17,7 +17,7 @@ import numpy as np
 from evaluation.report import grid
 from orchestration import tracking
 from orchestration.config import Config, ConfigError
-from core.storage import ForeignDataError
+from core.ownership import ForeignDataError
 
 IGNORED = {"run_dir", "dataset_dir", "name"}  # differ by construction
 PLOT_SOFTWARE = "interlingua compare"  # in the PNG it writes: the one kind of file --plot may replace

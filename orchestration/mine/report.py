@@ -6,7 +6,7 @@
     <output>/report.png              score histograms with the threshold, calibration curves
 
 The output may be a URI: the files are written in a local scratch folder and uploaded, the manifest last,
-while the write journal (`core.storage.begin_writes`) names them at the URI.
+while the write journal (`core.ownership.begin_writes`) names them at the URI.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from evaluation.mining import Pairs
 from orchestration import tracking
 from orchestration.config import Config
-from core import storage
+from core import ownership, storage
 from core.dataset import file_sha256
 
 FORMAT = "interlingua-mined/1"
@@ -57,7 +57,7 @@ def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePai
     log the MLflow run; return its id."""
     check_output(out_dir)
     names = [f"pairs-{r.name}.parquet" for r in results] + [REPORT]
-    storage.begin_writes(out_dir, [MANIFEST, *names])
+    ownership.begin_writes(out_dir, [MANIFEST, *names])
     if storage.exists(storage.join(out_dir, MANIFEST)):  # an unfinished output is never taken for a finished one
         storage.delete_file(storage.join(out_dir, MANIFEST))
     with tempfile.TemporaryDirectory(prefix="interlingua-mined-") as scratch:
@@ -79,7 +79,7 @@ def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePai
         storage.write_json(work / MANIFEST, manifest)
         if storage.is_uri(out_dir):
             storage.write_bytes(storage.join(out_dir, MANIFEST), (work / MANIFEST).read_bytes())
-        storage.end_writes(out_dir)
+        ownership.end_writes(out_dir)
         return _log(config, uri, work, results, parent_run_id)
 
 
@@ -89,7 +89,7 @@ def check_output(out_dir: str | Path) -> list[str]:
     ForeignDataError naming the others, before any work: a user's folder is never written into."""
     from orchestration.serve.corpus import own_entries as own_blocks
 
-    listed = storage.recorded_writes(out_dir) | {storage.JOURNAL}
+    listed = ownership.recorded_writes(out_dir) | {ownership.JOURNAL}
     try:
         manifest = storage.read_json(storage.join(out_dir, MANIFEST))
     except (OSError, ValueError):
@@ -107,7 +107,7 @@ def check_output(out_dir: str | Path) -> list[str]:
         return (len(parts) <= 2 or parts[2:] in (["sentences.parquet"], ["blocks"])
                 or (parts[2] == "blocks" and parts[1] in blocks and blocks[parts[1]](inside)))
 
-    return storage.check_only_ours(out_dir, ours, what="mine.output_dir",
+    return ownership.check_only_ours(out_dir, ours, what="mine.output_dir",
                                    advice="give mine.output_dir a new or empty directory of its own")
 
 

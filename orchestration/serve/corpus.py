@@ -46,7 +46,7 @@ from orchestration.cluster import ensure_ray
 from orchestration.serve.job import BlockEmbedFn, run_actors
 from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
                                         resolve_inputs)
-from core import storage
+from core import ownership, storage
 from core.dataset import file_sha256, fingerprint
 
 Location = str | Path
@@ -192,7 +192,7 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
         raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
                           "pass --force to replace them, or choose another output directory")
     if stale:
-        storage.remove_ours(out_dir, found, keep_root=True)
+        ownership.remove_ours(out_dir, found, keep_root=True)
         return set()
     for name in found:
         if _TMP_BLOCK.fullmatch(name):
@@ -210,7 +210,7 @@ def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], b
     """The entries of an embeddings folder once each is this product's (`own_entries`, or `ours` when the
     caller has read the folder's records already); ForeignDataError naming the others (a user's files, or
     the inputs themselves when the output is their folder)."""
-    return storage.check_only_ours(
+    return ownership.check_only_ours(
         out_dir, ours or own_entries(out_dir), what=what,
         advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)")
 
@@ -223,7 +223,7 @@ def own_entries(out_dir: Location) -> Callable[[str], bool]:
 
 def _owned(files: list[str], records: dict[str, dict[str, Any]], manifest: dict[str, Any] | None
            ) -> Callable[[str], bool]:
-    ours = storage.with_parents(f for f in files if _TMP_BLOCK.fullmatch(f))
+    ours = ownership.with_parents(f for f in files if _TMP_BLOCK.fullmatch(f))
     for name, record in records.items():
         ours |= {name, record["name"]} if _legacy(record) else store.block_files([record["name"]], record["sha256"])
     if manifest is not None:

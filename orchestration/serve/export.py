@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core import storage
+from core import ownership, storage
 from core.dataset import file_sha256
 from orchestration import model_dir as model_files
 
@@ -70,7 +70,7 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
     out_dir = Path(out_dir).resolve() if out_dir else default_dir(model_dir)
     previous = _replaceable(out_dir)  # before any work: a refused -o costs nothing
     staging = out_dir.with_name(f".{out_dir.name}.partial")
-    storage.make_staging(staging)
+    ownership.make_staging(staging)
     model, _ = model_files.load(model_dir / model_files.MODEL_FILE)
     files, quantized = _write_graphs(model, staging)
     manifest = {
@@ -82,7 +82,7 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
         "files": files, "versions": _versions(),
     }
     storage.write_json(staging / MANIFEST, manifest)  # written last: a folder without it is no export
-    storage.swap_in(staging, out_dir, previous)
+    ownership.swap_in(staging, out_dir, previous)
     log.info("exported %s to %s (%s)", model_dir, out_dir, ", ".join(files))
     return Exported(out_dir, files, quantized)
 
@@ -93,7 +93,7 @@ def _replaceable(out_dir: Path) -> list[str] | None:
         return None
     manifest = read_manifest(out_dir) or {}
     ours = set(manifest.get("files", {})) | ({MANIFEST} if manifest else set())
-    return storage.check_only_ours(out_dir, lambda e: e in ours, what=f"-o {out_dir}",
+    return ownership.check_only_ours(out_dir, lambda e: e in ours, what=f"-o {out_dir}",
                                    advice="give an empty or new directory; interlingua replaces only its own export")
 
 

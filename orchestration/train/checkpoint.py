@@ -22,7 +22,7 @@ from model.batching import DataPosition
 from model.nmt import MultilingualNMT, save_model
 from orchestration import model_dir as model_files
 from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
-from core import storage
+from core import ownership, storage
 from core.schema import dump_yaml
 from core.dataset import file_sha256
 
@@ -116,7 +116,7 @@ def export(checkpoint, model_dir: str | Path, data=None) -> dict[str, Any]:
         model_files.check_replaceable(model_dir)  # before the copy: a foreign file is refused, not found after
     local = Path(model_dir) if not storage.is_uri(model_dir) else Path(tempfile.mkdtemp(prefix="model-export-"))
     staging = local.with_name(f".{local.name}.partial")
-    storage.make_staging(staging)
+    ownership.make_staging(staging)
     try:
         with checkpoint.as_directory() as src:
             shutil.copytree(src, staging, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
@@ -125,7 +125,7 @@ def export(checkpoint, model_dir: str | Path, data=None) -> dict[str, Any]:
             model_files.record_lineage(staging, data)
         model_files.publish(staging, model_dir)  # locally two renames: the old model is never half-deleted
     finally:
-        storage.remove_staging(staging)
+        ownership.remove_staging(staging)
         if storage.is_uri(model_dir):
             shutil.rmtree(local, ignore_errors=True)
     return meta

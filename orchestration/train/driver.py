@@ -32,7 +32,7 @@ from orchestration.config import Config
 from orchestration.state import read_state, write_state
 from orchestration.train import builders, live
 from orchestration.train.builders import WorkerJob
-from core import storage
+from core import ownership, storage
 from core.schema import dump_yaml
 from core.dataset import Dataset, fingerprint
 
@@ -96,9 +96,9 @@ def check_train_dir(train_dir: Path) -> list[str]:
             return True
         if top == "model":
             return not rest or rest in model_files.FILES
-        return not rest and top in (STATE_FILE, model_files.CONFIG_FILE, storage.STAGING_MARKER)
+        return not rest and top in (STATE_FILE, model_files.CONFIG_FILE, ownership.STAGING_MARKER)
 
-    return storage.check_only_ours(train_dir, ours, what="train --force",
+    return ownership.check_only_ours(train_dir, ours, what="train --force",
                                    advice=f"move them out of {train_dir}; --force removes only the run's own files")
 
 
@@ -123,7 +123,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
             "them. Use --force to start over, or another run_dir."
         )
     if force and storage.entries(train_dir):
-        storage.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)
+        ownership.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)
         state = {}
     model_dir = model_files.default(train_dir)
     if state.get("done") and storage.exists(storage.join(model_dir, model_files.MODEL_FILE)):

@@ -32,7 +32,7 @@ from pydantic import Field, ValidationError, field_validator
 from orchestration import tracking
 from orchestration.cluster import ensure_ray
 from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
-from core import storage
+from core import ownership, storage
 from core.schema import Schema, dump_yaml
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ def check_tune_dir(tune_dir: str) -> None:
                 return best.readline().startswith(BEST_HEADER.encode("utf-8"))
         return entry == STATE_FILE or entry.split("/")[0] in ("ray", "trials")
 
-    storage.check_only_ours(tune_dir, ours, what="tune",
+    ownership.check_only_ours(tune_dir, ours, what="tune",
                             advice=f"move them out of {tune_dir}; interlingua writes only its own search there")
 
 

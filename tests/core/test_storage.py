@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from core import storage
+from core import ownership, storage
 from orchestration.config import ConfigError, load_config
 
 
@@ -73,10 +73,10 @@ def test_a_directory_is_uploaded_several_files_at_once_and_its_commit_file_last(
 def test_a_foreign_object_under_a_prefix_is_never_removed(s3_bucket, verse):
     verse = verse("k", 8, 1, 1)
     storage.write_bytes(f"{s3_bucket}/out/notes.txt", verse.encode())
-    with pytest.raises(storage.ForeignDataError, match="notes.txt"):
-        storage.check_only_ours(f"{s3_bucket}/out", lambda e: e == "manifest.json", what="-o", advice="move it")
-    with pytest.raises(storage.ForeignDataError, match="notes.txt"):
-        storage.make_staging(f"{s3_bucket}/out")
+    with pytest.raises(ownership.ForeignDataError, match="notes.txt"):
+        ownership.check_only_ours(f"{s3_bucket}/out", lambda e: e == "manifest.json", what="-o", advice="move it")
+    with pytest.raises(ownership.ForeignDataError, match="notes.txt"):
+        ownership.make_staging(f"{s3_bucket}/out")
     assert storage.read_bytes(f"{s3_bucket}/out/notes.txt") == verse.encode()
 
 

@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from evaluation.store import NpyFile, NpyWriter, StoredEmbeddings, publish, text_hashes, write_block
+from evaluation.npy import NpyFile, NpyWriter
+from evaluation.store import StoredEmbeddings, publish, text_hashes, write_block
 
 
 def stored(tmp_path, n=50, dim=6, cuts=(0, 7, 8, 30, 50), seed=0):
@@ -127,19 +128,19 @@ def test_npy_files_are_written_and_read_by_row_range(tmp_path):
 
 
 def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_path):
-    from core import storage
+    from core import ownership
 
     folder = tmp_path / "embeddings"
 
     def staged(value: float):
         staging = tmp_path / ".embeddings.partial"
-        storage.make_staging(staging)
+        ownership.make_staging(staging)
         record = write_block(staging, ["a", "b"], {"en": np.full((2, 3), value, np.float32)}, {"en": ["x", "y"]})
         return staging, folder, [record]
 
     publish(*staged(1.0), languages=["en"])
     (folder / "en" / "notes.txt").write_text("mine")
-    with pytest.raises(storage.ForeignDataError, match="en/notes.txt"):
+    with pytest.raises(ownership.ForeignDataError, match="en/notes.txt"):
         publish(*staged(2.0), languages=["en"])
     assert (folder / "en" / "notes.txt").read_text() == "mine" and StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 1.0
     (folder / "en" / "notes.txt").unlink()
@@ -150,7 +151,7 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
 
 def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
     from evaluation.report import check_output
-    from core.storage import ForeignDataError
+    from core.ownership import ForeignDataError
 
     for name in ("metrics.json", "state.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

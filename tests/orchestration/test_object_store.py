@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from core import storage
+from core import ownership, storage
 from core.errors import Exit
 from orchestration.cli import main
 from tests.conftest import SMALL_BOOKS
@@ -168,7 +168,7 @@ def test_mine_with_inputs_and_output_in_the_bucket_finds_the_pairs_it_finds_loca
     assert mine_in(f"{s3_bucket}/in", model, out) == Exit.OK
     found = storage.files(out)
     assert {"manifest.json", "report.png", "pairs-fr-en.parquet", "embeddings/fr/sentences.parquet",
-            "embeddings/en/blocks/manifest.json"} <= set(found) and storage.JOURNAL not in found
+            "embeddings/en/blocks/manifest.json"} <= set(found) and ownership.JOURNAL not in found
     remote = storage.open_parquet(f"{out}/pairs-fr-en.parquet").read()
     assert remote.equals(pq.read_table(local / "mined" / "pairs-fr-en.parquet")) and len(remote) > 0
     manifest = storage.read_json(f"{out}/manifest.json")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from core import dataset, storage
+from core import dataset, ownership
 from pipelines import staging
 from tests.pipelines.test_prepare_errors import error_line, text_source
 
@@ -99,10 +99,10 @@ def test_a_changed_config_of_the_same_name_rebuilds_its_own_dataset(tmp_path, co
 def test_a_staging_path_the_product_did_not_make_is_never_deleted(tmp_path):
     folder = tmp_path / ".data.partial-0123456789abcdef"
     kept = sentinels(folder)
-    with pytest.raises(storage.ForeignDataError, match="sentinel.txt"):
+    with pytest.raises(ownership.ForeignDataError, match="sentinel.txt"):
         staging.stage(tmp_path / "data", "0123456789abcdef" * 4)
     assert intact(kept)
-    storage.remove_staging(folder)  # not marked as the product's: nothing is removed
+    ownership.remove_staging(folder)  # not marked as the product's: nothing is removed
     assert intact(kept)
 
 
@@ -112,7 +112,7 @@ def test_a_manifest_that_is_not_a_dataset_is_refused(tmp_path, uri):
     kept = sentinels(folder)
     (folder / dataset.MANIFEST).write_text('{"format": "someone-else/1"}\n')
     location = f"file://{folder}" if uri else folder
-    with pytest.raises(storage.ForeignDataError, match="not an interlingua dataset"):
+    with pytest.raises(ownership.ForeignDataError, match="not an interlingua dataset"):
         dataset.check_replaceable(location)
     assert intact(kept)
 
@@ -121,8 +121,8 @@ def test_remove_ours_removes_listed_files_only_and_keeps_a_folder_that_gained_a_
     (tmp_path / "d" / "train").mkdir(parents=True)
     (tmp_path / "d" / "train" / "part.parquet").write_bytes(b"x")
     (tmp_path / "d" / "manifest.json").write_text("{}")
-    found = storage.check_only_ours(tmp_path / "d", lambda e: True, what="w", advice="a")
+    found = ownership.check_only_ours(tmp_path / "d", lambda e: True, what="w", advice="a")
     (tmp_path / "d" / "train" / "late.txt").write_text(SENTINEL)  # appeared after the check
-    storage.remove_ours(tmp_path / "d", found)
+    ownership.remove_ours(tmp_path / "d", found)
     assert (tmp_path / "d" / "train" / "late.txt").read_text() == SENTINEL
     assert not (tmp_path / "d" / "manifest.json").exists() and not (tmp_path / "d" / "train" / "part.parquet").exists()

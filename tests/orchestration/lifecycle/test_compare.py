@@ -48,7 +48,7 @@ def test_runs_best_first_with_the_differing_parameters_pairs_and_a_figure(tmp_pa
 
     from PIL import Image
 
-    from core.storage import ForeignDataError
+    from core.ownership import ForeignDataError
 
     Image.new("RGB", (4, 4)).save(tmp_path / "holiday.png")  # a user's picture of the same kind
     user = (tmp_path / "holiday.png").read_bytes()

@@ -10,7 +10,7 @@ import pytest
 
 from orchestration.cli import main
 from orchestration.mine.report import FORMAT, check_output
-from core import storage
+from core import ownership
 from evaluation.store import save_block
 from tests.conftest import write_lines
 
@@ -44,11 +44,11 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     folder = tmp_path / "mine"
     (folder / "embeddings" / "fr" / "blocks").mkdir(parents=True)
     (folder / "embeddings" / "fr" / "sentences.parquet").write_bytes(b"x")
-    storage.begin_writes(folder, ["manifest.json", "report.png", "pairs-fr-en.parquet"])
+    ownership.begin_writes(folder, ["manifest.json", "report.png", "pairs-fr-en.parquet"])
     (folder / "pairs-fr-en.parquet").write_bytes(b"half")  # killed before its manifest
     assert "pairs-fr-en.parquet" in check_output(folder)
     (folder / "manifest.json").write_text(json.dumps({"format": FORMAT, "pairs": {"fr-en": {"file": "pairs-fr-en.parquet"}}}))
-    storage.end_writes(folder)
+    ownership.end_writes(folder)
     (folder / "report.png").write_bytes(b"png")
     assert set(check_output(folder)) >= {"manifest.json", "report.png", "pairs-fr-en.parquet"}
     blocks = folder / "embeddings" / "fr" / "blocks"
@@ -57,9 +57,9 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     assert {"embeddings/fr/blocks/part-00000.json", "embeddings/fr/blocks/fr/part-00000.npy",
             "embeddings/fr/blocks/fr/part-00001.tmp.npy"} <= set(check_output(folder))
     (blocks / "fr" / "notes.txt").write_bytes(SENTINEL)
-    with pytest.raises(storage.ForeignDataError, match="embeddings/fr/blocks/fr/notes.txt"):
+    with pytest.raises(ownership.ForeignDataError, match="embeddings/fr/blocks/fr/notes.txt"):
         check_output(folder)
     (blocks / "fr" / "notes.txt").unlink()
     (folder / "embeddings" / "fr" / "blocks" / "thesis.txt").write_bytes(SENTINEL)
-    with pytest.raises(storage.ForeignDataError, match="embeddings/fr/blocks/thesis.txt"):
+    with pytest.raises(ownership.ForeignDataError, match="embeddings/fr/blocks/thesis.txt"):
         check_output(folder)

@@ -10,7 +10,7 @@ import pytest
 
 from orchestration.cli import main
 from orchestration.serve import corpus
-from core.storage import ForeignDataError
+from core.ownership import ForeignDataError
 from evaluation.store import save_block
 from tests.orchestration.helpers import untrained_model_dir
 

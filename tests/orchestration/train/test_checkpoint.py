@@ -122,7 +122,7 @@ SENTINEL = "a user's file: never delete me\n"
 def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path):
     from ray.train import Checkpoint
 
-    from core.storage import ForeignDataError
+    from core.ownership import ForeignDataError
 
     checkpoint_dir = tmp_path / "checkpoint"
     checkpoint_dir.mkdir()
@@ -141,7 +141,7 @@ def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path)
 
 def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     from orchestration.train.driver import check_train_dir, train
-    from core import storage
+    from core import ownership
     from tests.orchestration.helpers import config_for
 
     config = config_for(small_dataset, tmp_path)
@@ -152,10 +152,10 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
         (train_dir / name).write_text("{}")
     (train_dir / "model" / "my-notes.txt").write_text(SENTINEL)
     (train_dir / "paper.tex").write_text(SENTINEL)
-    with pytest.raises(storage.ForeignDataError, match=r"model/my-notes.txt.*paper.tex"):
+    with pytest.raises(ownership.ForeignDataError, match=r"model/my-notes.txt.*paper.tex"):
         train(config, force=True)
     assert (train_dir / "model" / "model.pt").exists() and (train_dir / "paper.tex").read_text() == SENTINEL
     (train_dir / "model" / "my-notes.txt").unlink()
     (train_dir / "paper.tex").unlink()
-    storage.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)  # what --force then does
+    ownership.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)  # what --force then does
     assert train_dir.is_dir() and not list(train_dir.iterdir())

@@ -56,7 +56,7 @@ def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path,
 
 @pytest.mark.slow
 def test_a_users_file_in_the_tune_folder_is_never_overwritten(tmp_path, small_dataset):
-    from core.storage import ForeignDataError
+    from core.ownership import ForeignDataError
 
     config = config_for(small_dataset, tmp_path)
     space = write_space(tmp_path, "space:\n  train.lr: {choice: [0.1]}\n")

@@ -1,0 +1,148 @@
+"""Output ownership: what the product may replace or clean.
+
+The rule (STYLE.md, "Data safety"): a directory or prefix is replaced or cleaned only where everything in
+it is the product's own output of that kind, as its manifest (with the format marker) or its staging
+marker says; only those entries are removed; anything else is refused, naming the path and what is there.
+Every location is a local path or a URI (`core.storage`).
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.fs as pafs
+
+from core import storage
+from core.errors import UserError
+
+STAGING_MARKER = ".interlingua-staging"  # inside every staging directory or prefix the product makes
+JOURNAL = ".interlingua-writing.json"  # the files an output is about to write in place, until its manifest is
+
+
+_TMP = re.compile(r"\.tmp-[0-9a-f]{8}$")  # `write_json`'s temporary name beside the file
+
+
+class ForeignDataError(UserError, ValueError):
+    """A location holding files the product did not write: it is neither replaced, cleaned nor written into."""
+
+
+def check_only_ours(location: storage.Location, ours: Callable[[str], bool], *, what: str, advice: str) -> list[str]:
+    """The entries under `location` (see `entries`) once each is the product's (`ours(relative path)`).
+
+    ForeignDataError naming the location and what else is there (then nothing may be removed or replaced),
+    or when `location` is a file. `what` names the key or flag that chose it; `advice` says what to do.
+    """
+    fs, path = storage.resolve(location)
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        raise ForeignDataError(f"{what}: {location} is a file, not a directory; {advice}")
+    found = storage.entries(location)
+    own = ours
+    ours = lambda e: own(e) or bool(_TMP.search(e)) and own(_TMP.sub("", e))  # noqa: E731 - a killed write_json
+    foreign: list[str] = []  # the topmost only: `sub/`, not every file under it
+    for e in found:
+        parents = {"/".join(e.split("/")[:i]) for i in range(1, e.count("/") + 1)}
+        if not ours(e) and not parents.intersection(foreign):
+            foreign.append(e)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ForeignDataError(f"{what}: {location} holds what interlingua did not write ({shown}); it never "
+                               f"deletes or overwrites such files: {advice}")
+    return found
+
+
+def remove_ours(location: storage.Location, relatives: list[str], *, keep_root: bool = False) -> None:
+    """Delete exactly the files among `relatives` (entries checked by `check_only_ours`), then those of its
+    directories that are left empty, deepest first, and `location` itself when empty (unless `keep_root`).
+    A directory that something new appeared in is kept."""
+    fs, path = storage.resolve(location)
+    infos = {r: fs.get_file_info(posixpath.join(path, r)) for r in relatives}
+    for relative, info in infos.items():
+        if info.type == pafs.FileType.File:
+            fs.delete_file(info.path)
+    folders = [info.path for info in infos.values() if info.type == pafs.FileType.Directory]
+    for folder in sorted(folders, key=len, reverse=True) + ([] if keep_root else [path]):
+        _delete_if_empty(fs, folder)
+
+
+def _delete_if_empty(fs: pafs.FileSystem, path: str) -> None:
+    if fs.get_file_info(path).type == pafs.FileType.Directory and not fs.get_file_info(
+            pafs.FileSelector(path, recursive=False)):
+        fs.delete_dir(path)
+
+
+def is_staging(location: storage.Location) -> bool:
+    """Whether `location` is a staging directory or prefix the product made (it holds the marker)."""
+    return storage.exists(storage.join(location, STAGING_MARKER))
+
+
+def make_staging(location: storage.Location) -> None:
+    """An empty staging directory (or prefix) at `location`, marked as the product's. One left by a crashed
+    run (marked) is removed first; anything else there is refused (ForeignDataError), never deleted."""
+    fs, path = storage.resolve(location)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        found = [] if is_staging(location) else storage.entries(location)
+        if found:
+            raise ForeignDataError(f"{location}: interlingua stages its output here, but this path holds files "
+                                   f"it did not write ({', '.join(found[:3])}); move them away")
+        remove_staging(location)
+    fs.create_dir(path, recursive=True)
+    storage.write_bytes(storage.join(location, STAGING_MARKER),
+                        b"interlingua staging; removed with its directory\n")
+
+
+def remove_staging(location: storage.Location) -> None:
+    """Delete a staging directory (or prefix) the product made, with all it holds; nothing if it is absent,
+    empty, or not marked as the product's."""
+    fs, path = storage.resolve(location)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.Directory and is_staging(location):
+        fs.delete_dir(path)
+    elif info.type == pafs.FileType.Directory:
+        _delete_if_empty(fs, path)
+
+
+def with_parents(relatives) -> set[str]:
+    """The relative paths and every directory above them: what an output of these files consists of."""
+    out = set()
+    for relative in relatives:
+        parts = relative.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return out
+
+
+def begin_writes(location: storage.Location, names: list[str]) -> None:
+    """Record, before writing them in place under `location`, the files about to be written (relative
+    names), added to those recorded before: if the run dies before its manifest, the rerun knows them for
+    the product's (`recorded_writes`). `end_writes` once the manifest names them."""
+    storage.write_json(storage.join(location, JOURNAL), sorted(recorded_writes(location) | set(names)))
+
+
+def recorded_writes(location: storage.Location) -> set[str]:
+    """The files `begin_writes` recorded under `location` and no manifest took over yet."""
+    try:
+        names = storage.read_json(storage.join(location, JOURNAL))
+    except (FileNotFoundError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def end_writes(location: storage.Location) -> None:
+    """Forget the recorded writes: the manifest written last now names them."""
+    if storage.exists(storage.join(location, JOURNAL)):
+        storage.delete_file(storage.join(location, JOURNAL))
+
+
+def swap_in(staging: Path, target: Path, previous: list[str] | None) -> None:
+    """Put a finished local staging directory (`make_staging`) in place of `target` by two renames: the
+    previous `target` stays whole until the new one is in; then only `previous`, its entries that were
+    checked to be the product's (`check_only_ours`), are removed. `previous` None: there was none."""
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    if previous is not None:
+        os.replace(target, old)
+    os.replace(staging, target)
+    (target / STAGING_MARKER).unlink(missing_ok=True)
+    if previous is not None:
+        remove_ours(old, previous)
