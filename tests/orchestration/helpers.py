@@ -62,6 +62,18 @@ def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def stop(proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Stop a server the way an operator does (SIGTERM), killing it only if it has not ended in `timeout`."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
     """A model directory (`orchestration.model_dir`) holding an untrained shared-encoder model over the
     dataset's sentencepiece vocabulary: what `interlingua train` exports, without the training."""

@@ -4,7 +4,6 @@ over HTTP, and has neither Apache Beam nor faiss. A training command there names
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from orchestration.serve.embedder import SentenceEmbedder
-from tests.orchestration.helpers import free_ports, untrained_model_dir, wait_for
+from tests.orchestration.helpers import free_ports, stop, untrained_model_dir, wait_for
 from tests.orchestration.serve.test_server import NAME, get, post, register
 
 pytestmark = pytest.mark.slow
@@ -80,11 +79,6 @@ def test_the_fresh_venv_serves_the_champion(serve_venv, small_dataset, tmp_path,
         np.testing.assert_allclose(np.array(body["embeddings"]), embedder.embed(sentences, "fr"),
                                    rtol=1e-5, atol=1e-6)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
     assert not list(work.iterdir())  # nothing written where it ran

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import pytest
 from orchestration import tracking
 from orchestration.config import load_config
 from orchestration.serve.embedder import SentenceEmbedder
-from tests.orchestration.helpers import free_ports, untrained_model_dir, wait_for
+from tests.orchestration.helpers import free_ports, stop, untrained_model_dir, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -119,12 +118,7 @@ def server(small_dataset, tmp_path_factory):
         wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
         yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
 
 
