@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from core import ownership, storage
+from core import ownership, storage, transfer
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def fetch(location: str | Path) -> Path:
         key = None
     key = key or storage.sha256(storage.join(location, MODEL_FILE))
     # verify: ModelDirError when a file changed in transit or since lineage.json was written
-    return storage.cached_copy(location, "models", key, check=verify)
+    return transfer.cached_copy(location, "models", key, check=verify)
 
 
 def publish(local: Path, location: str | Path) -> None:

@@ -41,7 +41,7 @@ from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.progress import Progress
 from orchestration.state import read_state, write_state
-from core import ownership, storage
+from core import ownership, storage, transfer
 from core.dataset import Dataset, file_sha256, fingerprint
 
 log = logging.getLogger(__name__)
@@ -105,9 +105,9 @@ def mirrored(location: str) -> Iterator[Path]:
     files of an earlier evaluation that the new one no longer has are removed (they were checked to be ours)."""
     with tempfile.TemporaryDirectory(prefix="interlingua-eval-") as tmp:
         work = Path(tmp) / "out"
-        before = set(storage.download_dir(location, work))
+        before = set(transfer.download_dir(location, work))
         yield work
-        names = storage.upload_dir(work, location, last=(STATE_FILE,))
+        names = transfer.upload_dir(work, location, last=(STATE_FILE,))
         stale = sorted(before - set(names))
         if stale:
             ownership.remove_ours(location, stale, keep_root=True)

@@ -19,7 +19,7 @@ from evaluation.store import MANIFEST, StoredEmbeddings
 from orchestration import model_dir as model_files
 from orchestration.config import Config, ConfigError
 from orchestration.serve.embedder import SentenceEmbedder
-from core import storage
+from core import storage, transfer
 from core.dataset import Dataset, file_sha256
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def embeddings_folder(config: Config) -> Path | None:
     if not storage.is_uri(location):
         return Path(location)
     key = hashlib.sha256(storage.read_bytes(storage.join(location, MANIFEST))).hexdigest()[:16]
-    return storage.cached_copy(location, "embeddings", key)
+    return transfer.cached_copy(location, "embeddings", key)
 
 
 def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from core import ownership, storage
+from core import ownership, storage, transfer
 from orchestration.config import ConfigError, load_config
 
 
@@ -39,10 +39,10 @@ def test_files_json_and_directories_round_trip_through_the_bucket(s3_bucket, tmp
     (local / "sub").mkdir(parents=True)
     (local / "model.pt").write_bytes(verse.encode() * 3)
     (local / "sub" / "spm.model").write_text(verse)
-    assert storage.upload_dir(local, f"{s3_bucket}/m") == ["model.pt", "sub/spm.model"]
+    assert transfer.upload_dir(local, f"{s3_bucket}/m") == ["model.pt", "sub/spm.model"]
     assert storage.files(f"{s3_bucket}/m") == ["model.pt", "sub/spm.model"]
     back = tmp_path / "back"
-    assert storage.download_dir(f"{s3_bucket}/m", back) == ["model.pt", "sub/spm.model"]
+    assert transfer.download_dir(f"{s3_bucket}/m", back) == ["model.pt", "sub/spm.model"]
     assert (back / "sub" / "spm.model").read_text() == verse
     assert storage.sha256(f"{s3_bucket}/m/model.pt") == storage.sha256(local / "model.pt")
 
@@ -56,15 +56,15 @@ def test_a_directory_is_uploaded_several_files_at_once_and_its_commit_file_last(
         (local / "embeddings" / f"part-{i:05d}.npy").parent.mkdir(parents=True, exist_ok=True)
         (local / "embeddings" / f"part-{i:05d}.npy").write_text(verse("l", 8, 1, i + 1))
     (local / "state.json").write_text("{}")
-    copied, threads, real = [], set(), storage.pafs.copy_files
+    copied, threads, real = [], set(), transfer.pafs.copy_files
 
     def recording(source, destination, **kwargs):
         real(source, destination, **kwargs)
         copied.append(destination.rsplit("/eval/", 1)[1])
         threads.add(threading.get_ident())
 
-    monkeypatch.setattr(storage.pafs, "copy_files", recording)
-    names = storage.upload_dir(local, f"{s3_bucket}/eval", last=("state.json",))
+    monkeypatch.setattr(transfer.pafs, "copy_files", recording)
+    names = transfer.upload_dir(local, f"{s3_bucket}/eval", last=("state.json",))
     assert copied[-1] == "state.json" and sorted(copied) == names and len(names) == 13
     assert len(threads) > 1  # not one object after another
     assert storage.read_bytes(f"{s3_bucket}/eval/embeddings/part-00011.npy").decode() == verse("l", 8, 1, 12)

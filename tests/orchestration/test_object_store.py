@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 
-from core import ownership, storage
+from core import ownership, storage, transfer
 from core.errors import Exit
 from orchestration.cli import main
 from tests.conftest import SMALL_BOOKS
@@ -69,7 +69,7 @@ def bucket_model(s3_bucket, small_dataset, tmp_path_factory):
     from tests.orchestration.helpers import untrained_model_dir
 
     local = untrained_model_dir(small_dataset, tmp_path_factory.mktemp("store-model") / "model")
-    storage.upload_dir(local, f"{s3_bucket}/models/m")
+    transfer.upload_dir(local, f"{s3_bucket}/models/m")
     return local, f"{s3_bucket}/models/m"
 
 
@@ -239,7 +239,7 @@ def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, 
 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     monkeypatch.chdir(tmp_path)
-    storage.upload_dir(model, f"{s3_bucket}/models/m")
+    transfer.upload_dir(model, f"{s3_bucket}/models/m")
     local = model_files.fetch(f"{s3_bucket}/models/m")
     assert storage.sha256(local / "model.pt") == storage.sha256(model / "model.pt")
     assert main(["export", "--model", f"{s3_bucket}/models/m", "-o", str(tmp_path / "onnx")]) == Exit.OK
