@@ -22,6 +22,7 @@ STAGE_TAG = "interlingua.stage"  # prepare, train, evaluate, tune, mine, pipelin
 DATA_TAG = "interlingua.data"  # the fingerprint of what was evaluated
 TESTSET_TAG = "interlingua.testset"
 ENCODER_TAG = "interlingua.encoder"
+BACKEND_TAG = "interlingua.backend"  # the engine an evaluation ran the model on (torch, onnx, onnx-int8)
 MODEL_STEP_TAG = "interlingua.model_step"
 TRAIN_RUN_TAG = "interlingua.train_run_id"
 TUNE_TAG, TRIAL_TAG = "interlingua.tune", "interlingua.trial"

@@ -89,8 +89,8 @@ def key_ordered(files: list[str]) -> list[str] | None:
 
 
 def embed_split(config: Config, model_path: Path | None, languages: list[str], folder: Path,
-                meta: dict[str, Any] | None = None, batch_rows: int = 1024, own_text: bool = False
-                ) -> StoredEmbeddings:
+                meta: dict[str, Any] | None = None, batch_rows: int = 1024, own_text: bool = False,
+                backend: str = "torch") -> StoredEmbeddings:
     """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
     with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `own_text`:
     the model reads the text with its own tokenizer instead of the stored token ids). EvaluateError under 2
@@ -100,7 +100,8 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
         tuples = complete_tuples(config, languages, actor is not SplitEmbedFn, batch_rows).materialize()
-        records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows)
+        records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows,
+                         backend)
     rows = sum(int(record["rows"]) for record in records)
     if rows < 2:
         ownership.remove_staging(_staging(folder))
@@ -110,7 +111,8 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
 
 
 def embed_texts(config: Config, table, model_path: Path | None, languages: list[str], folder: Path,
-                meta: dict[str, Any] | None = None, batch_rows: int = 1024) -> StoredEmbeddings:
+                meta: dict[str, Any] | None = None, batch_rows: int = 1024, backend: str = "torch"
+                ) -> StoredEmbeddings:
     """Embed a test set's texts (a pyarrow table: key, <lang>_text, in key order) into `folder`, each
     model with its own tokenizer (`model_path` None: the USE baseline)."""
     import ray.data
@@ -118,7 +120,7 @@ def embed_texts(config: Config, table, model_path: Path | None, languages: list[
     tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
     with _ordered():
         records = _embed(config, tuples, len(table), UseEmbedFn if model_path is None else TextEmbedFn, model_path,
-                         languages, folder, batch_rows)
+                         languages, folder, batch_rows, backend)
     return publish(_staging(folder), folder, records, languages=languages, meta=meta)
 
 
@@ -127,14 +129,14 @@ def _staging(folder: Path) -> Path:
 
 
 def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | None, languages: list[str],
-           folder: Path, batch_rows: int) -> list[dict[str, Any]]:
+           folder: Path, batch_rows: int, backend: str) -> list[dict[str, Any]]:
     """The block records of the `rows` `tuples` embedded by the one embedding job (`serve.job`) into the
-    staging folder."""
+    staging folder, the model on `backend` (resolved: `serve.backends`)."""
     e, r = config.evaluate, config.runtime
     staging = _staging(folder)
     ownership.make_staging(staging)
     kwargs = dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu,
-                  dtype=e.dtype, staging=str(staging))
+                  dtype=e.dtype, staging=str(staging), backend=backend, threads=r.cpus_per_task)
     records = run_actors(tuples, actor, kwargs, rows=rows * len(languages),
                          rows_of=lambda record: int(record["rows"]) * len(languages), actors=r.embed_actors,
                          cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)

@@ -40,6 +40,7 @@ from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.progress import Progress
+from orchestration.serve import backends
 from orchestration.state import read_state, write_state
 from core import ownership, storage, transfer
 from core.dataset import Dataset, file_sha256, fingerprint
@@ -58,6 +59,7 @@ class Encoder:
     meta: dict[str, Any]  # the model's training progress (step, dev error)
     reencode: bool = False  # the dataset's token ids are of another tokenizer: the model reads the text
     known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
+    backend: str = "torch"  # the engine that runs it (`serve.backends`, resolved: never "auto")
 
 
 @dataclass
@@ -127,12 +129,13 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
     tracking.check_reachable(tracking.resolve_uri(config.tracking.uri))
     ensure_ray(config.runtime.ray_address, log_to_driver=False)
-    meta = {"model": model_identity(config, encoder), "split": name, "data": data}
+    meta = {"model": model_identity(config, encoder), "split": name, "data": data, "backend": encoder.backend}
     if texts:
-        store = embed_texts(config, texts.table, encoder.model_path, languages, out_dir / "embeddings", meta)
+        store = embed_texts(config, texts.table, encoder.model_path, languages, out_dir / "embeddings", meta,
+                            backend=encoder.backend)
     else:
         store = embed_split(config, encoder.model_path, languages, out_dir / "embeddings", meta=meta,
-                            own_text=encoder.reencode)
+                            own_text=encoder.reencode, backend=encoder.backend)
     log.info("%s: embedded %d tuples x %d languages; searching %d pairs in %d shards", name, len(store),
              len(languages), len(languages) * (len(languages) - 1), config.evaluate.shards)
     pairs = measure(config, store, out_dir / "search")
@@ -140,7 +143,8 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
     averages = {"all": float(np.mean(list(matrix.values()))), **subset_averages(matrix, languages)}
     named = {f"{p}-{q}": m for (p, q), m in pairs.items()}
     write_report(out_dir, matrix, named, averages, languages, len(store))
-    tags = {tracking.DATA_TAG: data, **({tracking.TESTSET_TAG: testset} if testset else {})}
+    tags = {tracking.DATA_TAG: data, tracking.BACKEND_TAG: encoder.backend,
+            **({tracking.TESTSET_TAG: testset} if testset else {})}
     run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id, name, tags)
     write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id, "data": data})
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
@@ -183,10 +187,14 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     model_path = model_dir / model_files.MODEL_FILE
     if not model_path.is_file():
         raise EvaluateError(f"{model_path}: no trained model; run `interlingua train` first or pass --model")
+    # `auto`: the fastest engine whose embeddings are the model's own (an export's fp32), never its int8
+    r = config.runtime
+    backend = backends.resolve(model_dir, r.backend, device="cuda" if r.use_gpu else "cpu", exact=True)
     if own_text:
         model_files.verify(model_files.check(model_dir))  # it reads the text with its own spm.model: the right one?
         languages = model_files.load(model_path)[0].languages
-        return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages)
+        return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages,
+                       backend=backend)
     mismatch = False
     try:
         model_files.check_tokenizer(model_dir, data)
@@ -202,18 +210,21 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
         raise EvaluateError(f"{model_path} embeds {languages}; {config.data_dir} lacks {lacking}: set "
                             f"evaluate.languages to some of {data.languages}")
     available = [lang for lang in languages if lang in data.languages]
-    return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), mismatch, languages)
+    return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), mismatch, languages,
+                   backend)
 
 
 def eval_fingerprint(config: Config, encoder: Encoder, data: str, verified: dict[str, str]) -> str:
     """What an evaluation depends on: the model file, the data searched (a fingerprint) and the sha256 of
     the files read (`verified`: a shard changed under an unchanged manifest is other data), the evaluate
-    config (but the list of test sets: adding one changes no other evaluation)."""
+    config (but the list of test sets: adding one changes no other evaluation), and the engine when it is not
+    torch (an evaluation made before the engines existed keeps its fingerprint)."""
     return fingerprint({
         "model": model_identity(config, encoder),
         "data": data,
         "files": verified,
         "evaluate": config.evaluate.model_dump(exclude={"testsets"}),
+        **({"backend": encoder.backend} if encoder.backend != "torch" else {}),
     })
 
 

@@ -10,7 +10,9 @@
   auto        (default) the fastest present: onnx-int8, else onnx, else torch. An export is present only
               once `interlingua export` wrote it beside the model directory and its manifest names this
               very model.pt (sha256); so nothing changes until a user exports, and a retrained model
-              never runs on a stale export.
+              never runs on a stale export. `evaluate` asks for the fastest exact one (`exact`: onnx,
+              else torch): an error rate measures the model, not its quantization, unless onnx-int8 is
+              asked for by name.
 
 `OnnxEncoder` has what `model.inference.embed` uses of a `MultilingualNMT` (`encode`, `embedding_dim`,
 `languages`, `eval`/`train`), so the batching code is one for every backend.
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 FASTEST_FIRST = ("onnx-int8", "onnx")
+EXACT = "onnx"  # the fastest backend whose embeddings are the model's own (within 1e-4 of torch)
 
 
 class BackendError(UserError, RuntimeError):
@@ -71,13 +74,13 @@ def _int64(tensor: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def load_encoder(model_dir: Path, *, backend: str = "auto", device: str = "cpu", threads: int | None = None,
-                 export_dir: Path | None = None):
+                 export_dir: Path | None = None, exact: bool = False):
     """The encoder of the (verified) model directory on `backend` (see the module docstring): a
     MultilingualNMT on `device`, or an OnnxEncoder (`threads`: ONNX Runtime's intra-op threads, None: its
-    default). `export_dir`: where the export is (default `export.default_dir`). BackendError when an
-    explicit ONNX backend cannot run."""
+    default). `export_dir`: where the export is (default `export.default_dir`); `exact`: see `resolve`.
+    BackendError when an explicit ONNX backend cannot run."""
     model_dir = Path(model_dir)
-    chosen = resolve(model_dir, backend, device=device, export_dir=export_dir)
+    chosen = resolve(model_dir, backend, device=device, export_dir=export_dir, exact=exact)
     if chosen == "torch":
         model, _ = model_files.load(model_dir / model_files.MODEL_FILE, map_location=device)
         return model.to(device)
@@ -89,8 +92,10 @@ def load_encoder(model_dir: Path, *, backend: str = "auto", device: str = "cpu",
     return OnnxEncoder(sessions, languages=manifest["languages"], embedding_dim=manifest["embedding_dim"])
 
 
-def resolve(model_dir: Path, backend: str, *, device: str = "cpu", export_dir: Path | None = None) -> str:
-    """The backend that runs: `backend` itself once it can, or for "auto" the fastest that can."""
+def resolve(model_dir: Path, backend: str, *, device: str = "cpu", export_dir: Path | None = None,
+            exact: bool = False) -> str:
+    """The backend that runs: `backend` itself once it can, or for "auto" the fastest that can (`exact`: the
+    fastest whose embeddings are the model's own, never int8)."""
     if backend not in BACKENDS:
         raise BackendError(f"runtime.backend: {backend!r} is not one of {', '.join(BACKENDS)}")
     if backend == "torch":
@@ -100,7 +105,7 @@ def resolve(model_dir: Path, backend: str, *, device: str = "cpu", export_dir: P
     if backend == "auto":
         if problem:
             log.debug("encoder backend torch: %s", problem)
-        return "torch" if problem else FASTEST_FIRST[0]
+        return "torch" if problem else EXACT if exact else FASTEST_FIRST[0]
     if problem:
         raise BackendError(f"runtime.backend={backend}: {problem}")
     return backend

@@ -38,13 +38,14 @@ class SentenceEmbedder:
 
     @classmethod
     def load(cls, model_dir: str | Path, *, device: str = "cpu", max_tokens: int = 8000,
-             backend: str = "auto") -> SentenceEmbedder:
-        """`backend`: runtime.backend (`serve.backends`); its encoder stands in for the model in `embed`."""
+             backend: str = "auto", threads: int | None = None) -> SentenceEmbedder:
+        """`backend`: runtime.backend (`serve.backends`); its encoder stands in for the model in `embed`
+        (`threads`: an ONNX backend's intra-op threads)."""
         from orchestration.serve.backends import load_encoder
 
         model_dir = model_files.check(Path(model_dir))
         model_files.verify(model_dir)  # model.pt and spm.model as exported (ModelDirError otherwise)
-        model = load_encoder(model_dir, backend=backend, device=device)
+        model = load_encoder(model_dir, backend=backend, device=device, threads=threads)
         processor = model_files.load_tokenizer(model_dir / model_files.SPM_FILE)
         config = load_config(model_dir / model_files.CONFIG_FILE)
         return cls(model.to(device), processor, Normalizer(config.prepare.normalize),

@@ -89,14 +89,15 @@ class SplitEmbedFn(_TuplesFn):
     """A trained model (`model.pt`) on a split's stored token ids."""
 
     def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 staging: str) -> None:
+                 staging: str, backend: str = "torch", threads: int | None = None) -> None:
         import torch
 
-        from orchestration import model_dir
+        from orchestration.serve.backends import load_encoder
 
         super().__init__(languages, dtype, staging)
         self.device = torch.device("cuda" if use_gpu else "cpu")
-        self.model, _ = model_dir.load(Path(model_path), map_location=self.device)
+        # the backend the driver resolved (`serve.backends`): every actor runs the same one
+        self.model = load_encoder(Path(model_path).parent, backend=backend, device=str(self.device), threads=threads)
         self.max_tokens = max_tokens
 
     def embed_language(self, batch: dict[str, np.ndarray], lang: str) -> np.ndarray:
@@ -112,12 +113,12 @@ class TextEmbedFn(_TuplesFn):
     own normalization and sentencepiece model."""
 
     def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 staging: str) -> None:
+                 staging: str, backend: str = "torch", threads: int | None = None) -> None:
         from orchestration.serve.embedder import SentenceEmbedder
 
         super().__init__(languages, dtype, staging)
         self.embedder = SentenceEmbedder.load(Path(model_path).parent, device="cuda" if use_gpu else "cpu",
-                                              max_tokens=max_tokens)
+                                              max_tokens=max_tokens, backend=backend, threads=threads)
 
     def embed_language(self, batch: dict[str, np.ndarray], lang: str) -> np.ndarray:
         return self.embedder.embed(list(batch[f"{lang}_text"]), lang)

@@ -135,3 +135,29 @@ def test_use_baseline_runs_through_the_same_job(small_dataset, tmp_path, local_r
     assert result.matrix[("fr", "en")] < 0.5 and result.averages["efs"] < 0.5
     run = tracking.get_run(config.tracking.uri, result.run_id)
     assert run.data.tags["interlingua.encoder"] == "use" and "mlflow.parentRunId" not in run.data.tags
+
+
+@pytest.mark.slow
+def test_an_exported_model_is_evaluated_on_its_fp32_export_and_on_int8_only_when_asked(small_dataset, tmp_path,
+                                                                                      local_ray):
+    from orchestration.cli import main
+    from tests.orchestration.helpers import untrained_model_dir
+
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    runs, results = {}, []
+    for backend in ("torch", "auto", "auto", "onnx-int8"):  # the export is written after the torch run
+        config = config_for(small_dataset, tmp_path, f"runtime.backend={backend}", "evaluate.shards=2")
+        result = evaluate(config, model_dir=model)
+        store = StoredEmbeddings.open(result.out_dir / "embeddings")
+        ran = tracking.get_run(config.tracking.uri, result.run_id).data.tags[tracking.BACKEND_TAG]
+        assert store.meta["backend"] == ran
+        runs.setdefault(ran, {lang: store.rows(lang) for lang in store.languages})
+        results.append(result)
+        if backend == "torch":
+            assert main(["export", "--model", str(model)]) == 0
+    assert list(runs) == ["torch", "onnx", "onnx-int8"]  # auto: the exact export, never int8
+    assert results[2].skipped and results[2].run_id == results[1].run_id  # auto again: answered by the cache
+    assert not results[3].skipped  # int8 is another evaluation, not the cached fp32 one
+    for lang, torch_rows in runs["torch"].items():
+        np.testing.assert_allclose(runs["onnx"][lang], torch_rows, atol=1e-4)
+        assert not np.allclose(runs["onnx-int8"][lang], torch_rows, atol=1e-6)  # int8 is another engine
