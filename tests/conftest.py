@@ -101,15 +101,20 @@ def local_ray():
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_ray_left_connected():
-    """A command run through `main` starts a local Ray cluster and, as a CLI process would, leaves it to the
-    process's exit; in the one test process, stop it with the module that started it, so that the next
-    module's `local_ray` (or cluster) starts from nothing."""
-    yield
+    """A command run through `main` starts a local Ray cluster and sets the object store's variables
+    (`storage.configure`) and, as a CLI process would, leaves both to the process's exit; in the one test
+    process, stop the cluster and put the environment back with the module that changed them, so that the
+    next module starts from nothing."""
+    import os
     import sys
 
+    environment = dict(os.environ)
+    yield
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
+    os.environ.clear()
+    os.environ.update(environment)
 
 
 def disk_full_at_second_shard(monkeypatch):
