@@ -104,7 +104,16 @@ def _no_ray_left_connected():
     """A command run through `main` starts a local Ray cluster and sets the object store's variables
     (`storage.configure`) and, as a CLI process would, leaves both to the process's exit; in the one test
     process, stop the cluster and put the environment back with the module that changed them, so that the
-    next module starts from nothing."""
+    next module starts from nothing.
+
+    Starting a local cluster also turns Ray's token authentication on for the whole process: `ray.init` sets
+    RAY_AUTH_MODE=token, re-reads its C++ config from the environment and caches the token from ~/.ray.
+    Putting the variable back does not undo the last two, and a later driver of this process would still
+    expect a token on its own gRPC server: on a cluster that runs without one (tests/cluster's, RAY_AUTH_MODE
+    disabled) the GCS's calls to the driver are refused, it takes the driver for dead and destroys the actors
+    it owns as soon as they are registered (Ray Train's TrainController "cancelled before it started").
+    So Ray's config is re-read from the restored environment and the token cache dropped, as Ray's own tests
+    do (`ray._private.authentication_test_utils.reset_auth_token_state`)."""
     import os
     import sys
 
@@ -115,6 +124,11 @@ def _no_ray_left_connected():
         ray.shutdown()
     os.environ.clear()
     os.environ.update(environment)
+    if ray is not None:
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")  # before dropping the cache, as Ray's reset does: config first, then the token
+        AuthenticationTokenLoader.instance().reset_cache()
 
 
 def disk_full_at_second_shard(monkeypatch):

@@ -15,9 +15,6 @@ from tests.orchestration.helpers import TINY
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.xfail(strict=False, reason="passes alone; after test_object_store.py in one pytest process (and "
-                   "even from a fresh CLI process then) Ray Train's TrainController is cancelled before it starts: "
-                   "an interaction not yet understood (issue 28's note)")
 def test_training_workers_on_the_nodes_log_to_the_server(small_dataset, tmp_path, tracking_server, cluster_ray,
                                                          capsys):
     import ray
