@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from model.batching import BatchStream, sample_corpus, shard_units  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
-from model.training import input_tokens, train_step  # noqa: E402
+from model.training import input_tokens, make_optimizer, train_step  # noqa: E402
 from orchestration import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.train.builders import model_args, training_paths  # noqa: E402
@@ -130,7 +130,7 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
         sample = sample_corpus(units, languages, config.train.sample_tuples)
         model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))
     model.to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay)
+    optimizer = make_optimizer(model, lr=config.train.lr, weight_decay=config.train.weight_decay, device=device)
     stream = BatchStream(units, languages, training_paths(config.train), seed=config.train.seed, rank=0, world=1,
                          max_tokens=config.train.max_tokens, window_tuples=config.train.window_tuples,
                          monolingual=config.train.monolingual)

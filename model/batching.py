@@ -36,17 +36,24 @@ Pair = tuple[torch.Tensor, torch.Tensor]
 
 def pad(sequences: Sequence[np.ndarray], *, eos: bool) -> Pair:
     """Right-padded ids (B, T) and lengths (B,); with `eos`, EOS is appended to each sequence."""
-    lengths = np.array([len(s) + eos for s in sequences], dtype=np.int64)
     if len(sequences) == 0:
         raise ValueError("cannot pad an empty batch")
-    if lengths.min() == 0:
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    return _padded(np.concatenate(sequences) if lengths.sum() else np.zeros(0, np.int64), lengths, eos=eos)
+
+
+def _padded(values: np.ndarray, lengths: np.ndarray, *, eos: bool) -> Pair:
+    """`pad` of the sequences laid end to end in `values` with these `lengths`: one scatter, no loop
+    over rows (the host builds every training batch; on a GPU its time is the step's)."""
+    total = lengths + eos
+    if total.min() == 0:
         raise ValueError("an empty token sequence cannot be encoded")
-    ids = np.full((len(sequences), int(lengths.max())), PAD_ID, dtype=np.int64)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = seq
-        if eos:
-            ids[row, len(seq)] = EOS_ID
-    return torch.from_numpy(ids), torch.from_numpy(lengths)
+    ids = np.full((len(lengths), int(total.max())), PAD_ID, dtype=np.int64)
+    positions = np.arange(ids.shape[1])
+    ids[positions[None, :] < lengths[:, None]] = values  # row-major: each row's tokens in order
+    if eos:
+        ids[np.arange(len(lengths)), lengths] = EOS_ID
+    return torch.from_numpy(ids), torch.from_numpy(total)
 
 
 def token_budget_batches(costs: np.ndarray, max_tokens: int) -> list[np.ndarray]:
@@ -110,9 +117,15 @@ class ParallelCorpus:
     def batch(self, signature: Signature, rows: np.ndarray) -> tuple[dict[str, Pair], dict[str, Pair]]:
         """Tensors of one homogeneous batch: sources end with EOS, targets are bare ids."""
         sources_langs, target_langs = signature
-        sources = {lang: pad([self.ids(lang, r) for r in rows], eos=True) for lang in sources_langs}
-        targets = {lang: pad([self.ids(lang, r) for r in rows], eos=False) for lang in target_langs}
+        sources = {lang: self._pad(lang, rows, eos=True) for lang in sources_langs}
+        targets = {lang: self._pad(lang, rows, eos=False) for lang in target_langs}
         return sources, targets
+
+    def _pad(self, lang: str, rows: np.ndarray, *, eos: bool) -> Pair:
+        """`pad` of `rows` in `lang`, gathered from the flat values at once."""
+        lengths = self.lengths[lang][rows]
+        starts = np.repeat(self.offsets[lang][rows] - np.cumsum(lengths) + lengths, lengths)
+        return _padded(self.values[lang][starts + np.arange(int(lengths.sum()))], lengths, eos=eos)
 
 
 # --- the stream -----------------------------------------------------------------------------------
@@ -261,3 +274,55 @@ def sample_corpus(units: Sequence[Unit], languages: Sequence[str], max_tuples: i
         chosen.append(unit)
         size += unit.rows
     return read_units(chosen, languages)
+
+
+class _StreamSource(torch.utils.data.IterableDataset):
+    """A `BatchStream`, rebuilt in a DataLoader worker process, as plain values the loader can pin:
+    (epoch, signature, sources, targets, the position after the batch, the digest after it)."""
+
+    def __init__(self, stream: BatchStream) -> None:
+        self.args = dict(units=stream.units, languages=stream.languages, paths=stream.paths, seed=stream.seed,
+                         rank=stream.rank, world=stream.world, max_tokens=stream.max_tokens,
+                         window_tuples=stream.window_tuples, monolingual=stream.monolingual,
+                         position=stream.position, digest=stream.digest)
+
+    def __iter__(self):
+        stream = BatchStream(**self.args)
+        for batch in stream:
+            p = stream.position
+            yield batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch), stream.digest
+
+
+class PrefetchedStream:
+    """A `BatchStream` whose next `ahead` batches are built by a worker process (torch's DataLoader)
+    while the model trains on the current one, in pinned memory when `pin_memory` (for a GPU's
+    asynchronous copies). The batches, `position` and `digest` are the stream's own: `position`
+    names the batch after the last one handed out, so a checkpoint resumes exactly as without it."""
+
+    def __init__(self, stream: BatchStream, *, ahead: int, pin_memory: bool = False) -> None:
+        self.position, self.digest = stream.position, stream.digest
+        loader = torch.utils.data.DataLoader(
+            _StreamSource(stream), batch_size=None, num_workers=1, prefetch_factor=ahead, pin_memory=pin_memory,
+            multiprocessing_context="spawn",  # a fork of a Ray worker (threads, gRPC) is not safe
+        )
+        self._batches = iter(loader)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        epoch, signature, sources, targets, position, digest = next(self._batches)
+        self.position, self.digest = DataPosition(*position), digest
+        # the loader hands tuples back as lists
+        return Batch(epoch, (tuple(signature[0]), tuple(signature[1])),
+                     {lang: tuple(pair) for lang, pair in sources.items()},
+                     {lang: tuple(pair) for lang, pair in targets.items()})
+
+    def close(self) -> None:
+        """Stops the worker process (it also stops when this object is collected)."""
+        self._batches._shutdown_workers()
+
+
+def prefetched(stream: BatchStream, ahead: int, *, pin_memory: bool = False) -> BatchStream | PrefetchedStream:
+    """`stream` with `ahead` batches built in a worker process; `stream` itself when `ahead` is 0."""
+    return PrefetchedStream(stream, ahead=ahead, pin_memory=pin_memory) if ahead else stream

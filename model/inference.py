@@ -25,12 +25,23 @@ def embed(
     model.eval()
     out = np.zeros((len(sequences), model.embedding_dim), dtype=np.float32)
     costs = np.array([len(s) + 1 for s in sequences])
+    pending: list[tuple[np.ndarray, torch.Tensor]] = []  # on the device: read back a few at a time
     try:
         for batch in token_budget_batches(costs, max_tokens):
             ids, lengths = pad([sequences[i] for i in batch], eos=True)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                emb = model.encode(ids.to(device), lengths, lang)  # lengths stay on the host (packing)
-            out[batch] = emb.float().cpu().numpy()
+                pending.append((batch, model.encode(ids.to(device), lengths.to(device), lang).float()))
+            if len(pending) == 32:
+                _read_back(pending, out)
+        _read_back(pending, out)
     finally:
         model.train(was_training)
     return out
+
+
+def _read_back(pending: list[tuple[np.ndarray, torch.Tensor]], out: np.ndarray) -> None:
+    """The pending batches' embeddings into `out`, with one wait for the device."""
+    if pending:
+        values = torch.cat([emb for _, emb in pending]).cpu().numpy()
+        out[np.concatenate([rows for rows, _ in pending])] = values
+        pending.clear()

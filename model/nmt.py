@@ -159,9 +159,12 @@ class MultilingualNMT(nn.Module):
         sim = torch.einsum("pbd,qcd->pqbc", unit, unit)  # (L, L, B, B) cosines
         eye = torch.eye(batch, device=sim.device)
         logits = self.ranking_scale * (sim - self.ranking_margin * eye)
-        off = ~torch.eye(langs, dtype=torch.bool, device=sim.device)
-        labels = torch.arange(batch, device=sim.device).repeat(int(off.sum()))
-        return F.cross_entropy(logits[off].reshape(-1, batch), labels)
+        labels = torch.arange(batch, device=sim.device).repeat(langs * langs)
+        losses = F.cross_entropy(logits.reshape(-1, batch), labels, reduction="none").view(langs, langs, batch)
+        # the p == q pairs are computed and weighted out: selecting the others by a mask would read
+        # the mask's count back from the device, a wait for the GPU at every step
+        off = 1 - torch.eye(langs, device=sim.device)
+        return (losses * off[:, :, None]).sum() / (langs * (langs - 1) * batch)
 
 def save_model(model: MultilingualNMT, path: str, **meta: Any) -> None:
     """One file that `load_model` turns back into the model: constructor args, weights, `meta`."""

@@ -128,6 +128,10 @@ class RuntimeConfig(Schema):
                                  "MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(1 << 28)},
         description="Environment variables of every Ray Train worker process.",
     )
+    prefetch_batches: int | None = Field(
+        default=None, ge=0, description="Training batches a worker process builds ahead of the step "
+        "(0: built in the step's own process); unset: 8 with use_gpu, else 0 (on a CPU it would take a core "
+        "from the training threads).")
     log_every_steps: int = Field(default=20, gt=0)
     checkpoint_every_steps: int = Field(default=200, gt=0)
     keep_checkpoints: int = Field(default=2, ge=1)

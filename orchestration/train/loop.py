@@ -1,7 +1,8 @@
 """The training recipe: `train_loop_per_worker`, run by Ray Train on every worker.
 
     set_up          the config, this worker's batch stream (`model.batching.BatchStream`: its own
-                    share of the shards, a bounded window at a time), the (DDP-wrapped) model,
+                    share of the shards, a bounded window at a time; on a GPU built ahead by a
+                    worker process, `prefetched`), the (DDP-wrapped) model,
                     the optimizer and schedule, restored from Ray's checkpoint when restarting,
                     the stream at the data position it had reached
     step            one homogeneous batch (a training path's signature): `model.training.train_step`
@@ -29,10 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.batching import BatchStream, DataPosition, ParallelCorpus, sample_corpus, shard_units
+from model.batching import (
+    BatchStream, DataPosition, ParallelCorpus, PrefetchedStream, prefetched, sample_corpus, shard_units,
+)
 from model.inference import embed
 from model.nmt import MultilingualNMT
-from model.training import input_tokens, scheduled_lr, train_step
+from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
 from orchestration import logs, tracking
 from orchestration.config import Config
 from orchestration.train import checkpoint, live
@@ -59,7 +62,7 @@ class Worker:
     scheduler: torch.optim.lr_scheduler.ReduceLROnPlateau | None
     progress: TrainingProgress
     best_state: dict[str, Any]
-    stream: BatchStream = field(repr=False)
+    stream: BatchStream | PrefetchedStream = field(repr=False)
     dev: ParallelCorpus | None = None  # rank 0 only
     dev_rows: np.ndarray | None = None
 
@@ -90,6 +93,8 @@ def train_loop_per_worker(ray_config: dict[str, WorkerJob]) -> None:
         if n % run.checkpoint_every_steps == 0 or stop:
             worker.progress.done = stop
             save_checkpoint(worker, metrics)
+    if isinstance(worker.stream, PrefetchedStream):
+        worker.stream.close()
 
 
 def set_up(job: WorkerJob) -> Worker:
@@ -121,7 +126,7 @@ def set_up(job: WorkerJob) -> Worker:
     torch.manual_seed(t.seed * 1000 + rank + (state.progress.step if state else 0))
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
     core: MultilingualNMT = model.module if hasattr(model, "module") else model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=device)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience_evals, min_lr=t.min_lr
     ) if t.schedule == "plateau" else None
@@ -135,6 +140,9 @@ def set_up(job: WorkerJob) -> Worker:
     stream = BatchStream(units, job.languages, training_paths(t), seed=t.seed, rank=rank, world=world,
                          max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
                          position=position, digest=digest)
+    ahead = config.runtime.prefetch_batches
+    stream = prefetched(stream, 8 if ahead is None and config.runtime.use_gpu else ahead or 0,
+                        pin_memory=device.type == "cuda")
     worker = Worker(job, rank, device, model, core, optimizer, scheduler, progress, best_state, stream)
     if rank == 0:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from model.batching import (
-    BatchStream, DataPosition, ParallelCorpus, epoch_windows, plan_window, read_units, sample_corpus, shard_units,
-    token_budget_batches,
+    BatchStream, DataPosition, ParallelCorpus, epoch_windows, pad, plan_window, prefetched, read_units, sample_corpus,
+    shard_units, token_budget_batches,
 )
 from model.training_paths import TrainingPath
-from core.dataset import split_files
+from core.dataset import EOS_ID, PAD_ID, split_files
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
@@ -100,3 +101,46 @@ def test_token_budget_batches():
     for batch in batches:
         assert len(batch) * costs[batch].max() <= 10 or len(batch) == 1
     assert [costs[b].tolist() for b in batches][-1] == [20]  # over budget: alone
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(4, 8000), max_size=12), min_size=1, max_size=9), st.booleans())
+def test_padding_lays_each_sequence_at_the_start_of_its_row(sequences, eos):
+    arrays = [np.array(s, dtype=np.int64) for s in sequences]
+    if not eos and min(map(len, arrays)) == 0:
+        with pytest.raises(ValueError, match="empty"):
+            pad(arrays, eos=eos)
+        return
+    ids, lengths = pad(arrays, eos=eos)
+    assert lengths.tolist() == [len(s) + eos for s in sequences]
+    assert ids.shape == (len(sequences), max(lengths.tolist()))
+    for row, seq in zip(ids.tolist(), sequences):
+        expected = seq + [EOS_ID] * eos
+        assert row == expected + [PAD_ID] * (len(row) - len(expected))
+
+
+def test_a_corpus_batch_is_the_padding_of_its_rows(units):
+    corpus = read_units(units[:2], LANGS)
+    rows = np.random.default_rng(3).permutation(corpus.size)[:17]
+    rows = rows[[bool(corpus.lengths["en"][r] and corpus.lengths["zh"][r]) for r in rows]]
+    sources, targets = corpus.batch((("en",), ("zh",)), rows)
+    for (ids, lengths), lang, eos in ((sources["en"], "en", True), (targets["zh"], "zh", False)):
+        expected_ids, expected_lengths = pad([corpus.ids(lang, r) for r in rows], eos=eos)
+        assert ids.tolist() == expected_ids.tolist() and lengths.tolist() == expected_lengths.tolist()
+        assert lengths.tolist() == (corpus.lengths[lang][rows] + eos).tolist()
+
+
+def test_a_prefetched_stream_gives_the_same_batches_and_positions(units):
+    plain, ahead = stream(units), prefetched(stream(units), 4)
+    try:
+        for _ in range(25):
+            assert batch_ids(next(ahead)) == batch_ids(next(plain))
+            assert (ahead.position, ahead.digest) == (plain.position, plain.digest)  # the consumed batch's
+    finally:
+        ahead.close()
+    resumed = prefetched(stream(units, position=ahead.position, digest=ahead.digest), 3)
+    try:
+        assert [batch_ids(next(resumed)) for _ in range(5)] == [batch_ids(next(plain)) for _ in range(5)]
+    finally:
+        resumed.close()
+    assert prefetched(plain, 0) is plain
