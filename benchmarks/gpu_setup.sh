@@ -16,9 +16,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:-runs/bible6-cpu/data}
 rev=${2:-HEAD}
-py=.venv/bin/python
+py=${PY:-.venv/bin/python}
+[ -x "$py" ] || { echo "no $py: run make install first (or set PY to a python with pip)" >&2; exit 1; }
 [ -f "$data/manifest.json" ] || { echo "no prepared dataset at $data: run 'interlingua prepare -c configs/bible6-cpu.yaml' first" >&2; exit 1; }
-rm -rf .gpu && mkdir -p .gpu/wheels .gpu/before
+if [ -e .gpu ] && [ ! -f .gpu/.built-by-gpu_setup ]; then
+  echo ".gpu exists and was not built by this script: move it away first (nothing was changed)" >&2; exit 1
+fi
+rm -rf .gpu && mkdir -p .gpu/wheels .gpu/before && touch .gpu/.built-by-gpu_setup
 version() { "$py" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 for pkg in faiss-cpu pydantic pydantic_core annotated-types typing-inspection; do
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -113,7 +113,8 @@ def final_state(train_dir: Path) -> dict:
 @pytest.mark.slow
 def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_dataset, tmp_path, local_ray):
     """The same run with and without a killed worker sees the same batches and ends with the same weights:
-    the stream resumes at the checkpoint's data position (windows of 60 tuples: mid-epoch, mid-window)."""
+    the stream resumes at the checkpoint's data position (windows of 60 tuples: mid-epoch, mid-window),
+    also when the killed run's batches are built ahead by a worker process (runtime.prefetch_batches)."""
     import ray
 
     from orchestration.train.driver import train
@@ -128,6 +129,7 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     args = [str(Path(sys.executable).with_name("interlingua")), "train", f"run_dir={run_dir}",
             f"dataset_dir={small_dataset.data_dir}", f"tracking.uri=sqlite:///{tmp_path / 'killed.db'}",
             "prepare.spm.vocab_size=2000", *TINY, *overrides,
+            "runtime.prefetch_batches=2",  # batches built ahead by a worker process: the same batches
             f"runtime.ray_address={ray.get_runtime_context().gcs_address}"]
     train_dir = run_dir / "train"
     driver = subprocess.Popen(args, stdout=open(tmp_path / "killed.log", "wb"), stderr=subprocess.STDOUT)
