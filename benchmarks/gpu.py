@@ -113,7 +113,7 @@ def feed(args) -> dict:
         from model.training import make_optimizer
 
         optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=device)
-        stream = prefetched(stream, args.prefetch, workers=args.workers, pin_memory=device.type == "cuda")
+        stream = prefetched(stream, args.prefetch, pin_memory=device.type == "cuda")
     weight, sums = config.model.ranking_weight, {"steps": 0, "tokens": 0}
     loss_sum = torch.zeros((), device=device)
 
@@ -143,7 +143,6 @@ def feed(args) -> dict:
     nvml = busy.stop()
     result = {"stage": "feed", "model": args.model, "code": "before" if args.before else "after",
               "max_tokens": args.max_tokens, "prefetch": 0 if args.before else args.prefetch,
-              "loader_workers": 0 if args.before or not args.prefetch else args.workers,
               "steps": sums["steps"] - steps0, "seconds": wall,
               "tokens_per_s": (sums["tokens"] - tokens0) / wall, "nvml_busy_pct": nvml,
               "loss": float(loss_sum) / max(sums["steps"], 1),
@@ -401,7 +400,6 @@ def main() -> None:
     parser.add_argument("--model", choices=["demo", "laser"], default="demo")
     parser.add_argument("--max-tokens", type=int, default=1500)
     parser.add_argument("--prefetch", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=1, help="feed: processes building the batches ahead")
     parser.add_argument("--warm-s", type=float, default=6)
     parser.add_argument("--measure-s", type=float, default=10)
     parser.add_argument("--profile-steps", type=int, default=20)

@@ -18,7 +18,6 @@ The one convention every caller shares: an encoder input ends with EOS
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,20 +233,15 @@ class BatchStream:
         return self
 
     def __next__(self) -> Batch:
-        epoch, signature, rows = self.next_rows()
-        return Batch(epoch, signature, *self._corpus.batch(signature, rows))
-
-    def next_rows(self) -> tuple[int, Signature, np.ndarray]:
-        """The next batch's epoch, signature and rows of the current window, without building its
-        tensors (a loader worker that builds every n-th batch skips the others this way)."""
         for _ in range(2 * len(self.units) + 2):  # windows that give no batch are skipped
             p = self.position
             self._load(p.epoch, p.window)
             if p.batch < len(self._plan):
                 signature, rows = self._plan[p.batch]
+                sources, targets = self._corpus.batch(signature, rows)
                 self._chain(p, rows)
                 self.position = DataPosition(p.epoch, p.window, p.batch + 1)
-                return p.epoch, signature, rows
+                return Batch(p.epoch, signature, sources, targets)
             last = p.window + 1 >= len(self._windows)
             self.position = DataPosition(p.epoch + 1, 0, 0) if last else DataPosition(p.epoch, p.window + 1, 0)
         raise ValueError("no training batch can be formed: no tuple serves any training path")
@@ -283,10 +277,8 @@ def sample_corpus(units: Sequence[Unit], languages: Sequence[str], max_tuples: i
 
 
 class _StreamSource(torch.utils.data.IterableDataset):
-    """A `BatchStream`, rebuilt in each DataLoader worker process, as plain values the loader can pin:
-    (epoch, signature, sources, targets, the position after the batch, the digest after it). Of n
-    workers, worker k builds batches k, k + n, k + 2n... and only plans the others; the loader takes
-    one batch from each worker in turn, so the batches come in the stream's own order."""
+    """A `BatchStream`, rebuilt in a DataLoader worker process, as plain values the loader can pin:
+    (epoch, signature, sources, targets, the position after the batch, the digest after it)."""
 
     def __init__(self, stream: BatchStream) -> None:
         self.args = dict(units=stream.units, languages=stream.languages, paths=stream.paths, seed=stream.seed,
@@ -295,28 +287,22 @@ class _StreamSource(torch.utils.data.IterableDataset):
                          position=stream.position, digest=stream.digest)
 
     def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
         stream = BatchStream(**self.args)
-        for i in itertools.count():
-            epoch, signature, rows = stream.next_rows()
-            if i % workers == worker:
-                p = stream.position
-                sources, targets = stream._corpus.batch(signature, rows)
-                yield epoch, signature, sources, targets, (p.epoch, p.window, p.batch), stream.digest
+        for batch in stream:
+            p = stream.position
+            yield batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch), stream.digest
 
 
 class PrefetchedStream:
-    """A `BatchStream` whose next `ahead` batches are built by `workers` processes (torch's DataLoader)
+    """A `BatchStream` whose next `ahead` batches are built by a worker process (torch's DataLoader)
     while the model trains on the current one, in pinned memory when `pin_memory` (for a GPU's
     asynchronous copies). The batches, `position` and `digest` are the stream's own: `position`
     names the batch after the last one handed out, so a checkpoint resumes exactly as without it."""
 
-    def __init__(self, stream: BatchStream, *, ahead: int, workers: int = 1, pin_memory: bool = False) -> None:
+    def __init__(self, stream: BatchStream, *, ahead: int, pin_memory: bool = False) -> None:
         self.position, self.digest = stream.position, stream.digest
         loader = torch.utils.data.DataLoader(
-            _StreamSource(stream), batch_size=None, num_workers=workers, prefetch_factor=max(1, -(-ahead // workers)),
-            pin_memory=pin_memory, in_order=True,
+            _StreamSource(stream), batch_size=None, num_workers=1, prefetch_factor=ahead, pin_memory=pin_memory,
             multiprocessing_context="spawn",  # a fork of a Ray worker (threads, gRPC) is not safe
         )
         self._batches = iter(loader)
@@ -333,11 +319,10 @@ class PrefetchedStream:
                      {lang: tuple(pair) for lang, pair in targets.items()})
 
     def close(self) -> None:
-        """Stops the worker processes (they also stop when this object is collected)."""
+        """Stops the worker process (it also stops when this object is collected)."""
         self._batches._shutdown_workers()
 
 
-def prefetched(stream: BatchStream, ahead: int, *, workers: int = 1,
-               pin_memory: bool = False) -> BatchStream | PrefetchedStream:
-    """`stream` with `ahead` batches built in `workers` processes; `stream` itself when `ahead` is 0."""
-    return PrefetchedStream(stream, ahead=ahead, workers=workers, pin_memory=pin_memory) if ahead else stream
+def prefetched(stream: BatchStream, ahead: int, *, pin_memory: bool = False) -> BatchStream | PrefetchedStream:
+    """`stream` with `ahead` batches built in a worker process; `stream` itself when `ahead` is 0."""
+    return PrefetchedStream(stream, ahead=ahead, pin_memory=pin_memory) if ahead else stream

@@ -132,8 +132,6 @@ class RuntimeConfig(Schema):
         default=None, ge=0, description="Training batches a worker process builds ahead of the step "
         "(0: built in the step's own process); unset: 8 with use_gpu, else 0 (on a CPU it would take a core "
         "from the training threads).")
-    prefetch_workers: int = Field(default=1, ge=1, description="Processes building those batches, each "
-                                  "every n-th batch (the order stays the stream's).")
     log_every_steps: int = Field(default=20, gt=0)
     checkpoint_every_steps: int = Field(default=200, gt=0)
     keep_checkpoints: int = Field(default=2, ge=1)

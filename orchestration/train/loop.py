@@ -142,7 +142,7 @@ def set_up(job: WorkerJob) -> Worker:
                          position=position, digest=digest)
     ahead = config.runtime.prefetch_batches
     stream = prefetched(stream, 8 if ahead is None and config.runtime.use_gpu else ahead or 0,
-                        workers=config.runtime.prefetch_workers, pin_memory=device.type == "cuda")
+                        pin_memory=device.type == "cuda")
     worker = Worker(job, rank, device, model, core, optimizer, scheduler, progress, best_state, stream)
     if rank == 0:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
