@@ -179,13 +179,11 @@ def test_error(model, data_dir: str, languages: list[str], device, split: str = 
     (`evaluation.xsim.error_matrix`: exact cosine search, as the dev error and `interlingua evaluate`)."""
     from evaluation.xsim import average_error, error_matrix
     from model.batching import ParallelCorpus
-    from model.inference import embed
+    from model.inference import embed_rows
 
     corpus = ParallelCorpus.read(data_dir, split, languages)
     rows = corpus.complete_rows()
-    embeddings = {lang: embed(model, [corpus.ids(lang, r) for r in rows], lang, device=device,
-                              autocast=device.type == "cuda") for lang in languages}
-    pairs = error_matrix(embeddings)
+    pairs = error_matrix(embed_rows(model, corpus, rows, device=device))
     return {"sentences": len(rows), "error": average_error(pairs),
             "pairs": {f"{p}-{q}": e for (p, q), e in pairs.items()}}
 
@@ -198,7 +196,7 @@ def quality(args) -> dict:
 
     from evaluation.xsim import average_error, error_matrix
     from model.batching import ParallelCorpus, prefetched, sample_corpus
-    from model.inference import embed
+    from model.inference import embed_rows
     from model.lsi import cooccurrence_matrix, lsi_embeddings
     from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
     from orchestration.train.builders import schedule_args
@@ -231,9 +229,7 @@ def quality(args) -> dict:
         step += 1
         over = elapsed >= 60 * t.max_minutes or step >= t.max_steps
         if step % t.eval_every_steps == 0 or over:
-            error = average_error(error_matrix({
-                lang: embed(model, [dev.ids(lang, r) for r in dev_rows], lang, device=device,
-                            autocast=device.type == "cuda") for lang in languages}))
+            error = average_error(error_matrix(embed_rows(model, dev, dev_rows, device=device)))
             curve.append({"step": step, "minutes": round((time.perf_counter() - started) / 60, 2), "dev": error})
             if best is None or error < best:
                 best, best_state, bad = error, copy.deepcopy(model.state_dict()), 0

@@ -6,7 +6,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from model.batching import pad, token_budget_batches
+from model.batching import ParallelCorpus, pad, token_budget_batches
 from model.nmt import MultilingualNMT
 
 
@@ -37,6 +37,14 @@ def embed(
     finally:
         model.train(was_training)
     return out
+
+
+def embed_rows(model: MultilingualNMT, corpus: ParallelCorpus, rows: Sequence[int], *,
+               device: torch.device) -> dict[str, np.ndarray]:
+    """`embed` of the same `rows` (tuples) of `corpus` in each of its languages, under bf16 autocast on a
+    GPU: what a similarity error over every ordered pair is computed from (the dev error of training)."""
+    return {lang: embed(model, [corpus.ids(lang, r) for r in rows], lang, device=device,
+                        autocast=device.type == "cuda") for lang in corpus.languages}
 
 
 def _read_back(pending: list[tuple[np.ndarray, torch.Tensor]], out: np.ndarray) -> None:

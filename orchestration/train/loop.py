@@ -33,7 +33,7 @@ import torch
 from model.batching import (
     BatchStream, DataPosition, ParallelCorpus, PrefetchedStream, prefetched, sample_corpus, shard_units,
 )
-from model.inference import embed
+from model.inference import embed_rows
 from model.nmt import MultilingualNMT
 from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
 from orchestration import logs, tracking
@@ -196,10 +196,7 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
     progress, t = worker.progress, worker.config.train
     pairs = None
     if worker.rank == 0:
-        embeddings = {lang: embed(worker.core, [worker.dev.ids(lang, r) for r in worker.dev_rows], lang,
-                                  device=worker.device, autocast=worker.device.type == "cuda")
-                      for lang in worker.dev.languages}
-        pairs = error_matrix(embeddings)
+        pairs = error_matrix(embed_rows(worker.core, worker.dev, worker.dev_rows, device=worker.device))
     value = broadcast([average_error(pairs) if pairs else 0.0], worker.device)[0]
     if worker.scheduler is not None and progress.step >= t.warmup_steps:
         worker.scheduler.step(value)
