@@ -17,6 +17,7 @@ The one convention every caller shares: an encoder input ends with EOS
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from model.training_paths import Signature, TrainingPath, sample_path
+from model.training_paths import Signature, TrainingPath, sample_signatures
 from core import storage
 from core.dataset import EOS_ID, PAD_ID
 
@@ -63,11 +64,15 @@ def token_budget_batches(costs: np.ndarray, max_tokens: int) -> list[np.ndarray]
     position costlier than the budget gets a batch of its own.
     """
     order = np.argsort(costs, kind="stable")
+    ranked = np.asarray(costs)[order]
     batches, start = [], 0
-    for end in range(1, len(order) + 1):
-        if end == len(order) or (end - start + 1) * costs[order[end]] > max_tokens:
-            batches.append(order[start:end])
-            start = end
+    while start < len(order):
+        # a batch grows while (its size) x (the cost of its last, costliest member) fits the budget:
+        # that product only grows along the sorted costs, so its end is a bisection
+        end = bisect.bisect_right(range(start + 1, len(order)), max_tokens,
+                                  key=lambda i: (i - start + 1) * ranked[i]) + start + 1
+        batches.append(order[start:end])
+        start = end
     return batches
 
 
@@ -139,13 +144,25 @@ class Unit:
     rows: int
 
 
+# The version of `plan_window`'s draws: a position names a batch of one plan, so a stream resumes only
+# positions of its own plan. 1: one tuple at a time (until 2026-11); 2: a window's draws at once.
+PLAN = 2
+
+
 @dataclass
 class DataPosition:
-    """Where a worker's stream stands: the next batch is batch `batch` of window `window` of `epoch`."""
+    """Where a worker's stream stands: the next batch is batch `batch` of window `window` of `epoch`,
+    in windows planned by plan version `plan`."""
 
     epoch: int = 0
     window: int = 0
     batch: int = 0
+    plan: int = PLAN
+
+    @classmethod
+    def from_dict(cls, values: dict) -> DataPosition:
+        """A saved position; one saved before plans had versions is plan 1's."""
+        return cls(**{"plan": 1, **values})
 
 
 @dataclass
@@ -191,21 +208,19 @@ def read_units(units: Sequence[Unit], languages: Sequence[str]) -> ParallelCorpu
 
 def plan_window(corpus: ParallelCorpus, paths: Sequence[TrainingPath], *, seed: int, epoch: int, rank: int,
                 window: int, max_tokens: int, monolingual: bool = False) -> list[tuple[Signature, np.ndarray]]:
-    """The batches of one window (see the module docstring); the same for the same inputs."""
+    """The batches of one window (see the module docstring); the same for the same inputs and `PLAN`."""
     rng = np.random.default_rng([seed, epoch, rank, window])
-    groups: dict[Signature, list[int]] = defaultdict(list)
-    for row in rng.permutation(corpus.size).tolist():
-        signature = sample_path(paths, corpus.available(row), rng, monolingual=monolingual)
-        if signature is not None:
-            groups[signature].append(row)
+    order = rng.permutation(corpus.size)
+    present = np.stack([corpus.lengths[lang][order] > 0 for lang in corpus.languages], axis=1)
+    signatures, drawn = sample_signatures(paths, corpus.languages, present, rng, monolingual=monolingual)
     batches = []
-    for signature in sorted(groups):
-        members = np.array(groups[signature], dtype=np.int64)
-        langs = signature[0] + signature[1]
+    for k in sorted(range(len(signatures)), key=signatures.__getitem__):
+        members = order[drawn == k]  # in the window's permuted order
+        langs = signatures[k][0] + signatures[k][1]
         costs = np.max([corpus.lengths[lang][members] for lang in langs], axis=0) + 1
-        batches += [(signature, members[chunk]) for chunk in token_budget_batches(costs, max_tokens)]
-    order = rng.permutation(len(batches))
-    return [batches[i] for i in order]
+        batches += [(signatures[k], members[chunk]) for chunk in token_budget_batches(costs, max_tokens)]
+    shuffled = rng.permutation(len(batches))
+    return [batches[i] for i in shuffled]
 
 
 class BatchStream:
@@ -223,6 +238,9 @@ class BatchStream:
         self.seed, self.rank, self.world = seed, rank, world
         self.max_tokens, self.window_tuples, self.monolingual = max_tokens, window_tuples, monolingual
         self.position = position or DataPosition()
+        if self.position.plan != PLAN:
+            raise ValueError(f"data position {self.position} names a batch of plan {self.position.plan}, but this "
+                             f"version plans windows with plan {PLAN}: start a new epoch instead")
         self.digest = digest
         self._loaded: tuple[int, int] | None = None
         self._corpus: ParallelCorpus | None = None
@@ -290,7 +308,7 @@ class _StreamSource(torch.utils.data.IterableDataset):
         stream = BatchStream(**self.args)
         for batch in stream:
             p = stream.position
-            yield batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch), stream.digest
+            yield batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch, p.plan), stream.digest
 
 
 class PrefetchedStream:

@@ -33,41 +33,80 @@ class TrainingPath:
         return 1 if self.kind.startswith("1:") else self.m
 
 
-def sample_signature(
-    path: TrainingPath, available: Sequence[str], rng: np.random.Generator, *, monolingual: bool = False
-) -> Signature | None:
-    """One concrete (sources, targets) for a tuple holding `available` languages, or None."""
-    sources = [
+def _candidates(path: TrainingPath, available: Sequence[str], monolingual: bool) -> tuple[list[str], list[str]] | None:
+    """The source and target languages `path` may draw from in a tuple holding `available`, each sorted,
+    or None when no draw can serve it (too few sources, or no target left once the sources are drawn)."""
+    sources = sorted(
         lang for lang in available
         if (path.sources is None or lang in path.sources)
         # restricted targets (e.g. a fixed "en") are outputs only, unless auto-encoding
         and (monolingual or path.targets is None or lang not in path.targets)
-    ]
-    if len(sources) < path.num_sources:
+    )
+    targets = sorted(lang for lang in available if path.targets is None or lang in path.targets)
+    # the drawn sources leave the targets unless auto-encoding; they are among them only when targets are free
+    left = len(targets) - (0 if monolingual or path.targets is not None else path.num_sources)
+    if len(sources) < path.num_sources or left < 1:
         return None
-    chosen = sorted(rng.choice(sources, size=path.num_sources, replace=False).tolist())
-    targets = [
-        lang for lang in available
-        if (path.targets is None or lang in path.targets) and (monolingual or lang not in chosen)
-    ]
-    if not targets:
-        return None
-    if path.kind.endswith(":1"):
-        targets = [targets[int(rng.integers(len(targets)))]]
-    return tuple(chosen), tuple(sorted(targets))
+    return sources, targets
 
 
-def sample_path(
-    paths: Sequence[TrainingPath], available: Sequence[str], rng: np.random.Generator, *, monolingual: bool = False
-) -> Signature | None:
-    """Pick a path by weight among those the tuple can serve, then its signature."""
+def sample_signatures(
+    paths: Sequence[TrainingPath], languages: Sequence[str], present: np.ndarray, rng: np.random.Generator, *,
+    monolingual: bool = False,
+) -> tuple[list[Signature], np.ndarray]:
+    """Each tuple's path and signature, drawn for all tuples at once.
+
+    `present` (tuples x languages, bool) says which of `languages` each tuple holds. A tuple's path is
+    drawn by weight among the paths it can serve; its sources are `m` of the path's candidate languages
+    drawn without replacement, its targets the candidates left (one of them, drawn, for M:1 and 1:1).
+    Returns the distinct signatures drawn and, per tuple, the index of its signature (-1: no path serves
+    the tuple). The draws are one per group of tuples holding the same languages, so a window costs a
+    few array operations, not a loop over its tuples.
+    """
+    present = np.asarray(present, dtype=bool)
+    if present.shape[1:] != (len(languages),):
+        raise ValueError(f"present has shape {present.shape}; expected (tuples, {len(languages)})")
     weights = np.array([p.weight for p in paths], dtype=np.float64)
-    order = list(range(len(paths)))
-    while order:
-        probs = weights[order] / weights[order].sum()
-        pick = order[int(rng.choice(len(order), p=probs))]
-        signature = sample_signature(paths[pick], available, rng, monolingual=monolingual)
-        if signature is not None:
-            return signature
-        order.remove(pick)
-    return None
+    index = np.full(len(present), -1, dtype=np.int64)
+    signatures: dict[Signature, int] = {}
+    patterns, pattern_of = np.unique(present, axis=0, return_inverse=True)
+    for p, pattern in enumerate(patterns):
+        rows = np.flatnonzero(pattern_of.reshape(-1) == p)
+        available = [lang for lang, has in zip(languages, pattern) if has]
+        served = [(k, c) for k, c in enumerate(_candidates(path, available, monolingual) for path in paths) if c]
+        if not served:
+            continue
+        probs = weights[[k for k, _ in served]] / weights[[k for k, _ in served]].sum()
+        picks = rng.choice(len(served), size=len(rows), p=probs)
+        for j, (k, (sources, targets)) in enumerate(served):
+            members = rows[picks == j]
+            if len(members):
+                codes, found = _draw(paths[k], sources, targets, len(members), rng, monolingual)
+                for code, signature in found.items():
+                    index[members[codes == code]] = signatures.setdefault(signature, len(signatures))
+    return list(signatures), index
+
+
+def _draw(path: TrainingPath, sources: list[str], targets: list[str], n: int, rng: np.random.Generator,
+          monolingual: bool) -> tuple[np.ndarray, dict[int, Signature]]:
+    """`n` signatures of one path from its candidates: a code per draw and the signature of each code."""
+    # m sources without replacement: the first m of a random order of the candidates, kept in name order
+    chosen = np.sort(np.argsort(rng.random((n, len(sources))), axis=1)[:, :path.num_sources], axis=1)
+    allowed = np.ones((n, len(targets)), dtype=bool)
+    if not monolingual:  # a drawn source is no target
+        position = {lang: t for t, lang in enumerate(targets)}
+        for s, lang in enumerate(sources):
+            if lang in position:
+                allowed[:, position[lang]] &= ~(chosen == s).any(axis=1)
+    if path.kind.endswith(":1"):  # one of the allowed targets, uniformly
+        nth = rng.integers(allowed.sum(axis=1))
+        pick = (np.cumsum(allowed, axis=1) > nth[:, None]).argmax(axis=1)
+        allowed = np.zeros_like(allowed)
+        allowed[np.arange(n), pick] = True
+    drawn = np.zeros((n, len(sources)), dtype=bool)
+    drawn[np.arange(n)[:, None], chosen] = True
+    keys, first, codes = np.unique(np.hstack([drawn, allowed]), axis=0, return_index=True, return_inverse=True)
+    found = {code: (tuple(lang for lang, keep in zip(sources, drawn[row]) if keep),
+                    tuple(lang for lang, keep in zip(targets, allowed[row]) if keep))
+             for code, row in enumerate(first.tolist())}
+    return codes.reshape(-1), found

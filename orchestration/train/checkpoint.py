@@ -47,7 +47,7 @@ class TrainingProgress:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainingProgress:
         """From a saved progress (checkpoints before the data position was saved have none)."""
-        data = DataPosition(**values.get("data", {}))
+        data = DataPosition.from_dict(values["data"]) if "data" in values else DataPosition()
         return cls(**{**values, "data": data})
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from model.batching import (
-    BatchStream, DataPosition, ParallelCorpus, PrefetchedStream, prefetched, sample_corpus, shard_units,
+    PLAN, BatchStream, DataPosition, ParallelCorpus, PrefetchedStream, prefetched, sample_corpus, shard_units,
 )
 from model.inference import embed_rows
 from model.nmt import MultilingualNMT
@@ -240,13 +240,18 @@ def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
 
 def _stream_start(state: TrainingState | None, rank: int, world: int) -> tuple[DataPosition | None, str]:
     """Where this rank's stream goes on: the position it had reached, or a fresh epoch after the
-    furthest one when the number of workers changed (the shares of an epoch depend on it)."""
+    furthest one when the number of workers changed (the shares of an epoch depend on it) or the
+    checkpoint's windows were planned by another version of the plan (`model.batching.PLAN`)."""
     if not state:
         return None, ""
-    if len(state.positions) == world:
-        saved = state.positions[rank]
-        return DataPosition(**saved["position"]), saved["digest"]
-    epoch = max([p["position"]["epoch"] for p in state.positions.values()] or [state.progress.data.epoch])
+    positions = {r: DataPosition.from_dict(p["position"]) for r, p in state.positions.items()}
+    plans = {p.plan for p in positions.values()} or {state.progress.data.plan}
+    if len(positions) == world and plans == {PLAN}:
+        return positions[rank], state.positions[rank]["digest"]
+    if plans != {PLAN} and rank == 0:
+        log.warning("the checkpoint's batches were planned by plan %s, this version plans with %d: "
+                    "training goes on from the next epoch", "/".join(map(str, sorted(plans))), PLAN)
+    epoch = max([p.epoch for p in positions.values()] or [state.progress.data.epoch])
     return DataPosition(epoch=epoch + 1), ""
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from model.batching import (
-    BatchStream, DataPosition, ParallelCorpus, epoch_windows, pad, plan_window, prefetched, read_units, sample_corpus,
+    PLAN, BatchStream, DataPosition, ParallelCorpus, epoch_windows, pad, plan_window, prefetched, read_units, sample_corpus,
     shard_units, token_budget_batches,
 )
 from model.training_paths import TrainingPath
@@ -83,6 +83,13 @@ def test_a_stream_resumed_at_its_position_gives_the_same_batches(units):
         assert [batch_ids(next(resumed)) for _ in range(60 - k)] == seen[k:]
         assert resumed.digest == digests[-1]  # the chain proves the same batches were seen
     assert stream(units, position=DataPosition(0, 0, 5)).digest == ""
+
+
+def test_a_position_of_another_plan_version_is_refused(units):
+    old = DataPosition.from_dict({"epoch": 2, "window": 1, "batch": 7})  # saved before plans had versions
+    assert old.plan == 1 and DataPosition().plan == PLAN != 1
+    with pytest.raises(ValueError, match=f"plan 1, but this version plans windows with plan {PLAN}"):
+        stream(units, position=old)
 
 
 def test_the_statistics_sample_is_bounded_and_in_shard_order(units):

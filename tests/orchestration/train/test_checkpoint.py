@@ -116,6 +116,24 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
     assert json.loads((kept / "progress.json").read_text())["best_step"] == 30
 
 
+def test_a_checkpoint_of_another_plan_version_resumes_at_the_next_epoch(caplog):
+    """Positions saved before plans had versions (plan 1) name batches this version cannot rebuild:
+    the stream starts the epoch after the furthest one, and says so; positions of this plan resume."""
+    from model.batching import PLAN, DataPosition
+    from orchestration.train.loop import _stream_start
+
+    old = TrainingProgress.from_dict({"step": 9, "data": {"epoch": 3, "window": 0, "batch": 4}})
+    assert old.data == DataPosition(3, 0, 4, plan=1)
+    saved = {0: {"position": {"epoch": 3, "window": 0, "batch": 4}, "digest": "ab"},
+             1: {"position": {"epoch": 4, "window": 2, "batch": 1}, "digest": "cd"}}
+    state = TrainingState({}, {}, None, old, {}, saved)
+    with caplog.at_level("WARNING"):
+        assert _stream_start(state, 0, 2) == _stream_start(state, 1, 2) == (DataPosition(epoch=5), "")
+    assert f"planned by plan 1, this version plans with {PLAN}" in caplog.text
+    current = {r: {"position": {**p["position"], "plan": PLAN}, "digest": p["digest"]} for r, p in saved.items()}
+    assert _stream_start(TrainingState({}, {}, None, old, {}, current), 1, 2) == (DataPosition(4, 2, 1), "cd")
+
+
 SENTINEL = "a user's file: never delete me\n"
 
 
