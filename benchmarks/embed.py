@@ -42,8 +42,11 @@ from pipelines.sources import bible_db_path  # noqa: E402
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "bible6-cpu.yaml"
 
 
-def verses(n: int) -> list[str]:
-    """The first n KJV verses, in Bible order."""
+def verses(n: int, text: str | None = None) -> list[str]:
+    """The first n KJV verses, in Bible order (or the first n lines of `text`, e.g. those verses written out
+    for a machine without the Bible database)."""
+    if text:
+        return Path(text).read_text(encoding="utf-8").splitlines()[:n]
     db = sqlite3.connect(f"file:{bible_db_path(BibleSource(kind='bible'))}?mode=ro", uri=True)
     rows = db.execute("SELECT vText FROM bible WHERE bbName='k' ORDER BY bNumber, cNumber, vNumber LIMIT ?", (n,))
     return [" ".join(text.split()) for (text,) in rows]
@@ -113,12 +116,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--actors", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the loop and of each actor")
+    parser.add_argument("--text", help="sentences from this text file (one per line) instead of the Bible database")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     import ray
 
     work = Path(tempfile.mkdtemp(prefix="embed-bench-"))
-    sentences = verses(args.sentences)
+    sentences = verses(args.sentences, args.text)
     paths = write_files(sentences, work / "in", args.files)
     model = model_dir(sentences, work / "model")
     ray.init(num_cpus=max(2, max(args.actors) * args.threads), include_dashboard=False, log_to_driver=False)

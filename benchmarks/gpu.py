@@ -21,6 +21,7 @@ Stages, each in a new process, each bounded in time, results appended to DIR/gpu
               budgets and encoder sizes side by side (sharing the GPU), the best dev model's test
               similarity error (the 30 ordered pairs of the test split's 1,000 tuples, exact cosine
               search), as `interlingua evaluate` computes it
+    loader    batches/s of the training stream alone (no model), the older tree against this one
     embed     sentences/s of `model.inference.embed` on the GPU for both model sizes
 """
 from __future__ import annotations
@@ -141,7 +142,7 @@ def feed(args) -> dict:
     busy = Utilization()
     wall = run(seconds=args.measure_s)
     nvml = busy.stop()
-    result = {"stage": "feed", "model": args.model, "code": "before" if args.before else "after",
+    result = {"stage": "feed", "model": args.model, "code": args.label or ("before" if args.before else "after"),
               "max_tokens": args.max_tokens, "prefetch": 0 if args.before else args.prefetch,
               "steps": sums["steps"] - steps0, "seconds": wall,
               "tokens_per_s": (sums["tokens"] - tokens0) / wall, "nvml_busy_pct": nvml,
@@ -172,6 +173,24 @@ def feed(args) -> dict:
     if hasattr(stream, "close"):
         stream.close()
     return result
+
+
+def loader(args) -> dict:
+    """Batches/s and tokens/s of the training stream alone (one process, no model): reading the shards,
+    planning each window and padding its batches, as the prefetching worker process does."""
+    from model.training import input_tokens
+
+    config, _, _, stream = _setup(args, [f"train.max_tokens={args.max_tokens}"])
+    next(stream)
+    start, batches, tokens, windows = time.perf_counter(), 0, 0, set()
+    while time.perf_counter() - start < args.measure_s:
+        batch = next(stream)
+        batches += 1
+        tokens += input_tokens(batch.sources, batch.targets, config.model.ranking_weight)
+        windows.add((stream.position.epoch, stream.position.window))
+    wall = time.perf_counter() - start
+    return {"stage": "loader", "code": args.label or "now", "max_tokens": args.max_tokens, "batches": batches,
+            "windows": len(windows), "seconds": wall, "batches_per_s": batches / wall, "tokens_per_s": tokens / wall}
 
 
 def test_error(model, data_dir: str, languages: list[str], device, split: str = "test") -> dict:
@@ -283,9 +302,11 @@ def embed_speed(args) -> dict:
 
 # --- the whole call ---------------------------------------------------------------------------------
 
-FEED = [  # (model, before, max_tokens, prefetch), the most wanted first: a later one is left out when time is short
-    ("demo", True, 1500, 0), ("demo", False, 12000, 8), ("laser", True, 12000, 0), ("laser", False, 12000, 8),
-    ("demo", False, 1500, 8), ("demo", False, 1500, 0),
+FEED = [  # model:code:max_tokens:prefetch, the most wanted first: a later one is left out when time is short.
+    # code: before (the older tree and its loop: no prefetching, plain AdamW), tree (the older tree with
+    # this loop), now (this checkout)
+    "demo:before:1500:0", "demo:now:12000:8", "laser:before:12000:0", "laser:now:12000:8",
+    "demo:now:1500:8", "demo:now:1500:0",
 ]
 QUALITY = [  # overrides of the demo's recipe, trained side by side
     [], ["train.max_tokens=6000"], ["train.max_tokens=6000", "model.encoder_hidden=512"],
@@ -324,24 +345,34 @@ def run_all(args) -> None:
             if proc.returncode:
                 print(f"failed ({proc.returncode}): {' '.join(proc.args[2:])}", flush=True)
 
-    reserve = args.minutes * 60 + 90 + 45  # quality (start, LSI, evaluations) and embed come after
-    for model, before, max_tokens, ahead in FEED:
-        if before and not args.before_tree:
+    reserve = (args.minutes * 60 + 90 if "quality" in args.stages else 0) + (45 if "embed" in args.stages else 0) \
+        + (2 * (2 * args.measure_s + 15) if "loader" in args.stages else 0)
+    for variant in (args.feed or FEED) if "feed" in args.stages else []:
+        model, code, max_tokens, ahead = variant.split(":")
+        if code != "now" and not args.before_tree:
             continue
         left = deadline - time.monotonic() - reserve
         if left < args.warm_s + args.measure_s + 20:
-            print(f"feed: no time left for {model} {'before' if before else 'after'} {max_tokens}", flush=True)
+            print(f"feed: no time left for {variant}", flush=True)
             continue
-        collect([stage(["feed", "--model", model, "--max-tokens", str(max_tokens), "--prefetch", str(ahead),
+        collect([stage(["feed", "--model", model, "--max-tokens", max_tokens, "--prefetch", ahead, "--label", code,
                         "--warm-s", str(args.warm_s), "--measure-s", str(args.measure_s)]
-                       + (["--before"] if before else []), min(left, 120), args.before_tree if before else None)])
+                       + (["--before"] if code == "before" else []), min(left, 120),
+                       args.before_tree if code != "now" else None)])
     minutes = min(args.minutes, (deadline - time.monotonic() - 90 - 45) / 60)
-    if minutes >= 0.5:
+    if "quality" not in args.stages:
+        pass
+    elif minutes >= 0.5:
         collect([stage(["quality", "--minutes", f"{minutes:.2f}", *[x for s in overrides for x in ("--set", s)]],
                        minutes * 60 + 75) for overrides in QUALITY])
     else:
         print("quality: no time left", flush=True)
-    collect([stage(["embed", "--repeat", str(args.repeat)], max(10.0, deadline - time.monotonic()))])
+    if "loader" in args.stages:  # the stream alone, older tree against this one
+        for code in (["tree"] if args.before_tree else []) + ["now"]:
+            collect([stage(["loader", "--max-tokens", "12000", "--measure-s", str(2 * args.measure_s), "--label", code],
+                           60, args.before_tree if code != "now" else None)])
+    if "embed" in args.stages:
+        collect([stage(["embed", "--repeat", str(args.repeat)], max(10.0, deadline - time.monotonic()))])
     summary(results)
 
 
@@ -376,6 +407,9 @@ def summary(results: Path) -> None:
         print(f"{r['model']:<6} {r['code']:<7}{r['max_tokens']:>7}{r['prefetch']:>9}{r['tokens_per_s']:>10,.0f}"
               f"{r['nvml_busy_pct'] or float('nan'):>13.1f}{r.get('profiled_kernel_busy_pct', float('nan')):>15.1f}"
               f"{r['peak_gib'] or float('nan'):>10.1f}")
+    for r in (r for r in rows if r["stage"] == "loader"):
+        print(f"loader {r['code']:<5} budget {r['max_tokens']}: {r['batches_per_s']:,.1f} batches/s, "
+              f"{r['tokens_per_s']:,.0f} tokens/s ({r['windows']} windows in {r['seconds']:.0f} s)")
     for r in (r for r in rows if r["stage"] == "quality"):
         print(f"quality {' '.join(r['overrides']) or 'demo recipe'}: {r['steps']} steps in {r['train_s'] / 60:.1f} min,"
               f" {r['tokens_per_s']:,.0f} tok/s, dev {100 * r['dev_best']:.2f} %, test {100 * r['test']['error']:.2f} %")
@@ -386,12 +420,16 @@ def summary(results: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=["all", "feed", "quality", "embed", "summary"])
+    parser.add_argument("stage", choices=["all", "feed", "loader", "quality", "embed", "summary"])
     parser.add_argument("--data", required=True, help="the prepared dataset of configs/bible6-cpu.yaml")
     parser.add_argument("--out", default="")
     parser.add_argument("--tree", help="import the product from this copy (the code before a change)")
     parser.add_argument("--before-tree", help="all: a copy of the older tree, for the 'before' figures")
     parser.add_argument("--before", action="store_true", help="feed: the older loop's optimizer and stream")
+    parser.add_argument("--label", help="feed: the name of the code measured (default: before or after)")
+    parser.add_argument("--stages", default="feed,quality,embed", help="all: the stages to run (comma-separated)")
+    parser.add_argument("--feed", action="append", help="all: a feed variant model:code:max_tokens:prefetch "
+                        "(code: before, tree or now; see FEED), repeatable; default: FEED")
     parser.add_argument("--budget-s", type=float, default=520)
     parser.add_argument("--model", choices=["demo", "laser"], default="demo")
     parser.add_argument("--max-tokens", type=int, default=1500)
@@ -409,7 +447,7 @@ def main() -> None:
     if args.stage == "all":
         return run_all(args)
     _tree(args.tree)
-    result = {"feed": feed, "quality": quality, "embed": embed_speed}[args.stage](args)
+    result = {"feed": feed, "loader": loader, "quality": quality, "embed": embed_speed}[args.stage](args)
     print(json.dumps(result), flush=True)
 
 

@@ -152,8 +152,9 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
     return windows[1:], peak
 
 
-def ray_loop(config: Config, steps: int, window: int) -> list[Window]:
-    """The windows of `interlingua train` with one worker, from its MLflow metrics (the first one dropped)."""
+def ray_loop(config: Config, steps: int, window: int, workers: int = 1) -> list[Window]:
+    """The windows of `interlingua train` with `workers` workers, from its MLflow metrics (the first one
+    dropped; tokens/s summed over the workers)."""
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         run = config.model_copy(update={
             "run_dir": str(Path(tmp) / "run"),
@@ -162,7 +163,7 @@ def ray_loop(config: Config, steps: int, window: int) -> list[Window]:
             "train": config.train.model_copy(update={
                 "max_steps": steps, "max_minutes": None, "eval_every_steps": steps + 1}),
             "runtime": config.runtime.model_copy(update={
-                "num_workers": 1, "log_every_steps": window, "checkpoint_every_steps": steps + 1}),
+                "num_workers": workers, "log_every_steps": window, "checkpoint_every_steps": steps + 1}),
         })
         result = train(run)
         rates = sorted(tracking.metric_series(run.tracking.uri, result.run_id, "train/tokens_per_s"))
