@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# What a lent GPU machine needs to run benchmarks/gpu.py, built on a development machine into the
-# ignored folder .gpu/ (it travels with the call: `carry: [".gpu"]`, 64 MiB in all with the checkout):
+# What a lent GPU machine needs to run the benchmarks there, built on a development machine into the
+# ignored folder .gpu/ (it travels with the call: `carry: [".gpu"]`, 64 MiB in all with the checkout).
 #
-#   .gpu/wheels/   faiss-cpu and pydantic for the GPU machine's Python (3.12, manylinux x86-64), the
-#                  versions this checkout's .venv has; the machine has torch, numpy, pyarrow, scipy,
-#                  scikit-learn, sentencepiece, PyYAML, regex, nvidia-ml-py, but not these
-#   .gpu/data/     the prepared dataset of configs/bible6-cpu.yaml (`make demo` or `interlingua prepare`)
-#   .gpu/before/   the product at REV (default: the last commit), for the "before" figures
+#   benchmarks/gpu_setup.sh [DATASET_DIR] [REV]       the GPU figures (benchmarks/gpu.py):
+#     .gpu/wheels/   faiss-cpu and pydantic for the GPU machine's Python (3.12, manylinux x86-64), the
+#                    versions this checkout's .venv has; the machine has torch, numpy, pyarrow, scipy,
+#                    scikit-learn, sentencepiece, PyYAML, regex, nvidia-ml-py, but not these
+#     .gpu/data/     the prepared dataset of configs/bible6-cpu.yaml (`make demo` or `interlingua prepare`)
+#     .gpu/before/   the product at REV (default: the last commit), for the "before" figures
 #
-#   benchmarks/gpu_setup.sh [DATASET_DIR] [REV]
+#   benchmarks/gpu_setup.sh --scaling DATASET_DIR      the 16-core figures (benchmarks/scaling.py), in
+#   two calls on one warm machine (together they are over one call's 64 MiB):
+#     .gpu/site.tar.xz  Ray (train, data), MLflow, pydantic and faiss-cpu at this checkout's pins, for
+#                       Python 3.12, with every dependency the machine's image lacks
+#                       (benchmarks/gpu_machine_packages.txt), unpacked as installed and pruned of what no
+#                       benchmark loads (Ray's Java jar, dashboard web client, RLlib and LLM libraries;
+#                       MLflow's web UI), xz-compressed: about 50 MB. The first call unpacks it into
+#                       /tmp/site, which stays while the machine is held, and measures `embed`
+#     .gpu/verses.txt.xz  the KJV verses, one per line (embed's input; the Bible database is not carried)
+#     .gpu/data/        the demo's dataset prepared with prepare.output.train_shards=16 (each of 8 training
+#                       workers needs its own row groups): the second call carries only it, and trains
 #
-# It prints the one command to run there. Ray, MLflow and Beam are not built: Ray's wheel alone is
-# 79 MB (34 MB of it a Java jar), and gpu.py drives the product's training parts without them.
+# It prints the commands to run there. Beam and Dask are not built: they would need a third call.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scaling=false
+if [ "${1:-}" = "--scaling" ]; then scaling=true; shift; fi
 data=${1:-runs/bible6-cpu/data}
 rev=${2:-HEAD}
 py=${PY:-.venv/bin/python}
@@ -24,10 +36,54 @@ if [ -e .gpu ] && [ ! -f .gpu/.built-by-gpu_setup ]; then
 fi
 rm -rf .gpu && mkdir -p .gpu/wheels .gpu/before && touch .gpu/.built-by-gpu_setup
 version() { "$py" -c "import importlib.metadata as m; print(m.version('$1'))"; }
-for pkg in faiss-cpu pydantic pydantic_core annotated-types typing-inspection; do
-  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+download() {  # wheels for the GPU machine's Python into $1, with their dependencies unless --no-deps follows
+  local dest=$1; shift
+  "$py" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 -d .gpu/wheels "$pkg==$(version "$pkg")" 2>&1 | grep -v "is ignored" || true
+    --platform manylinux2014_x86_64 --platform any -d "$dest" "$@" 2>&1 | grep -v "is ignored" || true
+}
+if $scaling; then
+  rows=$("$py" -c "import pyarrow.parquet as pq, glob; print(sum(pq.ParquetFile(f).metadata.num_row_groups for f in glob.glob('$data/train/*.parquet')))")
+  [ "$rows" -ge 8 ] || { echo "$data has $rows training row groups; 8 workers need 8: prepare it with prepare.output.train_shards=16" >&2; exit 1; }
+  download .gpu/wheels "ray[train,data]==$(version ray)" "mlflow==$(version mlflow)" "protobuf==$(version protobuf)" \
+    "pydantic==$(version pydantic)" "faiss-cpu==$(version faiss-cpu)"
+  "$py" - <<'PY'
+import os, re, shutil, zipfile
+norm = lambda name: re.sub(r"[-_.]+", "-", name.lower())
+have = {norm(line.strip()) for line in open("benchmarks/gpu_machine_packages.txt") if line.strip() and line[0] != "#"}
+have.discard("protobuf")  # the machine's protobuf 7 is newer than Ray's and Beam's pins allow
+site = ".gpu/site"
+for wheel in sorted(os.listdir(".gpu/wheels")):
+    if norm(wheel.split("-")[0]) in have:
+        continue
+    archive = zipfile.ZipFile(os.path.join(".gpu/wheels", wheel))
+    for member in archive.infolist():  # a wheel unpacked is installed; keep its files' modes (Ray's binaries)
+        path = archive.extract(member, site)
+        if member.external_attr >> 16:
+            os.chmod(path, (member.external_attr >> 16) & 0o777 | 0o600)
+for pruned in ("ray/jars", "ray/dashboard/client/build", "ray/rllib", "ray/llm", "mlflow/server/js"):
+    shutil.rmtree(os.path.join(site, pruned))
+PY
+  tar -C .gpu/site -cf - . | xz -T0 -9 > .gpu/site.tar.xz
+  rm -rf .gpu/site .gpu/wheels .gpu/before
+  "$py" -c "import sys; sys.path.insert(0, 'benchmarks'); import embed; print('\n'.join(embed.verses(10**6)))" | xz -9 > .gpu/verses.txt.xz
+  cp -r "$data" .gpu/data
+  checkout=$(git ls-files -z | xargs -0 cat | wc -c)
+  first=$(( $(du -sb .gpu | cut -f1) - $(du -sb .gpu/data | cut -f1) + checkout ))
+  second=$(( $(du -sb .gpu/data | cut -f1) + checkout ))
+  echo "built .gpu for the scaling figures: $(du -sh .gpu/site.tar.xz | cut -f1) of packages, the dataset ($rows row groups);" \
+       "$((first / 1048576)) MiB in the first call, $((second / 1048576)) MiB in the second, with the checkout (limit 64)"
+  [ "$first" -lt $((64 * 1048576)) ] && [ "$second" -lt $((64 * 1048576)) ] || { echo "over the 64 MiB a call may carry" >&2; exit 1; }
+  cat <<'RUN'
+run there, first (carry .gpu/site.tar.xz and .gpu/verses.txt.xz; an empty /tmp/site, as on a fresh machine):
+mkdir -p /tmp/site && tar -xJf .gpu/site.tar.xz -C /tmp/site && xz -dc .gpu/verses.txt.xz > /tmp/verses.txt && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/scaling.py --what embed --text /tmp/verses.txt --out $OUT
+then, on the same machine within its idle time (carry .gpu/data):
+PYTHONPATH=/tmp/site:$PWD python3 benchmarks/scaling.py --what train --out $OUT dataset_dir=.gpu/data
+RUN
+  exit 0
+fi
+for pkg in faiss-cpu pydantic pydantic_core annotated-types typing-inspection; do
+  download .gpu/wheels --no-deps "$pkg==$(version "$pkg")"
 done
 cp -r "$data" .gpu/data
 git archive "$rev" model core evaluation orchestration pipelines | tar -x -C .gpu/before

@@ -1,0 +1,162 @@
+"""Throughput as workers are added on one machine's cores: Ray Train workers and `embed`'s actors.
+
+    python benchmarks/scaling.py [--what train embed] [--counts 1 2 4 8] [--cpus 2] [--steps 60]
+                                 [--window 10] [--text VERSES.txt] [--copies 4] [--out DIR] [KEY=VALUE ...]
+
+train  `interlingua train` (benchmarks/train.py's `ray_loop`: the product's driver, Ray Train's
+       TorchTrainer, DDP over gloo) on the demo's config with N workers of `--cpus` CPUs (torch
+       threads) each. Each worker keeps the demo's token budget, so the global batch grows with N
+       (weak scaling, as adding workers to a run does). Checkpoints and evaluation are pushed past
+       the measured steps and the token embeddings start random (the LSI start costs time before
+       training and changes no step's cost). tokens/s: summed over the workers by the loop's own
+       metrics, the median of the windows of `--window` steps, the first window dropped.
+embed  `embed_corpus` (the job behind `interlingua embed -o DIR`, Ray Data) with N actors of `--cpus`
+       CPUs each over the KJV verses, `--copies` times over (benchmarks/embed.py: the demo's encoder,
+       untrained, a BPE model of the verses), end to end into an empty folder: planning, actor start,
+       model load, reading, embedding, writing. Median of `--repeats`.
+
+Parallel efficiency at N: throughput(N) / (N x throughput(1)). Ray starts once, with every core.
+Appends its rows to DIR/scaling.jsonl, then prints a table of every row there and plots them into
+DIR/scaling.png (speed-up and efficiency against N): train and embed may run as separate processes.
+The dataset needs at least max(counts) Parquet row groups in its train split
+(`prepare.output.train_shards`): each worker streams its own share of them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import embed as embed_bench  # noqa: E402  benchmarks/embed.py
+import train as train_bench  # noqa: E402  benchmarks/train.py
+from orchestration.config import load_config  # noqa: E402
+
+
+def train_rows(args) -> list[dict]:
+    config = load_config(args.config, [f"runtime.cpus_per_worker={args.cpus}", "runtime.prefetch_batches=0",
+                                       "runtime.max_failures=0",  # a failure shows at once, not after restarts
+                                       "model.embed_init=random", *args.overrides])
+    rows = []
+    for n in args.counts:
+        started = time.perf_counter()
+        windows = train_bench.ray_loop(config, args.steps, args.window, workers=n)
+        rate = statistics.median(w.tokens_per_s for w in windows)
+        rows.append({"what": "train", "count": n, "cpus_each": args.cpus, "unit": "tokens/s", "throughput": rate,
+                     "windows": [round(w.tokens_per_s) for w in windows],
+                     "cores_used": statistics.median(w.cores for w in windows),
+                     "run_s": time.perf_counter() - started})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def embed_rows(args) -> list[dict]:
+    work = Path(tempfile.mkdtemp(prefix="scaling-embed-"))
+    sentences = embed_bench.verses(args.sentences, args.text) * args.copies
+    paths = embed_bench.write_files(sentences, work / "in", args.files)
+    model = embed_bench.model_dir(sentences, work / "model")
+    rows = []
+    for n in args.counts:
+        times = [embed_bench.on_ray(model, paths, work / "out", n, args.cpus, args.block_rows)
+                 for _ in range(args.repeats)]
+        rows.append({"what": "embed", "count": n, "cpus_each": args.cpus, "unit": "sentences/s",
+                     "throughput": len(sentences) / statistics.median(times), "sentences": len(sentences),
+                     "runs_s": [round(t, 2) for t in times]})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def with_efficiency(rows: list[dict]) -> list[dict]:
+    for what in {r["what"] for r in rows}:
+        mine = [r for r in rows if r["what"] == what]
+        one = next((r for r in mine if r["count"] == 1), None)
+        for r in mine:
+            r["speedup"] = r["throughput"] / one["throughput"] if one else None
+            r["efficiency"] = r["speedup"] / r["count"] if one else None
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| what | workers x CPUs | throughput | speed-up | efficiency |", "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        speedup = f"{r['speedup']:.2f}x" if r.get("speedup") is not None else "-"
+        efficiency = f"{100 * r['efficiency']:.0f} %" if r.get("efficiency") is not None else "-"
+        lines.append(f"| {r['what']} | {r['count']} x {r['cpus_each']} | {r['throughput']:,.0f} {r['unit']} "
+                     f"| {speedup} | {efficiency} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = sorted({r["what"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for what in kinds:
+        mine = sorted((r for r in rows if r["what"] == what and r.get("speedup") is not None), key=lambda r: r["count"])
+        counts = [r["count"] for r in mine]
+        axes[0].plot(counts, [r["speedup"] for r in mine], "o-", label=what)
+        axes[1].plot(counts, [100 * r["efficiency"] for r in mine], "o-", label=what)
+    top = max([r["count"] for r in rows] or [1])
+    axes[0].plot([1, top], [1, top], ":", color="grey", label="linear")
+    axes[0].set(xlabel="workers / actors", ylabel="speed-up over one", xscale="log", yscale="log")
+    axes[1].set(xlabel="workers / actors", ylabel="parallel efficiency %", xscale="log", ylim=(0, 110))
+    for ax in axes:
+        ax.set_xticks(sorted({r["count"] for r in rows}), labels=[str(c) for c in sorted({r["count"] for r in rows})])
+        ax.legend()
+    fig.suptitle(f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--what", nargs="+", choices=["train", "embed"], default=["train", "embed"])
+    parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--cpus", type=int, default=2, help="CPUs (torch threads) of each worker or actor")
+    parser.add_argument("--config", default=str(HERE.parent / "configs" / "bible6-cpu.yaml"))
+    parser.add_argument("--steps", type=int, default=60, help="train: steps per run")
+    parser.add_argument("--window", type=int, default=10, help="train: steps per measured window")
+    parser.add_argument("--text", help="embed: sentences from this file, one per line (default: the Bible database)")
+    parser.add_argument("--sentences", type=int, default=31102)
+    parser.add_argument("--copies", type=int, default=4, help="embed: the sentences this many times over (at one copy, "
+                        "31,102 verses take a few seconds and fixed costs dominate)")
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--block-rows", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=1, help="embed: runs per count")
+    parser.add_argument("--out", default=".")
+    parser.add_argument("overrides", nargs="*", help="config overrides (train), e.g. dataset_dir=DIR")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    import ray
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0]
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    rows = []
+    for what in args.what:
+        rows += {"train": train_rows, "embed": embed_rows}[what](args)
+    with (out / "scaling.jsonl").open("a") as f:  # the report covers every run recorded in DIR
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    rows = with_efficiency([json.loads(line) for line in (out / "scaling.jsonl").read_text().splitlines()])
+    print(f"\n{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, python {platform.python_version()}, "
+          f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    print(table(rows))
+    plot(rows, out / "scaling.png")
+
+
+if __name__ == "__main__":
+    main()
