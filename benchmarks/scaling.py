@@ -113,8 +113,11 @@ def plot(rows: list[dict], path: Path) -> None:
     axes[0].plot([1, top], [1, top], ":", color="grey", label="linear")
     axes[0].set(xlabel="workers / actors", ylabel="speed-up over one", xscale="log", yscale="log")
     axes[1].set(xlabel="workers / actors", ylabel="parallel efficiency %", xscale="log", ylim=(0, 110))
+    counts = sorted({r["count"] for r in rows})
+    axes[0].set_yticks(counts, labels=[f"{c}x" for c in counts])
     for ax in axes:
-        ax.set_xticks(sorted({r["count"] for r in rows}), labels=[str(c) for c in sorted({r["count"] for r in rows})])
+        ax.minorticks_off()
+        ax.set_xticks(counts, labels=[str(c) for c in counts])
         ax.legend()
     fig.suptitle(f"{os.cpu_count()} cores, {platform.processor() or platform.machine()}")
     fig.tight_layout()
