@@ -21,16 +21,20 @@
 #     .gpu/data/        the demo's dataset prepared with prepare.output.train_shards=16 (each of 8 training
 #                       workers needs its own row groups): the second call carries only it, and trains
 #
-# It prints the commands to run there. Beam and Dask are not built: they would need a third call.
+#   benchmarks/gpu_setup.sh --prepare                  the 16-core preparation figures (scaling.py prepare):
+#     .gpu/site.tar.xz  Beam, Dask and the preparation's own dependencies, as above (no Ray, no MLflow)
+#     .gpu/bible6.db.xz the six Bible versions of configs/bible6-cpu.yaml, as a copy of the Bible database
+#
+# It prints the commands to run there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scaling=false
-if [ "${1:-}" = "--scaling" ]; then scaling=true; shift; fi
+mode=gpu
+case "${1:-}" in --scaling) mode=scaling; shift ;; --prepare) mode=prepare; shift ;; esac
 data=${1:-runs/bible6-cpu/data}
 rev=${2:-HEAD}
 py=${PY:-.venv/bin/python}
 [ -x "$py" ] || { echo "no $py: run make install first (or set PY to a python with pip)" >&2; exit 1; }
-[ -f "$data/manifest.json" ] || { echo "no prepared dataset at $data: run 'interlingua prepare -c configs/bible6-cpu.yaml' first" >&2; exit 1; }
+[ "$mode" = prepare ] || [ -f "$data/manifest.json" ] || { echo "no prepared dataset at $data: run 'interlingua prepare -c configs/bible6-cpu.yaml' first" >&2; exit 1; }
 if [ -e .gpu ] && [ ! -f .gpu/.built-by-gpu_setup ]; then
   echo ".gpu exists and was not built by this script: move it away first (nothing was changed)" >&2; exit 1
 fi
@@ -42,16 +46,13 @@ download() {  # wheels for the GPU machine's Python into $1, with their dependen
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform any -d "$dest" "$@" 2>&1 | grep -v "is ignored" || true
 }
-if $scaling; then
-  rows=$("$py" -c "import pyarrow.parquet as pq, glob; print(sum(pq.ParquetFile(f).metadata.num_row_groups for f in glob.glob('$data/train/*.parquet')))")
-  [ "$rows" -ge 8 ] || { echo "$data has $rows training row groups; 8 workers need 8: prepare it with prepare.output.train_shards=16" >&2; exit 1; }
-  download .gpu/wheels "ray[train,data]==$(version ray)" "mlflow==$(version mlflow)" "protobuf==$(version protobuf)" \
-    "pydantic==$(version pydantic)" "faiss-cpu==$(version faiss-cpu)"
+site_tarball() {  # the wheels in .gpu/wheels that the machine's image lacks, unpacked (= installed), pruned, xz
   "$py" - <<'PY'
 import os, re, shutil, zipfile
 norm = lambda name: re.sub(r"[-_.]+", "-", name.lower())
 have = {norm(line.strip()) for line in open("benchmarks/gpu_machine_packages.txt") if line.strip() and line[0] != "#"}
 have.discard("protobuf")  # the machine's protobuf 7 is newer than Ray's and Beam's pins allow
+have |= {"boto3", "botocore", "s3transfer"}  # Beam's optional S3 file system; no benchmark reads S3 there
 site = ".gpu/site"
 for wheel in sorted(os.listdir(".gpu/wheels")):
     if norm(wheel.split("-")[0]) in have:
@@ -62,10 +63,46 @@ for wheel in sorted(os.listdir(".gpu/wheels")):
         if member.external_attr >> 16:
             os.chmod(path, (member.external_attr >> 16) & 0o777 | 0o600)
 for pruned in ("ray/jars", "ray/dashboard/client/build", "ray/rllib", "ray/llm", "mlflow/server/js"):
-    shutil.rmtree(os.path.join(site, pruned))
+    shutil.rmtree(os.path.join(site, pruned), ignore_errors=True)
 PY
   tar -C .gpu/site -cf - . | xz -T0 -9 > .gpu/site.tar.xz
   rm -rf .gpu/site .gpu/wheels .gpu/before
+}
+if [ "$mode" = prepare ]; then
+  download .gpu/wheels "apache-beam==$(version apache-beam)" "dask==$(version dask)" "distributed==$(version distributed)" \
+    "datasketch==$(version datasketch)" "py3langid==$(version py3langid)" "pydantic==$(version pydantic)" \
+    "protobuf==$(version protobuf)"
+  site_tarball
+  "$py" - <<'PY'
+import sqlite3, subprocess
+from orchestration.config import load_config
+from pipelines.sources import bible_db_path
+source = load_config("configs/bible6-cpu.yaml").prepare.sources[0]
+db = sqlite3.connect(".gpu/bible6.db")
+db.execute("ATTACH ? AS src", (bible_db_path(source),))
+db.execute(db.execute("SELECT sql FROM src.sqlite_master WHERE name = 'bible'").fetchone()[0])
+marks = ",".join("?" * len(source.versions))
+db.execute(f"INSERT INTO main.bible SELECT * FROM src.bible WHERE bbName IN ({marks})", list(source.versions.values()))
+db.commit()
+db.close()
+PY
+  xz -9 .gpu/bible6.db
+  bytes=$(( $(du -sb .gpu | cut -f1) + $(git ls-files -z | xargs -0 cat | wc -c) ))
+  echo "built .gpu for the preparation figures: $(du -sh .gpu/site.tar.xz | cut -f1) of packages, the six Bible versions;" \
+       "$((bytes / 1048576)) MiB with the checkout (limit 64)"
+  [ "$bytes" -lt $((64 * 1048576)) ] || { echo "over the 64 MiB a call may carry" >&2; exit 1; }
+  cat <<'RUN'
+run there (carry .gpu):
+mkdir -p /tmp/site && tar -xJf .gpu/site.tar.xz -C /tmp/site && xz -dc .gpu/bible6.db.xz > /tmp/bible6.db && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/scaling.py --what prepare --bible-db /tmp/bible6.db --out $OUT
+RUN
+  exit 0
+fi
+if [ "$mode" = scaling ]; then
+  rows=$("$py" -c "import pyarrow.parquet as pq, glob; print(sum(pq.ParquetFile(f).metadata.num_row_groups for f in glob.glob('$data/train/*.parquet')))")
+  [ "$rows" -ge 8 ] || { echo "$data has $rows training row groups; 8 workers need 8: prepare it with prepare.output.train_shards=16" >&2; exit 1; }
+  download .gpu/wheels "ray[train,data]==$(version ray)" "mlflow==$(version mlflow)" "protobuf==$(version protobuf)" \
+    "pydantic==$(version pydantic)" "faiss-cpu==$(version faiss-cpu)"
+  site_tarball
   "$py" -c "import sys; sys.path.insert(0, 'benchmarks'); import embed; print('\n'.join(embed.verses(10**6)))" | xz -9 > .gpu/verses.txt.xz
   cp -r "$data" .gpu/data
   checkout=$(git ls-files -z | xargs -0 cat | wc -c)

@@ -1,7 +1,9 @@
-"""Throughput as workers are added on one machine's cores: Ray Train workers and `embed`'s actors.
+"""Throughput as workers are added on one machine's cores: Ray Train workers, `embed`'s actors and
+`prepare`'s Beam workers.
 
-    python benchmarks/scaling.py [--what train embed] [--counts 1 2 4 8] [--cpus 2] [--steps 60]
-                                 [--window 10] [--text VERSES.txt] [--copies 4] [--out DIR] [KEY=VALUE ...]
+    python benchmarks/scaling.py [--what train embed prepare] [--counts 1 2 4 8] [--cpus 2] [--steps 60]
+                                 [--window 10] [--text VERSES.txt] [--copies 4] [--bible-db DB]
+                                 [--out DIR] [KEY=VALUE ...]
 
 train  `interlingua train` (benchmarks/train.py's `ray_loop`: the product's driver, Ray Train's
        TorchTrainer, DDP over gloo) on the demo's config with N workers of `--cpus` CPUs (torch
@@ -14,6 +16,14 @@ embed  `embed_corpus` (the job behind `interlingua embed -o DIR`, Ray Data) with
        CPUs each over the KJV verses, `--copies` times over (benchmarks/embed.py: the demo's encoder,
        untrained, a BPE model of the verses), end to end into an empty folder: planning, actor start,
        model load, reading, embedding, writing. Median of `--repeats`.
+
+prepare
+       the demo's preparation Beam job (`pipelines.prepare.run_prepare`: read, clean, deduplicate, split,
+       train the BPE model, encode, write Parquet) over the six Bible versions (`--bible-db`: another
+       copy of the database, e.g. one holding only those versions), in process with N worker
+       processes (`interlingua prepare --workers N`) and on Beam's DaskRunner against a local
+       dask.distributed cluster of N single-threaded worker processes (started before the clock).
+       Throughput: input tuples/s of the whole job; every run must write the same files (checked).
 
 Parallel efficiency at N: throughput(N) / (N x throughput(1)). Ray starts once, with every core.
 Appends its rows to DIR/scaling.jsonl, then prints a table of every row there and plots them into
@@ -28,6 +38,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -38,12 +49,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-import embed as embed_bench  # noqa: E402  benchmarks/embed.py
-import train as train_bench  # noqa: E402  benchmarks/train.py
 from orchestration.config import load_config  # noqa: E402
 
 
 def train_rows(args) -> list[dict]:
+    import train as train_bench  # benchmarks/train.py (torch, Ray, MLflow: imported only when measured)
+
     config = load_config(args.config, [f"runtime.cpus_per_worker={args.cpus}", "runtime.prefetch_batches=0",
                                        "runtime.max_failures=0",  # a failure shows at once, not after restarts
                                        "model.embed_init=random", *args.overrides])
@@ -61,6 +72,8 @@ def train_rows(args) -> list[dict]:
 
 
 def embed_rows(args) -> list[dict]:
+    import embed as embed_bench  # benchmarks/embed.py
+
     work = Path(tempfile.mkdtemp(prefix="scaling-embed-"))
     sentences = embed_bench.verses(args.sentences, args.text) * args.copies
     paths = embed_bench.write_files(sentences, work / "in", args.files)
@@ -73,6 +86,42 @@ def embed_rows(args) -> list[dict]:
                      "throughput": len(sentences) / statistics.median(times), "sentences": len(sentences),
                      "runs_s": [round(t, 2) for t in times]})
         print(json.dumps(rows[-1]), flush=True)
+    shutil.rmtree(work)  # this run's own temporary folder
+    return rows
+
+
+def prepare_rows(args) -> list[dict]:
+    from distributed import LocalCluster
+
+    from pipelines.prepare import run_prepare
+    from pipelines.runners import pipeline_options
+
+    config = load_config(args.config, args.overrides)
+    if args.bible_db:
+        source = config.prepare.sources[0].model_copy(update={"db_path": str(Path(args.bible_db).resolve())})
+        config = config.model_copy(update={"prepare": config.prepare.model_copy(update={"sources": [source]})})
+    rows, outputs = [], set()
+    work = Path(tempfile.mkdtemp(prefix="scaling-prepare-"))
+    for runner in ("in-process", "dask"):
+        for n in args.counts:
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                   dashboard_address=None) if runner == "dask" else None
+            beam_args = ["--runner=DaskRunner", f"--dask_client_address={cluster.scheduler_address}"] if cluster else []
+            started = time.perf_counter()
+            result = run_prepare(config.prepare, work / f"{runner}-{n}", resolved_config=config.to_dict(), force=True,
+                                 options=pipeline_options(beam_args, workers=1 if cluster else n))
+            seconds = time.perf_counter() - started
+            if cluster:
+                cluster.close()
+            tuples = result.manifest["counts"]["tuples"]["in"]
+            outputs.add(json.dumps(sorted([f["sha256"] for s in result.manifest["splits"].values() for f in s["files"]]
+                                          + [result.manifest["spm"]["sha256"]])))
+            rows.append({"what": f"prepare ({runner})", "count": n, "cpus_each": 1, "unit": "tuples/s",
+                         "throughput": tuples / seconds, "tuples": tuples, "run_s": round(seconds, 2)})
+            print(json.dumps(rows[-1]), flush=True)
+    shutil.rmtree(work)  # this run's own temporary folder
+    if len(outputs) != 1:
+        raise SystemExit(f"the runs wrote {len(outputs)} different datasets: the job is not deterministic")
     return rows
 
 
@@ -126,7 +175,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--what", nargs="+", choices=["train", "embed"], default=["train", "embed"])
+    parser.add_argument("--what", nargs="+", choices=["train", "embed", "prepare"], default=["train", "embed"])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--cpus", type=int, default=2, help="CPUs (torch threads) of each worker or actor")
     parser.add_argument("--config", default=str(HERE.parent / "configs" / "bible6-cpu.yaml"))
@@ -139,19 +188,22 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--block-rows", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=1, help="embed: runs per count")
+    parser.add_argument("--bible-db", help="prepare: this copy of the Bible database (default: the installed one)")
     parser.add_argument("--out", default=".")
     parser.add_argument("overrides", nargs="*", help="config overrides (train), e.g. dataset_dir=DIR")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    import ray
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    if set(args.what) & {"train", "embed"}:
+        import ray
+
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     rows = []
     for what in args.what:
-        rows += {"train": train_rows, "embed": embed_rows}[what](args)
+        rows += {"train": train_rows, "embed": embed_rows, "prepare": prepare_rows}[what](args)
     with (out / "scaling.jsonl").open("a") as f:  # the report covers every run recorded in DIR
         f.writelines(json.dumps(r) + "\n" for r in rows)
     rows = with_efficiency([json.loads(line) for line in (out / "scaling.jsonl").read_text().splitlines()])
