@@ -76,8 +76,8 @@ def sample_signatures(
         served = [(k, c) for k, c in enumerate(_candidates(path, available, monolingual) for path in paths) if c]
         if not served:
             continue
-        probs = weights[[k for k, _ in served]] / weights[[k for k, _ in served]].sum()
-        picks = rng.choice(len(served), size=len(rows), p=probs)
+        chances = weights[[k for k, _ in served]]
+        picks = rng.choice(len(served), size=len(rows), p=chances / chances.sum())
         for j, (k, (sources, targets)) in enumerate(served):
             members = rows[picks == j]
             if len(members):
@@ -105,7 +105,7 @@ def _draw(path: TrainingPath, sources: list[str], targets: list[str], n: int, rn
         allowed[np.arange(n), pick] = True
     drawn = np.zeros((n, len(sources)), dtype=bool)
     drawn[np.arange(n)[:, None], chosen] = True
-    keys, first, codes = np.unique(np.hstack([drawn, allowed]), axis=0, return_index=True, return_inverse=True)
+    _, first, codes = np.unique(np.hstack([drawn, allowed]), axis=0, return_index=True, return_inverse=True)
     found = {code: (tuple(lang for lang, keep in zip(sources, drawn[row]) if keep),
                     tuple(lang for lang, keep in zip(targets, allowed[row]) if keep))
              for code, row in enumerate(first.tolist())}
