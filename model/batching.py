@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -107,9 +106,6 @@ class ParallelCorpus:
     def ids(self, lang: str, row: int) -> np.ndarray:
         start = self.offsets[lang][row]
         return self.values[lang][start: start + self.lengths[lang][row]]
-
-    def available(self, row: int) -> list[str]:
-        return [lang for lang in self.languages if self.lengths[lang][row] > 0]
 
     def complete_rows(self) -> np.ndarray:
         """Rows that hold every language (dev/test tuples, for the similarity error)."""

@@ -90,21 +90,21 @@ def sample_signatures(
 def _draw(path: TrainingPath, sources: list[str], targets: list[str], n: int, rng: np.random.Generator,
           monolingual: bool) -> tuple[np.ndarray, dict[int, Signature]]:
     """`n` signatures of one path from its candidates: a code per draw and the signature of each code."""
-    # m sources without replacement: the first m of a random order of the candidates, kept in name order
-    chosen = np.sort(np.argsort(rng.random((n, len(sources))), axis=1)[:, :path.num_sources], axis=1)
+    # m sources without replacement: the first m of a random order of the candidates (as a mask: name order)
+    chosen = np.argsort(rng.random((n, len(sources))), axis=1)[:, :path.num_sources]
+    drawn = np.zeros((n, len(sources)), dtype=bool)
+    drawn[np.arange(n)[:, None], chosen] = True
     allowed = np.ones((n, len(targets)), dtype=bool)
     if not monolingual:  # a drawn source is no target
         position = {lang: t for t, lang in enumerate(targets)}
         for s, lang in enumerate(sources):
             if lang in position:
-                allowed[:, position[lang]] &= ~(chosen == s).any(axis=1)
+                allowed[:, position[lang]] &= ~drawn[:, s]
     if path.kind.endswith(":1"):  # one of the allowed targets, uniformly
         nth = rng.integers(allowed.sum(axis=1))
         pick = (np.cumsum(allowed, axis=1) > nth[:, None]).argmax(axis=1)
         allowed = np.zeros_like(allowed)
         allowed[np.arange(n), pick] = True
-    drawn = np.zeros((n, len(sources)), dtype=bool)
-    drawn[np.arange(n)[:, None], chosen] = True
     _, first, codes = np.unique(np.hstack([drawn, allowed]), axis=0, return_index=True, return_inverse=True)
     found = {code: (tuple(lang for lang, keep in zip(sources, drawn[row]) if keep),
                     tuple(lang for lang, keep in zip(targets, allowed[row]) if keep))
