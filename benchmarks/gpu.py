@@ -345,9 +345,10 @@ def run_all(args) -> None:
             if proc.returncode:
                 print(f"failed ({proc.returncode}): {' '.join(proc.args[2:])}", flush=True)
 
-    reserve = (args.minutes * 60 + 90 if "quality" in args.stages else 0) + (45 if "embed" in args.stages else 0) \
-        + (2 * (2 * args.measure_s + 15) if "loader" in args.stages else 0)
-    for variant in (args.feed or FEED) if "feed" in args.stages else []:
+    stages = set(args.stages.split(","))
+    reserve = (args.minutes * 60 + 90 if "quality" in stages else 0) + (45 if "embed" in stages else 0) \
+        + (2 * (2 * args.measure_s + 15) if "loader" in stages else 0)
+    for variant in (args.feed or FEED) if "feed" in stages else []:
         model, code, max_tokens, ahead = variant.split(":")
         if code != "now" and not args.before_tree:
             continue
@@ -360,18 +361,16 @@ def run_all(args) -> None:
                        + (["--before"] if code == "before" else []), min(left, 120),
                        args.before_tree if code != "now" else None)])
     minutes = min(args.minutes, (deadline - time.monotonic() - 90 - 45) / 60)
-    if "quality" not in args.stages:
-        pass
-    elif minutes >= 0.5:
+    if "quality" in stages and minutes >= 0.5:
         collect([stage(["quality", "--minutes", f"{minutes:.2f}", *[x for s in overrides for x in ("--set", s)]],
                        minutes * 60 + 75) for overrides in QUALITY])
-    else:
+    elif "quality" in stages:
         print("quality: no time left", flush=True)
-    if "loader" in args.stages:  # the stream alone, older tree against this one
+    if "loader" in stages:  # the stream alone, older tree against this one
         for code in (["tree"] if args.before_tree else []) + ["now"]:
             collect([stage(["loader", "--max-tokens", "12000", "--measure-s", str(2 * args.measure_s), "--label", code],
                            60, args.before_tree if code != "now" else None)])
-    if "embed" in args.stages:
+    if "embed" in stages:
         collect([stage(["embed", "--repeat", str(args.repeat)], max(10.0, deadline - time.monotonic()))])
     summary(results)
 
