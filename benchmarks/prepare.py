@@ -21,7 +21,7 @@ the machine.
 
 instead runs the job side by side in process and on Beam's DaskRunner against
 a local dask.distributed cluster (a scheduler and 2 single-threaded worker
-processes, `tests.local_cluster`), interleaved, checks that both wrote the
+processes, `tests.support.local_dask`), interleaved, checks that both wrote the
 same files, and prints the medians and their ratio. Cluster start-up is not
 timed; each Dask run includes its client connection and graph submission.
 """
@@ -44,8 +44,8 @@ from pipelines import sources, tokenizer
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test tooling: tests.local_cluster
-from tests.local_cluster import local_dask_cluster  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test tooling: tests.support.local_dask
+from tests.support.local_dask import local_dask_cluster  # noqa: E402
 
 TINY_BOOK = 63  # 2 John, 13 verses
 

@@ -189,7 +189,7 @@ def main() -> None:
     args = p.parse_args()
 
     from benchmarks.embed import model_dir as untrained_model_dir, verses
-    from tests.orchestration.helpers import free_ports
+    from tests.support.procs import free_ports
 
     body = json.dumps({"sentences": verses(args.sentences), "lang": "en"}).encode()
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:

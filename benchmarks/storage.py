@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test tooling: tests.cluster
-from tests.cluster.s3 import s3_server  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test tooling: tests.support
+from tests.support.s3 import s3_server  # noqa: E402
 
 
 def one(config_path: str, run_dir: str, steps: int, uri: str) -> dict[str, float]:

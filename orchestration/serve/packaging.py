@@ -9,6 +9,11 @@ from pathlib import Path
 DISTRIBUTION = "interlingua"  # setup.cfg's name
 BUILD_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
 
+# Wheels this process built, by the sources' hash, in a folder only it writes (mode 0700, removed at exit): a
+# process that registers several models (a test run, a loop of `run`s) builds each version of the code once.
+_BUILT: dict[str, Path] = {}
+_BUILT_DIR: list[Path] = []
+
 
 def build_project_wheel(dst: str | os.PathLike) -> Path:
     """A wheel of the installed project, built from its source tree (found from the package's location)
@@ -19,12 +24,11 @@ def build_project_wheel(dst: str | os.PathLike) -> Path:
     and no stale file of an earlier build can slip into the wheel. The version gets a local label made of
     the sources' hash (`0.1.0+src1a2b3c4d5e6f`): MLflow names the environments it restores after the
     requirement strings, and a wheel named as an earlier one would reuse an environment with old code.
+    The same sources are built once per process (`_BUILT`); each call gets its own copy in `dst`.
     """
     import hashlib
     import importlib.metadata
     import shutil
-    import subprocess
-    import sys
 
     import orchestration
 
@@ -46,6 +50,26 @@ def build_project_wheel(dst: str | os.PathLike) -> Path:
         digest.update(str(path.relative_to(tree)).encode() + b"\0" + path.read_bytes())
     with open(tree / "setup.cfg", "a") as cfg:  # the copy's: the checkout keeps its version
         cfg.write(f"\n[egg_info]\ntag_build = +src{digest.hexdigest()[:12]}\n")
+    built = _BUILT.get(digest.hexdigest())
+    if built is None or not built.is_file():
+        built = _build(tree, root)
+        _BUILT[digest.hexdigest()] = built
+    out.mkdir(parents=True)
+    return Path(shutil.copy2(built, out / built.name))
+
+
+def _build(tree: Path, root: Path) -> Path:
+    """`pip wheel` of the prepared source `tree` into this process's own wheel folder; returns the wheel."""
+    import atexit
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if not _BUILT_DIR:
+        _BUILT_DIR.append(Path(tempfile.mkdtemp(prefix="interlingua-wheels-")))
+        atexit.register(shutil.rmtree, _BUILT_DIR[0], True)
+    out = Path(tempfile.mkdtemp(dir=_BUILT_DIR[0]))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                            "--disable-pip-version-check", "-q", "-w", str(out), str(tree)],
                           capture_output=True, text=True)

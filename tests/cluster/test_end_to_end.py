@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,12 @@ from core.errors import Exit
 from orchestration import tracking
 from core.schema import dump_yaml
 from orchestration.config import load_config
-from tests.conftest import SMALL_BOOKS, VERSIONS
-from tests.orchestration.helpers import TINY
-from tests.orchestration.lifecycle.test_run import LANGS
+from tests.support.corpus import LANGS, SMALL_BOOKS, VERSIONS
+from tests.support.procs import wait_for
+from tests.support.runs import TINY
 
-pytestmark = pytest.mark.slow
+
+pytestmark = [pytest.mark.cluster, pytest.mark.beam]
 RUN_S = 540  # the whole run, at most
 
 
@@ -32,16 +32,6 @@ def start_run(cwd: Path, config: Path, env: dict[str, str], dask: str) -> subpro
     return subprocess.Popen([sys.executable, "-m", "orchestration.cli", "run", "-c", str(config),
                              "--runner=DaskRunner", f"--dask_client_address={dask}"],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(condition, seconds: float, what: str, proc: subprocess.Popen):
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        if proc.poll() is not None:
-            raise AssertionError(f"`run` exited {proc.returncode} before {what}: {proc.stderr.read()[-3000:]}")
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-    return value
 
 
 def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(

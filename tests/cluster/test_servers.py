@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from tests.cluster import tracking_server as tracking
-from tests.cluster.procs import ClusterStartError, spawn, wait_until
+from tests.support import tracking_server as tracking
+from tests.support.procs import ClusterStartError, spawn, wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.cluster
 TEXT = "Au commencement, Dieu créa les cieux et la terre.\n"
 
 

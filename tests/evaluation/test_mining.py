@@ -127,7 +127,6 @@ def ruth_use(book_lines):
     return np.asarray(use.encode(fr), np.float32), np.asarray(use.encode(en), np.float32)
 
 
-@pytest.mark.slow
 def test_margin_scores_stay_in_a_sane_range_for_every_valid_k(ruth_use):
     ex, ey = ruth_use
     for k in (1, 4, 16, len(ex)):  # up to the smaller side, the largest k `interlingua mine` accepts

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from evaluation.xsim import average_error, error_matrix, pair_metrics, search_pairs
+from tests.support.embeddings import aligned, store_of
 
 
 def brute_force_error(src: np.ndarray, tgt: np.ndarray) -> float:
@@ -55,22 +56,6 @@ def test_rejects_misaligned_input():
         error_matrix({"en": np.ones((3, 4), np.float32), "fr": np.ones((3, 5), np.float32)})
     with pytest.raises(ValueError, match="at least two languages"):
         error_matrix({"en": np.ones((3, 4), np.float32)})
-
-
-def aligned(n=120, dim=16, noise=1.0, seed=3):
-    rng = np.random.default_rng(seed)
-    base = rng.normal(size=(n, dim)).astype(np.float32)
-    return {lang: base + rng.normal(scale=s, size=base.shape).astype(np.float32)
-            for lang, s in [("en", 0.0), ("fr", noise), ("zh", 1.5 * noise)]}
-
-
-def store_of(folder, arrays, texts, cuts):
-    from evaluation.store import publish, write_block
-
-    keys = [f"k{i:05d}" for i in range(len(arrays["en"]))]
-    records = [write_block(folder / "staging", keys[a:b], {lang: x[a:b] for lang, x in arrays.items()},
-                           {lang: t[a:b] for lang, t in texts.items()}) for a, b in zip(cuts, cuts[1:])]
-    return publish(folder / "staging", folder / "emb", records, languages=list(arrays))
 
 
 @pytest.mark.parametrize("shards,query_block", [(1, 1000), (3, 16), (7, 50)])

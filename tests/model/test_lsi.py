@@ -8,7 +8,7 @@ import torch
 from evaluation.xsim import error_matrix
 from model.lsi import cooccurrence_matrix, idf_weights, lsi_embeddings
 from model.batching import ParallelCorpus
-from tests.model.test_model import small_model
+from tests.support.models import small_model
 
 
 def test_cooccurrence_matrix_counts_every_language_of_a_tuple_in_one_column():

@@ -8,19 +8,13 @@ import torch
 from model.batching import ParallelCorpus, pad
 from model.inference import embed
 from model.nmt import MultilingualNMT, load_meta, load_model, save_model
+from tests.support.models import LANGS, small_model
 
-LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
 
 @pytest.fixture(scope="module")
 def corpus(small_dataset) -> ParallelCorpus:
     return ParallelCorpus.read(small_dataset.data_dir, "train", LANGS)
-
-
-def small_model(**kwargs) -> MultilingualNMT:
-    torch.manual_seed(0)
-    args = dict(languages=LANGS, vocab_size=2000, embed_dim=16, encoder_hidden=24, decoder_hidden=24, dropout=0.0)
-    return MultilingualNMT(**{**args, **kwargs})
 
 
 def rows_with(corpus: ParallelCorpus, langs: list[str], n: int) -> np.ndarray:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from orchestration.cli import main
-from tests.conftest import SMALL_BOOKS
+from tests.support.corpus import SMALL_BOOKS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -46,7 +46,7 @@ def test_user_errors_exit_2_with_a_message_and_no_traceback(tmp_path, capsys):
     assert f"{tmp_path}/c.fr: file not found" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.beam
 def test_prepare_end_to_end_with_overrides_and_beam_flags(tmp_path):
     args = ["prepare", f"run_dir={tmp_path / 'run'}", f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
             "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1500",
@@ -86,8 +86,9 @@ def test_an_unreachable_tracking_server_fails_every_command_before_any_work(comm
                                                                              tmp_path, capsys, monkeypatch):
     import ray
 
-    from tests.conftest import write_lines
-    from tests.orchestration.helpers import free_ports, untrained_model_dir
+    from tests.support.corpus import write_lines
+    from tests.support.procs import free_ports
+    from tests.support.runs import untrained_model_dir
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was started before the tracking store was checked")

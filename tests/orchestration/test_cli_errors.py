@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from orchestration.cli import main
-from tests.conftest import write_lines
-from tests.orchestration.helpers import untrained_model_dir
+from tests.support.corpus import write_lines
+from tests.support.runs import untrained_model_dir
 
 BIBLE = ["prepare.sources=[{kind: bible, books: [8]}]", "prepare.split.dev_size=5", "prepare.split.test_size=5"]
 
@@ -103,6 +103,7 @@ def test_an_unknown_language_code_is_accepted_with_a_warning_that_no_script_chec
     assert warn_unchecked_scripts(named.prepare) == []
 
 
+@pytest.mark.beam
 def test_a_dev_split_without_complete_tuples_is_refused_before_training_not_a_nan_dev_error(tmp_path, book_lines,
                                                                                             capsys):
     import ray

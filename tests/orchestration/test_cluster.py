@@ -7,7 +7,7 @@ import numpy as np
 from evaluation.search import search
 from evaluation.xsim import LocalExecutor, pair_metrics, search_pairs
 from orchestration.cluster import RayExecutor
-from tests.evaluation.test_xsim import aligned, store_of
+from tests.support.embeddings import aligned, store_of
 
 
 def test_ray_sharded_search_equals_single_process(local_ray):

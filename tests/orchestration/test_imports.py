@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 
 # What train, evaluate, search, embed, mine, compare and tune import, at module level and in their functions.
 BEAM_FREE = [
@@ -46,7 +45,6 @@ def imported_beam(modules: list[str]) -> bool:
     return imported(modules, "apache_beam")
 
 
-@pytest.mark.slow
 def test_the_commands_that_run_no_beam_job_do_not_import_beam():
     assert not imported_beam(BEAM_FREE)
     assert imported_beam(["pipelines.prepare"])  # the check can fail: prepare does import it
@@ -57,7 +55,6 @@ SERVING = ["core.dataset", "core.storage", "core.normalize", "core.schema", "cor
            "model.inference", "orchestration.serve.embedder", "orchestration.serve.pyfunc"]
 
 
-@pytest.mark.slow
 def test_the_model_the_embedder_and_the_pyfunc_need_neither_beam_nor_ray_train():
     assert not imported(SERVING, "apache_beam") and not imported(SERVING, "ray.train")
     assert imported(["ray.train.torch"], "ray.train")  # the check can fail
@@ -66,7 +63,6 @@ def test_the_model_the_embedder_and_the_pyfunc_need_neither_beam_nor_ray_train()
     assert not {"apache-beam", "ray", "faiss-cpu"} & set(REQUIREMENTS)
 
 
-@pytest.mark.slow
 def test_the_http_server_needs_neither_beam_nor_ray_train_nor_faiss():
     """faiss only for the nearest sentences, imported when a stored set is there to search."""
     server = ["orchestration.serve.app", "orchestration.cli.serve"]

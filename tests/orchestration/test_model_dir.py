@@ -16,8 +16,8 @@ from orchestration.serve.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
 from core.dataset import Dataset, load_manifest
 from pipelines.tokenizer import train_bpe
-from tests.conftest import VERSIONS
-from tests.orchestration.helpers import config_for, untrained_model_dir
+from tests.support.corpus import VERSIONS
+from tests.support.runs import config_for, untrained_model_dir
 
 # Genesis and Matthew: other verses than the dataset's seven short books, so another BPE model
 OTHER_BOOKS = [1, 40]

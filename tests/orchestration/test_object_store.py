@@ -8,10 +8,10 @@ import pytest
 from core import ownership, storage, transfer
 from core.errors import Exit
 from orchestration.cli import main
-from tests.conftest import SMALL_BOOKS
-from tests.orchestration.helpers import TINY
+from tests.support.corpus import SMALL_BOOKS
+from tests.support.runs import TINY
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.beam, pytest.mark.ray]
 
 
 def test_prepare_train_evaluate_with_the_run_dir_in_a_bucket(s3_bucket, tmp_path, monkeypatch, capsys):
@@ -66,7 +66,7 @@ def _lines_bytes(lines: list[str]) -> bytes:
 @pytest.fixture
 def bucket_model(s3_bucket, small_dataset, tmp_path_factory):
     """An untrained model directory, local and uploaded to the bucket: (local Path, its URI)."""
-    from tests.orchestration.helpers import untrained_model_dir
+    from tests.support.runs import untrained_model_dir
 
     local = untrained_model_dir(small_dataset, tmp_path_factory.mktemp("store-model") / "model")
     transfer.upload_dir(local, f"{s3_bucket}/models/m")
@@ -144,7 +144,7 @@ def test_mine_with_inputs_and_output_in_the_bucket_finds_the_pairs_it_finds_loca
         s3_bucket, bucket_model, tmp_path, monkeypatch, book_lines):
     import pyarrow.parquet as pq
 
-    from tests.conftest import write_lines
+    from tests.support.corpus import write_lines
 
     monkeypatch.chdir(tmp_path)
     local_model, model = bucket_model
@@ -184,7 +184,7 @@ def test_mine_with_inputs_and_output_in_the_bucket_finds_the_pairs_it_finds_loca
 
 def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit_1(s3_bucket, tmp_path, monkeypatch,
                                                                                    book_lines, capsys):
-    from tests.conftest import write_lines
+    from tests.support.corpus import write_lines
 
     monkeypatch.chdir(tmp_path)
     fr = write_lines(tmp_path / "fr.txt", book_lines({"fr": "l"}, [57])["fr"])  # Philemon
@@ -210,7 +210,7 @@ def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit
 
 def test_inputs_in_the_bucket_by_prefix_and_glob_are_read_as_local_files_are(s3_bucket, tmp_path, book_lines):
     from orchestration.serve.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
-    from tests.conftest import write_lines
+    from tests.support.corpus import write_lines
 
     fr = book_lines({"fr": "l"}, [8, 31])["fr"]
     ruth, obadiah = fr[:85], fr[85:]
@@ -235,7 +235,7 @@ def test_inputs_in_the_bucket_by_prefix_and_glob_are_read_as_local_files_are(s3_
 
 def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, capsys, monkeypatch):
     from orchestration import model_dir as model_files
-    from tests.orchestration.helpers import untrained_model_dir
+    from tests.support.runs import untrained_model_dir
 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     monkeypatch.chdir(tmp_path)

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tests.conftest import SMALL_BOOKS
-from tests.orchestration.helpers import TINY
+from tests.support.corpus import SMALL_BOOKS
+from tests.support.runs import TINY
 
 # Each library line the issue found in the demo's output, and a few more of the same kind.
 NOISE = re.compile("|".join([
@@ -44,7 +44,7 @@ def assert_no_noise(out: subprocess.CompletedProcess) -> None:
     assert not noisy, "\n".join(noisy)
 
 
-@pytest.mark.slow
+@pytest.mark.beam
 def test_prepare_prints_its_stages_and_result_and_quiet_only_the_result(tmp_path):
     args = ["prepare", f"run_dir={tmp_path / 'run'}", f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
             "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1500"]
@@ -61,7 +61,6 @@ def test_prepare_prints_its_stages_and_result_and_quiet_only_the_result(tmp_path
     assert_no_noise(interlingua(*args, "--quiet"))  # the flag also works after the command
 
 
-@pytest.mark.slow
 def test_evaluate_prints_no_library_chatter(small_dataset, tmp_path):
     args = ["evaluate", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "evaluate.encoder=use", "evaluate.shards=2",
@@ -95,7 +94,6 @@ def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
     assert handler.filter(record) and record.getMessage() == "dashboard at url"
 
 
-@pytest.mark.slow
 def test_train_shows_one_progress_line_no_colour_codes_and_the_worker_lines_with_v(small_dataset, tmp_path):
     args = ["train", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,

@@ -11,7 +11,8 @@ import orchestration
 from orchestration import tracking
 from orchestration.serve import packaging
 from orchestration.lifecycle.champion import MODEL_TAG
-from tests.orchestration.helpers import free_ports, untrained_model_dir
+from tests.support.procs import free_ports
+from tests.support.runs import untrained_model_dir
 
 
 @pytest.fixture
@@ -71,7 +72,6 @@ def test_an_unreachable_server_fails_fast_with_its_address(monkeypatch):
     assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "7"  # given back after the probe
 
 
-@pytest.mark.slow
 def test_registry_versions_champion_alias_and_download(uri, small_dataset, tmp_path):
     model_dir = untrained_model_dir(small_dataset, tmp_path / "model")
     run = tracking.start_run(uri, "exp", "train", {})
@@ -86,7 +86,6 @@ def test_registry_versions_champion_alias_and_download(uri, small_dataset, tmp_p
     assert (downloaded / "model.pt").read_bytes() == (model_dir / "model.pt").read_bytes()
 
 
-@pytest.mark.slow
 def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(tmp_path, monkeypatch):
     import shutil
     import zipfile

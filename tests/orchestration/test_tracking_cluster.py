@@ -10,9 +10,9 @@ import pytest
 from core.errors import Exit
 from orchestration import tracking
 from orchestration.cli import main
-from tests.orchestration.helpers import TINY
+from tests.support.runs import TINY
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.cluster
 
 
 def test_training_workers_on_the_nodes_log_to_the_server(small_dataset, tmp_path, tracking_server, cluster_ray,

@@ -1,5 +1,5 @@
 """Every command that talks to MLflow, against a real tracking server: `mlflow server` on PostgreSQL with
-its artifacts in the S3 server's bucket (tests/cluster), on real Bible text. The run folders are local."""
+its artifacts in the S3 server's bucket (tests/support), on real Bible text. The run folders are local."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,11 +10,10 @@ import pytest
 from core.errors import Exit
 from orchestration import tracking
 from orchestration.cli import main
-from tests.conftest import SMALL_BOOKS, VERSIONS
-from tests.orchestration.helpers import TINY
-from tests.orchestration.lifecycle.test_run import LANGS, RETUNED, write_corpus
+from tests.support.corpus import LANGS, SMALL_BOOKS, VERSIONS, write_corpus
+from tests.support.runs import RETUNED, TINY
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.cluster, pytest.mark.beam]
 NAME = "served"
 
 
@@ -30,7 +29,7 @@ def bucket_keys(s3_server, prefix: str) -> list[str]:
     return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
-def test_run_train_evaluate_promote_compare_and_serve_through_the_server(
+def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
         tmp_path, book_lines, verse, tracking_server, s3_server, local_ray, capsys, monkeypatch):
     for key in ("AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key, raising=False)  # the client has no way to the bucket but the server's proxy
@@ -43,6 +42,8 @@ def test_run_train_evaluate_promote_compare_and_serve_through_the_server(
     assert "promoted served v1" in out and "MLflow pipeline run" in out and uri in out
     assert "--backend-store-uri" not in out  # a server is opened in a browser, not by `mlflow ui`
     assert str(tracking.champion(uri, NAME).version) == "1"
+    assert main(["run", *first]) == Exit.NOTHING_TO_DO  # the stage cache, its states read through the server
+    capsys.readouterr()
 
     assert main(["train", *first]) == Exit.OK  # the same config: found trained, through the server
     assert "already trained" in capsys.readouterr().out

@@ -9,7 +9,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipelines.counting import STATS, CountedParDo, Tally
 from pipelines.joins import JoinSingleton, shuffles_broadcasts
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.beam
 
 
 class _KeepEvenFn(beam.DoFn):

@@ -1,7 +1,7 @@
 """The job on Beam's DaskRunner against a real dask.distributed cluster, byte for byte against in-process.
 
 The cluster is a `dask scheduler` and two `dask worker` processes on 127.0.0.1
-(ports chosen by the OS; `tests.local_cluster`), started once for this
+(ports chosen by the OS; `tests.support.local_dask`), started once for this
 module and always stopped, whatever the tests do. Every wait has a deadline.
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pytest
 
 from orchestration.cli import main as cli
 from core import dataset
-from tests.local_cluster import local_dask_cluster
+from tests.support.local_dask import local_dask_cluster
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
 from pipelines.runners import DASK_RUNNER, for_cluster
-from tests.conftest import SMALL_BOOKS, small_config
+from tests.support.corpus import SMALL_BOOKS, small_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.beam, pytest.mark.cluster]
 WORKERS = 2
 START_S = 60  # the scheduler and both workers up
 RUN_S = 100  # one prepare run of the seven short books

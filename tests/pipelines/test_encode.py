@@ -13,7 +13,7 @@ from pipelines.config import SpmConfig
 from pipelines.counting import STATS
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite, TrainBpe
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.beam
 
 PHILEMON = 57  # 25 verses
 # Temperature 1 and a sample larger than the pool: every training sentence is drawn exactly once.

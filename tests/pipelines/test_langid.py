@@ -13,7 +13,7 @@ from core.normalize import NormalizeConfig
 from pipelines.langid import LanguageCheck, unchecked_languages
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
-from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
+from tests.support.corpus import SMALL_BOOKS, VERSIONS, write_lines
 
 ON = LanguageIdConfig(enabled=True)
 
@@ -67,7 +67,7 @@ def test_config_rejects_bad_thresholds_and_unknown_keys():
     assert config.prepare.filters.language_id.threshold("en") == 0.05
 
 
-@pytest.mark.slow
+@pytest.mark.beam
 def test_prepare_counts_wrong_language_drops_in_the_manifest(tmp_path, book_lines):
     texts = book_lines({"en": "k", "fr": "l", "es": "v"}, SMALL_BOOKS)
     swapped = 100  # the first 100 Spanish lines hold the French verses

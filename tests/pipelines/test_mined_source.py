@@ -57,7 +57,7 @@ def test_a_changed_or_unfinished_mining_output_is_refused(mined):
         plan_reads(mined_config(folder))
 
 
-@pytest.mark.slow
+@pytest.mark.beam
 def test_prepare_on_mined_pairs_accounts_for_every_pair(mined, tmp_path):
     from pipelines.prepare import run_prepare
     from pipelines.runners import pipeline_options

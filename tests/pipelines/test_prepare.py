@@ -13,9 +13,9 @@ from pipelines import tokenizer
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
 from pipelines.split import CONTAMINATED, HeldOutError
-from tests.conftest import disk_full_at_second_shard, small_config, write_lines
+from tests.support.corpus import disk_full_at_second_shard, small_config, write_lines
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.beam
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
 

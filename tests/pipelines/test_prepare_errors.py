@@ -13,25 +13,10 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from tests.conftest import SMALL_BOOKS, write_lines
+from tests.support.corpus import SMALL_BOOKS, write_lines
+from tests.support.corpus import error_line, text_source
 
 ENGLISH, FRENCH, RUSSIAN = "k", "l", "r"
-
-
-def text_source(tmp_path: Path, columns: dict[str, list[str]]) -> list[str]:
-    for lang, lines in columns.items():
-        write_lines(tmp_path / f"c.{lang}", lines)
-    langs = ", ".join(columns)
-    return [f"run_dir={tmp_path / 'run'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-            f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [{langs}]}}]",
-            "prepare.split.dev_size=10", "prepare.split.test_size=10", "prepare.spm.vocab_size=300"]
-
-
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
-    assert len(lines) == 1 and "Traceback" not in err and "EmptySideInput" not in err, err
-    return lines[0]
 
 
 def no_dataset(tmp_path: Path) -> bool:
@@ -39,6 +24,7 @@ def no_dataset(tmp_path: Path) -> bool:
     return not (run / "data").exists() and not list(run.glob(".data.partial-*"))
 
 
+@pytest.mark.beam
 def test_every_line_a_duplicate_stops_with_the_duplicate_count(tmp_path, verse, capsys):
     where = text_source(tmp_path, {"en": [verse(ENGLISH, 8, 1, 1)] * 60, "fr": [verse(FRENCH, 8, 1, 1)] * 60})
     assert main(["prepare", *where]) == 2
@@ -49,6 +35,7 @@ def test_every_line_a_duplicate_stops_with_the_duplicate_count(tmp_path, verse, 
     assert "duplicate 59" in error_line(capsys)
 
 
+@pytest.mark.beam
 def test_everything_filtered_out_names_the_filter(tmp_path, book_lines, capsys):
     lines = book_lines({"en": ENGLISH, "fr": FRENCH}, [8])  # Ruth
     where = text_source(tmp_path, lines)
@@ -58,6 +45,7 @@ def test_everything_filtered_out_names_the_filter(tmp_path, book_lines, capsys):
     assert no_dataset(tmp_path)
 
 
+@pytest.mark.beam
 @pytest.mark.parametrize("complete", ["true", "false"])
 def test_a_language_column_in_the_wrong_script_names_the_wrong_script_drops(tmp_path, book_lines, capsys,
                                                                              complete):
@@ -118,6 +106,7 @@ def test_sigint_during_prepare_exits_130_with_one_line_and_removes_its_staging(t
     assert {p.name: p.stat().st_size for p in (run / "data").rglob("*")} == before
 
 
+@pytest.mark.beam
 def test_a_corpus_on_one_long_line_and_a_column_of_random_bytes_are_one_line_errors(tmp_path, book_lines, capsys):
     ruth = book_lines({"en": ENGLISH, "fr": FRENCH}, [8])
     where = text_source(tmp_path, {"en": [" ".join(ruth["en"]) * 40], "fr": [" ".join(ruth["fr"]) * 40]})  # ~1 MB

@@ -10,7 +10,7 @@ import pytest
 from orchestration.cli import main
 from core import dataset, ownership
 from pipelines import staging
-from tests.pipelines.test_prepare_errors import error_line, text_source
+from tests.support.corpus import error_line, text_source
 
 ENGLISH, FRENCH = "k", "l"
 SENTINEL = "a user's file: never delete me\n"
@@ -53,6 +53,7 @@ def test_the_folder_holding_the_source_corpus_is_refused_as_dataset_dir(tmp_path
     assert {p: p.read_bytes() for p in tmp_path.glob("c.*")} == before
 
 
+@pytest.mark.beam
 def test_user_files_inside_a_dataset_survive_force_and_are_named(tmp_path, corpus, capsys):
     assert main(["prepare", *corpus]) == 0
     data = tmp_path / "run" / "data"
@@ -71,6 +72,7 @@ def test_user_files_inside_a_dataset_survive_force_and_are_named(tmp_path, corpu
     assert not list(data.parent.glob(".data.*"))  # the previous one removed, staging and all
 
 
+@pytest.mark.beam
 def test_a_shared_dataset_dir_of_another_config_needs_force_and_names_both_fingerprints(tmp_path, corpus, capsys):
     shared = tmp_path / "shared"
     assert main(["prepare", *corpus, f"dataset_dir={shared}", "name=first"]) == 0
@@ -89,6 +91,7 @@ def test_a_shared_dataset_dir_of_another_config_needs_force_and_names_both_finge
     assert main(["prepare", *corpus, f"dataset_dir={shared}", "name=third", "prepare.spm.vocab_size=250"]) == 0
 
 
+@pytest.mark.beam
 def test_a_changed_config_of_the_same_name_rebuilds_its_own_dataset(tmp_path, corpus):
     assert main(["prepare", *corpus]) == 0
     first = dataset.load_manifest(tmp_path / "run" / "data")["fingerprint"]

@@ -7,7 +7,7 @@ import pytest
 
 from orchestration.config import load_config
 from pipelines.sources import MALFORMED, SourceError, plan_reads, read_task
-from tests.conftest import write_lines
+from tests.support.corpus import write_lines
 
 BOOKS = [57, 63]  # Philemon, 2 John: 38 verses
 

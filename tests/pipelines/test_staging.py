@@ -13,7 +13,7 @@ from core import dataset, storage
 from pipelines import staging
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
-from tests.conftest import disk_full_at_second_shard, small_config
+from tests.support.corpus import disk_full_at_second_shard, small_config
 
 LANGS = ["en", "fr"]
 
@@ -121,7 +121,7 @@ def test_a_location_no_filesystem_knows_is_named(tmp_path):
         dataset.load_manifest("file://relative/data")
 
 
-@pytest.mark.slow
+@pytest.mark.beam
 def test_prepare_to_a_uri_keeps_the_previous_dataset_through_a_crash(tmp_path, monkeypatch):
     uri = f"file://{tmp_path}/data"
     config = small_config(tmp_path)

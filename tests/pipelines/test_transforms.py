@@ -19,9 +19,9 @@ from pipelines.dedup import DedupTuples, NearDedup, _lsh_bands
 from pipelines.sources import plan_reads
 from pipelines.split import SplitTuples, select_held_out, sentence_ids
 from pipelines.transforms import CleanTupleFn, ReadTupleFn
-from tests.conftest import write_lines
+from tests.support.corpus import write_lines
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.beam
 
 PHILEMON = 57  # one chapter, 25 verses
 THIRD_JOHN_14 = (64, 1, 14)  # French and Russian merge verse 15 into it, behind "(1:15)"

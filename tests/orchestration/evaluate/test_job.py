@@ -19,7 +19,7 @@ from orchestration.evaluate.embedding import embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
 from orchestration.train.driver import train
 from core.dataset import file_sha256, read_split
-from tests.orchestration.helpers import config_for
+from tests.support.runs import config_for
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
@@ -70,7 +70,6 @@ def test_shards_read_in_key_order_need_no_sort(tmp_path):
     assert key_ordered([shard("d.parquet", ["k2", "k1"])]) is None  # a shard out of order
 
 
-@pytest.mark.slow
 def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_path, local_ray):
     config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
                         "evaluate.shards=3")
@@ -125,7 +124,6 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_
     assert {"error_matrix.png", "error_matrix.csv", "metrics.json"} <= names
 
 
-@pytest.mark.slow
 def test_use_baseline_runs_through_the_same_job(small_dataset, tmp_path, local_ray):
     config = config_for(small_dataset, tmp_path, "evaluate.encoder=use", "evaluate.shards=2")
     result = evaluate(config)  # no trained model needed
@@ -137,11 +135,10 @@ def test_use_baseline_runs_through_the_same_job(small_dataset, tmp_path, local_r
     assert run.data.tags["interlingua.encoder"] == "use" and "mlflow.parentRunId" not in run.data.tags
 
 
-@pytest.mark.slow
 def test_an_exported_model_is_evaluated_on_its_fp32_export_and_on_int8_only_when_asked(small_dataset, tmp_path,
                                                                                       local_ray):
     from orchestration.cli import main
-    from tests.orchestration.helpers import untrained_model_dir
+    from tests.support.runs import untrained_model_dir
 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     runs, results = {}, []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.memory import DriverMemory, peak_rss
+from tests.support.memory import DriverMemory, peak_rss
 
 
 def allocate(mb: int) -> int:

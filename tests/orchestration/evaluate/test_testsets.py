@@ -20,8 +20,8 @@ from orchestration.lifecycle.champion import register_and_decide
 from orchestration.lifecycle.compare import compare_runs
 from core.schema import dump_yaml
 from core.dataset import file_sha256, load_manifest
-from tests.conftest import write_lines
-from tests.orchestration.helpers import config_for, untrained_model_dir
+from tests.support.corpus import write_lines
+from tests.support.runs import config_for, rotate_french, untrained_model_dir
 
 RUTH = 8
 
@@ -78,22 +78,6 @@ def test_a_pinned_dataset_is_refused_when_it_changed_or_is_not_pinned(small_data
     assert len(pinned.table) == 40 and pinned.identity["fingerprint"] == current
 
 
-def rotate_french(data, rows: int = 20):
-    """Rewrite the test shard of the dataset at `data` with the French text of its first `rows` rows moved
-    one row on (misaligned translations), leaving manifest.json as it was; the shard's path."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    shard = data / load_manifest(data)["splits"]["test"]["files"][0]["path"]
-    table = pq.read_table(shard)
-    french = table["fr_text"].to_pylist()
-    french[:rows] = french[1:rows] + french[:1]
-    table = table.set_column(table.schema.get_field_index("fr_text"), "fr_text", pa.array(french, pa.string()))
-    pq.write_table(table, shard, compression="zstd")
-    return shard
-
-
-@pytest.mark.slow
 def test_a_pinned_set_or_split_whose_shard_changed_is_refused_and_the_cache_does_not_answer(
         small_dataset, tmp_path, local_ray, capsys):
     data = tmp_path / "pinned"
@@ -128,7 +112,6 @@ def config_with_testsets(small_dataset, tmp_path, files, *overrides):
     return config_for(small_dataset, tmp_path, f"evaluate.testsets={testsets}", "evaluate.shards=2", *overrides)
 
 
-@pytest.mark.slow
 def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_dataset, ruth, tmp_path, local_ray,
                                                                           capsys):
     files, _ = ruth
@@ -184,7 +167,6 @@ def noisy_copy(model_dir, out, seed: int):
     return out
 
 
-@pytest.mark.slow
 def test_the_champion_decision_on_a_pinned_test_set(small_dataset, ruth, tmp_path, local_ray):
     files, _ = ruth
     config = config_with_testsets(small_dataset, tmp_path, files, "registry.decide_on=pinned")

@@ -14,6 +14,7 @@ import pytest
 from core.errors import Exit
 from orchestration.cli import main
 from orchestration.lifecycle.lock import AlreadyRunning, LockUnsupported, run_lock
+from tests.support.procs import wait_for
 
 HOLD = textwrap.dedent("""
     import pathlib, sys, time
@@ -36,19 +37,12 @@ def start_holder(run_dir: str, go, out, ttl: float = 60.0) -> subprocess.Popen:
                             env={**os.environ, "PYTHONPATH": os.getcwd()})
 
 
-def wait_for(condition, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_of_two_hosts_racing_for_an_s3_run_dir_exactly_one_runs(s3_bucket, tmp_path):
     go, outs = tmp_path / "go", [tmp_path / "a", tmp_path / "b"]
     holders = [start_holder(f"{s3_bucket}/runs/x", go, out) for out in outs]
     try:
         go.touch()
-        wait_for(lambda: all(out.exists() for out in outs))
+        wait_for(lambda: all(out.exists() for out in outs), 30, "both holders' answers")
         results = sorted(out.read_text() for out in outs)
         assert results[0] == "held" and results[1].startswith("refused:"), results
         assert "held by another `interlingua run` (pid" in results[1]
@@ -62,7 +56,7 @@ def test_a_dead_holders_lease_is_taken_over_once_it_is_not_renewed(s3_bucket, tm
     go, out = tmp_path / "go", tmp_path / "held"
     go.touch()
     holder = start_holder(f"{s3_bucket}/runs/x", go, out, ttl=3.0)
-    wait_for(out.exists)
+    wait_for(out.exists, 30, "the holder to hold the lock")
     with pytest.raises(AlreadyRunning):
         with run_lock(f"{s3_bucket}/runs/x", ttl=3.0):
             pass  # the holder is alive and renewing
@@ -84,13 +78,31 @@ def test_a_holder_whose_lease_was_taken_over_stops(s3_bucket):
         signal.signal(signal.SIGINT, previous)
 
 
+def round_trip_s(client) -> float:
+    """The median time of a PUT to the S3 server, on this machine as loaded as it is now."""
+    times = []
+    for _ in range(5):
+        start = time.monotonic()
+        client.put_object(Bucket="bucket", Key="probe", Body=b"x")
+        times.append(time.monotonic() - start)
+    return sorted(times)[len(times) // 2]
+
+
 def _lease_taken_over(s3_bucket: str) -> None:
+    """The lease's timing is derived from the store's measured round trip, not fixed: a renewal every ttl/3
+    is many round trips apart however loaded the machine is, and the wait for the interrupt is bounded by
+    a number of renewal periods, not by a constant."""
+    client = boto3.client("s3")
+    ttl = max(0.6, 30 * round_trip_s(client))
     with pytest.raises(KeyboardInterrupt):
-        with run_lock(f"{s3_bucket}/runs/x", ttl=0.6):
+        with run_lock(f"{s3_bucket}/runs/x", ttl=ttl):
             # another host, finding the lease stale, deleted it and took it
-            boto3.client("s3").put_object(Bucket="bucket", Key="runs/x/.lock", Body=b'{"holder": "other"}')
-            time.sleep(30)  # interrupted by the renewal that finds the lease gone
-    assert boto3.client("s3").get_object(Bucket="bucket", Key="runs/x/.lock")["Body"].read() == b'{"holder": "other"}'
+            client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=b'{"holder": "other"}')
+            deadline = time.monotonic() + 100 * ttl  # interrupted by the first renewal that finds the lease gone
+            while time.monotonic() < deadline:
+                time.sleep(ttl / 10)
+            raise AssertionError(f"no renewal noticed the lost lease in {100 * ttl:.1f} s (ttl {ttl:.2f} s)")
+    assert client.get_object(Bucket="bucket", Key="runs/x/.lock")["Body"].read() == b'{"holder": "other"}'
 
 
 def test_a_second_run_on_an_s3_run_dir_exits_5(s3_bucket, tmp_path, capsys):

@@ -1,14 +1,13 @@
-"""`interlingua run` on real Bible text: the stage cache, the champion decision, a killed run, the lock,
-against the embedded sqlite store and a real `mlflow server`."""
+"""`interlingua run` on real Bible text, against the embedded sqlite store: the stage cache, damaged inputs,
+the champion decision, the mining loop, a killed run, the lock. Against a real tracking server:
+tests/orchestration/test_tracking_server.py."""
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,47 +16,107 @@ from core.errors import Exit
 from orchestration import tracking
 from orchestration.cli import main
 from orchestration.config import load_config
-from orchestration.lifecycle.compare import compare_runs
 from orchestration.lifecycle.lock import run_lock
 from orchestration.lifecycle.run import run_pipeline
-from tests.conftest import SMALL_BOOKS, VERSIONS, write_lines
-from tests.orchestration.helpers import TINY, checkpoints, wait_for
-
-LANGS = list(VERSIONS)
-RETUNED = ["train.lr=0.003", "model.ranking_weight=1.0"]  # another model/train config: a new challenger
+from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
+from tests.support.procs import free_port, free_ports, wait_for
+from tests.support.runs import RETUNED, TINY, checkpoints
 
 
-def write_corpus(folder: Path, book_lines, books: list[int]) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    for lang, lines in book_lines(VERSIONS, books).items():
-        write_lines(folder / f"bible.{lang}", lines)
-    return str(folder / "bible.{lang}")
+def config_overrides(tmp_path: Path, template: str, *overrides: str) -> list[str]:
+    """A tiny `run` on the corpus files of `template` in `tmp_path/run` (the tracking URI apart)."""
+    return ["name=pipe", f"run_dir={tmp_path / 'run'}",
+            f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
+            "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
+            *TINY, "train.max_steps=10", "evaluate.shards=2", *overrides]
 
 
 def pipeline_config(tmp_path: Path, template: str, uri: str, *overrides: str):
-    return load_config(None, [
-        "name=pipe", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
-        f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
-        "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
-        *TINY, "train.max_steps=10", "evaluate.shards=2", *overrides,
-    ])
+    return load_config(None, [*config_overrides(tmp_path, template, f"tracking.uri={uri}"), *overrides])
 
 
-@pytest.mark.slow
-def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines, local_ray):
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def replace_with_dev(path: Path) -> None:
+    shutil.copy(next((path.parent.parent / "dev").glob("*.parquet")), path)
+
+
+def garble(path: Path) -> None:
+    path.write_text('{"format": "interlingua-dataset/1", "splits": ')
+
+
+def manifest_file(data: Path, split: str, index: int = 0) -> Path:
+    return data / json.loads((data / "manifest.json").read_text())["splits"][split]["files"][index]["path"]
+
+
+FAULTS = {  # what is damaged -> (the file, how, exit code, what the one line names)
+    "a training shard": (lambda d, m: manifest_file(d, "train", 1), truncate, 2, "sha256"),
+    "the test shard": (lambda d, m: manifest_file(d, "test"), replace_with_dev, 2, "sha256"),
+    "the manifest": (lambda d, m: d / "manifest.json", garble, 2, "not a readable manifest"),
+    "the sentencepiece model": (lambda d, m: d / "spm.model", truncate, 2, "sha256"),
+    "the model file": (lambda d, m: m / "model.pt", truncate, 2, "recorded in lineage.json"),
+}
+
+
+def pipeline_runs(uri: str) -> list:
+    return tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
+
+
+@pytest.mark.beam
+def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_new_data(
+        tmp_path, book_lines, local_ray, capsys):
+    """One run directory through a scheduler's life, each step asserting what a test of its own did before
+    (the whole pipeline is the costly part, so it runs three times here instead of seven):
+    1. the first run runs every stage and registers the champion; the rerun skips every stage (exit 3);
+    2. each damaged input (a shard, the manifest, the sentencepiece model, the model file) and an unreachable
+       tracking store end in one line naming the file and its exit code, no traceback, nothing registered;
+       repaired, the run has nothing to do again;
+    3. another config is a challenger, measured against the champion re-evaluated on the same split, promoted
+       exactly when it is better;
+    4. the champion mines pairs from monolingual text (the loop closes);
+    5. new data (another book and the mined pairs) runs every stage again; an impossible margin keeps the
+       champion, a zero pair budget names every pair on which the challenger is worse, the champion is fed
+       the new sentences through its own tokenizer, every mined pair reaches prepare, and each run is one
+       pipeline run with the stages as its children."""
+    from orchestration.mine.job import mine
+
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = pipeline_config(tmp_path, template, uri)
 
+    # 1. the first run and the scheduled rerun with nothing new
     first = run_pipeline(config)
     assert first.code == Exit.OK and first.stages == dict.fromkeys(["prepare", "train", "evaluate",
                                                                             "register"], "ran")
-    second = run_pipeline(config)  # the scheduled rerun: nothing new
+    second = run_pipeline(config)
     assert second.code == Exit.NOTHING_TO_DO
     assert second.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "skipped")
+    assert len(pipeline_runs(uri)) == 2
 
-    # another config: a challenger, measured against the champion re-evaluated on the same split; it is
-    # promoted exactly when it is better (which one wins on 10 steps is not this test's business)
+    # 2. every damaged input of a run: one line, its exit code, nothing registered
+    where = [str(item) for item in config_overrides(tmp_path, template)]
+    data, model = tmp_path / "run" / "data", tmp_path / "run" / "train" / "model"
+    capsys.readouterr()
+    for fault, (where_is, damage, code, named) in FAULTS.items():
+        victim = where_is(data, model)
+        backup = victim.read_bytes()
+        damage(victim)
+        assert main(["run", *where, f"tracking.uri={uri}"]) == code, fault
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("interlingua run")]
+        assert len(lines) == 1 and str(victim) in lines[0] and named in lines[0], (fault, err)
+        assert "Traceback" not in err, (fault, err)
+        victim.write_bytes(backup)
+    (port,) = free_ports(1)  # the tracking store unreachable
+    assert main(["run", *where, f"tracking.uri=http://127.0.0.1:{port}"]) == 1
+    assert f"127.0.0.1:{port} is unreachable" in capsys.readouterr().err
+    assert len(tracking.model_versions(uri, "pipe")) == 1 and str(tracking.champion(uri, "pipe").version) == "1"
+    assert main(["run", *where, f"tracking.uri={uri}"]) == Exit.NOTHING_TO_DO  # repaired: as before the faults
+
+    # 3. another config: a challenger, promoted exactly when it is better (which one wins on 10 steps is not
+    # this test's business)
     retuned = pipeline_config(tmp_path, template, uri, *RETUNED)
     third = run_pipeline(retuned)
     assert third.stages == {"prepare": "skipped", "train": "ran", "evaluate": "ran", "register": "ran"}
@@ -66,25 +125,41 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     champion_version = "2" if promoted else "1"
     assert str(tracking.champion(uri, "pipe").version) == champion_version
 
-    # new data: prepare and everything after it run again; an impossible margin keeps the champion, and a
-    # zero pair budget names every pair on which the challenger is worse
+    # 4. the champion mines pairs: Ruth and Jonah hidden among distractors, as in tests/orchestration/mine
+    hidden = book_lines({"fr": "l", "en": "k"}, [8, 32])
+    write_lines(tmp_path / "fr.txt", hidden["fr"] + book_lines({"fr": "l"}, [17])["fr"])
+    write_lines(tmp_path / "en.txt", book_lines({"en": "k"}, [25])["en"] + hidden["en"][::-1])
+    inputs = (f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, "
+              f"{{lang: en, path: '{tmp_path / 'en.txt'}'}}]")
+    mined = mine(pipeline_config(tmp_path, template, uri, "mine.model=champion", inputs, "mine.threshold=1.0",
+                                 "mine.max_hub=1000"))
+    (pair,) = mined.pairs
+    assert len(pair.kept) > 0
+
+    # 5. new data, the mined pairs among it: prepare and everything after it run again; an impossible margin
+    # keeps the champion, and a zero pair budget names every pair on which the challenger is worse
     write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS + [17])  # + Esther
-    stricter = pipeline_config(tmp_path, template, uri, *RETUNED, "registry.min_improvement=1.0",
+    corpus_tuples = len(book_lines({"en": "k"}, SMALL_BOOKS + [17])["en"])
+    sources = (f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}, "
+               f"{{kind: mined, path: '{mined.out_dir}', languages: [fr, en], min_score: 1.0}}]")
+    stricter = pipeline_config(tmp_path, template, uri, *RETUNED, sources, "registry.min_improvement=1.0",
                                "registry.max_pair_regression=0.0")
+    runs_before = len(pipeline_runs(uri))
     fourth = run_pipeline(stricter)
     assert fourth.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
     assert fourth.code == Exit.NOT_PROMOTED and "not promoted" in fourth.message
     assert fourth.champion_error is not None  # the champion was re-evaluated on the new test split
+    manifest = json.loads((Path(config.data_dir) / "manifest.json").read_text())
+    assert manifest["counts"]["tuples"]["in"] == corpus_tuples + len(pair.kept)  # every mined pair reached prepare
+    assert "below_min_score" not in manifest["counts"]["tuples"]["dropped"]
     # new data, a new tokenizer: the champion was fed the same sentences encoded with its own (its registered
     # lineage names another spm.model than the new dataset's; fed the dataset's token ids, it would be refused)
     champion_tags = next(v for v in tracking.model_versions(uri, "pipe") if str(v.version) == str(champion_version)).tags
-    new_spm = json.loads((Path(config.data_dir) / "manifest.json").read_text())["spm"]["sha256"]
-    assert champion_tags["interlingua.spm_sha256"] != new_spm
+    assert champion_tags["interlingua.spm_sha256"] != manifest["spm"]["sha256"]
     assert str(tracking.champion(uri, "pipe").version) == champion_version
 
     # the stages are runs under one pipeline run each
-    pipeline_runs = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
-    assert len(pipeline_runs) == 4
+    assert len(pipeline_runs(uri)) == runs_before + 1
     children = tracking.search_runs(uri, "interlingua", f"tags.`mlflow.parentRunId` = '{fourth.run_id}'")
     assert {r.data.tags["interlingua.stage"] for r in children} == {"train", "evaluate"}
     pipeline = tracking.get_run(uri, fourth.run_id).data
@@ -100,7 +175,7 @@ def test_run_caches_stages_promotes_and_reruns_on_new_data(tmp_path, book_lines,
     assert ("pair(s) worse than the champion's" in fourth.message) == bool(worse), fourth.message
 
 
-@pytest.mark.slow
+@pytest.mark.beam
 def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_path, book_lines, local_ray):
     import ray
 
@@ -164,85 +239,3 @@ def test_an_unreachable_tracking_server_fails_before_any_work(tmp_path, capsys, 
     assert code == 1
     assert "unreachable" in capsys.readouterr().err
     assert not (tmp_path / "run" / "data").exists()  # nothing was prepared
-
-
-# --- a real tracking server ---------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """`mlflow server` on 127.0.0.1 with an sqlite backend, started and stopped here."""
-    folder = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
-         "--artifacts-destination", str(folder / "artifacts"), "-w", "1"],
-        env=env, stdout=open(folder / "server.log", "wb"), stderr=subprocess.STDOUT,
-    )
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            tracking.check_reachable(uri)
-            break
-        except ConnectionError:
-            if proc.poll() is not None:
-                raise AssertionError((folder / "server.log").read_text()[-2000:])
-            time.sleep(1)
-    else:
-        proc.kill()
-        raise AssertionError("mlflow server did not come up in 120 s")
-    yield uri
-    proc.terminate()
-    proc.wait(30)
-
-
-@pytest.mark.slow
-def test_run_and_compare_against_a_tracking_server(tmp_path, book_lines, mlflow_server, local_ray):
-    template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
-    config = pipeline_config(tmp_path, template, mlflow_server, "name=served")
-    assert run_pipeline(config).code == Exit.OK
-    assert run_pipeline(config).code == Exit.NOTHING_TO_DO
-    assert str(tracking.champion(mlflow_server, "served").version) == "1"
-    table = compare_runs(config)
-    assert "served-eval-test" in table and "1 evaluation runs" in table
-
-
-@pytest.mark.slow
-def test_the_loop_closes_the_champion_mines_pairs_and_run_retrains_on_them(tmp_path, book_lines, local_ray):
-    """run -> mine with the champion -> run on the corpus plus the mined pairs: a new dataset, model and
-    decision. Ruth and Jonah hidden among distractors, as in tests/orchestration/mine."""
-    from orchestration.mine.job import mine
-
-    template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert run_pipeline(pipeline_config(tmp_path, template, uri)).code == Exit.OK
-    manifest = tmp_path / "run" / "data" / "manifest.json"
-    tuples_before = json.loads(manifest.read_text())["counts"]["tuples"]["in"]
-
-    hidden = book_lines({"fr": "l", "en": "k"}, [8, 32])
-    write_lines(tmp_path / "fr.txt", hidden["fr"] + book_lines({"fr": "l"}, [17])["fr"])
-    write_lines(tmp_path / "en.txt", book_lines({"en": "k"}, [25])["en"] + hidden["en"][::-1])
-    inputs = (f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, "
-              f"{{lang: en, path: '{tmp_path / 'en.txt'}'}}]")
-    mined = mine(pipeline_config(tmp_path, template, uri, "mine.model=champion", inputs, "mine.threshold=1.0",
-                                 "mine.max_hub=1000"))
-    (pair,) = mined.pairs
-    assert len(pair.kept) > 0
-
-    sources = (f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}, "
-               f"{{kind: mined, path: '{mined.out_dir}', languages: [fr, en], min_score: 1.0}}]")
-    retrained = run_pipeline(pipeline_config(tmp_path, template, uri, sources))
-    assert retrained.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
-    counts = json.loads(manifest.read_text())["counts"]["tuples"]
-    assert counts["in"] == tuples_before + len(pair.kept)  # every mined pair reached prepare
-    assert "below_min_score" not in counts["dropped"]
-    promoted = retrained.challenger_error < retrained.champion_error
-    assert retrained.code == (Exit.OK if promoted else Exit.NOT_PROMOTED), retrained.message

@@ -12,7 +12,7 @@ from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.mine import MineError
 from orchestration.mine.job import mine
-from tests.conftest import write_lines
+from tests.support.corpus import write_lines
 
 TRUE_BOOKS = [8, 32]  # Ruth, Jonah: 133 verses in both languages
 FR_ONLY, EN_ONLY = [17], [25]  # Esther in French, Lamentations in English: no translation on the other side
@@ -38,7 +38,6 @@ def bucc_config(folder, *overrides):
     ])
 
 
-@pytest.mark.slow
 def test_mining_finds_the_hidden_translations_with_a_calibrated_threshold(bucc, local_ray):
     folder, true_pairs = bucc
     config = bucc_config(folder, f"mine.gold={{path: '{folder / 'gold.tsv'}'}}")
@@ -60,7 +59,6 @@ def test_mining_finds_the_hidden_translations_with_a_calibrated_threshold(bucc, 
     assert run.data.tags["interlingua.stage"] == "mine" and run.data.metrics["mine/fr-en/f1"] == pair.scores["f1"]
 
 
-@pytest.mark.slow
 def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ray, capsys):
     folder, _ = bucc
     args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", "mine.model=use",
@@ -79,10 +77,9 @@ def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ra
     assert "mine.threshold or mine.gold" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_a_model_directory_embeds_with_the_corpus_job_and_a_rerun_reuses_its_blocks(bucc, small_dataset, local_ray):
     from orchestration.serve.embedder import SentenceEmbedder
-    from tests.orchestration.helpers import untrained_model_dir
+    from tests.support.runs import untrained_model_dir
 
     folder, _ = bucc
     model = untrained_model_dir(small_dataset, folder / "model")
@@ -118,7 +115,7 @@ def mine_args(folder, model, *overrides):
 
 
 def test_a_k_larger_than_the_smaller_side_is_refused_before_embedding(bucc, small_dataset, capsys):
-    from tests.orchestration.helpers import untrained_model_dir
+    from tests.support.runs import untrained_model_dir
 
     folder, _ = bucc
     model = untrained_model_dir(small_dataset, folder / "model")
@@ -133,8 +130,8 @@ def test_a_k_larger_than_the_smaller_side_is_refused_before_embedding(bucc, smal
 def test_a_gold_split_whose_shard_changed_is_refused_naming_it_before_embedding(bucc, small_dataset, capsys):
     import shutil
 
-    from tests.orchestration.evaluate.test_testsets import rotate_french
-    from tests.orchestration.helpers import untrained_model_dir
+    from tests.support.runs import rotate_french
+    from tests.support.runs import untrained_model_dir
 
     folder, _ = bucc
     data = folder / "data"

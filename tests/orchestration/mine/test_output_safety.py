@@ -12,7 +12,7 @@ from orchestration.cli import main
 from orchestration.mine.report import FORMAT, check_output
 from core import ownership
 from evaluation.store import save_block
-from tests.conftest import write_lines
+from tests.support.corpus import write_lines
 
 SENTINEL = b"a user's file: never overwrite me\n"
 

@@ -13,7 +13,7 @@ from evaluation.store import StoredEmbeddings
 from orchestration.serve.corpus import embed_corpus
 from orchestration.serve.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
 from core.dataset import file_sha256
-from tests.orchestration.helpers import untrained_model_dir
+from tests.support.runs import untrained_model_dir
 
 
 @pytest.fixture(scope="module")

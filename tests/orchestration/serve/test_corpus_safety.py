@@ -12,7 +12,7 @@ from orchestration.cli import main
 from orchestration.serve import corpus
 from core.ownership import ForeignDataError
 from evaluation.store import save_block
-from tests.orchestration.helpers import untrained_model_dir
+from tests.support.runs import untrained_model_dir
 
 SENTINEL = "a user's file: never delete me\n"
 

@@ -16,9 +16,8 @@ from model.inference import embed
 from orchestration.cli import main
 from orchestration.serve import backends, export
 from orchestration.serve.embedder import SentenceEmbedder
-from tests.orchestration.helpers import untrained_model_dir
+from tests.support.runs import untrained_model_dir
 
-pytestmark = pytest.mark.slow
 LANGS = ("fr", "en")
 
 

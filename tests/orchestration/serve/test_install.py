@@ -5,37 +5,30 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from orchestration.serve.embedder import SentenceEmbedder
-from tests.orchestration.helpers import free_ports, stop, untrained_model_dir, wait_for
-from tests.orchestration.serve.test_server import NAME, get, post, register
+from tests.support.procs import free_ports, stop, wait_for
+from tests.support.runs import untrained_model_dir
+from tests.support.serving import NAME, get, post, register
+from tests.support.venvs import venv_with
 
-pytestmark = pytest.mark.slow
-
-
-def pip(venv: Path, *args: str) -> None:
-    out = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *args],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
+pytestmark = [pytest.mark.venv, pytest.mark.server]
 
 
 @pytest.fixture(scope="module")
 def serve_venv(tmp_path_factory) -> Path:
-    """A fresh venv holding torch and the project's wheel with the `serve` extra, nothing else."""
+    """A fresh venv holding torch and the project's wheel with the `serve` extra, nothing else, installed
+    from wheels on this machine (tests/support/venvs.py; the first run on a machine fills them from the
+    package index)."""
     from orchestration.serve.packaging import build_project_wheel
 
     tmp = tmp_path_factory.mktemp("install")
     wheel = build_project_wheel(tmp / "wheel")  # from a copy of the sources: the checkout gets no build/
-    venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip(venv, "torch==2.13.0")
-    pip(venv, f"{wheel}[serve]")
-    return venv
+    return venv_with(tmp / "venv", wheel, "serve")
 
 
 def in_venv(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -6,14 +6,12 @@ from pathlib import Path
 import logging
 
 import numpy as np
-import pytest
 
 from orchestration.evaluate.job import evaluate
 from orchestration.train.driver import train
-from tests.orchestration.helpers import config_for
+from tests.support.runs import config_for
 
 
-@pytest.mark.slow
 def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, local_ray, verse, capsys, caplog):
     from orchestration.cli import main
     from orchestration.serve.embedder import SentenceEmbedder

@@ -16,9 +16,9 @@ import pytest
 
 from orchestration import tracking
 from orchestration.serve.embedder import SentenceEmbedder
-from tests.orchestration.helpers import untrained_model_dir
+from tests.support.runs import untrained_model_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.venv
 
 OURS = ("interlingua", "__editable__", "orchestration", "pipelines", "model", "evaluation")
 

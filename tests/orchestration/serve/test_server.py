@@ -2,65 +2,28 @@
 a real client. The embeddings, the limits, the 503s under overload, and a champion swap under load."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from orchestration import tracking
 from orchestration.config import load_config
 from orchestration.serve.embedder import SentenceEmbedder
-from tests.orchestration.helpers import free_ports, stop, untrained_model_dir, wait_for
+from tests.support.procs import free_ports, stop, wait_for
+from tests.support.runs import untrained_model_dir
+from tests.support.serving import NAME, get, post, register
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.server
 
 ROOT = Path(__file__).resolve().parents[3]
-NAME = "served"
 LIMITS = ["serve.max_batch_size=4", "serve.max_ongoing_requests=4", "serve.max_queued_requests=6",
           "serve.max_sentences=16", "serve.max_sentence_chars=300", "serve.max_body_bytes=8000",
           "serve.poll_seconds=0.5", "serve.cpus_per_replica=1"]
-
-
-def post(url: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
-    """(status, JSON body) of a POST; HTTP errors are answers too."""
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        try:
-            return exc.code, json.loads(text)
-        except json.JSONDecodeError:
-            return exc.code, {"error": text.decode(errors="replace")}
-
-
-def get(url: str) -> tuple[int, dict]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, {}
-    except OSError:
-        return 0, {}
-
-
-def register(uri: str, model_dir: Path, embedder: SentenceEmbedder) -> str:
-    """Log `model_dir` as the pyfunc model of a new run, register it and promote it; its version."""
-    run = tracking.start_run(uri, "exp", "train", {})
-    info = tracking.log_pyfunc_model(uri, run, model_dir, embedder.model.embedding_dim)
-    version = tracking.register_model(uri, info.model_uri, NAME, {})
-    tracking.promote(uri, NAME, version)
-    return version
 
 
 def other_weights(model_dir: Path) -> Path:
@@ -169,20 +132,28 @@ def test_limits_are_answered_with_a_status_and_a_message(server, body, status, w
 
 def test_an_overload_is_answered_with_503_and_the_server_recovers(server, verse):
     """More concurrent requests than max_ongoing_requests + max_queued_requests (10): the rest are 503 at
-    once, nothing else fails. Waves are sent until one overloads the server (a deadline, not a sleep)."""
+    once, nothing else fails. Waves are sent until one overloads the server (a deadline, not a sleep). The
+    time a request may take and the deadline come from one request measured first, on this machine as
+    loaded as it is: a slow machine is slower, not overloaded."""
+    import time
+
     body = {"sentences": [verse("k", 8, 1, n) for n in range(1, 17)], "lang": "en"}
+    start = time.monotonic()
+    assert post(f"{server['url']}/embed", body)[0] == 200
+    one = time.monotonic() - start
+    timeout = max(60.0, 64 * one)  # a wave of 32: each request queued behind at most the whole wave, twice over
     seen: list[int] = []
 
     def wave() -> bool:
         with ThreadPoolExecutor(32) as pool:
-            statuses = list(pool.map(lambda _: post(f"{server['url']}/embed", body), range(32)))
+            statuses = list(pool.map(lambda _: post(f"{server['url']}/embed", body, timeout=timeout), range(32)))
         seen.extend(status for status, _ in statuses)
         assert {status for status, _ in statuses} <= {200, 503}, statuses
         return any(status == 503 for status, _ in statuses)
 
-    wait_for(wave, 120, "a 503 under overload")
+    wait_for(wave, max(120.0, 10 * timeout), "a 503 under overload")
     assert 200 in seen
-    assert post(f"{server['url']}/embed", body)[0] == 200
+    assert post(f"{server['url']}/embed", body, timeout=timeout)[0] == 200
 
 
 def test_a_new_champion_is_served_under_load_without_a_failed_request(server, verse):

@@ -160,7 +160,7 @@ def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path)
 def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     from orchestration.train.driver import check_train_dir, train
     from core import ownership
-    from tests.orchestration.helpers import config_for
+    from tests.support.runs import config_for
 
     config = config_for(small_dataset, tmp_path)
     train_dir = Path(config.train_dir)

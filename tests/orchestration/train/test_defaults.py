@@ -9,7 +9,7 @@ import yaml
 from orchestration.config import load_config
 from orchestration.config_sections import ModelConfig, TrainConfig
 from orchestration.train.driver import train
-from tests.conftest import SMALL_BOOKS
+from tests.support.corpus import SMALL_BOOKS
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 # what the demo configs set in `train`: the demo's 18-minute budget and its evaluation cadence

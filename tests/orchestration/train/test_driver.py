@@ -12,7 +12,7 @@ from model.nmt import load_model
 from orchestration import tracking
 from orchestration.config import load_config
 from orchestration.train.driver import TrainError, train
-from tests.orchestration.helpers import config_for
+from tests.support.runs import config_for
 
 
 def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, local_ray):

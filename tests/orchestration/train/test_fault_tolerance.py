@@ -13,7 +13,8 @@ import torch
 
 from model.nmt import load_model
 from orchestration import tracking
-from tests.orchestration.helpers import TINY, checkpoints, free_ports, wait_for
+from tests.support.procs import free_ports, wait_for
+from tests.support.runs import TINY, checkpoints
 
 
 def ray_bin() -> str:
@@ -46,7 +47,6 @@ def two_node_cluster(tmp_path_factory):
             pass
 
 
-@pytest.mark.slow
 def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_killed_driver(
     small_dataset, tmp_path, two_node_cluster
 ):
@@ -110,7 +110,6 @@ def final_state(train_dir: Path) -> dict:
     return torch.load(train_dir / "ray" / last["checkpoint_dir_name"] / "state.pt", weights_only=False)
 
 
-@pytest.mark.slow
 def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_dataset, tmp_path, local_ray):
     """The same run with and without a killed worker sees the same batches and ends with the same weights:
     the stream resumes at the checkpoint's data position (windows of 60 tuples: mid-epoch, mid-window),
@@ -118,7 +117,7 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     import ray
 
     from orchestration.train.driver import train
-    from tests.orchestration.helpers import config_for
+    from tests.support.runs import config_for
 
     overrides = ["train.max_steps=120", "train.early_stop_patience_evals=null", "model.dropout=0.0",
                  "train.window_tuples=60", "model.ranking_weight=1.0", "runtime.max_failures=2"]
@@ -154,7 +153,6 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
 
 # --- SIGINT: exit 130, one line, the MLflow run KILLED, and the rerun resumes ------------------------
 
-@pytest.mark.slow
 def test_sigint_during_train_exits_130_with_one_line_and_the_rerun_resumes(small_dataset, tmp_path, local_ray):
     import ray
 

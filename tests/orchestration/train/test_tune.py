@@ -15,7 +15,8 @@ from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError, load_config
 from orchestration.train.tune import load_space, trial_config, tune
-from tests.orchestration.helpers import TINY, config_for, wait_for
+from tests.support.procs import wait_for
+from tests.support.runs import TINY, config_for
 
 
 def write_space(tmp_path, text: str):
@@ -54,7 +55,6 @@ def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path,
     assert not (tmp_path / "run").exists()  # refused before the tune folder or any stage folder was made
 
 
-@pytest.mark.slow
 def test_a_users_file_in_the_tune_folder_is_never_overwritten(tmp_path, small_dataset):
     from core.ownership import ForeignDataError
 
@@ -106,7 +106,6 @@ space:
     assert yaml.safe_load(Path(result.best_config).read_text())["train"]["lr"] == best.train.lr
 
 
-@pytest.mark.slow
 def test_tune_with_its_run_dir_in_a_bucket_keeps_the_search_there_and_a_rerun_resumes_it(
         s3_bucket, small_dataset, tmp_path, monkeypatch, capsys):
     import ray
@@ -182,7 +181,6 @@ def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expecte
     assert tracking.search_runs(tracking.resolve_uri(config.tracking.uri), config.tracking.experiment) == []
 
 
-@pytest.mark.slow
 def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(small_dataset, tmp_path):
     config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
                         "runtime.cpus_per_worker=1")

@@ -132,9 +132,49 @@ def wait_until(check: Callable[[], T | None], *, timeout_s: float, server: Serve
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free on `host` now (the server binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct ports free on `host` now (held together while they are chosen, so none repeats)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def wait_for(predicate: Callable[[], T | None], timeout: float, what: str,
+             proc: subprocess.Popen | None = None, every_s: float = 0.2) -> T:
+    """Poll `predicate` until it returns something truthy (returned). AssertionError naming `what` when
+    `timeout` passes or when `proc` (a command the test waits on) exits first, with its stderr's tail when
+    it was piped."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            err = proc.stderr.read()[-3000:] if proc.stderr is not None else ""
+            raise AssertionError(f"the command exited ({proc.returncode}) before {what}" + (f": {err}" if err else ""))
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every_s)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Stop a command the way an operator does (SIGTERM), killing it only if it has not ended in `timeout`."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def free_port_range(host: str, size: int, low: int = 20000, high: int = 29000, tries: int = 50) -> int:

@@ -1,10 +1,7 @@
-"""Helpers of the orchestration tests: tiny run configs on the prepared Bible books, waiting on runs."""
+"""Runs for the tests: tiny run configs on the prepared Bible books, their checkpoints, an untrained model."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 from orchestration.config import Config, load_config
@@ -15,6 +12,7 @@ TINY = [
     "runtime.log_every_steps=5", "train.eval_every_steps=10", "runtime.checkpoint_every_steps=10",
     "train.dev_max_sentences=40",
 ]
+RETUNED = ["train.lr=0.003", "model.ranking_weight=1.0"]  # another model/train config: a new challenger
 
 
 def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config:
@@ -28,16 +26,6 @@ def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config
     ])
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def checkpoints(train_dir: Path) -> list[dict]:
     """Progress of the checkpoints Ray has registered (those a restart resumes from), by step."""
     found = []
@@ -48,30 +36,6 @@ def checkpoints(train_dir: Path) -> list[dict]:
     except (OSError, json.JSONDecodeError, KeyError):
         pass  # not written yet, or being replaced
     return sorted(found, key=lambda p: p["step"])
-
-
-def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the command exited ({proc.returncode}) before {what}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def stop(proc: subprocess.Popen, timeout: float = 120) -> None:
-    """Stop a server the way an operator does (SIGTERM), killing it only if it has not ended in `timeout`."""
-    import signal
-
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
@@ -95,3 +59,20 @@ def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
     shutil.copy(Path(small_dataset.data_dir) / SPM_MODEL, folder / files.SPM_FILE)
     (folder / files.CONFIG_FILE).write_text(dump_yaml(small_dataset.to_dict()))
     return folder
+
+
+def rotate_french(data, rows: int = 20):
+    """Rewrite the test shard of the dataset at `data` with the French text of its first `rows` rows moved
+    one row on (misaligned translations), leaving manifest.json as it was; the shard's path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from core.dataset import load_manifest
+
+    shard = data / load_manifest(data)["splits"]["test"]["files"][0]["path"]
+    table = pq.read_table(shard)
+    french = table["fr_text"].to_pylist()
+    french[:rows] = french[1:rows] + french[:1]
+    table = table.set_column(table.schema.get_field_index("fr_text"), "fr_text", pa.array(french, pa.string()))
+    pq.write_table(table, shard, compression="zstd")
+    return shard

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tests.cluster.procs import ClusterStartError, free_port, spawn, wait_until
-from tests.cluster.s3 import S3Server
+from tests.support.procs import ClusterStartError, free_port, spawn, wait_until
+from tests.support.s3 import S3Server
 
 PG_START_S = 60
 MLFLOW_START_S = 180  # its first start on an empty database runs every schema migration

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tests.cluster.procs import free_port, spawn, wait_until
+from tests.support.procs import free_port, spawn, wait_until
 
 START_S = 60
 REGION = "us-east-1"

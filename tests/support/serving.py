@@ -1,0 +1,47 @@
+"""Serving for the tests: HTTP calls that take an error status for an answer, and a registered champion."""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from orchestration import tracking
+
+
+NAME = "served"
+
+
+def post(url: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
+    """(status, JSON body) of a POST; HTTP errors are answers too."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text)
+        except json.JSONDecodeError:
+            return exc.code, {"error": text.decode(errors="replace")}
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+    except OSError:
+        return 0, {}
+
+
+def register(uri: str, model_dir: Path, embedder) -> str:
+    """Log `model_dir` (with its loaded `SentenceEmbedder`) as the pyfunc model of a new run, register it as
+    `NAME` and promote it; its version."""
+    run = tracking.start_run(uri, "exp", "train", {})
+    info = tracking.log_pyfunc_model(uri, run, model_dir, embedder.model.embedding_dim)
+    version = tracking.register_model(uri, info.model_uri, NAME, {})
+    tracking.promote(uri, NAME, version)
+    return version

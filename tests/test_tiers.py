@@ -1,0 +1,84 @@
+"""The tiers' guard (tests/support/tiers.py): a test that starts Ray, a Beam pipeline, a server or a virtualenv
+without its marker fails, naming the marker; with the marker it is let through. Each case is a small test file
+run by pytester in this process, the guard loaded as the suite loads it; the refused calls fail before they
+start anything, so this file belongs to the fast tier."""
+from __future__ import annotations
+
+import pytest
+
+GUARD = ("-p", "tests.support.tiers", "-p", "no:cacheprovider", "--strict-markers")
+MARKERS = "\n".join(f"    {name}: x" for name in ("beam", "ray", "server", "venv", "cluster"))
+
+
+@pytest.fixture
+def run_file(pytester):
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+
+    def run(source: str):
+        pytester.makepyfile(test_case=source)
+        return pytester.runpytest(*GUARD)
+
+    return run
+
+
+def test_an_unmarked_ray_init_fails_naming_the_marker(run_file):
+    result = run_file("import ray\n\ndef test_unmarked():\n    ray.init(num_cpus=1)\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*UnmarkedResource: this test starts a Ray instance*not marked `ray`*"])
+
+
+def test_an_unmarked_beam_pipeline_fails_before_it_runs(run_file):
+    result = run_file(
+        "import apache_beam as beam\n\n"
+        "def test_unmarked():\n"
+        "    with beam.Pipeline() as p:\n"
+        "        p | beam.Create([1, 2])\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*not marked `beam`*"])
+
+
+def test_an_unmarked_listening_socket_and_server_process_fail(run_file):
+    result = run_file(
+        "import socket, subprocess, sys\n\n"
+        "def test_listen():\n"
+        "    with socket.socket() as s:\n"
+        "        s.bind(('127.0.0.1', 0))\n"
+        "        s.listen()\n\n"
+        "def test_moto_server():\n"
+        "    subprocess.Popen(['moto_server', '-p', '0'])\n\n"
+        "def test_venv():\n"
+        "    subprocess.run([sys.executable, '-m', 'venv', 'x'])\n\n"
+        "def test_a_training_command_in_a_child():\n"
+        "    subprocess.run([sys.executable, '-m', 'orchestration.cli', 'train'])\n")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*not marked `server`*", "*not marked `server`*", "*not marked `venv`*",
+                                 "*not marked `ray`*"], consecutive=False)
+
+
+def test_a_marked_test_is_let_through_and_help_needs_no_marker(pytester, monkeypatch):
+    """In a child pytest: this test runs under the guard itself (it is unmarked), which would refuse the
+    marked inner test's socket too."""
+    from tests.support.procs import PACKAGE_ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(PACKAGE_ROOT))
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    pytester.makepyfile(test_case=(
+        "import socket, subprocess, sys\nimport pytest\n\n"
+        "@pytest.mark.server\n"
+        "def test_marked_listen():\n"
+        "    with socket.socket() as s:\n"
+        "        s.bind(('127.0.0.1', 0))\n"
+        "        s.listen()\n\n"
+        "def test_help():\n"
+        "    assert subprocess.run([sys.executable, '-m', 'orchestration.cli', 'train', '--help'],\n"
+        "                          capture_output=True).returncode == 0\n"))
+    result = pytester.runpytest_subprocess(*GUARD)
+    result.assert_outcomes(passed=2)
+
+
+def test_the_users_of_a_shared_fixture_get_its_markers(pytester):
+    pytester.makeconftest("import pytest\n\n@pytest.fixture\ndef local_ray():\n    return None\n")
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    pytester.makepyfile(test_case="def test_uses(local_ray):\n    pass\n\ndef test_plain():\n    pass\n")
+    result = pytester.runpytest(*GUARD, "-m", "not ray")
+    result.assert_outcomes(passed=1, deselected=1)
