@@ -78,7 +78,7 @@ def model_dir(sentences: list[str], folder: Path) -> Path:
     vocab = spm.SentencePieceProcessor(model_file=str(folder / "spm.model")).get_piece_size()
     torch.manual_seed(0)
     model = MultilingualNMT(**model_args(config, ["en", "fr"], vocab))
-    save_model(model, str(folder / "model.pt"), step=0, dev_error=None)
+    save_model(model, str(folder / "model.safetensors"), step=0, dev_error=None)
     (folder / "config.yaml").write_text(dump_yaml(config.to_dict()))
     return folder
 

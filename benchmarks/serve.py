@@ -61,7 +61,7 @@ def quick_model(folder: Path, steps: int) -> Path:
     path = untrained_model_dir(en + fr, folder)
     embedder = SentenceEmbedder.load(path, backend="torch")
     ids = {"en": embedder.token_ids(en, "en"), "fr": embedder.token_ids(fr, "fr")}
-    model, _ = load_model(str(path / "model.pt"))
+    model, _ = load_model(str(path / "model.safetensors"))
     opt = torch.optim.Adam(model.parameters(), lr=6e-3)
     for step in range(steps):
         rows = np.random.default_rng(step).choice(len(en), 64, replace=False)
@@ -70,7 +70,7 @@ def quick_model(folder: Path, steps: int) -> Path:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    save_model(model, str(path / "model.pt"), step=steps, dev_error=None)
+    save_model(model, str(path / "model.safetensors"), step=steps, dev_error=None)
     return path
 
 

@@ -13,7 +13,7 @@ softmax with in-batch negatives, the modern form of a margin ranking loss).
 """
 from __future__ import annotations
 
-import zipfile
+import json
 from typing import Any, NamedTuple, Sequence
 
 import torch
@@ -166,21 +166,60 @@ class MultilingualNMT(nn.Module):
         off = 1 - torch.eye(langs, device=sim.device)
         return (losses * off[:, :, None]).sum() / (langs * (langs - 1) * batch)
 
+FORMAT = "interlingua-model/2"  # safetensors: the weights, and in its header the arguments and metadata as JSON
+
+
+class ModelFileError(ValueError):
+    """A file that is not a model file of this format (safetensors with interlingua's header)."""
+
+
 def save_model(model: MultilingualNMT, path: str, **meta: Any) -> None:
-    """One file that `load_model` turns back into the model: constructor args, weights, `meta`."""
-    torch.save({"args": model.args, "state_dict": model.state_dict(), "meta": meta}, path)
+    """One safetensors file that `load_model` turns back into the model: the weights, and in its header the
+    constructor arguments and `meta` (JSON values) as JSON. Nothing in it is code: reading it runs none."""
+    from safetensors.torch import save_model as save
+
+    save(model, str(path), metadata={"format": FORMAT, "args": json.dumps(model.args), "meta": json.dumps(meta)})
+
+
+def read_header(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(constructor arguments, metadata) from the header of a file `save_model` wrote, without its weights.
+    ModelFileError when it is not one (a pickle, an older model.pt, another safetensors file)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            header = handle.metadata() or {}
+    except SafetensorError as exc:
+        raise ModelFileError(f"not a safetensors file ({exc})") from None
+    if header.get("format") != FORMAT:
+        raise ModelFileError(f"a safetensors file without the header of {FORMAT} (format: {header.get('format')})")
+    try:
+        return json.loads(header["args"]), json.loads(header["meta"])
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise ModelFileError(f"its {FORMAT} header is not readable ({exc})") from None
 
 
 def load_meta(path: str) -> dict[str, Any]:
-    """The metadata `save_model` stored with the model, without reading its weights (memory-mapped; a file of
-    torch's legacy, pre-zip format cannot be, and is read whole)."""
-    mmap = zipfile.is_zipfile(path)
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap).get("meta", {})
+    """The metadata `save_model` stored with the model, read from the file's header without its weights."""
+    return read_header(path)[1]
 
 
 def load_model(path: str, map_location: str | torch.device = "cpu") -> tuple[MultilingualNMT, dict[str, Any]]:
-    """The model saved by `save_model` (in eval mode) and its metadata."""
-    blob = torch.load(path, map_location=map_location, weights_only=False)
+    """The model saved by `save_model` (in eval mode) and its metadata; ModelFileError for another file, and
+    safetensors' error for a truncated one."""
+    from safetensors.torch import load_model as load
+
+    args, meta = read_header(path)
+    model = MultilingualNMT(**args)
+    load(model, str(path), strict=True, device=str(map_location))
+    return model.eval(), meta
+
+
+def load_legacy_model(path: str) -> tuple[MultilingualNMT, dict[str, Any]]:
+    """A model file of the older format (`torch.save` of the arguments, weights and metadata), read with
+    `weights_only=True`: tensors and plain values only; torch refuses a file that holds anything else (code
+    to run). For `interlingua upgrade-model`, which converts it."""
+    blob = torch.load(path, map_location="cpu", weights_only=True)
     model = MultilingualNMT(**blob["args"])
     model.load_state_dict(blob["state_dict"])
     return model.eval(), blob.get("meta", {})

@@ -1,16 +1,19 @@
 """The exported model directory: everything needed to embed raw text, and nothing else.
 
     <run_dir>/train/model/
-        model.pt        `model.nmt.save_model`: constructor arguments, weights, step and dev error
+        model.safetensors  `model.nmt.save_model`: the weights; constructor arguments, step and dev error as
+                        JSON in its header (nothing in the directory is code: reading it runs none)
         spm.model       the dataset's sentencepiece model
         config.yaml     the resolved run config (normalization, model, train)
         progress.json   the training progress at export (step, dev error, history)
-        lineage.json    what it was made from: the dataset's fingerprint, the sha256 of spm.model and model.pt
-    (model.pt also records the sha256 of the spm.model it was trained with, since lineage.json is optional)
+        lineage.json    what it was made from: the dataset's fingerprint, the sha256 of spm.model and model.safetensors
+    (model.safetensors also records the sha256 of the spm.model it was trained with, since lineage.json is
+    optional). A directory of an older version holds model.safetensors (a torch pickle) instead: readers refuse it,
+    naming `interlingua upgrade-model` (`upgrade`), which converts it once.
 
 `interlingua train` writes it (from a checkpoint), `evaluate`, `search`,
 `embed` and the MLflow pyfunc model read it; a registered model carries it.
-Readers verify it first (`verify`): model.pt and spm.model against their
+Readers verify it first (`verify`): model.safetensors and spm.model against their
 recorded sha256, and (`check_tokenizer`) that a dataset whose token ids it
 is fed was encoded with the model's own spm.model.
 """
@@ -27,12 +30,13 @@ from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "model.pt"
+MODEL_FILE = "model.safetensors"
+LEGACY_MODEL_FILE = "model.pt"  # the older versions' torch pickle: converted by `upgrade`, never loaded as such
 SPM_FILE = SPM_MODEL
 PROGRESS_FILE = "progress.json"
 LINEAGE_FILE = "lineage.json"
 REQUIRED = (MODEL_FILE, SPM_FILE, CONFIG_FILE)
-FILES = (*REQUIRED, PROGRESS_FILE, LINEAGE_FILE)  # all a model directory holds
+FILES = (*REQUIRED, PROGRESS_FILE, LINEAGE_FILE, LEGACY_MODEL_FILE)  # all a model directory holds
 TRAIN_STATE = "run.json"  # beside the model, in the train directory: the training's fingerprint, run and step
 
 
@@ -55,15 +59,16 @@ def default(train_dir: str | Path) -> str | Path:
 
 def fetch(location: str | Path) -> Path:
     """A local model directory holding the model at `location`: itself when local; for a URI, a verified copy
-    in this host's temp folder (`$TMPDIR/interlingua-models/<model.pt sha256>`), downloaded once per host and
+    in this host's temp folder (`$TMPDIR/interlingua-models/<model.safetensors sha256>`), downloaded once per host and
     model, since torch and sentencepiece read local files. ModelMissing naming the URI when it holds none."""
     if not storage.is_uri(location):
         return Path(location)
     missing = [name for name in REQUIRED if not storage.exists(storage.join(location, name))]
     if missing:
+        _refuse_legacy(location, missing)
         raise ModelMissing(f"{location}: not a model directory (missing {', '.join(missing)}); "
                            "`interlingua train` writes one to <run_dir>/train/model")
-    # the key: model.pt's sha256 as lineage.json records it (one small read; hashing model.pt at the URI
+    # the key: model.safetensors's sha256 as lineage.json records it (one small read; hashing model.safetensors at the URI
     # reads the whole model once more), else hashed there (a model exported before lineage.json existed)
     try:
         key = storage.read_json(storage.join(location, LINEAGE_FILE)).get("model_sha256")
@@ -77,7 +82,7 @@ def fetch(location: str | Path) -> Path:
 def publish(local: Path, location: str | Path) -> None:
     """Put the finished local model directory `local` at `location`, replacing a model there only if it holds
     nothing but a model's files (`check_replaceable`). Locally by two renames (`ownership.swap_in`); at a URI
-    the old model.pt is removed first and the new one uploaded last, so no reader ever finds a model.pt
+    the old model.safetensors is removed first and the new one uploaded last, so no reader ever finds a model.safetensors
     beside another model's files."""
     if not storage.is_uri(location):
         target = Path(location)
@@ -107,11 +112,22 @@ def check(model_dir: str | Path) -> str | Path:
     """`model_dir` if it holds a model; ModelMissing (a FileNotFoundError) naming what is missing otherwise."""
     missing = [name for name in REQUIRED if not storage.exists(storage.join(model_dir, name))]
     if missing:
+        _refuse_legacy(model_dir, missing)
         raise ModelMissing(
             f"{model_dir}: not a model directory (missing {', '.join(missing)}); "
             "`interlingua train` writes one to <run_dir>/train/model"
         )
     return model_dir
+
+
+def _refuse_legacy(model_dir: str | Path, missing: list[str]) -> None:
+    """ModelDirError naming `interlingua upgrade-model` when `model_dir` is a model directory of an older
+    version (model.pt, a torch pickle, in place of model.safetensors)."""
+    if MODEL_FILE in missing and storage.exists(storage.join(model_dir, LEGACY_MODEL_FILE)):
+        raise ModelDirError(
+            f"{model_dir}: a model directory of an older version ({LEGACY_MODEL_FILE}, a torch pickle, which "
+            f"interlingua no longer loads: unpickling runs code); convert it once with `interlingua upgrade-model "
+            f"{model_dir}` (it reads only tensors and plain values), or export the model again")
 
 
 def check_replaceable(model_dir: Path) -> list[str]:
@@ -128,7 +144,7 @@ def progress(model_dir: Path) -> dict[str, Any]:
 
 
 def record_lineage(model_dir: str | Path, data: Dataset) -> dict[str, str]:
-    """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.pt."""
+    """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.safetensors."""
     lineage = {"dataset_fingerprint": data.fingerprint,
                "spm_sha256": file_sha256(storage.join(model_dir, SPM_FILE)),
                "model_sha256": file_sha256(storage.join(model_dir, MODEL_FILE))}
@@ -146,8 +162,8 @@ def lineage(model_dir: Path) -> dict[str, str]:
 
 
 def verify(model_dir: Path) -> dict[str, str]:
-    """Check model.pt and spm.model against the sha256 recorded in lineage.json, and spm.model against the
-    tokenizer's sha256 recorded in model.pt itself (`check_trained_tokenizer`); the lineage, with the
+    """Check model.safetensors and spm.model against the sha256 recorded in lineage.json, and spm.model against the
+    tokenizer's sha256 recorded in model.safetensors itself (`check_trained_tokenizer`); the lineage, with the
     tokenizer's sha256 taken from the bundled spm.model when none was recorded. ModelDirError naming the
     file that differs."""
     recorded = lineage(model_dir)
@@ -167,7 +183,7 @@ def verify(model_dir: Path) -> dict[str, str]:
 
 def check_trained_tokenizer(model_dir: Path, spm_sha256: str | None, *, in_lineage: bool) -> None:
     """ModelDirError naming both hashes when the bundled spm.model (sha256 `spm_sha256`) is not the tokenizer
-    model.pt records it was trained with; a warning when model.pt records none (a model exported before it
+    model.safetensors records it was trained with; a warning when model.safetensors records none (a model exported before it
     did) and lineage.json (`in_lineage`) does not either: its tokenizer cannot be checked."""
     model_path, spm_path = model_dir / MODEL_FILE, model_dir / SPM_FILE
     if spm_sha256 is None or not model_path.is_file():
@@ -219,13 +235,13 @@ def meta(model_path: Path) -> dict[str, Any]:
 
 
 def _readable(model_path: Path, read):
-    import pickle
+    from safetensors import SafetensorError
 
     try:
         return read()
     except FileNotFoundError:
         raise
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, SafetensorError) as exc:
         raise ModelDirError(f"{model_path}: not a readable model file ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else ''}); export it again") from None
 
@@ -243,11 +259,43 @@ def load_tokenizer(spm_path: Path):
 
 def check_readable(model_dir: Path) -> Path:
     """On the driver, before workers load the model: its files are there (FileNotFoundError naming what is
-    missing), model.pt and spm.model are those lineage.json records, and both load (ModelDirError naming the
+    missing), model.safetensors and spm.model are those lineage.json records, and both load (ModelDirError naming the
     file). Otherwise every worker would fail on its own, and the reason would be buried in their tracebacks.
-    Returns model.pt's path."""
+    Returns model.safetensors's path."""
     check(model_dir)
     verify(model_dir)
     load(model_dir / MODEL_FILE)  # the whole file: a truncated one fails only when read to its end
     load_tokenizer(model_dir / SPM_FILE)
     return model_dir / MODEL_FILE
+
+
+def upgrade(model_dir: Path) -> Path:
+    """Convert the model directory of an older version in place: its model.pt (a torch pickle) is read with
+    `weights_only=True` (tensors and plain values only: torch refuses a file that holds code), checked first
+    against the sha256 its lineage.json records, and written as model.safetensors; lineage.json then records
+    the new file. model.pt is left where it was (remove it once no older version needs it). Returns the new
+    file; ModelDirError when there is nothing to convert or the file is refused."""
+    import pickle
+
+    from model.nmt import load_legacy_model, save_model
+
+    legacy, target = model_dir / LEGACY_MODEL_FILE, model_dir / MODEL_FILE
+    if target.exists():
+        raise ModelDirError(f"{target} exists: {model_dir} is of this version already")
+    if not legacy.is_file():
+        raise ModelDirError(f"{model_dir}: no {LEGACY_MODEL_FILE} to convert")
+    recorded = lineage(model_dir)
+    if "model_sha256" in recorded and recorded["model_sha256"] != file_sha256(legacy):
+        raise ModelDirError(f"{legacy}: sha256 differs from the one recorded in {LINEAGE_FILE}: the file is "
+                            "damaged or was replaced; not converted")
+    try:
+        model, meta = load_legacy_model(str(legacy))
+    except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as exc:
+        raise ModelDirError(f"{legacy}: refused ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                            "only a file of tensors and plain values is converted") from None
+    partial = model_dir / f".{MODEL_FILE}.partial"
+    save_model(model, str(partial), **meta)
+    partial.rename(target)
+    if recorded:
+        storage.write_json(model_dir / LINEAGE_FILE, {**recorded, "model_sha256": file_sha256(target)})
+    return target

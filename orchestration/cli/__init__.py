@@ -13,6 +13,7 @@ flags beside it, and one table of exit codes (`core.errors.Exit`).
     interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
     interlingua serve -c configs/bible6-cpu.yaml          # HTTP: POST /embed, the champion, hot-swapped
     interlingua config --config configs/bible6.yaml       # print the resolved config
+    interlingua upgrade-model runs/old/train/model        # an older model.pt -> model.safetensors, once
 
 Arguments of the form `section.key=value` override the config; every other unrecognized `--flag` goes to
 Apache Beam unchanged (prepare, run). A user error (`core.errors.UserError`) is one line and exit 2; an
@@ -35,7 +36,7 @@ from orchestration.config import ConfigError, load_config
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
             tools.add_compare, tools.add_search, tools.add_embed, tools.add_mine, export.add_export,
-            serve.add_serve, tools.add_config)
+            export.add_upgrade_model, serve.add_serve, tools.add_config)
 
 
 # the top-level packages of setup.cfg's extras (the core installs the model, the embedder and the stores)

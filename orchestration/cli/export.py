@@ -38,3 +38,29 @@ def export(config: Config, args: argparse.Namespace) -> int:
     ops = ", ".join(result.quantized_ops) or "nothing quantized"
     print(f"{model} -> {result.out_dir}/ ({', '.join(result.files)}; int8: {ops}); see manifest.json")
     return Exit.OK
+
+
+def add_upgrade_model(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "upgrade-model", upgrade_model,
+                example="interlingua upgrade-model runs/bible6-cpu/train/model",
+                help="convert a model directory of an older version (model.pt) to model.safetensors, once",
+                description="Older versions saved the model as model.pt, a torch pickle, which this version never "
+                "loads (unpickling a file from a bucket or a registry runs whatever code it holds). This reads "
+                "it with torch's weights_only=True (tensors and plain values only: a file holding code is "
+                "refused), checks it against lineage.json, writes model.safetensors beside it and records it "
+                "in lineage.json. model.pt stays; remove it once no older version needs it.")
+    p.add_argument("model", help="the local model directory")
+
+
+def upgrade_model(config: Config, args: argparse.Namespace) -> int:
+    from orchestration import model_dir
+    from orchestration.config import ConfigError
+
+    from core import storage
+
+    if storage.is_uri(args.model):
+        raise ConfigError(f"{args.model}: upgrade-model converts a local model directory; download it, convert "
+                          "it and upload model.safetensors and lineage.json back")
+    target = model_dir.upgrade(Path(args.model))
+    print(f"{args.model}: wrote {target.name} (from {model_dir.LEGACY_MODEL_FILE}, kept)")
+    return Exit.OK

@@ -4,12 +4,12 @@
     model.inference.embed(encoder, token_ids, "fr")        # the same call either way
 
 `runtime.backend`:
-  torch       the model.pt in PyTorch (the only one on a GPU)
+  torch       the model.safetensors in PyTorch (the only one on a GPU)
   onnx        ONNX Runtime on the fp32 export: the same embeddings (max abs difference <= 1e-4)
   onnx-int8   ONNX Runtime on the int8 export: the fastest on a CPU, a slightly different embedding
   auto        (default) the fastest present: onnx-int8, else onnx, else torch. An export is present only
               once `interlingua export` wrote it beside the model directory and its manifest names this
-              very model.pt (sha256); so nothing changes until a user exports, and a retrained model
+              very model.safetensors (sha256); so nothing changes until a user exports, and a retrained model
               never runs on a stale export. `evaluate` asks for the fastest exact one (`exact`: onnx,
               else torch): an error rate measures the model, not its quantization, unless onnx-int8 is
               asked for by name.
@@ -124,7 +124,7 @@ def _unusable(model_dir: Path, folder: Path, device: str) -> str | None:
         return f"no export at {folder}; write it with `interlingua export --model {model_dir}`"
     model_sha = file_sha256(Path(model_dir) / model_files.MODEL_FILE)
     if manifest["model"]["model_sha256"] != model_sha:
-        return (f"the export at {folder} is of another model.pt (sha256 {manifest['model']['model_sha256'][:12]}, "
+        return (f"the export at {folder} is of another model.safetensors (sha256 {manifest['model']['model_sha256'][:12]}, "
                 f"not {model_sha[:12]}); export this model again with `interlingua export --model {model_dir}`")
     for name, recorded in manifest["files"].items():
         path = folder / name

@@ -7,7 +7,7 @@
                                sha256, the run's fingerprint
     out/manifest.json          written last, when the counts add up: languages [lang], dim, dtype, rows,
                                blocks, and under `meta` the inputs (sizes, sha256, lines), the model (its
-                               model.pt sha256), each block's source, the totals and the resolved config
+                               model.safetensors sha256), each block's source, the totals and the resolved config
 
 The one block format of `evaluation.store`, without rows files: `StoredEmbeddings.open(out)` reads it,
 locally or at a URI. The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that

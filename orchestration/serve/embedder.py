@@ -3,7 +3,7 @@
     embedder = SentenceEmbedder.load("runs/bible6-cpu/train/model")
     vectors = embedder.embed(["Au commencement, Dieu créa les cieux et la terre."], "fr")   # (1, D)
 
-A model directory (`interlingua train` exports it) holds model.pt, spm.model
+A model directory (`interlingua train` exports it) holds model.safetensors, spm.model
 and config.yaml; the text goes through the same normalization as `prepare`
 (config.prepare.normalize) and the same sentencepiece model, then
 `model.inference.embed`. `interlingua embed`, `interlingua search` and the
@@ -44,7 +44,7 @@ class SentenceEmbedder:
         from orchestration.serve.backends import load_encoder
 
         model_dir = model_files.check(Path(model_dir))
-        model_files.verify(model_dir)  # model.pt and spm.model as exported (ModelDirError otherwise)
+        model_files.verify(model_dir)  # model.safetensors and spm.model as exported (ModelDirError otherwise)
         model = load_encoder(model_dir, backend=backend, device=device, threads=threads)
         processor = model_files.load_tokenizer(model_dir / model_files.SPM_FILE)
         config = load_config(model_dir / model_files.CONFIG_FILE)

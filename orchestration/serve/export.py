@@ -4,7 +4,7 @@
         encoder-<name>.onnx              fp32, one per encoder module ("shared", or a language)
         encoder-<name>.int8.onnx         dynamic int8 (DynamicQuantizeLSTM)
         manifest.json                    format marker, the model it came from (path, sha256 of
-                                         model.pt and spm.model), each file's sha256, versions
+                                         model.safetensors and spm.model), each file's sha256, versions
 
 The folder is built in a staging directory and swapped in whole (`core.storage`): a
 crash leaves the previous export intact. An existing OUT is replaced only when it

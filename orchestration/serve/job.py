@@ -86,7 +86,7 @@ def decode_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 class SplitEmbedFn(_TuplesFn):
-    """A trained model (`model.pt`) on a split's stored token ids."""
+    """A trained model (`model.safetensors`) on a split's stored token ids."""
 
     def __init__(self, model_path: str, languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
                  staging: str, backend: str = "torch", threads: int | None = None) -> None:

@@ -43,7 +43,7 @@ class NoChampion(UserError, LookupError):
 class ServedModel:
     """One loaded model version and the requests that hold it."""
 
-    version: str  # the registered version number ("3"), or a model directory's model.pt sha256 prefix
+    version: str  # the registered version number ("3"), or a model directory's model.safetensors sha256 prefix
     embedder: SentenceEmbedder
     folder: Path
     store: Any = None  # its stored embedding set (evaluation.store.StoredEmbeddings) for /embed's nearest

@@ -3,7 +3,7 @@
     model = mlflow.pyfunc.load_model("models:/bible6-cpu@champion")
     vectors = model.predict(pd.DataFrame({"sentence": ["Dieu est amour."], "lang": ["fr"]}))  # (1, D)
 
-The model directory (model.pt, spm.model, config.yaml) travels inside the
+The model directory (model.safetensors, spm.model, config.yaml) travels inside the
 MLflow model as an artifact; `orchestration.serve.embedder.SentenceEmbedder` does
 the work, so the pyfunc gives exactly the training code's embeddings. The
 project travels with it too, as a wheel in the model's `code/` folder that its
@@ -25,7 +25,7 @@ import pandas as pd
 # The third-party distributions imported when the model loads (`orchestration.serve.embedder` and what it
 # imports: the Beam-free `core`, `model`), pinned at logging time to the versions installed then; neither
 # Apache Beam nor Ray (tests/orchestration/test_imports.py). mlflow pins itself.
-REQUIREMENTS = ("torch", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow")
+REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow")
 
 
 class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):

@@ -71,7 +71,8 @@ def restore() -> TrainingState | None:
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as path:
-        blob = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=False)
+        # tensors and plain values only: a state.pt planted in the checkpoint folder cannot run code here
+        blob = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
     return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], TrainingProgress.from_dict(blob["progress"]),
                          blob["best_model"], blob.get("positions", {}))
 

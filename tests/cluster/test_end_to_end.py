@@ -68,7 +68,7 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     assert "promoted" in out
 
     found = storage.files(run_dir)
-    assert "data/manifest.json" in found and "train/model/model.pt" in found and "train/run.json" in found
+    assert "data/manifest.json" in found and "train/model/model.safetensors" in found and "train/run.json" in found
     assert "eval/test/metrics.json" in found and "eval/test/embeddings/manifest.json" in found
     ranks = [storage.read_json(f"{run_dir}/train/workers/rank-{r}.json")["ip"] for r in (0, 1)]
     assert sorted(ranks) == sorted(n.ip for n in cluster_ray.workers)  # one worker on each worker node

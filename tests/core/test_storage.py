@@ -37,14 +37,14 @@ def test_files_json_and_directories_round_trip_through_the_bucket(s3_bucket, tmp
     assert storage.read_json(f"{s3_bucket}/a/state.json") == {"verse": verse}
     local = tmp_path / "model"
     (local / "sub").mkdir(parents=True)
-    (local / "model.pt").write_bytes(verse.encode() * 3)
+    (local / "model.safetensors").write_bytes(verse.encode() * 3)
     (local / "sub" / "spm.model").write_text(verse)
-    assert transfer.upload_dir(local, f"{s3_bucket}/m") == ["model.pt", "sub/spm.model"]
-    assert storage.files(f"{s3_bucket}/m") == ["model.pt", "sub/spm.model"]
+    assert transfer.upload_dir(local, f"{s3_bucket}/m") == ["model.safetensors", "sub/spm.model"]
+    assert storage.files(f"{s3_bucket}/m") == ["model.safetensors", "sub/spm.model"]
     back = tmp_path / "back"
-    assert transfer.download_dir(f"{s3_bucket}/m", back) == ["model.pt", "sub/spm.model"]
+    assert transfer.download_dir(f"{s3_bucket}/m", back) == ["model.safetensors", "sub/spm.model"]
     assert (back / "sub" / "spm.model").read_text() == verse
-    assert storage.sha256(f"{s3_bucket}/m/model.pt") == storage.sha256(local / "model.pt")
+    assert storage.sha256(f"{s3_bucket}/m/model.safetensors") == storage.sha256(local / "model.safetensors")
 
 
 def test_a_directory_is_uploaded_several_files_at_once_and_its_commit_file_last(s3_bucket, tmp_path, verse,

@@ -1,13 +1,15 @@
 """The model on real Bible token ids: shapes, padding, gradient placement per path, overfitting."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
 
 from model.batching import ParallelCorpus, pad
 from model.inference import embed
-from model.nmt import MultilingualNMT, load_meta, load_model, save_model
+from model.nmt import ModelFileError, MultilingualNMT, load_legacy_model, load_meta, load_model, save_model
 from tests.support.models import LANGS, small_model
 
 
@@ -120,14 +122,48 @@ def test_embed_keeps_input_order_and_save_load_round_trip(corpus, tmp_path):
     with torch.no_grad():
         direct = model.eval().encode(*pad(seqs[:1], eos=True), "ru").numpy()
     np.testing.assert_allclose(emb[0], direct[0], rtol=1e-5, atol=1e-6)
-    save_model(model, str(tmp_path / "m.pt"), step=3)
-    loaded, meta = load_model(str(tmp_path / "m.pt"))
-    assert meta == load_meta(str(tmp_path / "m.pt")) == {"step": 3}
+    save_model(model, str(tmp_path / "m.safetensors"), step=3)
+    loaded, meta = load_model(str(tmp_path / "m.safetensors"))
+    assert meta == load_meta(str(tmp_path / "m.safetensors")) == {"step": 3}
     np.testing.assert_allclose(embed(loaded, seqs, "ru"), emb, rtol=1e-5, atol=1e-6)
-    # a file of torch's legacy format (cannot be memory-mapped): its metadata is read all the same
+    # an older version's file (a torch pickle of plain values): converted through load_legacy_model only
     blob = {"args": model.args, "state_dict": model.state_dict(), "meta": {"step": 4}}
-    torch.save(blob, str(tmp_path / "legacy.pt"), _use_new_zipfile_serialization=False)
-    assert load_meta(str(tmp_path / "legacy.pt")) == {"step": 4} and load_model(str(tmp_path / "legacy.pt"))[1]
+    torch.save(blob, str(tmp_path / "legacy.pt"))
+    with pytest.raises(ModelFileError, match="not a safetensors file"):
+        load_meta(str(tmp_path / "legacy.pt"))
+    legacy, meta = load_legacy_model(str(tmp_path / "legacy.pt"))
+    assert meta == {"step": 4}
+    np.testing.assert_allclose(embed(legacy, seqs, "ru"), emb, rtol=1e-5, atol=1e-6)
+
+
+class _Payload:
+    """Unpickling this object runs a shell command (what a hostile model.pt in a bucket could do)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_pickle_that_would_run_code_is_refused_by_every_reader(tmp_path):
+    """A model file or a legacy model.pt whose unpickling runs code: every reader refuses it, and the code
+    never runs (the marker file it would create stays absent)."""
+    marker = tmp_path / "ran"
+    model = small_model()
+    hostile = {"args": model.args, "state_dict": model.state_dict(), "meta": {"x": _Payload(marker)}}
+    for name in ("model.safetensors", "legacy.pt"):
+        torch.save(hostile, str(tmp_path / name))
+    for read in (load_meta, load_model):
+        with pytest.raises(ModelFileError):
+            read(str(tmp_path / "model.safetensors"))
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        load_legacy_model(str(tmp_path / "legacy.pt"))
+    assert not marker.exists()
+    torch.load(str(tmp_path / "legacy.pt"), weights_only=False)  # the check can fail: unpickled, it runs
+    assert marker.exists()
 
 
 @pytest.mark.parametrize("pooling,layers", [("max", 1), ("max", 2), ("last", 2)])

@@ -140,7 +140,7 @@ def test_evaluate_refuses_a_model_of_languages_the_dataset_lacks(small_dataset, 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     vocab = load_manifest(small_dataset.data_dir)["spm"]["vocab_size"]
     save_model(MultilingualNMT(languages=["en", "fr", "de"], vocab_size=vocab, embed_dim=16, encoder_hidden=16,
-                               decoder_hidden=16, shared_encoder=True), str(model / "model.pt"), step=0)
+                               decoder_hidden=16, shared_encoder=True), str(model / "model.safetensors"), step=0)
     assert main(["evaluate", "--model", str(model), *where]) == 2
     line = one_line(capsys.readouterr().err)
     assert "lacks ['de']" in line and "evaluate.languages" in line
@@ -246,10 +246,54 @@ def test_an_old_model_dir_with_no_tokenizer_record_loads_with_a_warning(small_da
     with caplog.at_level("WARNING"):
         embedder = SentenceEmbedder.load(model)  # an old checkpoint still loads
     assert embedder.embed(["Dieu est amour."], "fr").shape == (1, 32)
-    assert f"{model}: neither lineage.json nor the tokenizer's sha256 in model.pt" in caplog.text
+    assert f"{model}: neither lineage.json nor the tokenizer's sha256 in model.safetensors" in caplog.text
     assert "cannot check" in caplog.text
     caplog.clear()
     model_files.record_lineage(model, Dataset.open(small_dataset.data_dir))  # lineage.json records it
     with caplog.at_level("WARNING"):
         SentenceEmbedder.load(model)
     assert "cannot check" not in caplog.text
+
+
+def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(small_dataset, tmp_path, verse,
+                                                                            capsys):
+    """A model directory of an older version holds model.pt (a torch pickle): every reader refuses it, naming
+    `interlingua upgrade-model`, which converts it once (tensors and plain values only, checked against its
+    lineage) into a directory that embeds exactly as before; a model.pt holding code is never converted."""
+    import torch
+
+    model = untrained_model_dir(small_dataset, tmp_path / "model")
+    model_files.record_lineage(model, Dataset.open(small_dataset.data_dir))
+    sentence = verse("l", 8, 1, 1)
+    expected = SentenceEmbedder.load(model).embed([sentence], "fr")
+    # the same model as an older version saved it
+    loaded, meta = model_files.load(model / model_files.MODEL_FILE)
+    (model / model_files.MODEL_FILE).unlink()
+    torch.save({"args": loaded.args, "state_dict": loaded.state_dict(), "meta": meta}, model / "model.pt")
+    lineage = json.loads((model / "lineage.json").read_text())
+    lineage["model_sha256"] = model_files.file_sha256(model / "model.pt")
+    (model / "lineage.json").write_text(json.dumps(lineage))
+    with pytest.raises(model_files.ModelDirError, match="interlingua upgrade-model"):
+        SentenceEmbedder.load(model)
+
+    assert main(["upgrade-model", str(model)]) == 0
+    assert "wrote model.safetensors" in capsys.readouterr().out
+    assert (model / "model.pt").is_file()  # kept: an older version may still need it
+    assert model_files.verify(model)["model_sha256"] == model_files.file_sha256(model / model_files.MODEL_FILE)
+    assert (SentenceEmbedder.load(model).embed([sentence], "fr") == expected).all()
+    assert main(["upgrade-model", str(model)]) == 2  # once: nothing left to convert
+    assert "of this version already" in one_line(capsys.readouterr().err)
+
+    class Payload:
+        def __reduce__(self):
+            return print, ("ran",)
+
+    hostile = tmp_path / "hostile"
+    shutil.copytree(model, hostile)
+    (hostile / model_files.MODEL_FILE).unlink()
+    (hostile / "lineage.json").unlink()
+    torch.save({"args": loaded.args, "state_dict": loaded.state_dict(), "meta": {"x": Payload()}},
+               hostile / "model.pt")
+    assert main(["upgrade-model", str(hostile)]) == 2
+    assert "refused (UnpicklingError" in one_line(capsys.readouterr().err)
+    assert not (hostile / model_files.MODEL_FILE).exists()

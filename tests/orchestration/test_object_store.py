@@ -27,7 +27,7 @@ def test_prepare_train_evaluate_with_the_run_dir_in_a_bucket(s3_bucket, tmp_path
     assert f"model: {run_dir}/train/model" in out
     found = storage.files(run_dir)
     assert "data/manifest.json" in found and "data/spm.model" not in found  # the manifest names its attempt's
-    assert {"train/run.json", "train/config.yaml", "train/model/model.pt", "train/model/spm.model",
+    assert {"train/run.json", "train/config.yaml", "train/model/model.safetensors", "train/model/spm.model",
             "train/model/lineage.json", "train/workers/rank-0.json"} <= set(found)
     assert any(f.startswith("train/ray/checkpoint_") and f.endswith("/state.pt") for f in found)
     assert {"eval/test/metrics.json", "eval/test/state.json", "eval/test/embeddings/manifest.json"} <= set(found)
@@ -36,7 +36,7 @@ def test_prepare_train_evaluate_with_the_run_dir_in_a_bucket(s3_bucket, tmp_path
     # a rerun reads its states from the bucket: it trains and evaluates nothing
     assert main(["train", *common]) == Exit.OK and main(["evaluate", *common]) == Exit.OK
     assert storage.files(run_dir) == found
-    assert storage.sha256(f"{run_dir}/train/model/model.pt") == storage.read_json(
+    assert storage.sha256(f"{run_dir}/train/model/model.safetensors") == storage.read_json(
         f"{run_dir}/train/model/lineage.json")["model_sha256"]
 
 
@@ -241,7 +241,7 @@ def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, 
     monkeypatch.chdir(tmp_path)
     transfer.upload_dir(model, f"{s3_bucket}/models/m")
     local = model_files.fetch(f"{s3_bucket}/models/m")
-    assert storage.sha256(local / "model.pt") == storage.sha256(model / "model.pt")
+    assert storage.sha256(local / "model.safetensors") == storage.sha256(model / "model.safetensors")
     assert main(["export", "--model", f"{s3_bucket}/models/m", "-o", str(tmp_path / "onnx")]) == Exit.OK
     assert (tmp_path / "onnx" / "manifest.json").is_file()
     assert main(["export", "--model", f"{s3_bucket}/models/m"]) == Exit.USER_ERROR
@@ -263,14 +263,14 @@ def test_a_model_in_the_bucket_is_found_by_its_lineage_and_a_replaced_model_pt_i
     real = storage.sha256
     monkeypatch.setattr(storage, "sha256", lambda location: pytest.fail(f"{location} hashed at the store")
                         if storage.is_uri(location) else real(location))
-    fetched = model_files.fetch(model)  # the key from lineage.json: model.pt is read once, by the download
+    fetched = model_files.fetch(model)  # the key from lineage.json: model.safetensors is read once, by the download
     assert fetched.name == model_files.lineage(local)["model_sha256"]
-    assert (fetched / "model.pt").read_bytes() == (local / "model.pt").read_bytes()
+    assert (fetched / "model.safetensors").read_bytes() == (local / "model.safetensors").read_bytes()
     assert model_files.fetch(model) == fetched  # cached: nothing downloaded again
 
-    storage.write_bytes(f"{model}/model.pt", (local / "model.pt").read_bytes() + b"\0")  # not its lineage's
+    storage.write_bytes(f"{model}/model.safetensors", (local / "model.safetensors").read_bytes() + b"\0")  # not its lineage's
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-b"))
     (tmp_path / "host-b").mkdir()
-    with pytest.raises(model_files.ModelDirError, match="model.pt"):
+    with pytest.raises(model_files.ModelDirError, match="model.safetensors"):
         model_files.fetch(model)
     assert list((tmp_path / "host-b" / "interlingua-models").iterdir()) == []  # no copy left to be found later

@@ -83,7 +83,7 @@ def test_registry_versions_champion_alias_and_download(uri, small_dataset, tmp_p
     tracking.promote(uri, "m", version)
     assert str(tracking.champion(uri, "m").version) == "1"
     downloaded = tracking.download_model_dir(uri, "m", "1", tmp_path / "download")
-    assert (downloaded / "model.pt").read_bytes() == (model_dir / "model.pt").read_bytes()
+    assert (downloaded / "model.safetensors").read_bytes() == (model_dir / "model.safetensors").read_bytes()
 
 
 def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(tmp_path, monkeypatch):

@@ -82,7 +82,7 @@ def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
 
     # the server kept every artifact in the bucket, none beside the database
     keys = bucket_keys(s3_server, "mlflow/")
-    assert any(k.endswith("/MLmodel") for k in keys) and any(k.endswith("/model.pt") for k in keys), keys[:20]
+    assert any(k.endswith("/MLmodel") for k in keys) and any(k.endswith("/model.safetensors") for k in keys), keys[:20]
     assert tracking_server.artifacts == f"s3://{s3_server.bucket}/mlflow"
 
 

@@ -38,7 +38,6 @@ FIXTURE_MARKERS = {
     "s3_bucket": ("server",),
     "s3_server": ("server",),
     "s3_env": ("server",),
-    "mlflow_server": ("server",),
     "tracking_server": ("server", "cluster"),
     "cluster_network": ("cluster",),
     "cluster_ray": ("cluster", "ray"),

@@ -84,11 +84,11 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_
     assert result.averages["efsraz"] == pytest.approx(result.averages["all"])
     assert (result.out_dir / "embeddings" / "fr" / "part-00000.npy").is_file()
     # the streamed job gives exactly the metrics of the in-memory route
-    assert result.pairs == in_memory_metrics(config, Path(config.train_dir) / "model" / "model.pt")
+    assert result.pairs == in_memory_metrics(config, Path(config.train_dir) / "model" / "model.safetensors")
 
     # small batches: many blocks, published in key order, aligned, the same vectors
     store = StoredEmbeddings.open(result.out_dir / "embeddings")
-    blocks = embed_split(config, Path(config.train_dir) / "model" / "model.pt", LANGS, tmp_path / "blocks", batch_rows=7)
+    blocks = embed_split(config, Path(config.train_dir) / "model" / "model.safetensors", LANGS, tmp_path / "blocks", batch_rows=7)
     assert len(blocks.starts) > 3 and blocks.starts[-1] == 40  # blocks as Ray Data cut the batches
     assert list(blocks.column("key")) == list(store.column("key")) == sorted(store.column("key"))
     for lang in LANGS:
@@ -97,7 +97,7 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_
     # shards whose keys interleave: Ray Data sorts them, the same rows in the same order
     two = config.model_copy(update={"dataset_dir": str(interleaved_shards(config.data_dir, tmp_path / "two"))})
     assert key_ordered([str(p) for p in sorted((Path(two.data_dir) / "test").iterdir())]) is None
-    sorted_store = embed_split(two, Path(config.train_dir) / "model" / "model.pt", LANGS, tmp_path / "sorted")
+    sorted_store = embed_split(two, Path(config.train_dir) / "model" / "model.safetensors", LANGS, tmp_path / "sorted")
     assert list(sorted_store.column("key")) == list(store.column("key"))
     np.testing.assert_allclose(sorted_store.rows("zh", 0, 40), store.rows("zh", 0, 40), rtol=1e-5, atol=1e-6)
 

@@ -158,12 +158,12 @@ def noisy_copy(model_dir, out, seed: int):
     from model.nmt import load_model, save_model
 
     shutil.copytree(model_dir, out)
-    model, meta = load_model(str(out / "model.pt"))
+    model, meta = load_model(str(out / "model.safetensors"))
     torch.manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
-    save_model(model, str(out / "model.pt"), **meta)
+    save_model(model, str(out / "model.safetensors"), **meta)
     return out
 
 

@@ -56,7 +56,7 @@ FAULTS = {  # what is damaged -> (the file, how, exit code, what the one line na
     "the test shard": (lambda d, m: manifest_file(d, "test"), replace_with_dev, 2, "sha256"),
     "the manifest": (lambda d, m: d / "manifest.json", garble, 2, "not a readable manifest"),
     "the sentencepiece model": (lambda d, m: d / "spm.model", truncate, 2, "sha256"),
-    "the model file": (lambda d, m: m / "model.pt", truncate, 2, "recorded in lineage.json"),
+    "the model file": (lambda d, m: m / "model.safetensors", truncate, 2, "recorded in lineage.json"),
 }
 
 

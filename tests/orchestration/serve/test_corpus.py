@@ -62,7 +62,7 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
     for block in manifest["blocks"]:  # each block's record: the completion marker, with its checksum
         record = json.loads((out / f"{block['name']}.json").read_text())
         assert record["sha256"] == block["sha256"] and record["fingerprint"] == meta["fingerprint"]
-    assert meta["model"]["model_sha256"] == file_sha256(model_dir / "model.pt")
+    assert meta["model"]["model_sha256"] == file_sha256(model_dir / "model.safetensors")
     assert meta["config"] == {"name": "test"}
     vectors = np.concatenate([np.load(out / "fr" / f"{b['name']}.npy") for b in manifest["blocks"]])
     expected = SentenceEmbedder.load(model_dir).embed(sentences, "fr")  # the same normalization and BPE

@@ -37,7 +37,7 @@ def trained(small_dataset, tmp_path_factory) -> Path:
     from model.nmt import load_model, save_model
 
     folder = untrained_model_dir(small_dataset, tmp_path_factory.mktemp("trained") / "model")
-    model, _ = load_model(str(folder / "model.pt"))
+    model, _ = load_model(str(folder / "model.safetensors"))
     ids = split_ids(small_dataset, "train")
     torch.manual_seed(0)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -49,7 +49,7 @@ def trained(small_dataset, tmp_path_factory) -> Path:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    save_model(model, str(folder / "model.pt"), step=200, dev_error=None)
+    save_model(model, str(folder / "model.safetensors"), step=200, dev_error=None)
     assert main(["export", "--model", str(folder)]) == 0
     return folder
 
@@ -103,7 +103,7 @@ def test_auto_picks_int8_for_this_model_and_torch_for_a_stale_export(trained, sm
     stale = export.default_dir(other)
     stale.mkdir()
     (stale / "manifest.json").write_text((export.default_dir(trained) / "manifest.json").read_text())
-    with pytest.raises(backends.BackendError, match="another model.pt"):
+    with pytest.raises(backends.BackendError, match="another model.safetensors"):
         backends.resolve(other, "onnx-int8")
 
 

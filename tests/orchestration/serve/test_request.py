@@ -96,7 +96,7 @@ def test_serve_without_a_model_to_serve_is_one_line_and_exit_2(tmp_path, capsys)
 
     assert main(["serve", f"serve.model={tmp_path / 'nothing'}"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"interlingua serve: error: serve.model: {tmp_path / 'nothing'}: not a model directory (missing model.pt, "
+        f"interlingua serve: error: serve.model: {tmp_path / 'nothing'}: not a model directory (missing model.safetensors, "
         "spm.model, config.yaml); `interlingua train` writes one to <run_dir>/train/model"]
     assert main(["serve", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "registry.model_name=none"]) == 2
     err = capsys.readouterr().err

@@ -19,12 +19,12 @@ def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, 
 
     checkpoint_dir = tmp_path / "checkpoint"
     checkpoint_dir.mkdir()
-    for name, text in {"model.pt": "new weights", "spm.model": "new spm", "config.yaml": "name: new",
+    for name, text in {"model.safetensors": "new weights", "spm.model": "new spm", "config.yaml": "name: new",
                        "progress.json": json.dumps({"step": 20, "dev_error": 0.5}), "state.pt": "optimizer"}.items():
         (checkpoint_dir / name).write_text(text)
     model_dir = tmp_path / "train" / "model"
     model_dir.mkdir(parents=True)
-    old = {"model.pt": "old weights", "spm.model": "old spm", "config.yaml": "name: old"}
+    old = {"model.safetensors": "old weights", "spm.model": "old spm", "config.yaml": "name: old"}
     for name, text in old.items():
         (model_dir / name).write_text(text)
 
@@ -44,7 +44,7 @@ def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, 
 
     monkeypatch.setattr(shutil, "copyfile", real_copy)  # space freed: the rerun's export replaces it
     meta = checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
-    assert meta["step"] == 20 and (model_dir / "model.pt").read_text() == "new weights"
+    assert meta["step"] == 20 and (model_dir / "model.safetensors").read_text() == "new weights"
     assert not (model_dir / "state.pt").exists()
     assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # no staging or previous copies left
 
@@ -70,26 +70,24 @@ def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkey
 
     reported, written = [], []
     monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: reported.append(checkpoint))
-    real_save = torch.save
 
-    def disk_fills(obj, path, *args, **kwargs):
+    def disk_fills(model, path, **meta):  # state.pt fits, model.safetensors does not
         written.append(Path(path).parent)
-        if len(written) == 2:  # state.pt fits, model.pt does not
-            raise OSError(28, "No space left on device", str(path))
-        return real_save(obj, path, *args, **kwargs)
+        assert (Path(path).parent / checkpoint.STATE_FILE).is_file()
+        raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(torch, "save", disk_fills)
+    monkeypatch.setattr(checkpoint, "save_model", disk_fills)
     with pytest.raises(OSError, match="No space left on device"):
         report()
     assert reported == []  # nothing reached Ray
     assert not written[0].exists()  # the partial checkpoint directory is gone
 
-    monkeypatch.setattr(torch, "save", real_save)
+    monkeypatch.undo()
     seen = {}
     monkeypatch.setattr(ray.train, "report",
                         lambda metrics, checkpoint=None: seen.update(files=sorted(os.listdir(checkpoint.path))))
     report()
-    assert seen["files"] == ["config.yaml", "model.pt", "progress.json", "spm.model", "state.pt"]
+    assert seen["files"] == ["config.yaml", "model.safetensors", "progress.json", "spm.model", "state.pt"]
 
 
 def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
@@ -144,16 +142,16 @@ def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path)
 
     checkpoint_dir = tmp_path / "checkpoint"
     checkpoint_dir.mkdir()
-    for name in ("model.pt", "spm.model", "config.yaml"):
+    for name in ("model.safetensors", "spm.model", "config.yaml"):
         (checkpoint_dir / name).write_text("new")
     (checkpoint_dir / "progress.json").write_text(json.dumps({"step": 3}))
     model_dir = tmp_path / "train" / "model"
     model_dir.mkdir(parents=True)
-    (model_dir / "model.pt").write_text("old")
+    (model_dir / "model.safetensors").write_text("old")
     (model_dir / "notes.txt").write_text(SENTINEL)
     with pytest.raises(ForeignDataError, match="notes.txt"):
         checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
-    assert (model_dir / "notes.txt").read_text() == SENTINEL and (model_dir / "model.pt").read_text() == "old"
+    assert (model_dir / "notes.txt").read_text() == SENTINEL and (model_dir / "model.safetensors").read_text() == "old"
     assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # nothing staged
 
 
@@ -165,14 +163,14 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     config = config_for(small_dataset, tmp_path)
     train_dir = Path(config.train_dir)
     for name in ("run.json", "config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
-                 "model/model.pt", "model/lineage.json", ".model.partial/model.pt"):
+                 "model/model.safetensors", "model/lineage.json", ".model.partial/model.safetensors"):
         (train_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (train_dir / name).write_text("{}")
     (train_dir / "model" / "my-notes.txt").write_text(SENTINEL)
     (train_dir / "paper.tex").write_text(SENTINEL)
     with pytest.raises(ownership.ForeignDataError, match=r"model/my-notes.txt.*paper.tex"):
         train(config, force=True)
-    assert (train_dir / "model" / "model.pt").exists() and (train_dir / "paper.tex").read_text() == SENTINEL
+    assert (train_dir / "model" / "model.safetensors").exists() and (train_dir / "paper.tex").read_text() == SENTINEL
     (train_dir / "model" / "my-notes.txt").unlink()
     (train_dir / "paper.tex").unlink()
     ownership.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)  # what --force then does

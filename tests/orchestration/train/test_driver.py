@@ -21,9 +21,9 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
                         "model.nmt_weight=1.0")
     result = train(config)
     assert not result.skipped and result.step == 20
-    model, meta = load_model(str(result.model_dir / "model.pt"))
+    model, meta = load_model(str(result.model_dir / "model.safetensors"))
     assert meta["dev_error"] == result.dev_error and 0.0 <= result.dev_error < 1.0
-    assert {p.name for p in result.model_dir.iterdir()} >= {"model.pt", "spm.model", "config.yaml", "progress.json"}
+    assert {p.name for p in result.model_dir.iterdir()} >= {"model.safetensors", "spm.model", "config.yaml", "progress.json"}
     assert load_config(result.model_dir / "config.yaml").model == config.model  # reproducible from it
     lineage = json.loads((result.model_dir / "lineage.json").read_text())  # what it was made from
     manifest = json.loads((Path(config.data_dir) / "manifest.json").read_text())
@@ -40,7 +40,7 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
     assert 0 < run.data.metrics["train/cpu_cores"] <= 1.05 * os.cpu_count()
     assert [s for s, _ in tracking.metric_history(uri, result.run_id, "dev/xsim_error")] == [10, 20]
     artifacts = set(tracking.artifacts(uri, result.run_id, "model"))
-    assert "model/model.pt" in artifacts and "model/spm.model" in artifacts
+    assert "model/model.safetensors" in artifacts and "model/spm.model" in artifacts
 
     again = train(config)  # the same run again: nothing to do
     assert again.skipped and again.run_id == result.run_id

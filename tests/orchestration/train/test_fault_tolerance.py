@@ -96,7 +96,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_kil
     assert steps[-1] == 300 and steps[0] == 10
     runs = tracking.search_runs(uri, "interlingua")  # the default tracking.experiment
     assert len(runs) == 1  # resumed into the same MLflow run, not a duplicate
-    model, meta = load_model(str(train_dir / "model" / "model.pt"))
+    model, meta = load_model(str(train_dir / "model" / "model.safetensors"))
     assert meta["dev_error"] == progress["dev_error"]
     assert isinstance(model.encoders["fr"].lstm, torch.nn.LSTM)
 
@@ -107,7 +107,7 @@ def final_state(train_dir: Path) -> dict:
     """The training state of the last checkpoint Ray registered."""
     snapshot = json.loads((train_dir / "ray" / "checkpoint_manager_snapshot.json").read_text())
     last = max(snapshot["checkpoint_results"], key=lambda r: r["metrics"]["step"])
-    return torch.load(train_dir / "ray" / last["checkpoint_dir_name"] / "state.pt", weights_only=False)
+    return torch.load(train_dir / "ray" / last["checkpoint_dir_name"] / "state.pt", weights_only=True)
 
 
 def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_dataset, tmp_path, local_ray):

@@ -143,7 +143,7 @@ def test_tune_with_its_run_dir_in_a_bucket_keeps_the_search_there_and_a_rerun_re
     assert len(trials) == 2 and len(trial_runs) == 2
     for trial in trials:  # each trial's training, states and checkpoints in the bucket
         assert {f"trials/{trial}/train/run.json", f"trials/{trial}/train/config.yaml",
-                f"trials/{trial}/train/model/model.pt"} <= set(found)
+                f"trials/{trial}/train/model/model.safetensors"} <= set(found)
         assert any(f.startswith(f"trials/{trial}/train/ray/checkpoint_") for f in found)
     assert any(f.startswith("ray/") for f in found)  # Tune's experiment state, what a rerun restores
     rerun = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
