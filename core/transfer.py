@@ -6,7 +6,6 @@ import logging
 import os
 import posixpath
 import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -64,25 +63,53 @@ def _copy_all(copy: Callable[[str], None], names: list[str]) -> None:
             future.result()
 
 
-def cached_copy(location: storage.Location, kind: str, key: str, check: Callable[[Path], Any] | None = None) -> Path:
-    """A local copy of the directory at `location` in this host's temp folder (`$TMPDIR/interlingua-<kind>/
-    <key>`), downloaded once per host and `key` (a content hash: a changed source gets a new copy). The copy
-    is made beside it and renamed into place whole, after `check(copy)` (which raises to refuse it), so
-    concurrent fetches on one host leave one complete copy and a reader never sees half of one."""
-    local = Path(tempfile.gettempdir()) / f"interlingua-{kind}" / key
-    if not local.is_dir():
-        staging = local.with_name(f".{key}.{os.getpid()}.partial")
+class UntrustedCache(PermissionError):
+    """The cache folder belongs to another user, or others may write to it."""
+
+
+def cache_dir(kind: str) -> Path:
+    """This user's cache folder for `kind` (`$XDG_CACHE_HOME/interlingua/<kind>`, else `~/.cache/...`): the
+    product's own folder is created mode 0700 and must belong to this user and be writable by nobody else
+    (UntrustedCache naming it otherwise), so that no other user can plant a copy for it to read."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "interlingua"
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = root.stat()
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise UntrustedCache(f"{root}: the cache folder must belong to this user and be writable by no one else "
+                             f"(owner uid {info.st_uid}, mode {info.st_mode & 0o777:o}); remove it, or set "
+                             "XDG_CACHE_HOME to a folder of your own")
+    folder = root / kind
+    folder.mkdir(exist_ok=True, mode=0o700)
+    return folder
+
+
+def cached_copy(location: storage.Location, kind: str, key: str, check: Callable[[Path], Any]) -> Path:
+    """A local copy of the directory at `location` in this user's cache (`cache_dir(kind)/<key>`), downloaded
+    once per `key` (a content hash: a changed source gets a new copy). `check(copy)` verifies a copy against
+    what the source records (its sha256s, `key`) and raises to refuse it; it runs on every use, not only after
+    the download: a cached copy that fails it is removed and fetched again. A new copy is made beside its
+    place and renamed into it whole once checked, so concurrent fetches leave one complete copy and a reader
+    never sees half of one."""
+    local = cache_dir(kind) / key
+    if local.is_dir():
+        try:
+            check(local)
+            return local
+        except Exception as exc:  # noqa: BLE001 - whatever the check refuses: this copy is not the source's
+            log.warning("%s: the cached copy of %s fails its check (%s); fetching it again", local, location, exc)
+            shutil.rmtree(local, ignore_errors=True)
+    staging = local.with_name(f".{key}.{os.getpid()}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        download_dir(location, staging)
+        check(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # a refused or half-made copy is never left behind
+        raise
+    try:
+        os.rename(staging, local)
+    except OSError:  # another process put the same copy there first: checked on its own use
         shutil.rmtree(staging, ignore_errors=True)
-        try:
-            download_dir(location, staging)
-            if check is not None:
-                check(staging)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)  # a refused or half-made copy is never left behind
-            raise
-        try:
-            os.rename(staging, local)
-        except OSError:  # another process put the same copy there first
-            shutil.rmtree(staging, ignore_errors=True)
-        log.info("fetched %s to %s", location, local)
+        check(local)
+    log.info("fetched %s to %s", location, local)
     return local

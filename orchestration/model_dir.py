@@ -58,9 +58,10 @@ def default(train_dir: str | Path) -> str | Path:
 
 
 def fetch(location: str | Path) -> Path:
-    """A local model directory holding the model at `location`: itself when local; for a URI, a verified copy
-    in this host's temp folder (`$TMPDIR/interlingua-models/<model.safetensors sha256>`), downloaded once per host and
-    model, since torch and sentencepiece read local files. ModelMissing naming the URI when it holds none."""
+    """A local model directory holding the model at `location`: itself when local; for a URI, a copy in this
+    user's cache folder (`transfer.cache_dir("models")/<model.safetensors sha256>`), downloaded once per host,
+    user and model (torch and sentencepiece read local files) and verified on every use against the sha256
+    the source records. ModelMissing naming the URI when it holds none."""
     if not storage.is_uri(location):
         return Path(location)
     missing = [name for name in REQUIRED if not storage.exists(storage.join(location, name))]
@@ -75,8 +76,15 @@ def fetch(location: str | Path) -> Path:
     except (OSError, ValueError, AttributeError):
         key = None
     key = key or storage.sha256(storage.join(location, MODEL_FILE))
-    # verify: ModelDirError when a file changed in transit or since lineage.json was written
-    return transfer.cached_copy(location, "models", key, check=verify)
+
+    def check(copy: Path) -> None:
+        # on every use: the files against the copy's lineage.json, and its model against the source's sha256
+        actual = verify(copy).get("model_sha256")
+        if actual != key:
+            raise ModelDirError(f"{copy / MODEL_FILE}: sha256 {str(actual)[:12]} is not {key[:12]}, the model "
+                                f"{location} records")
+
+    return transfer.cached_copy(location, "models", key, check=check)
 
 
 def publish(local: Path, location: str | Path) -> None:

@@ -9,6 +9,7 @@ they are of this model; otherwise the split is embedded here.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -52,15 +53,26 @@ def nearest_sentences(
 
 
 def embeddings_folder(config: Config) -> Path | None:
-    """The local folder of the evaluation's stored embeddings of the split (at a URI: a copy in this host's
-    temp folder, downloaded once per manifest), None when there are none. The search reads them mapped."""
+    """The local folder of the evaluation's stored embeddings of the split (at a URI: a copy in this user's
+    cache folder, downloaded once per manifest and verified on every use), None when there are none. The
+    search reads them mapped."""
     location = storage.join(config.eval_dir, config.evaluate.split, "embeddings")
     if not storage.exists(storage.join(location, MANIFEST)):
         return None
     if not storage.is_uri(location):
         return Path(location)
     key = hashlib.sha256(storage.read_bytes(storage.join(location, MANIFEST))).hexdigest()[:16]
-    return transfer.cached_copy(location, "embeddings", key)
+
+    def check(copy: Path) -> None:
+        # on every use: the copy's manifest is the source's, and every array the sha256 it records
+        if hashlib.sha256((copy / MANIFEST).read_bytes()).hexdigest()[:16] != key:
+            raise ValueError(f"{copy / MANIFEST} is not the manifest of {location}")
+        for block in json.loads((copy / MANIFEST).read_text())["blocks"]:
+            for lang, sha256 in block["sha256"].items():
+                if file_sha256(copy / lang / f"{block['name']}.npy") != sha256:
+                    raise ValueError(f"{copy / lang / block['name']}.npy: sha256 differs from its manifest's")
+
+    return transfer.cached_copy(location, "embeddings", key, check=check)
 
 
 def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:

@@ -11,7 +11,7 @@ from orchestration.cli import main
 from tests.support.corpus import SMALL_BOOKS
 from tests.support.runs import TINY
 
-pytestmark = [pytest.mark.beam, pytest.mark.ray]
+pytestmark = [pytest.mark.beam, pytest.mark.ray, pytest.mark.usefixtures("local_ray")]  # one Ray for the module's commands
 
 
 def test_prepare_train_evaluate_with_the_run_dir_in_a_bucket(s3_bucket, tmp_path, monkeypatch, capsys):
@@ -248,29 +248,40 @@ def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, 
     assert "give a local -o" in capsys.readouterr().err
 
 
-def test_a_model_in_the_bucket_is_found_by_its_lineage_and_a_replaced_model_pt_is_refused(
+def test_a_model_in_the_bucket_is_found_by_its_lineage_a_replaced_model_is_refused_and_a_planted_copy_replaced(
         s3_bucket, bucket_model, small_dataset, tmp_path, monkeypatch):
-    import tempfile
+    import shutil
 
     from core.dataset import Dataset
     from orchestration import model_dir as model_files
+    from tests.support.runs import other_weights, untrained_model_dir
 
     local, model = bucket_model
     model_files.record_lineage(local, Dataset.open(small_dataset.data_dir))  # as `interlingua train` writes it
     storage.write_bytes(f"{model}/lineage.json", (local / "lineage.json").read_bytes())
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-a"))  # this host's temp folder, empty
-    (tmp_path / "host-a").mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "host-a"))  # this user's cache folder, empty
     real = storage.sha256
     monkeypatch.setattr(storage, "sha256", lambda location: pytest.fail(f"{location} hashed at the store")
                         if storage.is_uri(location) else real(location))
-    fetched = model_files.fetch(model)  # the key from lineage.json: model.safetensors is read once, by the download
+    fetched = model_files.fetch(model)  # the key from lineage.json: the model is read once, by the download
     assert fetched.name == model_files.lineage(local)["model_sha256"]
+    assert fetched.parent == tmp_path / "host-a" / "interlingua" / "models"
+    assert (fetched.parent.parent.stat().st_mode & 0o777) == 0o700  # no other user may plant a copy there
     assert (fetched / "model.safetensors").read_bytes() == (local / "model.safetensors").read_bytes()
     assert model_files.fetch(model) == fetched  # cached: nothing downloaded again
 
+    # a copy planted under the expected name (another model, its own lineage consistent): checked on use,
+    # refused, fetched again
+    planted = untrained_model_dir(small_dataset, tmp_path / "planted")
+    other_weights(planted)
+    model_files.record_lineage(planted, Dataset.open(small_dataset.data_dir))
+    shutil.rmtree(fetched)
+    shutil.copytree(planted, fetched)
+    assert model_files.fetch(model) == fetched
+    assert (fetched / "model.safetensors").read_bytes() == (local / "model.safetensors").read_bytes()
+
     storage.write_bytes(f"{model}/model.safetensors", (local / "model.safetensors").read_bytes() + b"\0")  # not its lineage's
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "host-b"))
-    (tmp_path / "host-b").mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "host-b"))
     with pytest.raises(model_files.ModelDirError, match="model.safetensors"):
         model_files.fetch(model)
-    assert list((tmp_path / "host-b" / "interlingua-models").iterdir()) == []  # no copy left to be found later
+    assert list((tmp_path / "host-b" / "interlingua" / "models").iterdir()) == []  # no copy left to be found later

@@ -196,6 +196,12 @@ def _ray_at_exit() -> Iterator[None]:
     reset_ray()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_home(tmp_path_factory) -> None:
+    """The product's cache folder (`core.transfer.cache_dir`) in a folder of the run's, not the user's."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored(request) -> Iterator[None]:
     """A command run through `main` sets the object store's variables (`storage.configure`) and, as a CLI

@@ -76,3 +76,20 @@ def rotate_french(data, rows: int = 20):
     table = table.set_column(table.schema.get_field_index("fr_text"), "fr_text", pa.array(french, pa.string()))
     pq.write_table(table, shard, compression="zstd")
     return shard
+
+
+def other_weights(model_dir: Path) -> Path:
+    """The same model directory with other weights (another seed, its metadata kept): a second model whose
+    embeddings differ. Its lineage.json, if any, no longer matches: record it again where it must."""
+    import torch
+
+    from model.nmt import save_model
+    from orchestration import model_dir as files
+
+    model, meta = files.load(model_dir / files.MODEL_FILE)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn_like(parameter))
+    save_model(model, str(model_dir / files.MODEL_FILE), **meta)
+    return model_dir

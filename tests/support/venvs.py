@@ -21,8 +21,9 @@ PIP_TIMEOUT_S = 900  # a first fill resolves from the package index
 
 
 def cache_root() -> Path:
-    """This user's cache folder for the tests (XDG_CACHE_HOME, else ~/.cache), mode 0700."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "interlingua-tests"
+    """This user's cache folder for the tests' wheels (INTERLINGUA_TEST_CACHE, else ~/.cache/interlingua-tests:
+    not XDG_CACHE_HOME, which the suite points at a folder of its own for the product), mode 0700."""
+    root = Path(os.environ.get("INTERLINGUA_TEST_CACHE") or Path.home() / ".cache" / "interlingua-tests")
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     if root.stat().st_uid != os.geteuid():
         raise RuntimeError(f"{root} belongs to another user: refusing to install wheels from it")

@@ -15,7 +15,7 @@ import pytest
 from orchestration.config import load_config
 from orchestration.serve.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
-from tests.support.runs import untrained_model_dir
+from tests.support.runs import other_weights, untrained_model_dir
 from tests.support.serving import NAME, get, post, register
 
 pytestmark = pytest.mark.server
@@ -24,22 +24,6 @@ ROOT = Path(__file__).resolve().parents[3]
 LIMITS = ["serve.max_batch_size=4", "serve.max_ongoing_requests=4", "serve.max_queued_requests=6",
           "serve.max_sentences=16", "serve.max_sentence_chars=300", "serve.max_body_bytes=8000",
           "serve.poll_seconds=0.5", "serve.cpus_per_replica=1"]
-
-
-def other_weights(model_dir: Path) -> Path:
-    """The same model directory with other weights: a second version whose embeddings differ."""
-    import torch
-
-    from model.nmt import save_model
-    from orchestration import model_dir as files
-
-    model, _ = files.load(model_dir / files.MODEL_FILE)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(0.5 * torch.randn_like(parameter))
-    save_model(model, str(model_dir / files.MODEL_FILE), step=0, dev_error=None)
-    return model_dir
 
 
 def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> None:
