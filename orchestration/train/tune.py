@@ -16,6 +16,7 @@ directory live there, through Tune's `storage_filesystem` and `core.storage`.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import posixpath
@@ -165,6 +166,10 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     tune_dir = storage.join(config.run_location, TUNE_DIR)
     check_tune_dir(tune_dir)
     origins = space_origins(space_path)
+    if space.scheduler == "asha" and space.asha.grace_steps > config.train.max_steps:
+        raise ConfigError(f"{space_path}: asha.grace_steps {space.asha.grace_steps} is above train.max_steps "
+                          f"{config.train.max_steps}: a trial could never be stopped early; lower grace_steps or "
+                          "raise train.max_steps")
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
         with_values(config, {key: _example(space.space[key])}, origins)
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
@@ -201,12 +206,19 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
 
 def check_tune_dir(tune_dir: str) -> None:
     """ForeignDataError naming what in `tune_dir` (a local path or a URI) the search did not write: best.yaml
-    (its own begins with BEST_HEADER) and tune.json are rewritten, so a user's file of that name is refused too."""
+    (its own begins with BEST_HEADER) and tune.json (its own holds the run id alone) are rewritten, so a user's
+    file of that name is refused too."""
     def ours(entry: str) -> bool:
         if entry == BEST_FILE:
             with storage.open_input(storage.join(tune_dir, entry)) as best:  # its first line only
                 return best.readline().startswith(BEST_HEADER.encode("utf-8"))
-        return entry == STATE_FILE or entry.split("/")[0] in ("ray", "trials")
+        if entry == STATE_FILE:  # the search's own: {"run_id": "..."} and nothing else
+            try:
+                state = json.loads(storage.read_bytes(storage.join(tune_dir, entry)))
+            except (ValueError, UnicodeDecodeError):
+                return False
+            return isinstance(state, dict) and set(state) == {"run_id"} and isinstance(state["run_id"], str)
+        return entry.split("/")[0] in ("ray", "trials")
 
     ownership.check_only_ours(tune_dir, ours, what="tune",
                             advice=f"move them out of {tune_dir}; interlingua writes only its own search there")

@@ -67,6 +67,21 @@ def test_a_users_file_in_the_tune_folder_is_never_overwritten(tmp_path, small_da
         tune(config, load_space(space), space_path=space)
     assert (folder / "best.yaml").read_text() == "# my own notes\n"
     assert sorted(p.name for p in folder.iterdir()) == ["best.yaml"]  # refused before any search
+    (folder / "best.yaml").unlink()
+    for text in ("not json at all", '{"run_id": "abc", "mine": 1}'):  # a user's tune.json, JSON or not
+        (folder / "tune.json").write_text(text)
+        with pytest.raises(ForeignDataError, match="tune.json"):
+            tune(config, load_space(space), space_path=space)
+        assert (folder / "tune.json").read_text() == text
+
+
+def test_a_grace_period_above_the_step_budget_is_one_line_and_exit_2(tmp_path, small_dataset, capsys):
+    config = config_for(small_dataset, tmp_path, "train.max_steps=50")
+    space = write_space(tmp_path, "asha: {grace_steps: 100}\nspace:\n  train.lr: {choice: [0.1]}\n")
+    assert main(["tune", "--space", str(space), *where_for(config), "train.max_steps=50"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "asha.grace_steps 100 is above train.max_steps 50" in err, err
+    assert not (tmp_path / "run" / "tune").exists()
 
 
 def test_tune_runs_trials_nested_in_mlflow_and_writes_the_best_config(small_dataset, tmp_path):
