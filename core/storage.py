@@ -63,6 +63,8 @@ def check_location(location: Location, what: str) -> str:
                                f"{', '.join(s + '://' for s in SCHEMES)}")
         if scheme(text) == "file" and not text[len("file://"):].startswith("/"):
             raise StorageError(f"{what}: {text}: file:// needs an absolute path (file:///data/x)")
+        if scheme(text) != "file" and not urlsplit(text).netloc:
+            raise StorageError(f"{what}: {text}: no bucket (write {scheme(text)}://BUCKET/path)")
     elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text) and not re.match(r"^[A-Za-z]:[\\/]", text):
         raise StorageError(f"{what}: {text} looks like a URI without '//' (write {text.split(':', 1)[0]}://...); "
                            "a local path must not start with a scheme")
@@ -105,8 +107,10 @@ def s3_options() -> dict[str, str]:
 
 
 def join(location: Location, *parts: str) -> str:
-    """`location/part/...`, keeping a URI's scheme and authority."""
+    """`location/part/...`, keeping a URI's scheme and authority (StorageError for a URI without one)."""
     if is_uri(location):
+        if str(location).rstrip("/").endswith(":"):  # `s3://`: stripped, it would become a local `s3:/...`
+            raise StorageError(f"{location}: no bucket or host after the scheme")
         return "/".join([str(location).rstrip("/"), *parts])
     return os.path.join(location, *parts)
 

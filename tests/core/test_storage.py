@@ -7,7 +7,8 @@ from core import ownership, storage, transfer
 from orchestration.config import ConfigError, load_config
 
 
-@pytest.mark.parametrize("location", ["s3:/bucket/runs/x", "s3:bucket/runs", "ftp://host/x", "file://relative/x"])
+@pytest.mark.parametrize("location", ["s3:/bucket/runs/x", "s3:bucket/runs", "ftp://host/x", "file://relative/x",
+                                      "s3://", "s3:///runs/x", "gs://"])
 def test_a_location_that_is_no_supported_uri_is_refused_naming_its_key(location):
     with pytest.raises(ConfigError, match="run_dir"):
         load_config(None, [f"run_dir={location}"])
@@ -18,6 +19,8 @@ def test_local_paths_and_supported_uris_are_accepted():
         assert storage.check_location(location, "run_dir") == location
     config = load_config(None, ["run_dir=s3://bucket/runs/x"])
     assert config.train_dir == "s3://bucket/runs/x/train" and config.data_dir == "s3://bucket/runs/x/data"
+    with pytest.raises(storage.StorageError, match="no bucket"):  # never the local folder `s3:/data`
+        storage.join("s3://", "data")
 
 
 def test_the_endpoint_comes_from_the_environment_or_the_storage_section(monkeypatch):
