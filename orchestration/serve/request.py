@@ -46,8 +46,8 @@ def parse_embed(body: bytes, limits: ServeConfig, languages: list[str]) -> Embed
                                    "send fewer sentences per request")
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestRejected(422, f"the body is not JSON ({exc}); send "
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, a huge number
+        raise RequestRejected(422, f"the body is not JSON we accept ({str(exc)[:200]}); send "
                                    '{"sentences": ["..."], "lang": "fr"}') from None
     if not isinstance(data, dict):
         raise RequestRejected(422, 'the body must be a JSON object: {"sentences": ["..."], "lang": "fr"}')
@@ -66,6 +66,11 @@ def parse_embed(body: bytes, limits: ServeConfig, languages: list[str]) -> Embed
         if len(sentence) > limits.max_sentence_chars:
             raise RequestRejected(422, f"sentence {i} has {len(sentence)} characters, above "
                                        f"serve.max_sentence_chars ({limits.max_sentence_chars}); cut it")
+        try:  # a lone surrogate ("\ud800") is valid JSON but no text: it would fail the whole batch it joins
+            sentence.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RequestRejected(422, f"sentence {i} is not valid Unicode text ({exc.reason} at character "
+                                       f"{exc.start}); send UTF-8 text") from None
     k, targets = _nearest(data.get("nearest"), limits, languages)
     return EmbedRequest(tuple(sentences), lang, k, targets)
 

@@ -13,6 +13,7 @@ from orchestration.serve.models import ModelSlot, ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
 
 LIMITS = ServeConfig(max_sentences=2, max_sentence_chars=40, max_body_bytes=200, max_nearest_k=5)
+DEEP = ServeConfig(max_body_bytes=100_000)  # room for a deeply nested body
 LANGS = ["en", "fr"]
 
 
@@ -38,6 +39,7 @@ def test_a_good_request_is_parsed():
     (body(sentences=["a" * 41], lang="en"), 422, "serve.max_sentence_chars"),
     (body(sentences=["a"], lang="en", nearest={"k": 6, "in": ["fr"]}), 422, "serve.max_nearest_k"),
     (body(sentences=["a"], lang="en", nearest={"k": True, "in": ["fr"]}), 422, "nearest.k"),
+    (b'{"sentences": ["ok", "\\ud800"], "lang": "en"}', 422, "sentence 1 is not valid Unicode text"),
     (body(sentences=["a"], lang="en", nearest={"k": 1, "in": []}), 422, "nearest.in"),
     (body(sentences=["a"], lang="en", nearest={"k": 1, "in": ["de"]}), 422, "the model knows"),
 ])
@@ -45,6 +47,50 @@ def test_a_bad_request_is_refused_with_its_status_and_what_to_change(raw, status
     with pytest.raises(RequestRejected, match=words) as caught:
         parse_embed(raw, LIMITS, LANGS)
     assert caught.value.status == status
+
+
+@pytest.mark.parametrize("raw", [b"[" * 5000 + b"]" * 5000,  # deeper than the parser's recursion
+                                 b'{"sentences": ["a"], "lang": "en", "nearest": {"k": ' + b"9" * 5000 + b"}}"])
+def test_deep_nesting_and_a_huge_number_are_422_not_a_server_error(raw):
+    with pytest.raises(RequestRejected, match="not JSON we accept") as caught:
+        parse_embed(raw, DEEP, LANGS)
+    assert caught.value.status == 422
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(st.sampled_from(["sentences", "lang", "nearest", "k", "in", "x"])
+                                          | st.text(max_size=5), inner, max_size=4), max_leaves=20)
+
+
+def test_any_body_is_a_checked_request_or_a_413_or_422():
+    """Random JSON values (most of them near the fields' names), random text with lone surrogates, random
+    bytes: `parse_embed` returns a request whose sentences are all UTF-8 text, or refuses with 413 or 422;
+    never another exception, which the server would answer with a 500 for every request batched with it."""
+    from hypothesis import given, settings, strategies as st
+
+    surrogates = st.text(alphabet=st.characters(categories=["Cs"]) | st.characters(),
+                         max_size=8)
+    bodies = (_json_values().map(lambda v: json.dumps(v).encode())
+              | st.fixed_dictionaries({"sentences": st.lists(surrogates, max_size=3), "lang": st.sampled_from(LANGS)})
+              .map(lambda v: json.dumps(v).encode())
+              | st.binary(max_size=300))
+
+    @settings(max_examples=400, deadline=None)
+    @given(bodies)
+    def check(raw):
+        try:
+            request = parse_embed(raw, DEEP, LANGS)
+        except RequestRejected as exc:
+            assert exc.status in (413, 422)
+            return
+        for sentence in request.sentences:
+            sentence.encode("utf-8")
+
+    check()
 
 
 def test_a_declared_length_above_the_limit_is_refused_before_reading():
