@@ -188,7 +188,8 @@ def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path
     result = embed_corpus([source], storage.join(out, "blocks"), lang=lang, model_dir=model_dir,
                           config=config.to_dict(), column="text", actors=runtime.embed_actors,
                           cpus_per_actor=runtime.cpus_per_task, use_gpu=runtime.use_gpu,
-                          max_tokens=config.evaluate.max_tokens, force=True, ray_address=runtime.ray_address)
+                          max_tokens=config.evaluate.max_tokens, force=True, ray_address=runtime.ray_address,
+                          backend=runtime.backend)
     return load_embeddings(result.out_dir)
 
 

@@ -78,14 +78,19 @@ def write_block(out_dir: Path, spec: BlockSpec, lang: str, vectors: np.ndarray, 
 def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_dir: Location,
                  config: dict[str, Any], column: str = "text", dtype: str = "float32", block_rows: int = 20000,
                  actors: int = 1, cpus_per_actor: int = 1, use_gpu: bool = False, max_tokens: int = 8000,
-                 force: bool = False, ray_address: str | None = None) -> CorpusResult:
+                 force: bool = False, ray_address: str | None = None, backend: str = "torch") -> CorpusResult:
     """Embed every sentence of `inputs` (files, directories, globs; local or URIs) into blocks in `out_dir`
     (a local folder or a URI; see the module) by the model directory `model_dir` (local or a URI), on the
     Ray cluster at `ray_address` (`orchestration.cluster.ensure_ray`) when blocks are left to do;
-    CorpusError on bad input or an `out_dir` holding other embeddings (without `force`)."""
+    CorpusError on bad input or an `out_dir` holding other embeddings (without `force`). `backend`:
+    runtime.backend, resolved here once (`serve.backends.resolve`) for every actor; the engine that ran is in
+    the manifest and the fingerprint (another engine's blocks are never taken for this one's)."""
+    from orchestration.serve.backends import resolve
+
     started = time.monotonic()
     local_model = model_files.fetch(model_dir)
     model_path = model_files.check_readable(local_model)  # on the driver: a damaged model is named before Ray
+    engine = resolve(local_model, backend, device="cuda" if use_gpu else "cpu")
     languages, dim = _model_languages(model_path)
     if lang not in languages:
         raise CorpusError(f"the model knows {languages}, not {lang!r}")
@@ -94,7 +99,8 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     check_not_inside(out_dir, files)
     model = {"dir": storage.absolute(model_dir), "model_sha256": file_sha256(model_path)}
     fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model["model_sha256"],
-                      "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows})
+                      "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows,
+                      **({"backend": engine} if engine != "torch" else {})})  # torch: the fingerprint of before
     done = _completed(out_dir, fp, blocks, force)
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
@@ -105,13 +111,13 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
         ensure_ray(ray_address, log_to_driver=False)
         job = dict(model_dir=str(local_model), lang=lang, fingerprint=fp, column=column, dtype=dtype,
                    max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor,
-                   storage_env=storage.environment())  # the actors read URI inputs from the same store
+                   backend=engine, storage_env=storage.environment())  # the actors read URI inputs from the same store
         _embed_blocks(pending, out_dir, job, actors, cpus_per_actor, use_gpu)
     _, records = _scan(out_dir)
     records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
-                              use_gpu=use_gpu, max_tokens=max_tokens))
+                              use_gpu=use_gpu, max_tokens=max_tokens, backend=engine))
     storage.write_json(storage.join(out_dir, MANIFEST), manifest)
     return CorpusResult(out_dir, manifest["rows"], manifest["meta"]["empty"], len(blocks), len(pending),
                         time.monotonic() - started)

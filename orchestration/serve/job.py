@@ -142,7 +142,8 @@ class BlockEmbedFn:
     directory and written (`serve.corpus.write_block`); `index` and `rows` of each out."""
 
     def __init__(self, model_dir: str, lang: str, out_dir: str, fingerprint: str, column: str, dtype: str,
-                 max_tokens: int, device: str, threads: int, storage_env: dict[str, str] | None = None) -> None:
+                 max_tokens: int, device: str, threads: int, backend: str = "torch",
+                 storage_env: dict[str, str] | None = None) -> None:
         import os
 
         import torch
@@ -153,7 +154,9 @@ class BlockEmbedFn:
         # the driver set them (or on another node) would otherwise reach another store or none.
         os.environ.update(storage_env or {})
         torch.set_num_threads(threads)
-        self.embedder = SentenceEmbedder.load(model_dir, device=device, max_tokens=max_tokens)
+        # the backend the driver resolved: never the loader's own "auto", which may pick an int8 export
+        self.embedder = SentenceEmbedder.load(model_dir, device=device, max_tokens=max_tokens, backend=backend,
+                                              threads=threads)
         self.lang, self.out_dir, self.fingerprint = lang, Path(out_dir), fingerprint
         self.column, self.dtype = column, dtype
 

@@ -123,3 +123,28 @@ def test_bad_input_is_named(tmp_path, model_dir, capsys, small_dataset, verse):
     with pytest.raises(CorpusError, match="the model knows"):
         embed_corpus([str(bad)], tmp_path / "out", lang="de", model_dir=model_dir, config={})
     assert not (tmp_path / "out").exists()  # nothing written, no Ray started for bad input
+
+
+def test_the_backend_asked_for_is_the_one_that_runs_and_is_recorded(model_dir, corpus, tmp_path, local_ray):
+    """With an int8 export beside the model, `runtime.backend=torch` embeds with torch (the actors used to load
+    the export on their own), the manifest names the engine, and another engine's blocks are not this one's."""
+    import shutil
+
+    from orchestration.cli import main
+    from orchestration.serve.embedder import SentenceEmbedder
+
+    inputs, sentences = corpus
+    model = shutil.copytree(model_dir, tmp_path / "model")
+    assert main(["export", "--model", str(model)]) == 0  # fp32 and int8 beside the model
+    options = dict(lang="fr", model_dir=model, config={}, column="verse", block_rows=64)
+    torch_run = embed_corpus(inputs, tmp_path / "torch", backend="torch", **options)
+    manifest = json.loads((torch_run.out_dir / "manifest.json").read_text())
+    assert manifest["meta"]["job"]["backend"] == "torch"
+    expected = SentenceEmbedder.load(model, backend="torch").embed(sentences, "fr")
+    np.testing.assert_allclose(StoredEmbeddings.open(torch_run.out_dir).rows("fr"), expected, rtol=1e-5, atol=1e-6)
+
+    int8 = embed_corpus(inputs, tmp_path / "int8", backend="onnx-int8", **options)
+    assert json.loads((int8.out_dir / "manifest.json").read_text())["meta"]["job"]["backend"] == "onnx-int8"
+    assert not np.allclose(StoredEmbeddings.open(int8.out_dir).rows("fr"), expected, atol=1e-6)
+    with pytest.raises(CorpusError, match="other inputs, model or options"):  # never resumed as torch's
+        embed_corpus(inputs, tmp_path / "int8", backend="torch", **options)
