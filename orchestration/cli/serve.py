@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
+import tempfile
 import threading
 
 from core.errors import Exit
@@ -29,14 +31,23 @@ def serve(config: Config, args: argparse.Namespace) -> int:
     if source.follows:
         tracking.check_reachable(source.uri)
     version = source.current_version()  # no champion, no model: one line and exit 2 before Ray starts
-    stopped = threading.Event()
+    stopped, signals = threading.Event(), []
+
+    def on_signal(signum, frame) -> None:
+        signals.append(signum)
+        stopped.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stopped.set())
+        signal.signal(sig, on_signal)
+    # the champions the replicas download, in a folder of this command's: removed with it, however it stops
+    scratch = tempfile.mkdtemp(prefix="interlingua-serve-")
     try:
-        url = app.start(config)
+        url = app.start(config, scratch)
         following = f"champion of {source.name}, version {version}" if source.follows else config.serve.model
         print(f"serving {following} at {url}/embed (GET /healthz, /readyz); Ctrl-C stops", flush=True)
         stopped.wait()
     finally:
         app.stop()
-    return Exit.OK
+        shutil.rmtree(scratch, ignore_errors=True)
+    # Ctrl+C is an interruption (130, as every command); SIGTERM is how an operator stops a server (0)
+    return Exit.INTERRUPTED if signals and signals[0] == signal.SIGINT else Exit.OK

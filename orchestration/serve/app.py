@@ -36,13 +36,13 @@ DEPLOYMENT = "interlingua"
 class EmbeddingServer:
     """One replica: a loaded model (`ModelSlot`), the batching queue and, for a champion, the alias poller."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], scratch: str | None = None) -> None:
         import torch
 
         self.config = Config.model_validate(config)
         self.limits = self.config.serve
         torch.set_num_threads(max(1, int(self.limits.cpus_per_replica)))
-        self.source = ModelSource(self.config)
+        self.source = ModelSource(self.config, scratch=scratch)
         self.slot = ModelSlot(self.source.load(self.source.current_version()),
                               drain_timeout_s=self.limits.drain_timeout_s)
         self.embed_batch.set_max_batch_size(self.limits.max_batch_size)
@@ -151,23 +151,24 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def application(config: Config):
-    """The bound deployment of `config.serve`: replicas, CPUs, and the bounds on ongoing and queued requests."""
+def application(config: Config, scratch: str | None = None):
+    """The bound deployment of `config.serve`: replicas, CPUs, and the bounds on ongoing and queued requests;
+    `scratch`: the folder the replicas download champions into (the caller removes it)."""
     limits = config.serve
     return EmbeddingServer.options(
         num_replicas=limits.replicas, max_ongoing_requests=limits.max_ongoing_requests,
         max_queued_requests=limits.max_queued_requests, ray_actor_options={"num_cpus": limits.cpus_per_replica},
-    ).bind(config.to_dict())
+    ).bind(config.to_dict(), scratch)
 
 
-def start(config: Config) -> str:
+def start(config: Config, scratch: str | None = None) -> str:
     """Start the endpoint on the Ray cluster of `runtime.ray_address` (a local one when unset) and return its
-    URL once it answers; `stop` ends it."""
+    URL once it answers; `stop` ends it. `scratch`: see `application`."""
     from orchestration.cluster import ensure_ray
 
     ensure_ray(config.runtime.ray_address)
     serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
-    serve.run(application(config), name=DEPLOYMENT, route_prefix="/", blocking=False)
+    serve.run(application(config, scratch), name=DEPLOYMENT, route_prefix="/", blocking=False)
     return f"http://{config.serve.host}:{config.serve.port}"
 
 

@@ -62,8 +62,8 @@ class ModelSource:
     """Where the served model comes from: the champion alias of `registry.model_name` (followed), or a
     fixed model directory (`serve.model`)."""
 
-    def __init__(self, config: Config) -> None:
-        self.config = config
+    def __init__(self, config: Config, scratch: str | None = None) -> None:
+        self.config, self.scratch = config, scratch  # scratch: where champions are downloaded (None: the temp folder)
         self.follows = config.serve.model == "champion"
         self.uri = tracking.resolve_uri(config.tracking.uri)
         self.name = config.registry.model_name or config.name
@@ -86,7 +86,7 @@ class ModelSource:
         """The model of `version`, loaded (a champion's directory downloaded to a folder of its own)."""
         download = None
         if self.follows:
-            download = tempfile.TemporaryDirectory(prefix=f"interlingua-serve-v{version}-")
+            download = tempfile.TemporaryDirectory(prefix=f"interlingua-serve-v{version}-", dir=self.scratch)
             folder = tracking.download_model_dir(self.uri, self.name, version, download.name)
         else:
             folder = model_files.fetch(self.config.serve.model)  # a URI: a verified local copy

@@ -45,7 +45,8 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
 
 @pytest.fixture(scope="module")
 def server(small_dataset, tmp_path_factory):
-    """The server process, serving the champion (version 1) of a fresh registry; stopped with SIGTERM."""
+    """The server process, serving the champion (version 1) of a fresh registry; stopped with SIGINT by the
+    module's last test, else with SIGTERM."""
     tmp = tmp_path_factory.mktemp("serve")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
     first = untrained_model_dir(small_dataset, tmp / "v1")
@@ -57,13 +58,16 @@ def server(small_dataset, tmp_path_factory):
                  f"registry.model_name={NAME}", f"serve.port={port}", *LIMITS]
     store_embeddings(load_config(None, overrides), embedders["1"], first)
     log = open(tmp / "server.log", "w")
+    (tmp / "tmp").mkdir()  # the server's own temp folder: what it leaves there is seen
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestration.cli", "serve", *overrides],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp / "tmp")})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
-        yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second}
+        yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second,
+               "proc": proc, "tmp": tmp / "tmp"}
     finally:
         stop(proc)
         log.close()
@@ -179,3 +183,13 @@ def test_a_new_champion_is_served_under_load_without_a_failed_request(server, ve
         expected = server["embedders"][version].embed([sentence], "en")
         got = next(e for _, v, e in answers if v == version)
         np.testing.assert_allclose(np.array(got), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_ctrl_c_exits_130_and_leaves_no_download_behind(server):
+    """Last in this module (pytest runs them in order): it stops the module's server. The champions the
+    replica downloaded (versions 1 and 2) were in a folder of the command's, removed with it."""
+    import signal
+
+    server["proc"].send_signal(signal.SIGINT)
+    assert server["proc"].wait(timeout=120) == 130
+    assert [p.name for p in server["tmp"].iterdir() if p.name.startswith("interlingua-serve")] == []
