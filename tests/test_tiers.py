@@ -82,3 +82,20 @@ def test_the_users_of_a_shared_fixture_get_its_markers(pytester):
     pytester.makepyfile(test_case="def test_uses(local_ray):\n    pass\n\ndef test_plain():\n    pass\n")
     result = pytester.runpytest(*GUARD, "-m", "not ray")
     result.assert_outcomes(passed=1, deselected=1)
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/support (and fixtures in tests/support/fixtures.py): a test module
+    imported as a library drags its tests' module-level state and fixtures into another module."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    found = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [(path.relative_to(root), n) for n in names
+                      if n.startswith("tests.") and (n.rsplit(".", 1)[-1].startswith("test_") or n == "tests.conftest")]
+    assert found == []

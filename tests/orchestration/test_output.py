@@ -61,6 +61,7 @@ def test_prepare_prints_its_stages_and_result_and_quiet_only_the_result(tmp_path
     assert_no_noise(interlingua(*args, "--quiet"))  # the flag also works after the command
 
 
+@pytest.mark.ray
 def test_evaluate_prints_no_library_chatter(small_dataset, tmp_path):
     args = ["evaluate", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "evaluate.encoder=use", "evaluate.shards=2",
@@ -94,6 +95,7 @@ def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
     assert handler.filter(record) and record.getMessage() == "dashboard at url"
 
 
+@pytest.mark.ray
 def test_train_shows_one_progress_line_no_colour_codes_and_the_worker_lines_with_v(small_dataset, tmp_path):
     args = ["train", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,

@@ -7,13 +7,9 @@ is shared by the tests that only read it; what a test changes it gets fresh.
                                   the standard variables pointing at it
     local_ray         (function)  the run's one local Ray instance (2 CPUs), started on first use; its workers
                                   see the S3 server's variables
-    cluster_network   (session)   Network: host_ip, nodes a and b, isolated (namespaces) or why_not
-    s3_server         (session)   S3Server of the test cluster: endpoint, bucket, env, filesystem(), client()
-    s3_env            (function)  the cluster S3 server's variables set in os.environ for the test
-    tracking_server   (session)   TrackingServer: uri (http://...), artifacts (s3://bucket/mlflow), database
-    cluster_ray       (function)  RayCluster (started once): address, head, workers, node(name).kill_raylet();
-                                  a test that kills a node restarts it (`RayCluster.restart`)
-    cluster_dask      (session)   DaskCluster: address, scheduler, workers (resources node_a, node_b)
+
+The test cluster's fixtures (its network, servers, Ray and Dask nodes) are in tests/cluster/conftest.py: they
+start once for the tests of that folder and stop after its last one, so nothing of them runs beside the rest.
 
 Nothing starts until a test asks for it; `tests/support/tiers.py` marks each test by the fixtures it uses.
 Every test gets the process environment back as it found it, and a Ray instance that a test started or joined
@@ -31,10 +27,8 @@ from typing import Iterator
 
 import pytest
 
-from tests.support import dask_nodes, network, ray_nodes, s3, tracking_server as tracking
 from tests.support.corpus import small_config
 
-NODES = ("a", "b")
 S3_BUCKET = "bucket"
 
 
@@ -215,52 +209,3 @@ def _environment_restored(request) -> Iterator[None]:
         reset_ray()
     os.environ.clear()
     os.environ.update(environment)
-
-
-# --- the test cluster ----------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def cluster_network() -> Iterator[network.Network]:
-    with network.cluster_network(NODES) as net:
-        yield net
-
-
-@pytest.fixture(scope="session")
-def s3_server(cluster_network, tmp_path_factory) -> Iterator[s3.S3Server]:
-    with s3.s3_server(tmp_path_factory.mktemp("s3"), host=cluster_network.host_ip) as server:
-        yield server
-
-
-@pytest.fixture
-def s3_env(s3_server, monkeypatch) -> s3.S3Server:
-    for key, value in s3_server.env.items():
-        monkeypatch.setenv(key, value)
-    return s3_server
-
-
-@pytest.fixture(scope="session")
-def tracking_server(cluster_network, s3_server, tmp_path_factory) -> Iterator[tracking.TrackingServer]:
-    with tracking.tracking_server(tmp_path_factory.mktemp("tracking"), s3_server,
-                                  host=cluster_network.host_ip) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def _cluster_ray_nodes(cluster_network, s3_server) -> Iterator[ray_nodes.RayCluster]:
-    with ray_nodes.ray_cluster(cluster_network, env=s3_server.env) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def cluster_ray(_cluster_ray_nodes) -> Iterator[ray_nodes.RayCluster]:
-    """The test cluster's Ray, started once per run. This process's own Ray (the shared local instance) is
-    shut down first, so that a command joins the cluster; a test that kills a node brings it back."""
-    reset_ray()
-    yield _cluster_ray_nodes
-    reset_ray()
-
-
-@pytest.fixture(scope="session")
-def cluster_dask(cluster_network, s3_server) -> Iterator[dask_nodes.DaskCluster]:
-    with dask_nodes.dask_cluster(cluster_network, env=s3_server.env) as cluster:
-        yield cluster

@@ -11,9 +11,9 @@ A test carries a marker for each costly thing it starts (setup.cfg declares them
 The fast tier (`make test-fast`) is every test with none of them (`-m "not (beam or ray or server or venv or
 cluster)"`). A test is marked by what its fixtures start (`FIXTURE_MARKERS`, applied at collection, so the shared
 fixtures mark their users) and by hand for what its own body starts. The guard then holds every test to its
-markers, in every tier: while a test is set up, run and torn down, each entry point below that its markers do not
+markers, in every tier: while a test is set up and run, each entry point below that its markers do not
 allow raises `UnmarkedResource`, naming the marker to add. So the fast tier cannot drift: a test that starts Ray
-without `ray` fails the whole suite, not just a fast run.
+without `ray` fails the whole suite, not just a fast run. (Teardowns are not guarded: they stop things.)
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ import contextlib
 import os
 import socket
 import subprocess
+import sys
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
@@ -43,6 +45,7 @@ FIXTURE_MARKERS = {
     "cluster_ray": ("cluster", "ray"),
     "cluster_dask": ("cluster",),
     "serve_venv": ("venv",),
+    "two_node_cluster": ("cluster",),
 }
 
 # The product's commands that start a tiered resource when run in a child process (the marker it needs; `a|b`:
@@ -80,11 +83,19 @@ def _child_needs(args: Sequence[str]) -> tuple[str, str] | None:
             return "cluster", f"`{phrase}`"
     if "venv" in words or "virtualenv" in words or ("pip" in words and "install" in words):
         return "venv", "a virtualenv or a pip install"
-    if any(word in words for word in PRODUCT_CLI) and not {"-h", "--help"} & set(words):
+    if _this_environment(args) and any(word in words for word in PRODUCT_CLI) and not {"-h", "--help"} & set(words):
         command = next((w for w in words if w in WORK_COMMANDS), None)
         if command is not None:
             return WORK_COMMANDS[command], f"`interlingua {command}` in a child process"
     return None
+
+
+def _this_environment(args: Sequence[str]) -> bool:
+    """Whether the child runs this environment's Python or scripts (where the product has Beam and Ray; in
+    another virtualenv the install tests check what is missing there)."""
+    program = Path(args[0]) if args else None
+    return program is not None and (program == Path(sys.executable)
+                                    or program.parent == Path(sys.executable).parent)
 
 
 @contextlib.contextmanager
@@ -149,12 +160,23 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(marker)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
+def _markers(item) -> set[str]:
     markers = {m.name for m in item.iter_markers()} & set(RESOURCES)
     if "cluster" in markers:  # the cluster's tests start its servers and join its Ray
         markers |= {"server", "ray"}
-    with guarded(markers):
+    return markers
+
+
+# Setup and call only: a teardown stops things (and may end a wider fixture that another test started).
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    with guarded(_markers(item)):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with guarded(_markers(item)):
         yield
 
 

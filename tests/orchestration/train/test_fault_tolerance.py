@@ -13,6 +13,7 @@ import torch
 
 from model.nmt import load_model
 from orchestration import tracking
+from tests.support.fixtures import own_ray
 from tests.support.procs import free_ports, wait_for
 from tests.support.runs import TINY, checkpoints
 
@@ -153,7 +154,15 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
 
 # --- SIGINT: exit 130, one line, the MLflow run KILLED, and the rerun resumes ------------------------
 
-def test_sigint_during_train_exits_130_with_one_line_and_the_rerun_resumes(small_dataset, tmp_path, local_ray):
+@pytest.mark.ray
+def test_sigint_during_train_exits_130_with_one_line_and_the_rerun_resumes(small_dataset, tmp_path):
+    """On a Ray of its own: the driver's stderr is checked for tracebacks, and the shared instance's actors
+    of earlier tests log to every driver that joins it."""
+    with own_ray(address="local", num_cpus=2, include_dashboard=False):
+        _sigint_during_train(small_dataset, tmp_path)
+
+
+def _sigint_during_train(small_dataset, tmp_path) -> None:
     import ray
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

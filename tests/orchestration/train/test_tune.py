@@ -15,6 +15,7 @@ from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError, load_config
 from orchestration.train.tune import load_space, trial_config, tune
+from tests.support.fixtures import own_ray
 from tests.support.procs import wait_for
 from tests.support.runs import TINY, config_for
 
@@ -84,9 +85,8 @@ def test_a_grace_period_above_the_step_budget_is_one_line_and_exit_2(tmp_path, s
     assert not (tmp_path / "run" / "tune").exists()
 
 
+@pytest.mark.ray
 def test_tune_runs_trials_nested_in_mlflow_and_writes_the_best_config(small_dataset, tmp_path):
-    import ray
-
     config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
                         "runtime.cpus_per_worker=1")
     space = write_space(tmp_path, """
@@ -96,11 +96,8 @@ scheduler: fifo
 space:
   train.lr: {grid: [0.0001, 0.01]}
 """)
-    ray.init(address="local", num_cpus=2)  # the dashboard: Ray Train cleans up finished runs through it
-    try:
+    with own_ray(address="local", num_cpus=2):  # the dashboard: Ray Train cleans up finished runs through it
         result = tune(config, load_space(space), space_path=space)
-    finally:
-        ray.shutdown()
     assert result.trials == 2 and 0.0 <= result.best_error < 1.0
     best = load_config(result.best_config)
     assert best.train.lr in (0.0001, 0.01) and best.run_dir == config.run_dir  # ready for `interlingua run`
@@ -121,10 +118,9 @@ space:
     assert yaml.safe_load(Path(result.best_config).read_text())["train"]["lr"] == best.train.lr
 
 
+@pytest.mark.ray
 def test_tune_with_its_run_dir_in_a_bucket_keeps_the_search_there_and_a_rerun_resumes_it(
         s3_bucket, small_dataset, tmp_path, monkeypatch, capsys):
-    import ray
-
     from core import storage
 
     monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
@@ -136,16 +132,13 @@ def test_tune_with_its_run_dir_in_a_bucket_keeps_the_search_there_and_a_rerun_re
     command = ["tune", "--space", str(space), *where_for(config), "train.max_steps=20", "model.ranking_weight=1.0",
                "runtime.cpus_per_worker=1"]
     uri = tracking.resolve_uri(config.tracking.uri)
-    ray.init(address="local", num_cpus=2)  # started after the fixture set the store's variables: workers see them
-    try:
+    with own_ray(address="local", num_cpus=2):  # started after the fixture set the store's variables: workers see them
         assert main(command) == 0
         out = capsys.readouterr().out
         found = storage.files(f"{run_dir}/tune")
         trial_runs = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
         assert main(command) == 0  # the finished search restored from the bucket: no trial trains again
         again = capsys.readouterr().out
-    finally:
-        ray.shutdown()
     (tune_run,) = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'tune'")
     assert f"best config: {run_dir}/tune/best.yaml  (MLflow tune run {tune_run.info.run_id})" in out
     assert f"(MLflow tune run {tune_run.info.run_id})" in again and "2 trials" in again
@@ -196,6 +189,7 @@ def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expecte
     assert tracking.search_runs(tracking.resolve_uri(config.tracking.uri), config.tracking.experiment) == []
 
 
+@pytest.mark.ray
 def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(small_dataset, tmp_path):
     config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
                         "runtime.cpus_per_worker=1")

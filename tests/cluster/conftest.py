@@ -1,0 +1,68 @@
+"""The test cluster's fixtures, for the tests of this folder: each starts once (package scope) and stops after
+the folder's last test, so none of its processes runs beside the rest of the suite.
+
+    cluster_network   Network: host_ip, nodes a and b, isolated (namespaces) or why_not
+    s3_server         S3Server of the test cluster: endpoint, bucket, env, filesystem(), client()
+    s3_env            (per test) the cluster S3 server's variables set in os.environ for the test
+    tracking_server   TrackingServer: uri (http://...), artifacts (s3://bucket/mlflow), database
+    cluster_ray       (per test) RayCluster (started once): address, head, workers, node(name).kill_raylet();
+                      a test that kills a node restarts it (`RayCluster.restart`)
+    cluster_dask      DaskCluster: address, scheduler, workers (resources node_a, node_b)
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from tests.support import dask_nodes, network, ray_nodes, s3, tracking_server as tracking
+from tests.support.fixtures import reset_ray
+
+NODES = ("a", "b")
+
+
+@pytest.fixture(scope="package")
+def cluster_network() -> Iterator[network.Network]:
+    with network.cluster_network(NODES) as net:
+        yield net
+
+
+@pytest.fixture(scope="package")
+def s3_server(cluster_network, tmp_path_factory) -> Iterator[s3.S3Server]:
+    with s3.s3_server(tmp_path_factory.mktemp("s3"), host=cluster_network.host_ip) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch) -> s3.S3Server:
+    for key, value in s3_server.env.items():
+        monkeypatch.setenv(key, value)
+    return s3_server
+
+
+@pytest.fixture(scope="package")
+def tracking_server(cluster_network, s3_server, tmp_path_factory) -> Iterator[tracking.TrackingServer]:
+    with tracking.tracking_server(tmp_path_factory.mktemp("tracking"), s3_server,
+                                  host=cluster_network.host_ip) as server:
+        yield server
+
+
+@pytest.fixture(scope="package")
+def _cluster_ray_nodes(cluster_network, s3_server) -> Iterator[ray_nodes.RayCluster]:
+    with ray_nodes.ray_cluster(cluster_network, env=s3_server.env) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_ray(_cluster_ray_nodes) -> Iterator[ray_nodes.RayCluster]:
+    """The test cluster's Ray, started once per run. This process's own Ray (the shared local instance) is
+    shut down first, so that a command joins the cluster; a test that kills a node brings it back."""
+    reset_ray()
+    yield _cluster_ray_nodes
+    reset_ray()
+
+
+@pytest.fixture(scope="package")
+def cluster_dask(cluster_network, s3_server) -> Iterator[dask_nodes.DaskCluster]:
+    with dask_nodes.dask_cluster(cluster_network, env=s3_server.env) as cluster:
+        yield cluster
