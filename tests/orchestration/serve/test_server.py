@@ -3,8 +3,10 @@ a real client. The embeddings, the limits, the 503s under overload, and a champi
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -58,19 +60,21 @@ def server(small_dataset, tmp_path_factory):
                  f"registry.model_name={NAME}", f"serve.port={port}", *LIMITS]
     store_embeddings(load_config(None, overrides), embedders["1"], first)
     log = open(tmp / "server.log", "w")
-    (tmp / "tmp").mkdir()  # the server's own temp folder: what it leaves there is seen
+    # the server's own temp folder, where what it leaves is seen: short, as Ray's socket paths under it must be
+    scratch = Path(tempfile.mkdtemp(prefix="ils-"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestration.cli", "serve", *overrides],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp / "tmp")})
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
         yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second,
-               "proc": proc, "tmp": tmp / "tmp"}
+               "proc": proc, "tmp": scratch}
     finally:
         stop(proc)
         log.close()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_health_and_readiness(server):
