@@ -99,3 +99,16 @@ def test_no_test_module_imports_another():
             found += [(path.relative_to(root), n) for n in names
                       if n.startswith("tests.") and (n.rsplit(".", 1)[-1].startswith("test_") or n == "tests.conftest")]
     assert found == []
+
+
+def test_a_test_that_monkeypatches_an_entry_point_leaves_no_guard_behind(run_file):
+    """A test that monkeypatches `ray.init` saves and puts back the process-wide wrapper, never another test's
+    refusal: the next test, marked, finds `ray.init` as it was."""
+    result = run_file(
+        "import ray\nimport pytest\n\n"
+        "def test_patches(monkeypatch):\n"
+        "    monkeypatch.setattr(ray, 'init', lambda *a, **k: 'patched')\n\n"
+        "@pytest.mark.ray\n"
+        "def test_marked_after():\n"
+        "    assert ray.init.__name__ == 'checked_ray_init'\n")
+    result.assert_outcomes(passed=2)

@@ -98,59 +98,75 @@ def _this_environment(args: Sequence[str]) -> bool:
                                     or program.parent == Path(sys.executable).parent)
 
 
+# The markers of the test being set up or run, innermost last (a test that runs pytest in itself nests one);
+# empty: no test phase, nothing refused. The entry points are wrapped once, for the whole process, and each
+# wrapper asks this: a test that monkeypatches one of them saves and puts back the wrapper, never a guard of
+# another test's.
+_ACTIVE: list[set[str]] = []
+_INSTALLED: list[bool] = []
+
+
+def _allowed(marker: str) -> bool:
+    return not _ACTIVE or bool(_ACTIVE[-1] & set(marker.split("|")))
+
+
+def _install() -> None:
+    """Wrap every tiered entry point, once per process."""
+    if _INSTALLED:
+        return
+    _INSTALLED.append(True)
+    import apache_beam.pipeline
+    import ray
+    import ray._private.worker as ray_worker
+
+    real_ray_init = ray_worker.init
+
+    def checked_ray_init(*args, **kwargs):
+        if not _allowed("ray"):
+            _refuse("ray", "a Ray instance (ray.init)")
+        return real_ray_init(*args, **kwargs)
+
+    ray.init = ray_worker.init = checked_ray_init
+    real_run = apache_beam.pipeline.Pipeline.run
+
+    def checked_run(self, *args, **kwargs):
+        if not _allowed("beam"):
+            _refuse("beam", "an Apache Beam pipeline")
+        return real_run(self, *args, **kwargs)
+
+    apache_beam.pipeline.Pipeline.run = checked_run
+    real_listen = socket.socket.listen
+
+    def checked_listen(self, *args):
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not _allowed("server"):
+            _refuse("server", "a server in this process (a socket that listens)")
+        return real_listen(self, *args)
+
+    socket.socket.listen = checked_listen
+    real_popen = subprocess.Popen.__init__
+
+    def checked_popen(self, args, *rest, **kwargs):
+        if _ACTIVE:
+            argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+            if len(argv) == 1 and isinstance(argv[0], str) and kwargs.get("shell"):
+                argv = argv[0].split()
+            need = _child_needs([str(a) for a in argv])
+            if need is not None and not _allowed(need[0]):
+                _refuse(need[0].replace("|", "` or `"), need[1])
+        return real_popen(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = checked_popen
+
+
 @contextlib.contextmanager
 def guarded(markers: set[str]) -> Iterator[None]:
     """Refuse, for the duration, every tiered entry point that `markers` do not allow."""
-    patches: list[tuple[object, str, object]] = []
-
-    def patch(owner, name, replacement):
-        patches.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, replacement)
-
-    if "ray" not in markers:
-        import ray
-        import ray._private.worker as ray_worker
-
-        def no_ray(*args, **kwargs):
-            _refuse("ray", "a Ray instance (ray.init)")
-
-        patch(ray, "init", no_ray)
-        patch(ray_worker, "init", no_ray)
-    if "beam" not in markers:
-        import apache_beam.pipeline
-
-        def no_beam(self, *args, **kwargs):
-            _refuse("beam", "an Apache Beam pipeline")
-
-        patch(apache_beam.pipeline.Pipeline, "run", no_beam)
-    if "server" not in markers:
-        real_listen = socket.socket.listen
-
-        def no_listen(self, *args):
-            if self.family in (socket.AF_INET, socket.AF_INET6):
-                _refuse("server", "a server in this process (a socket that listens)")
-            return real_listen(self, *args)
-
-        patch(socket.socket, "listen", no_listen)
-    real_init = subprocess.Popen.__init__
-
-    def checked_popen(self, args, *rest, **kwargs):
-        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-        if len(argv) == 1 and isinstance(argv[0], str) and kwargs.get("shell"):
-            argv = argv[0].split()
-        need = _child_needs([str(a) for a in argv])
-        if need is not None:
-            marker, what = need
-            if not markers & set(marker.split("|")):
-                _refuse(marker.replace("|", "` or `"), what)
-        return real_init(self, args, *rest, **kwargs)
-
-    patch(subprocess.Popen, "__init__", checked_popen)
+    _install()
+    _ACTIVE.append(set(markers))
     try:
         yield
     finally:
-        for owner, name, original in reversed(patches):
-            setattr(owner, name, original)
+        _ACTIVE.pop()
 
 
 def pytest_collection_modifyitems(config, items):
