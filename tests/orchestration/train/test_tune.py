@@ -191,6 +191,8 @@ def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expecte
 
 @pytest.mark.ray
 def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(small_dataset, tmp_path):
+    """The signal lands once the trial trains (its first checkpoint is written), not while Ray is still
+    starting its workers, whose own start-up errors would then reach stderr."""
     config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
                         "runtime.cpus_per_worker=1")
     space = write_space(tmp_path, "num_samples: 1\nmax_concurrent_trials: 1\nscheduler: fifo\n"
@@ -200,9 +202,10 @@ def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(sma
     trials = tmp_path / "run" / "tune" / "trials"
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
-            # the trial's training run has started: its MLflow run is open (run.json names it)
+            # the trial's training runs: its MLflow run is open (run.json names it) and a checkpoint is written
             try:
-                wait_for(lambda: list(trials.glob("*/train/run.json")), 300, "a trial's training run", proc)
+                wait_for(lambda: list(trials.glob("*/train/run.json")) and list(trials.glob("*/train/ray/checkpoint_*")),
+                         300, "a trial's first checkpoint", proc)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{proc.communicate(timeout=60)[1][-3000:]}") from None
             proc.send_signal(signal.SIGINT)
