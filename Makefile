@@ -33,7 +33,7 @@ test: venv
 	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "$(FAST)" --durations=10
+	$(BIN)/python -m pytest -q -m "$(FAST)" -n 2 --durations=10
 
 bench: venv
 	$(BIN)/python benchmarks/prepare.py
