@@ -6,9 +6,10 @@
         spm.model       the dataset's sentencepiece model
         config.yaml     the resolved run config (normalization, model, train)
         progress.json   the training progress at export (step, dev error, history)
-        lineage.json    what it was made from: the dataset's fingerprint, the sha256 of spm.model and model.safetensors
+        lineage.json    what it was made from: the dataset's fingerprint, the sha256 of spm.model and
+                        model.safetensors
     (model.safetensors also records the sha256 of the spm.model it was trained with, since lineage.json is
-    optional). A directory of an older version holds model.safetensors (a torch pickle) instead: readers refuse it,
+    optional). A directory of an older version holds model.pt (a torch pickle) instead: readers refuse it,
     naming `interlingua upgrade-model` (`upgrade`), which converts it once.
 
 `interlingua train` writes it (from a checkpoint), `evaluate`, `search`,
@@ -64,34 +65,30 @@ def fetch(location: str | Path) -> Path:
     the source records. ModelMissing naming the URI when it holds none."""
     if not storage.is_uri(location):
         return Path(location)
-    missing = [name for name in REQUIRED if not storage.exists(storage.join(location, name))]
-    if missing:
-        _refuse_legacy(location, missing)
-        raise ModelMissing(f"{location}: not a model directory (missing {', '.join(missing)}); "
-                           "`interlingua train` writes one to <run_dir>/train/model")
-    # the key: model.safetensors's sha256 as lineage.json records it (one small read; hashing model.safetensors at the URI
-    # reads the whole model once more), else hashed there (a model exported before lineage.json existed)
+    check(location)
+    # the key: the model's sha256 as lineage.json records it (one small read; hashing the model at the URI
+    # reads it whole once more), else hashed there (a model exported before lineage.json existed)
     try:
         key = storage.read_json(storage.join(location, LINEAGE_FILE)).get("model_sha256")
     except (OSError, ValueError, AttributeError):
         key = None
     key = key or storage.sha256(storage.join(location, MODEL_FILE))
 
-    def check(copy: Path) -> None:
+    def check_copy(copy: Path) -> None:
         # on every use: the files against the copy's lineage.json, and its model against the source's sha256
         actual = verify(copy).get("model_sha256")
         if actual != key:
             raise ModelDirError(f"{copy / MODEL_FILE}: sha256 {str(actual)[:12]} is not {key[:12]}, the model "
                                 f"{location} records")
 
-    return transfer.cached_copy(location, "models", key, check=check)
+    return transfer.cached_copy(location, "models", key, check=check_copy)
 
 
 def publish(local: Path, location: str | Path) -> None:
     """Put the finished local model directory `local` at `location`, replacing a model there only if it holds
     nothing but a model's files (`check_replaceable`). Locally by two renames (`ownership.swap_in`); at a URI
-    the old model.safetensors is removed first and the new one uploaded last, so no reader ever finds a model.safetensors
-    beside another model's files."""
+    the old model.safetensors is removed first and the new one uploaded last, so no reader ever finds a
+    model.safetensors beside another model's files."""
     if not storage.is_uri(location):
         target = Path(location)
         previous = check_replaceable(target) if target.exists() else None
@@ -191,8 +188,8 @@ def verify(model_dir: Path) -> dict[str, str]:
 
 def check_trained_tokenizer(model_dir: Path, spm_sha256: str | None, *, in_lineage: bool) -> None:
     """ModelDirError naming both hashes when the bundled spm.model (sha256 `spm_sha256`) is not the tokenizer
-    model.safetensors records it was trained with; a warning when model.safetensors records none (a model exported before it
-    did) and lineage.json (`in_lineage`) does not either: its tokenizer cannot be checked."""
+    model.safetensors records it was trained with; a warning when the model file records none (a model exported
+    before it did) and lineage.json (`in_lineage`) does not either: its tokenizer cannot be checked."""
     model_path, spm_path = model_dir / MODEL_FILE, model_dir / SPM_FILE
     if spm_sha256 is None or not model_path.is_file():
         return  # `check` and the loaders name a missing file
@@ -299,7 +296,8 @@ def upgrade(model_dir: Path) -> Path:
     try:
         model, meta = load_legacy_model(str(legacy))
     except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as exc:
-        raise ModelDirError(f"{legacy}: refused ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ModelDirError(f"{legacy}: refused ({type(exc).__name__}: {first}); "
                             "only a file of tensors and plain values is converted") from None
     partial = model_dir / f".{MODEL_FILE}.partial"
     save_model(model, str(partial), **meta)

@@ -124,8 +124,9 @@ def _unusable(model_dir: Path, folder: Path, device: str) -> str | None:
         return f"no export at {folder}; write it with `interlingua export --model {model_dir}`"
     model_sha = file_sha256(Path(model_dir) / model_files.MODEL_FILE)
     if manifest["model"]["model_sha256"] != model_sha:
-        return (f"the export at {folder} is of another model.safetensors (sha256 {manifest['model']['model_sha256'][:12]}, "
-                f"not {model_sha[:12]}); export this model again with `interlingua export --model {model_dir}`")
+        return (f"the export at {folder} is of another model.safetensors "
+                f"(sha256 {manifest['model']['model_sha256'][:12]}, not {model_sha[:12]}); export this model again "
+                f"with `interlingua export --model {model_dir}`")
     for name, recorded in manifest["files"].items():
         path = folder / name
         if not path.is_file() or file_sha256(path) != recorded:

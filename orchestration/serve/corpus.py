@@ -90,7 +90,8 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     started = time.monotonic()
     local_model = model_files.fetch(model_dir)
     model_path = model_files.check_readable(local_model)  # on the driver: a damaged model is named before Ray
-    engine = resolve(local_model, backend, device="cuda" if use_gpu else "cpu")
+    device = "cuda" if use_gpu else "cpu"
+    engine = resolve(local_model, backend, device=device)
     languages, dim = _model_languages(model_path)
     if lang not in languages:
         raise CorpusError(f"the model knows {languages}, not {lang!r}")
@@ -110,8 +111,8 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     if pending:
         ensure_ray(ray_address, log_to_driver=False)
         job = dict(model_dir=str(local_model), lang=lang, fingerprint=fp, column=column, dtype=dtype,
-                   max_tokens=max_tokens, device="cuda" if use_gpu else "cpu", threads=cpus_per_actor,
-                   backend=engine, storage_env=storage.environment())  # the actors read URI inputs from the same store
+                   max_tokens=max_tokens, device=device, threads=cpus_per_actor, backend=engine,
+                   storage_env=storage.environment())  # the actors read URI inputs from the same store
         _embed_blocks(pending, out_dir, job, actors, cpus_per_actor, use_gpu)
     _, records = _scan(out_dir)
     records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]

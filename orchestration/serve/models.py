@@ -43,7 +43,7 @@ class NoChampion(UserError, LookupError):
 class ServedModel:
     """One loaded model version and the requests that hold it."""
 
-    version: str  # the registered version number ("3"), or a model directory's model.safetensors sha256 prefix
+    version: str  # the registered version number ("3"), or a model directory's model sha256 prefix
     embedder: SentenceEmbedder
     folder: Path
     store: Any = None  # its stored embedding set (evaluation.store.StoredEmbeddings) for /embed's nearest
@@ -63,7 +63,8 @@ class ModelSource:
     fixed model directory (`serve.model`)."""
 
     def __init__(self, config: Config, scratch: str | None = None) -> None:
-        self.config, self.scratch = config, scratch  # scratch: where champions are downloaded (None: the temp folder)
+        self.config = config
+        self.scratch = scratch  # where champions are downloaded (None: the temp folder)
         self.follows = config.serve.model == "champion"
         self.uri = tracking.resolve_uri(config.tracking.uri)
         self.name = config.registry.model_name or config.name

@@ -65,9 +65,10 @@ def embeddings_folder(config: Config) -> Path | None:
 
     def check(copy: Path) -> None:
         # on every use: the copy's manifest is the source's, and every array the sha256 it records
-        if hashlib.sha256((copy / MANIFEST).read_bytes()).hexdigest()[:16] != key:
+        manifest = (copy / MANIFEST).read_bytes()
+        if hashlib.sha256(manifest).hexdigest()[:16] != key:
             raise ValueError(f"{copy / MANIFEST} is not the manifest of {location}")
-        for block in json.loads((copy / MANIFEST).read_text())["blocks"]:
+        for block in json.loads(manifest)["blocks"]:
             for lang, sha256 in block["sha256"].items():
                 if file_sha256(copy / lang / f"{block['name']}.npy") != sha256:
                     raise ValueError(f"{copy / lang / block['name']}.npy: sha256 differs from its manifest's")

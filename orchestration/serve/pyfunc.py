@@ -25,7 +25,8 @@ import pandas as pd
 # The third-party distributions imported when the model loads (`orchestration.serve.embedder` and what it
 # imports: the Beam-free `core`, `model`), pinned at logging time to the versions installed then; neither
 # Apache Beam nor Ray (tests/orchestration/test_imports.py). mlflow pins itself.
-REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow")
+REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex",
+                "pyarrow")
 
 
 class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
