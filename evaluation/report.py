@@ -41,18 +41,33 @@ def grid(matrix: Matrix, languages: list[str]) -> np.ndarray:
 SUBFOLDERS = ("embeddings", ".embeddings.partial", "search")  # the stored embeddings, their staging, the top-k
 
 
-def check_output(out_dir: Path, *, also: tuple[str, ...] = ()) -> list[str]:
-    """The entries of an evaluation folder once each is this product's (`FILES`, the `also` files beside them,
-    and what lies in `SUBFOLDERS`); ForeignDataError naming the others, before the evaluation overwrites any."""
-    names = {*FILES, *also}
+def check_output(out_dir: Path, *, record: str) -> list[str]:
+    """The entries of an evaluation folder once each is this product's, else ForeignDataError naming the
+    others, before the evaluation overwrites any.
+
+    Its own by record: `record` (the state file, written last: a JSON object with the evaluation's
+    fingerprint) or the write journal (`core.ownership.begin_writes`, written before the report) vouches for
+    `FILES`; without either, a file of those names is a user's. By layout: what lies in `SUBFOLDERS`."""
+    vouched = _is_state(out_dir / record) or set(FILES) <= ownership.recorded_writes(out_dir)
+    names = {*FILES, record} if vouched else set()
     return ownership.check_only_ours(
-        out_dir, lambda e: e in names or e.split("/")[0] in SUBFOLDERS, what="evaluation folder",
-        advice="move those files out of it; interlingua writes only its own evaluation there")
+        out_dir, lambda e: e in names or e == ownership.JOURNAL or e.split("/")[0] in SUBFOLDERS,
+        what="evaluation folder", advice="move those files out of it; interlingua writes only its own evaluation there")
+
+
+def _is_state(path: Path) -> bool:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and isinstance(state.get("fingerprint"), str)
 
 
 def write_report(out_dir: Path, matrix: Matrix, pairs: dict[str, dict[str, float]], averages: dict[str, float],
                  languages: list[str], sentences: int) -> dict[str, Any]:
-    """Write `FILES` into `out_dir`; returns the metrics.json record."""
+    """Write `FILES` into `out_dir`, recorded first as the product's (`ownership.begin_writes`: the caller
+    ends the record once its state file names them); returns the metrics.json record."""
+    ownership.begin_writes(out_dir, list(FILES))
     values = grid(matrix, languages)
     lines = ["source\\target," + ",".join(languages)]
     lines += [f"{p}," + ",".join("" if np.isnan(v) else f"{v:.4f}" for v in row) for p, row in zip(languages, values)]

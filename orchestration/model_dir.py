@@ -38,6 +38,7 @@ PROGRESS_FILE = "progress.json"
 LINEAGE_FILE = "lineage.json"
 REQUIRED = (MODEL_FILE, SPM_FILE, CONFIG_FILE)
 FILES = (*REQUIRED, PROGRESS_FILE, LINEAGE_FILE, LEGACY_MODEL_FILE)  # all a model directory holds
+CHECKPOINT_STATE = "state.pt"  # in a training checkpoint: what a resume needs beside the model
 TRAIN_STATE = "run.json"  # beside the model, in the train directory: the training's fingerprint, run and step
 
 

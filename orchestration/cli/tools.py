@@ -125,6 +125,40 @@ def check_embed_locations(args: argparse.Namespace, model: str | Path) -> None:
             raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
 
 
+def check_npy_output(output: str, inputs: list[str], force: bool) -> None:
+    """-o FILE.npy may be written: a new file, or with `force` an (N, D) array of floats (what `embed` writes),
+    never one of the inputs. ConfigError, or ForeignDataError when the file there is not such an array."""
+    import io
+    import os
+
+    import numpy as np
+
+    from core import storage
+    from core.ownership import ForeignDataError
+
+    def where(location: str) -> str:  # a local path with its links resolved: -i a -o link-to-a is one file
+        return location if storage.is_uri(location) else os.path.realpath(location)
+
+    if any(name != "-" and where(name) == where(output) for name in inputs):
+        raise ConfigError(f"-o {output} is also an input (-i); give another output file")
+    if not storage.exists(output):
+        return
+    if not force:
+        raise ConfigError(f"-o {output} exists; pass --force to replace it, or give another file")
+    try:
+        if storage.is_uri(output):
+            array = np.load(io.BytesIO(storage.read_bytes(output)), allow_pickle=False)
+        else:
+            array = np.load(output, mmap_mode="r", allow_pickle=False)
+        ours = isinstance(array, np.ndarray) and array.ndim == 2 and array.dtype.kind == "f"
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise ForeignDataError(f"-o {output}: this file is not an (N, D) array of embeddings, so not one "
+                               "interlingua wrote; it never overwrites such a file, even with --force: move it "
+                               "or give another output file")
+
+
 def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> int:
     import io
 
@@ -135,8 +169,7 @@ def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> i
     from orchestration.serve.corpus import embed_in_process
     from orchestration.serve.embedder import SentenceEmbedder
 
-    if storage.exists(args.output) and not args.force:
-        raise ConfigError(f"-o {args.output} exists; pass --force to replace it, or give another file")
+    check_npy_output(args.output, args.input, args.force)
     if any(name.endswith(".parquet") for name in args.input):
         raise ConfigError("Parquet input needs an output directory (-o DIR), not a .npy file")
     missing = [name for name in args.input if name != "-" and not storage.exists(name)]

@@ -119,7 +119,7 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
               parent_run_id: str | None, force: bool, testset: str | None) -> EvalResult:
     texts = _testset(config, testset, encoder) if testset else None
     languages = texts.languages if texts else encoder.languages
-    check_output(out_dir, also=(STATE_FILE,))  # a user's file there is never overwritten
+    check_output(out_dir, record=STATE_FILE)  # a user's file there is never overwritten
     data, verified = _verified_data(config, texts)  # before the cache: it must not answer for changed files
     fp = eval_fingerprint(config, encoder, data, verified)
     state = read_state(out_dir / STATE_FILE)
@@ -147,6 +147,7 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
             **({tracking.TESTSET_TAG: testset} if testset else {})}
     run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id, name, tags)
     write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id, "data": data})
+    ownership.end_writes(out_dir)  # the state file vouches for the report now
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
 
 

@@ -22,6 +22,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -33,6 +34,7 @@ from typing import Iterator
 
 from core import storage
 from core.errors import UserError
+from core.ownership import ForeignDataError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,12 @@ def _flock(run_dir: Path, wait: bool) -> Iterator[None]:
             handle.seek(0)
             raise AlreadyRunning(f"{run_dir} is in use by another `interlingua run` ({handle.read().strip()}); "
                                  "use --wait to wait for it") from None
+        handle.seek(0)
+        found = handle.read()
+        if found.strip() and not _HOLDER.fullmatch(found.strip()):
+            raise ForeignDataError(f"{run_dir / LOCK_FILE}: `interlingua run` locks the run dir with this file, "
+                                   "but it holds what interlingua did not write; it never overwrites such a "
+                                   "file: move it away")
         handle.truncate(0)
         handle.write(_holder())
         handle.flush()
@@ -85,6 +93,9 @@ def _flock(run_dir: Path, wait: bool) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_HOLDER = re.compile(r"pid \d+ on \S+")  # what `_holder` writes in a local lock file: anything else is a user's
 
 
 def _holder() -> str:

@@ -26,7 +26,7 @@ from core import ownership, storage
 from core.schema import dump_yaml
 from core.dataset import file_sha256
 
-STATE_FILE = "state.pt"
+STATE_FILE = model_files.CHECKPOINT_STATE
 
 
 @dataclass

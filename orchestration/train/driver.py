@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import re
 import signal
 import threading
 from dataclasses import dataclass
@@ -86,20 +87,58 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
                          "the dev tuples share, or prepare with prepare.split.heldout_complete=true")
 
 
-def check_train_dir(train_dir: Path) -> list[str]:
-    """The entries of a training directory once each is this product's (its state, config, Ray Train's
-    checkpoints, the workers' records, the exported model and its staging); ForeignDataError naming the
-    others: `--force` starts over by removing those alone."""
+_RAY_FILES = re.compile(r"ray(/(\.validate_storage_marker|checkpoint_manager_snapshot\.json|checkpoint_[^/]+))?")
+_WORKER_FILES = re.compile(r"workers(/rank-\d+\.json)?")
+
+
+def check_train_dir(train_dir: storage.Location) -> list[str]:
+    """The entries of a training directory once each is this product's, else ForeignDataError naming the
+    others (then nothing is written there, and `--force` removes nothing).
+
+    Its own by record: `run.json` (written first, before anything else, by a directory check that
+    passed) vouches for the run's `config.yaml` and the exported model's files, which a directory without
+    it never holds as the product's. By layout: Ray Train's checkpoints under `ray/` (their folders and
+    files), the workers' `workers/rank-N.json` and the model's staging folders."""
+    record = _is_state(storage.join(train_dir, STATE_FILE))
+    checkpoint_files = {*model_files.FILES, model_files.CHECKPOINT_STATE}
+
     def ours(entry: str) -> bool:
         top, _, rest = entry.partition("/")
-        if top in ("ray", "workers") or top.startswith(".model."):
+        if top.startswith(".model."):
             return True
+        if top == "ray":
+            head, _, inner = rest.partition("/")
+            return _RAY_FILES.fullmatch(f"ray/{head}" if head else "ray") is not None and (
+                not inner or head.startswith("checkpoint_") and inner in checkpoint_files)
+        if top == "workers":
+            return _WORKER_FILES.fullmatch(entry) is not None
+        if entry == STATE_FILE:
+            return record
         if top == "model":
-            return not rest or rest in model_files.FILES
-        return not rest and top in (STATE_FILE, model_files.CONFIG_FILE, ownership.STAGING_MARKER)
+            return record and (not rest or rest in model_files.FILES)
+        return record and entry in (model_files.CONFIG_FILE, ownership.STAGING_MARKER)
 
-    return ownership.check_only_ours(train_dir, ours, what="train --force",
-                                   advice=f"move them out of {train_dir}; --force removes only the run's own files")
+    return ownership.check_only_ours(train_dir, ours, what="the training directory",
+                                   advice=f"move them out of {train_dir} or choose another run_dir; "
+                                          "interlingua writes and removes only its own files there")
+
+
+def start_over(train_dir: storage.Location, found: list[str]) -> None:
+    """`--force`: remove the run's own files (`found`, checked by `check_train_dir`) but the exported model,
+    which stays until the new training's export replaces it: a retraining killed before then leaves the
+    last model in place (locally and in a bucket), never a run directory without one. `run.json`, the
+    record that vouches for the model, stays too, until the new training replaces it."""
+    kept = ("model", STATE_FILE)
+    ownership.remove_ours(train_dir, [e for e in found if e.partition("/")[0] not in kept], keep_root=True)
+
+
+def _is_state(location: str) -> bool:
+    """Whether `location` is a training state this product wrote (a JSON object with its fingerprint)."""
+    try:
+        state = storage.read_json(location)
+    except (FileNotFoundError, ValueError):
+        return False
+    return isinstance(state, dict) and isinstance(state.get("fingerprint"), str)
 
 
 def train(config: Config, *, force: bool = False, restart_stale: bool = False,
@@ -122,8 +161,9 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
             f"{train_dir} holds a run of another dataset or model/train config; resuming it would mix "
             "them. Use --force to start over, or another run_dir."
         )
-    if force and storage.entries(train_dir):
-        ownership.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)
+    found = check_train_dir(train_dir)  # a user's file there: refused, with or without --force
+    if force and found:
+        start_over(train_dir, found)
         state = {}
     model_dir = model_files.default(train_dir)
     if state.get("done") and storage.exists(storage.join(model_dir, model_files.MODEL_FILE)):

@@ -63,7 +63,12 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
              "the first checkpoint", winner)
     cluster_ray.node("b").kill_raylet()
     cluster_ray.restart("b")
-    out, err = winner.communicate(timeout=RUN_S)
+    try:
+        out, err = winner.communicate(timeout=RUN_S)
+    except subprocess.TimeoutExpired:
+        winner.kill()
+        out, err = winner.communicate()
+        pytest.fail(f"the run did not finish in {RUN_S} s after node b came back; it printed last:\n{err[-6000:]}")
     assert winner.returncode == Exit.OK, err[-4000:]
     assert "promoted" in out
 

@@ -151,12 +151,28 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
 
 def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
     from evaluation.report import check_output
-    from core.ownership import ForeignDataError
+    from core import ownership
 
-    for name in ("metrics.json", "state.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
+    for name in ("metrics.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
-    assert "metrics.json" in check_output(tmp_path, also=("state.json",))
+    # no state file vouches for metrics.json: a user's, never overwritten
+    with pytest.raises(ownership.ForeignDataError, match="metrics.json"):
+        check_output(tmp_path, record="state.json")
+    (tmp_path / "state.json").write_text('{"data": "mine"}')  # nor does a JSON file the product did not write
+    with pytest.raises(ownership.ForeignDataError, match="metrics.json, state.json"):
+        check_output(tmp_path, record="state.json")
+    (tmp_path / "state.json").write_text('{"fingerprint": "0f", "run_id": "r"}')
+    assert "metrics.json" in check_output(tmp_path, record="state.json")
     (tmp_path / "summary.docx").write_text("mine")
-    with pytest.raises(ForeignDataError, match="summary.docx"):
-        check_output(tmp_path, also=("state.json",))
+    with pytest.raises(ownership.ForeignDataError, match="summary.docx"):
+        check_output(tmp_path, record="state.json")
+
+
+def test_an_evaluation_killed_after_its_report_is_rerun_over_its_own_files(tmp_path):
+    """The report is recorded before it is written: a run killed before its state file leaves files the rerun
+    knows for its own."""
+    from evaluation.report import FILES, check_output, write_report
+
+    write_report(tmp_path, {("en", "fr"): 0.5, ("fr", "en"): 0.25}, {}, {"all": 0.375}, ["en", "fr"], 4)
+    assert set(FILES) <= set(check_output(tmp_path, record="state.json"))

@@ -78,9 +78,15 @@ class RayCluster:
 
     def restart(self, name: str, *, start_s: float = START_S) -> RayNode:
         """Start worker node `name` again as it was first started (after `kill_raylet`, a host coming back):
-        whatever is left of it is stopped first; returns once the head counts it alive."""
+        whatever is left of it is stopped first; returns once the head counts it alive.
+
+        It starts again only once the GCS has marked the killed node dead, as it would have a rebooting
+        host's: a raylet started again on the same address and ports answers the GCS's health checks for
+        the dead one, which then stays alive with its resources, and work placed on it waits forever."""
         node = self.node(name)
         node.server.stop()
+        wait_until(lambda: not any(node.resource in n["resources"] for n in self.alive_nodes()),
+                   timeout_s=start_s, server=self.head.server, what=f"node {name} ({node.ip}) marked dead")
         node.server = spawn(f"the Ray node {name}", node.command, node.scratch / "ray-start.log",
                             cwd=node.scratch / "work", env=node.env, prefix=node.prefix)
         _wait_registered(self.address, node, start_s)

@@ -116,3 +116,16 @@ def test_a_scheme_without_conditional_create_is_refused_for_run():
     with pytest.raises(LockUnsupported, match="gs://"):
         with run_lock("gs://bucket/runs/x"):
             pass
+
+
+def test_a_users_lock_file_in_a_local_run_dir_is_refused_and_kept(tmp_path):
+    from core.ownership import ForeignDataError
+
+    (tmp_path / ".lock").write_text("my lock notes\n")
+    with pytest.raises(ForeignDataError, match=r"\.lock.*did not write"):
+        with run_lock(tmp_path):
+            pass
+    assert (tmp_path / ".lock").read_text() == "my lock notes\n"
+    (tmp_path / ".lock").write_text("pid 12 on another-host\n")  # one a killed run left: the product's own
+    with run_lock(tmp_path):
+        assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} on ")

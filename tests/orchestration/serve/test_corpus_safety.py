@@ -140,3 +140,25 @@ def test_an_existing_npy_needs_force(tmp_path, args, capsys):
     assert main([*args, "-o", str(target)]) == 2
     assert "--force" in error(capsys)
     assert np.array_equal(np.load(target), np.arange(3))
+
+
+def test_force_replaces_only_an_embeddings_array_never_an_input_or_another_file(tmp_path):
+    from orchestration.cli.tools import check_npy_output
+    from orchestration.config import ConfigError
+
+    text = tmp_path / "input.npy"  # a text file with an array's name
+    text.write_text(SENTINEL)
+    with pytest.raises(ConfigError, match="also an input"):
+        check_npy_output(str(text), [str(text)], force=True)
+    link = tmp_path / "link.npy"
+    link.symlink_to(text)
+    with pytest.raises(ConfigError, match="also an input"):
+        check_npy_output(str(link), [str(text)], force=True)
+    with pytest.raises(ForeignDataError, match="not an \\(N, D\\) array"):
+        check_npy_output(str(text), [str(tmp_path / "other.txt")], force=True)
+    np.save(tmp_path / "ids.npy", np.arange(3))  # an array, but not embeddings
+    with pytest.raises(ForeignDataError, match="not an \\(N, D\\) array"):
+        check_npy_output(str(tmp_path / "ids.npy"), ["-"], force=True)
+    assert text.read_text() == SENTINEL and np.array_equal(np.load(tmp_path / "ids.npy"), np.arange(3))
+    np.save(tmp_path / "old.npy", np.zeros((2, 4), np.float32))  # what embed writes: replaced with --force
+    check_npy_output(str(tmp_path / "old.npy"), ["-"], force=True)

@@ -162,10 +162,11 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
 
     config = config_for(small_dataset, tmp_path)
     train_dir = Path(config.train_dir)
-    for name in ("run.json", "config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
+    for name in ("config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
                  "model/model.safetensors", "model/lineage.json", ".model.partial/model.safetensors"):
         (train_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (train_dir / name).write_text("{}")
+    (train_dir / "run.json").write_text('{"fingerprint": "0f"}')
     (train_dir / "model" / "my-notes.txt").write_text(SENTINEL)
     (train_dir / "paper.tex").write_text(SENTINEL)
     with pytest.raises(ownership.ForeignDataError, match=r"model/my-notes.txt.*paper.tex"):
@@ -175,3 +176,48 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     (train_dir / "paper.tex").unlink()
     ownership.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)  # what --force then does
     assert train_dir.is_dir() and not list(train_dir.iterdir())
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_a_training_directory_without_its_record_holds_no_file_of_the_product(tmp_path):
+    """A user's config.yaml and model files where no run.json vouches for them are never taken for a run's."""
+    from core import ownership
+    from orchestration.train.driver import check_train_dir
+
+    _tree(tmp_path, {"config.yaml": SENTINEL, "model/model.safetensors": SENTINEL})
+    with pytest.raises(ownership.ForeignDataError, match=r"config.yaml, model"):
+        check_train_dir(tmp_path)
+    (tmp_path / "run.json").write_text('{"not": "a state"}')  # a JSON file the product did not write
+    with pytest.raises(ownership.ForeignDataError, match=r"config.yaml, model, run.json"):
+        check_train_dir(tmp_path)
+
+
+def test_files_in_ray_and_workers_are_the_products_only_in_their_layout(tmp_path):
+    from core import ownership
+    from orchestration.train.driver import check_train_dir
+
+    _tree(tmp_path, {"run.json": '{"fingerprint": "0f"}', "ray/.validate_storage_marker": "",
+                     "ray/checkpoint_manager_snapshot.json": "{}", "ray/checkpoint_2026-11-26_10-00-00.1/state.pt": "",
+                     "ray/checkpoint_2026-11-26_10-00-00.1/model.safetensors": "", "workers/rank-1.json": "{}"})
+    assert "ray/checkpoint_2026-11-26_10-00-00.1/state.pt" in check_train_dir(tmp_path)
+    _tree(tmp_path, {"ray/README.txt": SENTINEL, "workers/my-notes.txt": SENTINEL,
+                     "ray/checkpoint_2026-11-26_10-00-00.1/notes.md": SENTINEL})
+    with pytest.raises(ownership.ForeignDataError, match=r"ray/README.txt.*notes.md.*workers/my-notes.txt|"
+                                                         r"ray/README.txt.*workers/my-notes.txt"):
+        check_train_dir(tmp_path)
+
+
+def test_starting_over_keeps_the_last_model_and_its_record_until_the_new_ones_replace_them(tmp_path):
+    from orchestration.train.driver import check_train_dir, start_over
+
+    _tree(tmp_path, {"run.json": '{"fingerprint": "0f", "done": true}', "config.yaml": "name: x\n",
+                     "ray/checkpoint_1/state.pt": "", "workers/rank-0.json": "{}",
+                     "model/model.safetensors": "weights", "model/spm.model": "spm"})
+    start_over(tmp_path, check_train_dir(tmp_path))
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "model", "model/model.safetensors", "model/spm.model", "run.json"]
