@@ -21,7 +21,6 @@ import re
 import signal
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
