@@ -19,16 +19,52 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
                  logging_level=logs.ray_logging_level())
 
 
+def check_tracking_reaches_every_node(uri: str) -> None:
+    """ConfigError when the tracking store is a file of this host (`sqlite:///`, a path) but the Ray cluster
+    (connected: `ensure_ray`) spans more than one host: each training worker would write its own host's file."""
+    import ray
+
+    from orchestration.config import ConfigError
+
+    if not (uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri):
+        return
+    hosts = sorted({node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")})
+    if len(hosts) > 1:
+        raise ConfigError(f"tracking.uri: {uri} is a file on this host, but the Ray cluster spans {len(hosts)} hosts "
+                          f"({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}) and each training worker "
+                          "would write its own host's copy; use an MLflow server (tracking.uri=http://HOST:PORT)")
+
+
+def on_this_node(cpus: float, what: str) -> dict[str, float]:
+    """The resources that place a task or actor on the driver's node (Ray's own `node:<ip>`), for work that
+    reads or writes this host's disk: on a cluster whose hosts share no disk, no other node can. ConfigError
+    when this node has fewer than `cpus` CPUs (a head started with `--num-cpus 0`), where the work would wait
+    for a CPU forever."""
+    import ray
+
+    from orchestration.config import ConfigError
+
+    here = ray.get_runtime_context().get_node_id()
+    node = next((n for n in ray.nodes() if n.get("NodeID") == here), {})
+    if node.get("Resources", {}).get("CPU", 0) < cpus:
+        raise ConfigError(f"{what} runs on the node of this command's host ({node.get('NodeManagerAddress', here)}), "
+                          f"which has {node.get('Resources', {}).get('CPU', 0):g} CPUs (runtime.cpus_per_task: {cpus:g} "
+                          "needed): run the command on a node with CPUs (`ray job submit --entrypoint-num-cpus 1 ...` "
+                          "places it on one), or give this node CPUs")
+    return {f"node:{ray.util.get_node_ip_address()}": 0.001}
+
+
 class RayExecutor:
     """`evaluation.xsim.Executor` on Ray: a value in the object store once, each call a Ray task.
 
     `map` keeps at most `max_in_flight` tasks submitted (default: twice the cluster's CPUs over
     `cpus_per_task`) and yields their results in call order, so the driver holds a bounded number
-    of results however many tasks a search has.
+    of results however many tasks a search has. `here`: the tasks run on the driver's node
+    (`on_this_node`), as tasks reading files of this host must.
     """
 
-    def __init__(self, cpus_per_task: int = 1, max_in_flight: int | None = None) -> None:
-        self.cpus_per_task, self.max_in_flight = cpus_per_task, max_in_flight
+    def __init__(self, cpus_per_task: int = 1, max_in_flight: int | None = None, *, here: bool = False) -> None:
+        self.cpus_per_task, self.max_in_flight, self.here = cpus_per_task, max_in_flight, here
 
     def put(self, value: Any) -> Any:
         import ray
@@ -38,8 +74,11 @@ class RayExecutor:
     def map(self, fn: Callable[..., Any], calls: Iterable[tuple]) -> Iterator[Any]:
         import ray
 
-        task = ray.remote(num_cpus=self.cpus_per_task)(fn)
-        limit = self.max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)) // self.cpus_per_task)
+        placed = on_this_node(self.cpus_per_task, "the search") if self.here else {}
+        task = ray.remote(num_cpus=self.cpus_per_task, resources=placed)(fn)
+        cpus = ray.cluster_resources().get("CPU", 1) if not placed else next(
+            n["Resources"].get("CPU", 1) for n in ray.nodes() if n.get("NodeID") == ray.get_runtime_context().get_node_id())
+        limit = self.max_in_flight or max(2, 2 * int(cpus) // self.cpus_per_task)
         pending: deque = deque()
         for args in calls:
             pending.append(task.remote(*args))

@@ -204,6 +204,10 @@ class StorageConfig(Schema):
     region: str | None = Field(default=None, description="The bucket's region.")
     scheme: str | None = Field(default=None, pattern=r"^https?$", description="http or https (the endpoint's own "
                                                                                  "scheme when unset).")
+    forward_credentials: bool = Field(
+        default=False, description="Copy this host's AWS keys into the Ray and Beam workers' environment. A risk: "
+        "they then show in Ray's job metadata and dashboard; by default each node uses its own credential chain "
+        "(environment, instance role, web identity).")
 
 
 class TrackingConfig(Schema):

@@ -98,9 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # not a package of an extra: a broken install, which a traceback shows best
         return _fail(args.command, f"error: this command needs {exc.name}, which the {extra!r} extra installs: "
                                    f"pip install 'interlingua[{extra}]'", Exit.USER_ERROR)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl+C, or the run lock's lease lost (`lifecycle.lock.LeaseLost`, its reason)
         resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
-        return _fail(args.command, f"interrupted; nothing half-done was published{resume}", Exit.INTERRUPTED)
+        why = f"stopped: {exc}" if str(exc) else "interrupted"
+        return _fail(args.command, f"{why}; nothing half-done was published{resume}", Exit.INTERRUPTED)
 
 
 def _fail(command: str, message: str, code: Exit) -> int:

@@ -240,7 +240,8 @@ def measure(config: Config, store: StoredEmbeddings, results_dir: Path
     written to `results_dir`); with an approximate index also its recall against an exact search of
     the first `evaluate.recall_queries` queries."""
     e = config.evaluate
-    executor = RayExecutor(config.runtime.cpus_per_task)
+    # the tasks read the embeddings from this host's disk (the run dir, or the working copy of a bucket's)
+    executor = RayExecutor(config.runtime.cpus_per_task, here=isinstance(store.folder, Path))
     k = max(5, e.margin_k)
     languages = len(store.languages)
     progress = Progress(len(store) * languages * (languages - 1), verb="searched", unit="queries")

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -40,6 +41,13 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 TTL_SECONDS = 60.0  # a dead holder's lock is taken over after this long without a renewal
+
+
+class LeaseLost(KeyboardInterrupt):
+    """This run's lease was taken over by another host: the run stops here (exit 130), as on Ctrl+C."""
+
+
+LEASE_SIGNAL = signal.SIGUSR2  # how the renewing thread stops the main one; SIGINT may be ignored (`cmd &`)
 
 
 class AlreadyRunning(RuntimeError):
@@ -112,8 +120,7 @@ class _S3Lock:
         self.location, self.ttl = location, ttl
         self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`storage.configure`)
         self.etag: str | None = None
-        # A token of its own: a lease another process wrote never has this ETag, even from the same host.
-        self.body = json.dumps({"holder": _holder(), "token": uuid.uuid4().hex}).encode()
+        self.holder = _holder()
 
     @contextmanager
     def held(self, wait: bool, poll: float) -> Iterator[None]:
@@ -123,20 +130,32 @@ class _S3Lock:
                                      f"({self._describe()}); use --wait to wait for it")
             time.sleep(poll)  # polling the store: there is nothing to wait on but its answer
         stop = threading.Event()
-        renewer = threading.Thread(target=self._renew, args=(stop,), name="run-lock-lease", daemon=True)
+        # A lost lease stops the main thread through a signal handler of its own: `_thread.interrupt_main()`
+        # alone does nothing where SIGINT is ignored, as it is for `interlingua run &` from a script.
+        on_main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(LEASE_SIGNAL, _lease_lost) if on_main else None
+        renewer = threading.Thread(target=self._renew, args=(stop, on_main), name="run-lock-lease", daemon=True)
         renewer.start()
         try:
             yield
         finally:
             stop.set()
             renewer.join()
+            if on_main:
+                signal.signal(LEASE_SIGNAL, previous)
             self._release()
+
+    def _body(self) -> bytes:
+        """The lease's content: who holds it and a token of this write alone, so that every acquisition and
+        renewal has an ETag of its own (a renewal between another host's HEAD and its conditional DELETE
+        makes that DELETE fail, and a lease another process wrote never has this one's ETag)."""
+        return json.dumps({"holder": self.holder, "token": uuid.uuid4().hex}).encode()
 
     def _acquire(self) -> bool:
         from botocore.exceptions import ClientError
 
         try:
-            self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self.body,
+            self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
                                                IfNoneMatch="*")["ETag"]
             return True
         except ClientError as exc:
@@ -167,19 +186,19 @@ class _S3Lock:
                 raise
         return False  # the next attempt creates it, or sees who did
 
-    def _renew(self, stop: threading.Event) -> None:
+    def _renew(self, stop: threading.Event, signalled: bool) -> None:
         from botocore.exceptions import ClientError
 
         while not stop.wait(self.ttl / 3):
             try:
-                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self.body,
+                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
                                                    IfMatch=self.etag)["ETag"]
             except ClientError as exc:
                 if _code(exc) not in ("PreconditionFailed", "404", "NoSuchKey"):
                     log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
                     continue
                 log.error("%s: the lease was taken over by another host; stopping this run", self.location)
-                _thread.interrupt_main()
+                _thread.interrupt_main(LEASE_SIGNAL if signalled else signal.SIGINT)
                 return
 
     def _release(self) -> None:
@@ -195,6 +214,10 @@ class _S3Lock:
             return json.loads(self.client.get_object(Bucket=self.bucket, Key=self.key)["Body"].read())["holder"]
         except Exception:  # noqa: BLE001 - only for the message; released meanwhile, or not ours
             return "holder unknown"
+
+
+def _lease_lost(signum: int, frame) -> None:
+    raise LeaseLost("the run lock's lease was taken over by another host")
 
 
 def _code(exc) -> str:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from orchestration import logs
+from orchestration.cluster import on_this_node
 from orchestration.progress import Progress
 
 
@@ -44,7 +45,7 @@ def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, rows: int, 
         # The actors write their blocks into a folder of this host (a staging folder, or the local working
         # copy of an output at a URI): on a cluster whose nodes share no filesystem, only this node's
         # actors can, so they are placed here (Ray's own `node:<ip>` resource).
-        here = {f"node:{ray.util.get_node_ip_address()}": 0.001}
+        here = on_this_node(cpus, "embedding")
         written = dataset.map_batches(actor, fn_constructor_kwargs=kwargs, batch_size=batch_size,
                                       batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
                                       num_cpus=cpus, num_gpus=1 if use_gpu else 0, resources=here)

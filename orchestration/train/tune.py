@@ -31,7 +31,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from orchestration import tracking
-from orchestration.cluster import ensure_ray
+from orchestration.cluster import check_tracking_reaches_every_node, ensure_ray
 from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
 from core import ownership, storage
 from core.schema import Schema, dump_yaml
@@ -175,12 +175,13 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
     state_path = storage.join(tune_dir, STATE_FILE)
     state = storage.read_json(state_path) if storage.exists(state_path) else {}
+    ensure_ray(config.runtime.ray_address)
+    check_tracking_reaches_every_node(uri)  # the trials log from their nodes
     with tracking.run(uri, config.tracking.experiment, f"{config.name}-tune",
                       {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
                       resume_run_id=state.get("run_id")) as run_id:
         storage.write_json(state_path, {"run_id": run_id})
         try:
-            ensure_ray(config.runtime.ray_address)
             tuner = _tuner(config, space, domains, run_id, tune_dir)
             with _graceful_sigint() as interrupted:
                 results = tuner.fit()

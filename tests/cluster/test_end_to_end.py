@@ -3,12 +3,13 @@ server: `interlingua run` with its run dir in the bucket, prepare on Beam's Dask
 from the bucket, training with two workers on the two Ray worker nodes (one of them killed mid-training
 and brought back: training resumes from the checkpoint in the bucket), evaluation, registration and
 promotion on the MLflow server; a second `run` started at the same moment from another working directory
-is held off by the lock."""
+is held off by the lock. The driver's store keys differ from the nodes' own, and reach no node."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,10 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
         "runtime.train_resources={worker_node: 1}", "evaluate.shards=2",
         *TINY, "train.max_steps=60", "runtime.checkpoint_every_steps=10", "train.eval_every_steps=20",
     ]).to_dict()))
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "RAY_AUTH_MODE": "disabled"}
+    # the driver's keys differ from the nodes' own (the store takes any): they must never reach a node
+    secret = f"driver-secret-{uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "RAY_AUTH_MODE": "disabled",
+           "AWS_ACCESS_KEY_ID": "driver-key", "AWS_SECRET_ACCESS_KEY": secret}
     first, second = (start_run(tmp_path / name, config, env, cluster_dask.address) for name in ("a", "b"))
     runs = {first, second}
     held_off = wait_for(lambda: next((p for p in runs if p.poll() is not None), None), 120, "the lock decided", first)
@@ -101,3 +105,7 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     assert "manifest.json" in storage.files(f"{bucket}/mined")
     # nothing was written in any working directory
     assert [p for name in "abc" for p in (tmp_path / name).rglob("*")] == []
+    # each node used its own credentials: the driver's are in no node's logs, job metadata or temp files
+    nodes = [cluster_ray.head, *cluster_ray.workers, cluster_dask.scheduler, *cluster_dask.workers]
+    leaked = [str(p) for node in nodes for p in node.scratch.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert not leaked, leaked

@@ -116,6 +116,30 @@ def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray
     assert [tmp for _, tmp in placed] == [str(cluster_ray.node(n).scratch / "tmp") for n in ("a", "b")]
 
 
+def _node_ip(_: int) -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def test_tasks_that_read_this_hosts_disk_run_on_this_hosts_node(cluster_ray):
+    """Evaluate's search tasks read the embeddings from the driver's disk: on hosts that share no disk, no
+    other node can, so `RayExecutor(here=True)` places every one on the driver's node (the head, here)."""
+    import ray
+
+    from orchestration.cluster import RayExecutor
+
+    ray.init(address=cluster_ray.address)
+    try:
+        here = ray.util.get_node_ip_address()
+        placed = set(RayExecutor(here=True, max_in_flight=12).map(_node_ip, [(i,) for i in range(24)]))
+        anywhere = set(RayExecutor(max_in_flight=12).map(_node_ip, [(i,) for i in range(24)]))
+    finally:
+        ray.shutdown()
+    assert placed == {here} == {cluster_ray.head.ip}
+    assert anywhere <= {cluster_ray.head.ip, *(n.ip for n in cluster_ray.workers)}
+
+
 def test_a_killed_raylet_takes_its_node_out_of_the_cluster_until_it_restarts(cluster_ray):
     """Last in this module (pytest runs them in order): it kills a node of the module's cluster."""
     pid = cluster_ray.node("b").kill_raylet()

@@ -34,6 +34,22 @@ def test_the_endpoint_comes_from_the_environment_or_the_storage_section(monkeypa
     assert storage.environment()[storage.ENDPOINT_ENV] == "https://store.example:443"  # what Ray workers inherit
 
 
+def test_the_keys_reach_the_workers_only_when_forwarding_is_asked_for(monkeypatch):
+    """A worker on another node uses its own node's credential chain: what goes into a Ray runtime_env shows in
+    Ray's job metadata and dashboard, so the driver's keys go there only with storage.forward_credentials."""
+    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://store:9000")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "driver-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "driver-secret")
+    monkeypatch.delenv(storage.FORWARD_ENV, raising=False)
+    storage.configure()
+    env = storage.environment()
+    assert env[storage.ENDPOINT_ENV] == "http://store:9000"
+    assert not set(env) & set(storage.CREDENTIALS_ENV) and "driver-secret" not in repr(env)
+    storage.configure(forward_credentials=True)
+    assert storage.environment()["AWS_SECRET_ACCESS_KEY"] == "driver-secret"
+    assert storage.environment()[storage.FORWARD_ENV] == "1"  # a trial's own workers get them too
+
+
 def test_files_json_and_directories_round_trip_through_the_bucket(s3_bucket, tmp_path, verse):
     verse = verse("l", 8, 1, 1)  # Ruth 1:1 in French: real text, not ASCII
     storage.write_json(storage.join(s3_bucket, "a", "state.json"), {"verse": verse})

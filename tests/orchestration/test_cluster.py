@@ -3,6 +3,7 @@ arrays in the object store or from embeddings on disk that each task reads itsel
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from evaluation.search import search
 from evaluation.xsim import LocalExecutor, pair_metrics, search_pairs
@@ -35,3 +36,42 @@ def test_ray_tasks_read_stored_embeddings_a_few_in_flight(local_ray, tmp_path):
         np.testing.assert_array_equal(on_ray[pair].better[0:90], local[pair].better)
     assert pair_metrics(on_ray, store.hashes(), metric="cosine", margin_k=4) == pair_metrics(
         local, texts, metric="cosine", margin_k=4)
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////srv/mlflow.db", "/srv/mlruns", "file:///srv/mlruns"])
+def test_a_tracking_file_is_refused_on_a_cluster_of_several_hosts(monkeypatch, uri):
+    import ray
+
+    from orchestration.cluster import check_tracking_reaches_every_node
+    from orchestration.config import ConfigError
+
+    hosts = [{"NodeManagerAddress": ip, "Alive": alive} for ip, alive in
+             [("10.0.0.1", True), ("10.0.0.1", True), ("10.0.0.9", False)]]
+    monkeypatch.setattr(ray, "nodes", lambda: hosts)
+    check_tracking_reaches_every_node(uri)  # one host (the dead node aside): the file is everyone's
+    hosts.append({"NodeManagerAddress": "10.0.0.2", "Alive": True})
+    with pytest.raises(ConfigError, match=r"tracking.uri: .* spans 2 hosts \(10.0.0.1, 10.0.0.2\).*MLflow server"):
+        check_tracking_reaches_every_node(uri)
+    check_tracking_reaches_every_node("http://10.0.0.1:5000")  # a server: every host reaches it
+
+
+def test_work_on_this_node_is_refused_where_this_node_has_no_cpus(monkeypatch):
+    """A head started with --num-cpus 0 runs the command: work placed on its node would wait forever."""
+    import ray
+
+    from orchestration.cluster import on_this_node
+    from orchestration.config import ConfigError
+
+    class Context:
+        def get_node_id(self) -> str:
+            return "head"
+
+    nodes = [{"NodeID": "head", "NodeManagerAddress": "10.0.0.1", "Resources": {"memory": 1e9}},
+             {"NodeID": "worker", "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 8.0}}]
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
+    with pytest.raises(ConfigError, match=r"10.0.0.1\), which has 0 CPUs.*--entrypoint-num-cpus 1"):
+        on_this_node(1, "embedding")
+    nodes[0]["Resources"]["CPU"] = 2.0
+    assert on_this_node(1, "embedding") == {"node:10.0.0.1": 0.001}

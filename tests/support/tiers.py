@@ -45,7 +45,7 @@ FIXTURE_MARKERS = {
     "cluster_ray": ("cluster", "ray"),
     "cluster_dask": ("cluster",),
     "serve_venv": ("venv",),
-    "two_node_cluster": ("cluster",),
+    "two_node_cluster": ("cluster", "ray"),
 }
 
 # The product's commands that start a tiered resource when run in a child process (the marker it needs; `a|b`:

@@ -13,7 +13,7 @@ import pytest
 
 from core.errors import Exit
 from orchestration.cli import main
-from orchestration.lifecycle.lock import AlreadyRunning, LockUnsupported, run_lock
+from orchestration.lifecycle.lock import AlreadyRunning, LeaseLost, LockUnsupported, run_lock
 from tests.support.procs import wait_for
 
 HOLD = textwrap.dedent("""
@@ -69,13 +69,29 @@ def test_a_dead_holders_lease_is_taken_over_once_it_is_not_renewed(s3_bucket, tm
         pass
 
 
-def test_a_holder_whose_lease_was_taken_over_stops(s3_bucket):
-    # Python's own SIGINT handler, as `interlingua run` has it: the lost lease interrupts the main thread
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+@pytest.mark.parametrize("sigint", [signal.default_int_handler, signal.SIG_IGN], ids=["sigint-handled", "sigint-ignored"])
+def test_a_holder_whose_lease_was_taken_over_stops(s3_bucket, sigint):
+    """Python's own SIGINT handler, as `interlingua run` has it in a terminal; and SIGINT ignored, as it is for
+    `interlingua run &` started from a script: the lost lease stops the main thread either way."""
+    previous = signal.signal(signal.SIGINT, sigint)
     try:
         _lease_taken_over(s3_bucket)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_every_renewal_gives_the_lease_a_new_etag(s3_bucket):
+    """A late renewal between another host's HEAD and its DELETE (conditional on the ETag it saw) must make
+    that DELETE fail: a renewal that rewrote the same bytes would keep the ETag."""
+    client = boto3.client("s3")
+    ttl = max(0.6, 30 * round_trip_s(client))
+    with run_lock(f"{s3_bucket}/runs/x", ttl=ttl):
+        seen = [client.head_object(Bucket="bucket", Key="runs/x/.lock")["ETag"]]
+        deadline = time.monotonic() + 100 * ttl
+        while len(set(seen)) < 3 and time.monotonic() < deadline:
+            time.sleep(ttl / 10)
+            seen.append(client.head_object(Bucket="bucket", Key="runs/x/.lock")["ETag"])
+    assert len(set(seen)) >= 3, f"the lease kept its ETag through its renewals: {sorted(set(seen))}"
 
 
 def round_trip_s(client) -> float:
@@ -94,7 +110,7 @@ def _lease_taken_over(s3_bucket: str) -> None:
     a number of renewal periods, not by a constant."""
     client = boto3.client("s3")
     ttl = max(0.6, 30 * round_trip_s(client))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(LeaseLost, match="taken over by another host"):
         with run_lock(f"{s3_bucket}/runs/x", ttl=ttl):
             # another host, finding the lease stale, deleted it and took it
             client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=b'{"holder": "other"}')

@@ -1,4 +1,5 @@
-"""Fault tolerance on a real two-node Ray cluster on loopback: a killed worker and a killed driver."""
+"""Fault tolerance: on a real two-node Ray cluster on loopback, a killed worker, an interrupted and a killed
+driver; a killed worker resumes at the same data position."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ import torch
 
 from model.nmt import load_model
 from orchestration import tracking
-from tests.support.fixtures import own_ray
 from tests.support.procs import free_ports, wait_for
 from tests.support.runs import TINY, checkpoints
 
@@ -48,33 +48,57 @@ def two_node_cluster(tmp_path_factory):
             pass
 
 
-def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_killed_driver(
+def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_killed_driver(
     small_dataset, tmp_path, two_node_cluster
 ):
+    """One training, one encoder per language, two workers on two nodes, three drivers in turn:
+    1. SIGINT to the driver: exit 130 with one line and no traceback, no model published, the MLflow run KILLED;
+    2. the same command again; a worker SIGKILLed: the group restarts from the last checkpoint (FailureConfig),
+       both ranks again; then the driver SIGKILLed mid-run: nothing published;
+    3. the same command again: it resumes from the last checkpoint, into the same MLflow run, and finishes."""
     config_path = tmp_path / "run.yaml"
     config_path.write_text("name: two-nodes\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [
         str(Path(sys.executable).with_name("interlingua")), "train", "-c", str(config_path),
         f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
-        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,
-        f"runtime.ray_address={two_node_cluster[0]}", "runtime.num_workers=2", "train.max_steps=300",
+        f"tracking.uri={uri}", "prepare.spm.vocab_size=2000", *TINY,
+        f"runtime.ray_address={two_node_cluster[0]}", "runtime.num_workers=2", "train.max_steps=120",
         "train.early_stop_patience_evals=null", "model.shared_encoder=false",  # one encoder per language
     ]
     env = two_node_cluster[1]
     train_dir = tmp_path / "run" / "train"
-    log = open(tmp_path / "train.log", "wb")
-    driver = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def start(name: str) -> subprocess.Popen:
+        return subprocess.Popen(args, env=env, stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.PIPE,
+                                text=True)
+
+    driver = start("first")
     try:
-        wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver)
+        interrupted_at = wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver)[-1]["step"]
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=180)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+    assert lines == ["interlingua train: interrupted; nothing half-done was published; "
+                     "the same command resumes from the last checkpoint"], err[-3000:]
+    assert "Traceback" not in err and not (train_dir / "model").exists()
+    run_id = json.loads((train_dir / "run.json").read_text())["run_id"]
+    assert tracking.get_run(uri, run_id).info.status == "KILLED"
+
+    driver = start("second")
+    try:
+        wait_for(lambda: [c for c in checkpoints(train_dir) if c["step"] > interrupted_at], 180,
+                 "a checkpoint after the interrupt", driver)
         worker = json.loads((train_dir / "workers" / "rank-1.json").read_text())["pid"]
-        os.kill(worker, signal.SIGKILL)  # FailureConfig: the group restarts from the checkpoint
-        resumed = wait_for(
-            lambda: [c for c in checkpoints(train_dir) if c["history"]], 180, "a resumed checkpoint", driver
-        )
-        assert resumed[0]["history"][0]["world"] == 2 and resumed[0]["history"][0]["resumed_at_step"] >= 10
-        killed_at = wait_for(
-            lambda: [c["step"] for c in checkpoints(train_dir) if c["step"] >= 60], 180, "step 60", driver
-        )[-1]
+        os.kill(worker, signal.SIGKILL)
+        resumed = wait_for(lambda: [c for c in checkpoints(train_dir) if len(c["history"]) >= 2], 180,
+                           "a checkpoint after the killed worker", driver)
+        assert resumed[-1]["history"][-1]["world"] == 2 and resumed[-1]["history"][-1]["resumed_at_step"] > interrupted_at
+        killed_at = resumed[-1]["step"]
         driver.send_signal(signal.SIGKILL)  # the whole job dies mid-run
         driver.wait(30)
     finally:
@@ -85,18 +109,14 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_resume_after_a_kil
     rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     progress = json.loads((train_dir / "model" / "progress.json").read_text())
-    assert progress["step"] == 300 and progress["done"]
+    assert progress["step"] == 120 and progress["done"]
     resumes = [h["resumed_at_step"] for h in progress["history"]]
-    assert len(resumes) >= 2 and resumes[-1] >= killed_at  # the rerun started from its last checkpoint
-
+    assert len(resumes) >= 3 and resumes[-1] >= killed_at  # each driver started from the last checkpoint
     state = json.loads((train_dir / "run.json").read_text())
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run = tracking.get_run(uri, state["run_id"])
-    assert run.info.status == "FINISHED"
-    steps = [s for s, _ in tracking.metric_history(uri, state["run_id"], "dev/xsim_error")]
-    assert steps[-1] == 300 and steps[0] == 10
-    runs = tracking.search_runs(uri, "interlingua")  # the default tracking.experiment
-    assert len(runs) == 1  # resumed into the same MLflow run, not a duplicate
+    assert state["run_id"] == run_id and tracking.get_run(uri, run_id).info.status == "FINISHED"
+    steps = [s for s, _ in tracking.metric_history(uri, run_id, "dev/xsim_error")]
+    assert steps[-1] == 120 and steps[0] == 10
+    assert len(tracking.search_runs(uri, "interlingua")) == 1  # resumed into the same MLflow run, not a duplicate
     model, meta = load_model(str(train_dir / "model" / "model.safetensors"))
     assert meta["dev_error"] == progress["dev_error"]
     assert isinstance(model.encoders["fr"].lstm, torch.nn.LSTM)
@@ -150,47 +170,3 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     assert killed["progress"]["data_digest"] == clean["progress"]["data_digest"]  # the same batches, in order
     for name, tensor in clean["model"].items():
         assert torch.equal(killed["model"][name], tensor), name
-
-
-# --- SIGINT: exit 130, one line, the MLflow run KILLED, and the rerun resumes ------------------------
-
-@pytest.mark.ray
-def test_sigint_during_train_exits_130_with_one_line_and_the_rerun_resumes(small_dataset, tmp_path):
-    """On a Ray of its own: the driver's stderr is checked for tracebacks, and the shared instance's actors
-    of earlier tests log to every driver that joins it."""
-    with own_ray(address="local", num_cpus=2, include_dashboard=False):
-        _sigint_during_train(small_dataset, tmp_path)
-
-
-def _sigint_during_train(small_dataset, tmp_path) -> None:
-    import ray
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = [sys.executable, "-m", "orchestration.cli", "train", f"run_dir={tmp_path / 'run'}",
-            f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}", "prepare.spm.vocab_size=2000", *TINY,
-            "train.max_steps=300", "train.early_stop_patience_evals=null",
-            f"runtime.ray_address={ray.get_runtime_context().gcs_address}"]
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    train_dir = tmp_path / "run" / "train"
-    driver = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        interrupted_at = wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver)[-1]["step"]
-        driver.send_signal(signal.SIGINT)
-        _, err = driver.communicate(timeout=180)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert driver.returncode == 130, err[-3000:]
-    lines = [line for line in err.splitlines() if line.startswith("interlingua")]
-    assert lines == ["interlingua train: interrupted; nothing half-done was published; "
-                     "the same command resumes from the last checkpoint"], err[-3000:]
-    assert "Traceback" not in err and not (train_dir / "model").exists()
-    run_id = json.loads((train_dir / "run.json").read_text())["run_id"]
-    assert tracking.get_run(uri, run_id).info.status == "KILLED"
-
-    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    progress = json.loads((train_dir / "model" / "progress.json").read_text())
-    assert progress["step"] == 300 and progress["history"][-1]["resumed_at_step"] >= interrupted_at
-    assert json.loads((train_dir / "run.json").read_text())["run_id"] == run_id
-    assert tracking.get_run(uri, run_id).info.status == "FINISHED"

@@ -1,8 +1,6 @@
 """`interlingua tune` on real Bible text: a tiny search on Ray Tune, its trials in MLflow and `compare`."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import signal
 import subprocess
 import sys
@@ -13,7 +11,7 @@ import yaml
 from orchestration import tracking
 from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
-from orchestration.config import ConfigError, load_config
+from orchestration.config import ConfigError
 from orchestration.train.tune import load_space, trial_config, tune
 from tests.support.fixtures import own_ray
 from tests.support.procs import wait_for
@@ -86,41 +84,11 @@ def test_a_grace_period_above_the_step_budget_is_one_line_and_exit_2(tmp_path, s
 
 
 @pytest.mark.ray
-def test_tune_runs_trials_nested_in_mlflow_and_writes_the_best_config(small_dataset, tmp_path):
-    config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
-                        "runtime.cpus_per_worker=1")
-    space = write_space(tmp_path, """
-num_samples: 1
-max_concurrent_trials: 1
-scheduler: fifo
-space:
-  train.lr: {grid: [0.0001, 0.01]}
-""")
-    with own_ray(address="local", num_cpus=2):  # the dashboard: Ray Train cleans up finished runs through it
-        result = tune(config, load_space(space), space_path=space)
-    assert result.trials == 2 and 0.0 <= result.best_error < 1.0
-    best = load_config(result.best_config)
-    assert best.train.lr in (0.0001, 0.01) and best.run_dir == config.run_dir  # ready for `interlingua run`
-
-    uri = tracking.resolve_uri(config.tracking.uri)
-    parent = tracking.get_run(uri, result.run_id)
-    assert parent.info.status == "FINISHED" and parent.data.metrics["tune/best_dev_error"] == result.best_error
-    trials = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
-    assert len(trials) == 2
-    assert {t.data.tags["mlflow.parentRunId"] for t in trials} == {result.run_id}
-    assert sorted(t.data.params["train.lr"] for t in trials) == ["0.0001", "0.01"]
-    errors = sorted(t.data.metrics["dev/best_xsim_error"] for t in trials)
-    assert errors[0] == pytest.approx(result.best_error)
-    assert [int(t.data.params["runtime.checkpoint_every_steps"]) for t in trials] == [10, 10]
-
-    table = compare_runs(config, stage="train")
-    assert "2 training runs" in table and "train.lr" in table
-    assert yaml.safe_load(Path(result.best_config).read_text())["train"]["lr"] == best.train.lr
-
-
-@pytest.mark.ray
-def test_tune_with_its_run_dir_in_a_bucket_keeps_the_search_there_and_a_rerun_resumes_it(
+def test_tune_nests_its_trials_in_mlflow_keeps_the_search_in_the_bucket_and_a_rerun_resumes_it(
         s3_bucket, small_dataset, tmp_path, monkeypatch, capsys):
+    """A grid of two trials with the run dir in a bucket: the trials' runs nested under the search's in MLflow,
+    the best config written for `interlingua run`, everything of the search in the bucket, and a rerun of the
+    finished search restored from there with no trial trained again."""
     from core import storage
 
     monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
@@ -160,6 +128,16 @@ def test_tune_with_its_run_dir_in_a_bucket_keeps_the_search_there_and_a_rerun_re
     assert trial_files == [f for f in found if f.startswith("trials/")]
     # nothing local but the space, the SQLite tracking store and its artifacts: no `s3:` folder, no run dir
     assert {p.name for p in tmp_path.iterdir()} <= {"space.yaml", "mlflow.db", "mlartifacts"}
+
+    parent = tracking.get_run(uri, tune_run.info.run_id)
+    best_error = parent.data.metrics["tune/best_dev_error"]
+    assert parent.info.status == "FINISHED" and 0.0 <= best_error < 1.0
+    assert {t.data.tags["mlflow.parentRunId"] for t in trial_runs} == {tune_run.info.run_id}
+    assert sorted(t.data.params["train.lr"] for t in trial_runs) == ["0.0001", "0.01"]
+    assert min(t.data.metrics["dev/best_xsim_error"] for t in trial_runs) == pytest.approx(best_error)
+    assert [int(t.data.params["runtime.checkpoint_every_steps"]) for t in trial_runs] == [10, 10]
+    table = compare_runs(config, stage="train")
+    assert "2 training runs" in table and "train.lr" in table
 
 
 def where_for(config) -> list[str]:
