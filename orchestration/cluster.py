@@ -19,20 +19,28 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
                  logging_level=logs.ray_logging_level())
 
 
-def check_tracking_reaches_every_node(uri: str) -> None:
-    """ConfigError when the tracking store is a file of this host (`sqlite:///`, a path) but the Ray cluster
-    (connected: `ensure_ray`) spans more than one host: each training worker would write its own host's file."""
+def check_every_node_reaches(uri: str | None = None, **locations) -> None:
+    """ConfigError, before any work, when the Ray cluster (connected: `ensure_ray`) spans more than one host and
+    the tracking store `uri` is a file of this host (`sqlite:///`, a path), or one of `locations` (keyword: the
+    config key, value: where it is) is a local path: the workers on other hosts would each write their own
+    host's copy, or find nothing. A `file://` URI stands for a filesystem every host mounts at that path."""
     import ray
 
+    from core import storage
     from orchestration.config import ConfigError
 
-    if not (uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri):
-        return
     hosts = sorted({node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")})
-    if len(hosts) > 1:
-        raise ConfigError(f"tracking.uri: {uri} is a file on this host, but the Ray cluster spans {len(hosts)} hosts "
-                          f"({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''}) and each training worker "
-                          "would write its own host's copy; use an MLflow server (tracking.uri=http://HOST:PORT)")
+    if len(hosts) < 2:
+        return
+    spans = f"the Ray cluster spans {len(hosts)} hosts ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})"
+    if uri is not None and (uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri):
+        raise ConfigError(f"tracking.uri: {uri} is a file on this host, but {spans} and each training worker would "
+                          "write its own host's copy; use an MLflow server (tracking.uri=http://HOST:PORT)")
+    for key, location in locations.items():
+        if not storage.is_uri(location):
+            raise ConfigError(f"{key}: {location} is a path on this host, but {spans} and the workers on the others "
+                              f"cannot read or write it; use an object store (s3://BUCKET/...), or file:///PATH "
+                              "for a filesystem every host mounts at that path")
 
 
 def on_this_node(cpus: float, what: str) -> dict[str, float]:

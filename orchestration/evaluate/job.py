@@ -35,7 +35,7 @@ from evaluation.store import StoredEmbeddings
 from evaluation.xsim import approximate_recall, pair_metrics, search_pairs
 from orchestration import model_dir as model_files
 from orchestration import tracking
-from orchestration.cluster import RayExecutor, ensure_ray
+from orchestration.cluster import RayExecutor, check_every_node_reaches, ensure_ray
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
@@ -129,6 +129,8 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
     tracking.check_reachable(tracking.resolve_uri(config.tracking.uri))
     ensure_ray(config.runtime.ray_address, log_to_driver=False)
+    if not texts:
+        check_every_node_reaches(dataset_dir=str(config.data_dir))  # Ray Data reads the split on any node
     meta = {"model": model_identity(config, encoder), "split": name, "data": data, "backend": encoder.backend}
     if texts:
         store = embed_texts(config, texts.table, encoder.model_path, languages, out_dir / "embeddings", meta,

@@ -27,7 +27,7 @@ from core.errors import UserError
 from orchestration import logs
 from orchestration import model_dir as model_files
 from orchestration import tracking
-from orchestration.cluster import check_tracking_reaches_every_node, ensure_ray
+from orchestration.cluster import check_every_node_reaches, ensure_ray
 from orchestration.config import Config
 from orchestration.state import read_state, write_state
 from orchestration.train import builders, live
@@ -173,7 +173,8 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
     ensure_ray(config.runtime.ray_address)
-    check_tracking_reaches_every_node(uri)  # before the MLflow run: a store the workers cannot share is refused
+    # before the MLflow run: a store or folder the workers on other hosts cannot share is refused
+    check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(train_dir))
     from orchestration.train import checkpoint  # torch: imported only when training
 
     # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)

@@ -31,7 +31,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from orchestration import tracking
-from orchestration.cluster import check_tracking_reaches_every_node, ensure_ray
+from orchestration.cluster import check_every_node_reaches, ensure_ray
 from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
 from core import ownership, storage
 from core.schema import Schema, dump_yaml
@@ -176,7 +176,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     state_path = storage.join(tune_dir, STATE_FILE)
     state = storage.read_json(state_path) if storage.exists(state_path) else {}
     ensure_ray(config.runtime.ray_address)
-    check_tracking_reaches_every_node(uri)  # the trials log from their nodes
+    check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(tune_dir))  # the trials' nodes
     with tracking.run(uri, config.tracking.experiment, f"{config.name}-tune",
                       {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
                       resume_run_id=state.get("run_id")) as run_id:

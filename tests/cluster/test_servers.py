@@ -92,8 +92,12 @@ def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket(
     assert any(key.endswith(f"/{run}/artifacts/genesis.txt") for key in keys), keys
 
 
-def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray):
+def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray, tmp_path):
+    """...and each worker host has a disk of its own: a file of the driver's /tmp is not there."""
     import ray
+
+    probe = tmp_path / "the-drivers-file.txt"
+    probe.write_text(TEXT)
 
     nodes = cluster_ray.alive_nodes()
     assert len(nodes) == 3
@@ -104,16 +108,19 @@ def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray
     ray.init(address=cluster_ray.address)
     try:
         @ray.remote(num_cpus=0)
-        def where() -> tuple[str, str]:
+        def where(path: str) -> tuple[str, str, bool]:
             import os
 
-            return ray.util.get_node_ip_address(), os.environ["TMPDIR"]
+            return ray.util.get_node_ip_address(), os.environ["TMPDIR"], os.path.exists(path)
 
-        placed = ray.get([where.options(resources={r: 1}).remote() for r in ("node_a", "node_b")], timeout=120)
+        placed = ray.get([where.options(resources={r: 1}).remote(str(probe)) for r in ("node_a", "node_b")],
+                         timeout=120)
     finally:
         ray.shutdown()
-    assert [ip for ip, _ in placed] == [by_resource["node_a"], by_resource["node_b"]]
-    assert [tmp for _, tmp in placed] == [str(cluster_ray.node(n).scratch / "tmp") for n in ("a", "b")]
+    assert [ip for ip, _, _ in placed] == [by_resource["node_a"], by_resource["node_b"]]
+    assert [tmp for _, tmp, _ in placed] == [str(cluster_ray.node(n).scratch / "tmp") for n in ("a", "b")]
+    if cluster_ray.network.isolated:
+        assert [seen for _, _, seen in placed] == [False, False]  # the driver's disk is not theirs
 
 
 def _node_ip(_: int) -> str:

@@ -1,12 +1,13 @@
-"""Training on the test cluster's Ray nodes (worker hosts with addresses of their own where the machine
-allows network namespaces) logs to the tracking server: the workers reach it over the network, not through
-a file on the driver's host. The run folder is local, on the filesystem the nodes share here."""
+"""Training on the test cluster's Ray nodes (worker hosts with addresses and disks of their own where the machine
+allows namespaces) logs to the tracking server: the workers reach it over the network, not through a file on
+the driver's host. Folders on the driver's disk are refused there, before any work: the nodes cannot see them."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
+from core import transfer
 from core.errors import Exit
 from orchestration import tracking
 from orchestration.cli import main
@@ -16,16 +17,23 @@ pytestmark = pytest.mark.cluster
 
 
 def test_training_workers_on_the_nodes_log_to_the_server(small_dataset, tmp_path, tracking_server, cluster_ray,
-                                                         capsys):
+                                                         s3_env, capsys):
     import ray
 
     uri = tracking_server.uri
-    overrides = [f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}",
-                 "prepare.spm.vocab_size=2000", *TINY, "train.max_steps=10", "name=noded",
-                 # two workers of one CPU: the head has one CPU, so at least one runs on a worker node
-                 f"runtime.ray_address={cluster_ray.address}", "runtime.num_workers=2"]
+    common = [f"tracking.uri={uri}", "prepare.spm.vocab_size=2000", *TINY, "train.max_steps=10", "name=noded",
+              # two workers of one CPU: the head has one CPU, so at least one runs on a worker node
+              f"runtime.ray_address={cluster_ray.address}", "runtime.num_workers=2"]
+    bucket = f"s3://{s3_env.bucket}/noded"
+    transfer.upload_dir(small_dataset.data_dir, f"{bucket}/data", last=("manifest.json",))
     try:
-        assert main(["train", *overrides]) == Exit.OK
+        if cluster_ray.network.isolated:  # hosts of their own: the driver's folders are not theirs
+            assert main(["train", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
+                         *common]) == Exit.USER_ERROR
+            err = capsys.readouterr().err
+            assert "is a path on this host, but the Ray cluster spans 3 hosts" in err and len(err.splitlines()) == 1
+            assert not [p for p in (tmp_path / "run").rglob("*") if p.is_file()]  # nothing written there
+        assert main(["train", f"run_dir={bucket}/run", f"dataset_dir={bucket}/data", *common]) == Exit.OK
         out = capsys.readouterr().out
     finally:
         ray.shutdown()

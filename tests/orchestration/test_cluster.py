@@ -39,20 +39,23 @@ def test_ray_tasks_read_stored_embeddings_a_few_in_flight(local_ray, tmp_path):
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////srv/mlflow.db", "/srv/mlruns", "file:///srv/mlruns"])
-def test_a_tracking_file_is_refused_on_a_cluster_of_several_hosts(monkeypatch, uri):
+def test_a_tracking_file_or_a_local_folder_is_refused_on_a_cluster_of_several_hosts(monkeypatch, uri):
     import ray
 
-    from orchestration.cluster import check_tracking_reaches_every_node
+    from orchestration.cluster import check_every_node_reaches
     from orchestration.config import ConfigError
 
     hosts = [{"NodeManagerAddress": ip, "Alive": alive} for ip, alive in
              [("10.0.0.1", True), ("10.0.0.1", True), ("10.0.0.9", False)]]
     monkeypatch.setattr(ray, "nodes", lambda: hosts)
-    check_tracking_reaches_every_node(uri)  # one host (the dead node aside): the file is everyone's
+    check_every_node_reaches(uri, run_dir="/srv/run")  # one host (the dead node aside): its files are everyone's
     hosts.append({"NodeManagerAddress": "10.0.0.2", "Alive": True})
     with pytest.raises(ConfigError, match=r"tracking.uri: .* spans 2 hosts \(10.0.0.1, 10.0.0.2\).*MLflow server"):
-        check_tracking_reaches_every_node(uri)
-    check_tracking_reaches_every_node("http://10.0.0.1:5000")  # a server: every host reaches it
+        check_every_node_reaches(uri)
+    with pytest.raises(ConfigError, match=r"run_dir: /srv/run is a path on this host.*s3://BUCKET.*file:///PATH"):
+        check_every_node_reaches("http://10.0.0.1:5000", dataset_dir="s3://b/data", run_dir="/srv/run")
+    # a server, a bucket and a filesystem every host mounts: every host reaches them
+    check_every_node_reaches("http://10.0.0.1:5000", dataset_dir="s3://b/data", run_dir="file:///nfs/run")
 
 
 def test_work_on_this_node_is_refused_where_this_node_has_no_cpus(monkeypatch):

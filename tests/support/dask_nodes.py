@@ -49,7 +49,7 @@ def _start(name: str, args: list[str], root: Path, node: Node | None, env: dict[
     dask = str(Path(sys.executable).with_name("dask"))
     server = spawn(f"the Dask {args[0]} {name}", [dask, *args], scratch / "dask.log", cwd=scratch / "work",
                    env={**env, "TMPDIR": str(scratch / "tmp"), "DASK_LOGGING__PIPELINES": "debug"},
-                   prefix=node.prefix if node else ())
+                   prefix=node.host_prefix(scratch) if node else ())  # a worker host: a disk of its own
     return DaskNode(name, node.ip if node else "", f"node_{node.name}" if node else None, scratch, server)
 
 

@@ -12,7 +12,9 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Sequence
 
 SUBNET = "10.231"  # 10.231.N.0/24, N picked free when the bridge is made (several test runs may share a machine)
@@ -31,6 +33,41 @@ class Node:
     @property
     def prefix(self) -> list[str]:
         return ["ip", "netns", "exec", self.netns] if self.netns else []
+
+    def host_prefix(self, scratch: Path) -> list[str]:
+        """The prefix that runs a process on this host with a disk of its own, as a separate machine has: in
+        its network namespace and in a mount namespace of its own, where /tmp and /root are empty (the
+        driver's files, the other nodes' scratch and the shared home are out of sight) but for `scratch`
+        and the Python installation, which are bound back at their paths. Without namespaces, `prefix`."""
+        if not self.netns:
+            return self.prefix
+        python = sys.base_prefix  # the interpreter the venv's python links to (pyenv's, under /root here)
+        return [*self.prefix, "unshare", "--mount", "--propagation", "private", "sh", "-c", _OWN_DISK, "own-disk",
+                str(scratch), python]
+
+
+# In the new mount namespace (private: nothing mounted here reaches the host): keep the scratch and the Python
+# installation reachable through a tmpfs on /mnt while an empty tmpfs covers /tmp and /root, then bind it back at its own path.
+_OWN_DISK = """set -e
+scratch=$1; python=$2; shift 2
+mount -t tmpfs tmpfs /mnt
+for cover in /tmp /root; do
+  for keep in "$scratch" "$python"; do
+    case "$keep" in "$cover"/*)
+      mkdir -p "/mnt/keep$cover$keep"; mount --bind "$keep" "/mnt/keep$cover$keep";;
+    esac
+  done
+done
+for cover in /tmp /root; do
+  mount -t tmpfs -o mode=1777 tmpfs "$cover"
+  for keep in "$scratch" "$python"; do
+    case "$keep" in "$cover"/*)
+      mkdir -p "$keep"; mount --bind "/mnt/keep$cover$keep" "$keep"; umount "/mnt/keep$cover$keep";;
+    esac
+  done
+done
+exec "$@"
+"""
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ def _start_node(name: str, ip: str, args: Sequence[str], root: Path, env: dict[s
     for sub in ("ray", "tmp", "work"):
         (scratch / sub).mkdir(parents=True, exist_ok=True)
     env = {**env, "TMPDIR": str(scratch / "tmp")}
-    prefix = node.prefix if node else []
+    prefix = node.host_prefix(scratch) if node else []  # a worker host: a disk of its own
     server = spawn(f"the Ray node {name}", list(args), scratch / "ray-start.log", cwd=scratch / "work", env=env,
                    prefix=prefix)
     return RayNode(name, ip, resource, scratch, server, list(args), env, prefix)
