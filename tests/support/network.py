@@ -37,32 +37,38 @@ class Node:
     def host_prefix(self, scratch: Path) -> list[str]:
         """The prefix that runs a process on this host with a disk of its own, as a separate machine has: in
         its network namespace and in a mount namespace of its own, where /tmp and /root are empty (the
-        driver's files, the other nodes' scratch and the shared home are out of sight) but for `scratch`
-        and the Python installation, which are bound back at their paths. Without namespaces, `prefix`."""
+        driver's files, the other nodes' scratch and the shared home are out of sight) but for `scratch`,
+        the Python installation, the venv and the code, which are bound back at their paths (a checkout
+        under /tmp, as a fresh clone may be, stays reachable). Without namespaces, `prefix`."""
         if not self.netns:
             return self.prefix
-        python = sys.base_prefix  # the interpreter the venv's python links to (pyenv's, under /root here)
+        from tests.support.procs import PACKAGE_ROOT
+
+        keep = dict.fromkeys([str(scratch), sys.base_prefix, sys.prefix, str(PACKAGE_ROOT)])
         return [*self.prefix, "unshare", "--mount", "--propagation", "private", "sh", "-c", _OWN_DISK, "own-disk",
-                str(scratch), python]
+                *keep, "--"]
 
 
-# In the new mount namespace (private: nothing mounted here reaches the host): keep the scratch and the Python
-# installation reachable through a tmpfs on /mnt while an empty tmpfs covers /tmp and /root, then bind it back at its own path.
+# In the new mount namespace (private: nothing mounted here reaches the host): keep the paths given before `--`
+# reachable through a tmpfs on /mnt while an empty tmpfs covers /tmp and /root, bind each back at its own path,
+# then run the command after `--`.
 _OWN_DISK = """set -e
-scratch=$1; python=$2; shift 2
+keep=""
+while [ "$1" != "--" ]; do keep="$keep $1"; shift; done
+shift
 mount -t tmpfs tmpfs /mnt
 for cover in /tmp /root; do
-  for keep in "$scratch" "$python"; do
-    case "$keep" in "$cover"/*)
-      mkdir -p "/mnt/keep$cover$keep"; mount --bind "$keep" "/mnt/keep$cover$keep";;
-    esac
+  n=0
+  for path in $keep; do
+    n=$((n + 1))
+    case "$path" in "$cover"/*) mkdir -p "/mnt/keep$cover$n"; mount --bind "$path" "/mnt/keep$cover$n";; esac
   done
-done
-for cover in /tmp /root; do
   mount -t tmpfs -o mode=1777 tmpfs "$cover"
-  for keep in "$scratch" "$python"; do
-    case "$keep" in "$cover"/*)
-      mkdir -p "$keep"; mount --bind "/mnt/keep$cover$keep" "$keep"; umount "/mnt/keep$cover$keep";;
+  n=0
+  for path in $keep; do
+    n=$((n + 1))
+    case "$path" in "$cover"/*)
+      mkdir -p "$path"; mount --bind "/mnt/keep$cover$n" "$path"; umount "/mnt/keep$cover$n";;
     esac
   done
 done
