@@ -113,6 +113,19 @@ def with_parents(relatives) -> set[str]:
     return out
 
 
+def is_stage_state(location: storage.Location) -> bool:
+    """Whether the file at `location` is a stage's state file the product wrote (`train/run.json`, an
+    evaluation's `state.json`): a JSON object with its fingerprint. The record that vouches for the files of
+    fixed names beside it; without it, files of those names are a user's."""
+    if not storage.exists(location):  # absent, or a folder of that name
+        return False
+    try:
+        state = storage.read_json(location)
+    except (FileNotFoundError, ValueError):  # removed meanwhile, or not JSON
+        return False
+    return isinstance(state, dict) and isinstance(state.get("fingerprint"), str)
+
+
 def begin_writes(location: storage.Location, names: list[str]) -> None:
     """Record, before writing them in place under `location`, the files about to be written (relative
     names), added to those recorded before: if the run dies before its manifest, the rerun knows them for

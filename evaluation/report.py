@@ -48,19 +48,11 @@ def check_output(out_dir: Path, *, record: str) -> list[str]:
     Its own by record: `record` (the state file, written last: a JSON object with the evaluation's
     fingerprint) or the write journal (`core.ownership.begin_writes`, written before the report) vouches for
     `FILES`; without either, a file of those names is a user's. By layout: what lies in `SUBFOLDERS`."""
-    vouched = _is_state(out_dir / record) or set(FILES) <= ownership.recorded_writes(out_dir)
+    vouched = ownership.is_stage_state(out_dir / record) or set(FILES) <= ownership.recorded_writes(out_dir)
     names = {*FILES, record} if vouched else set()
     return ownership.check_only_ours(
         out_dir, lambda e: e in names or e == ownership.JOURNAL or e.split("/")[0] in SUBFOLDERS,
         what="evaluation folder", advice="move those files out of it; interlingua writes only its own evaluation there")
-
-
-def _is_state(path: Path) -> bool:
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(state, dict) and isinstance(state.get("fingerprint"), str)
 
 
 def write_report(out_dir: Path, matrix: Matrix, pairs: dict[str, dict[str, float]], averages: dict[str, float],

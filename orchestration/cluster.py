@@ -52,14 +52,25 @@ def on_this_node(cpus: float, what: str) -> dict[str, float]:
 
     from orchestration.config import ConfigError
 
-    here = ray.get_runtime_context().get_node_id()
-    node = next((n for n in ray.nodes() if n.get("NodeID") == here), {})
-    if node.get("Resources", {}).get("CPU", 0) < cpus:
-        raise ConfigError(f"{what} runs on the node of this command's host ({node.get('NodeManagerAddress', here)}), "
-                          f"which has {node.get('Resources', {}).get('CPU', 0):g} CPUs (runtime.cpus_per_task: {cpus:g} "
-                          "needed): run the command on a node with CPUs (`ray job submit --entrypoint-num-cpus 1 ...` "
-                          "places it on one), or give this node CPUs")
+    node = _this_node()
+    if node_cpus(node) < cpus:
+        raise ConfigError(f"{what} runs on the node of this command's host ({node['NodeManagerAddress']}), "
+                          f"which has {node_cpus(node):g} CPUs (runtime.cpus_per_task: {cpus:g} needed): run the "
+                          "command on a node with CPUs (`ray job submit --entrypoint-num-cpus 1 ...` places it on "
+                          "one), or give this node CPUs")
     return {f"node:{ray.util.get_node_ip_address()}": 0.001}
+
+
+def _this_node() -> dict[str, Any]:
+    """`ray.nodes()`'s entry of the driver's node."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    return next((n for n in ray.nodes() if n.get("NodeID") == here), {"NodeManagerAddress": here})
+
+
+def node_cpus(node: dict[str, Any]) -> float:
+    return node.get("Resources", {}).get("CPU", 0)
 
 
 class RayExecutor:
@@ -84,8 +95,8 @@ class RayExecutor:
 
         placed = on_this_node(self.cpus_per_task, "the search") if self.here else {}
         task = ray.remote(num_cpus=self.cpus_per_task, resources=placed)(fn)
-        cpus = ray.cluster_resources().get("CPU", 1) if not placed else next(
-            n["Resources"].get("CPU", 1) for n in ray.nodes() if n.get("NodeID") == ray.get_runtime_context().get_node_id())
+        # as many CPUs as the tasks may use: this node's when they are placed here, else the cluster's
+        cpus = node_cpus(_this_node()) if placed else ray.cluster_resources().get("CPU", 1)
         limit = self.max_in_flight or max(2, 2 * int(cpus) // self.cpus_per_task)
         pending: deque = deque()
         for args in calls:

@@ -86,7 +86,11 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
                          "the dev tuples share, or prepare with prepare.split.heldout_complete=true")
 
 
-_RAY_FILES = re.compile(r"ray(/(\.validate_storage_marker|checkpoint_manager_snapshot\.json|checkpoint_[^/]+))?")
+# Ray Train's layout under ray/: its storage marker, its checkpoint manager's snapshot, the checkpoints' folders
+# and the files a checkpoint holds (`train.checkpoint`: the model directory's and the resume state)
+_CHECKPOINT_FILES = "|".join(re.escape(n) for n in (*model_files.FILES, model_files.CHECKPOINT_STATE))
+_RAY_FILES = re.compile(r"ray(/(\.validate_storage_marker|checkpoint_manager_snapshot\.json|"
+                        rf"checkpoint_[^/]+(/({_CHECKPOINT_FILES}))?))?")
 _WORKER_FILES = re.compile(r"workers(/rank-\d+\.json)?")
 
 
@@ -98,17 +102,14 @@ def check_train_dir(train_dir: storage.Location) -> list[str]:
     passed) vouches for the run's `config.yaml` and the exported model's files, which a directory without
     it never holds as the product's. By layout: Ray Train's checkpoints under `ray/` (their folders and
     files), the workers' `workers/rank-N.json` and the model's staging folders."""
-    record = _is_state(storage.join(train_dir, STATE_FILE))
-    checkpoint_files = {*model_files.FILES, model_files.CHECKPOINT_STATE}
+    record = ownership.is_stage_state(storage.join(train_dir, STATE_FILE))
 
     def ours(entry: str) -> bool:
         top, _, rest = entry.partition("/")
         if top.startswith(".model."):
             return True
         if top == "ray":
-            head, _, inner = rest.partition("/")
-            return _RAY_FILES.fullmatch(f"ray/{head}" if head else "ray") is not None and (
-                not inner or head.startswith("checkpoint_") and inner in checkpoint_files)
+            return _RAY_FILES.fullmatch(entry) is not None
         if top == "workers":
             return _WORKER_FILES.fullmatch(entry) is not None
         if entry == STATE_FILE:
@@ -129,15 +130,6 @@ def start_over(train_dir: storage.Location, found: list[str]) -> None:
     record that vouches for the model, stays too, until the new training replaces it."""
     kept = ("model", STATE_FILE)
     ownership.remove_ours(train_dir, [e for e in found if e.partition("/")[0] not in kept], keep_root=True)
-
-
-def _is_state(location: str) -> bool:
-    """Whether `location` is a training state this product wrote (a JSON object with its fingerprint)."""
-    try:
-        state = storage.read_json(location)
-    except (FileNotFoundError, ValueError):
-        return False
-    return isinstance(state, dict) and isinstance(state.get("fingerprint"), str)
 
 
 def train(config: Config, *, force: bool = False, restart_stale: bool = False,

@@ -155,6 +155,12 @@ def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path)
     assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # nothing staged
 
 
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     from orchestration.train.driver import check_train_dir, train
     from core import ownership
@@ -162,13 +168,10 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
 
     config = config_for(small_dataset, tmp_path)
     train_dir = Path(config.train_dir)
-    for name in ("config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
-                 "model/model.safetensors", "model/lineage.json", ".model.partial/model.safetensors"):
-        (train_dir / name).parent.mkdir(parents=True, exist_ok=True)
-        (train_dir / name).write_text("{}")
-    (train_dir / "run.json").write_text('{"fingerprint": "0f"}')
-    (train_dir / "model" / "my-notes.txt").write_text(SENTINEL)
-    (train_dir / "paper.tex").write_text(SENTINEL)
+    _tree(train_dir, {**dict.fromkeys(("config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
+                                       "model/model.safetensors", "model/lineage.json",
+                                       ".model.partial/model.safetensors"), "{}"),
+                      "run.json": '{"fingerprint": "0f"}', "model/my-notes.txt": SENTINEL, "paper.tex": SENTINEL})
     with pytest.raises(ownership.ForeignDataError, match=r"model/my-notes.txt.*paper.tex"):
         train(config, force=True)
     assert (train_dir / "model" / "model.safetensors").exists() and (train_dir / "paper.tex").read_text() == SENTINEL
@@ -176,12 +179,6 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     (train_dir / "paper.tex").unlink()
     ownership.remove_ours(train_dir, check_train_dir(train_dir), keep_root=True)  # what --force then does
     assert train_dir.is_dir() and not list(train_dir.iterdir())
-
-
-def _tree(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
 
 
 def test_a_training_directory_without_its_record_holds_no_file_of_the_product(tmp_path):
