@@ -29,8 +29,9 @@ demo: venv
 	status=0; $(BIN)/interlingua run --config configs/bible6-cpu.yaml || status=$$?; \
 	[ $$status -eq 0 ] || [ $$status -eq 3 ] || [ $$status -eq 4 ]
 
+# Two processes (pytest-xdist): the test cluster's tests stay on one, as do the fresh-venv tests (their groups)
 test: venv
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" -n 2 --durations=10

@@ -2,21 +2,50 @@
 the searches of `evaluation.xsim` as Ray tasks."""
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 
 def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
-    """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one."""
+    """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one
+    that listens on the loopback address only (`loopback_only`)."""
     import ray
 
     from orchestration import logs
 
     logs.plain_ray_output()
     if not ray.is_initialized():
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=log_to_driver,
-                 logging_level=logs.ray_logging_level())
+        target = address or os.environ.get("RAY_ADDRESS") or "local"
+        with loopback_only() if target == "local" else contextlib.nullcontext():
+            ray.init(address=target, log_to_driver=log_to_driver, logging_level=logs.ray_logging_level())
+
+
+# Ray's switch for a machine that runs no cluster (its default on macOS and Windows): the node's address is the
+# loopback one, and the GCS, raylet, object manager, workers and agents bind it alone. Read by Ray at import
+# (`ray_constants.ENABLE_RAY_CLUSTER`) and by the processes a start spawns (the variable).
+_NO_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """While a local Ray instance starts (`ray.init(address="local")`): nothing of it listens on an address
+    another host could reach. Restored afterwards, so that a later connection of this process to a real cluster
+    advertises its host's address."""
+    from ray._private import ray_constants
+
+    before, variable = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(_NO_CLUSTER_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    os.environ[_NO_CLUSTER_ENV] = "0"
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+        if variable is None:
+            os.environ.pop(_NO_CLUSTER_ENV, None)
+        else:
+            os.environ[_NO_CLUSTER_ENV] = variable
 
 
 def check_every_node_reaches(uri: str | None = None, **locations) -> None:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from core.errors import UserError
+
 log = logging.getLogger(__name__)
 
 # The tags the project sets on its runs and registered versions (what `compare`, `run` and the champion
@@ -289,6 +291,15 @@ def set_tags(uri: str, run_id: str, tags: Mapping[str, str]) -> None:
         client.set_tag(run_id, key, value)
 
 
+# MLflow's client reads a tracking server's login from these (`mlflow server --app-name basic-auth`)
+CREDENTIALS_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+_REFUSED = ("UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
+class TrackingLoginError(UserError):
+    """The tracking server answers but refuses this command's credentials (or their absence)."""
+
+
 def check_reachable(uri: str) -> None:
     """Fail fast, before any long work, when the tracking store cannot be reached."""
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
@@ -297,6 +308,10 @@ def check_reachable(uri: str) -> None:
     try:
         _client(uri).search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - any failure here means "unreachable"
+        if getattr(exc, "error_code", None) in _REFUSED:
+            raise TrackingLoginError(
+                f"tracking.uri: {uri} refused this command ({exc.error_code}): give it a user's credentials in "
+                f"MLflow's variables, {', '.join(CREDENTIALS_ENV)} (basic auth), or MLFLOW_TRACKING_TOKEN") from None
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConnectionError(f"MLflow tracking store {uri} is unreachable: {first_line}") from None
     finally:

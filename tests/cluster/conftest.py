@@ -4,7 +4,9 @@ the folder's last test, so none of its processes runs beside the rest of the sui
     cluster_network   Network: host_ip, nodes a and b, isolated (namespaces) or why_not
     s3_server         S3Server of the test cluster: endpoint, bucket, env, filesystem(), client()
     s3_env            (per test) the cluster S3 server's variables set in os.environ for the test
-    tracking_server   TrackingServer: uri (http://...), artifacts (s3://bucket/mlflow), database
+    tracking_server   (per test) TrackingServer (started once): uri (http://...), artifacts (s3://bucket/mlflow),
+                      database, env; its admin's credentials set in os.environ for the test (MLflow's variables),
+                      as they are on every node
     cluster_ray       (per test) RayCluster (started once): address, head, workers, node(name).kill_raylet();
                       a test that kills a node restarts it (`RayCluster.restart`)
     cluster_dask      DaskCluster: address, scheduler, workers (resources node_a, node_b)
@@ -41,15 +43,29 @@ def s3_env(s3_server, monkeypatch) -> s3.S3Server:
 
 
 @pytest.fixture(scope="package")
-def tracking_server(cluster_network, s3_server, tmp_path_factory) -> Iterator[tracking.TrackingServer]:
-    with tracking.tracking_server(tmp_path_factory.mktemp("tracking"), s3_server,
+def _tracking_credentials() -> dict[str, str]:
+    """The tracking server's user: the driver's and every node's own (MLflow's variables)."""
+    return tracking.credentials()
+
+
+@pytest.fixture(scope="package")
+def _tracking_server(cluster_network, s3_server, _tracking_credentials,
+                     tmp_path_factory) -> Iterator[tracking.TrackingServer]:
+    with tracking.tracking_server(tmp_path_factory.mktemp("tracking"), s3_server, admin=_tracking_credentials,
                                   host=cluster_network.host_ip) as server:
         yield server
 
 
+@pytest.fixture
+def tracking_server(_tracking_server, monkeypatch) -> tracking.TrackingServer:
+    for key, value in _tracking_server.env.items():
+        monkeypatch.setenv(key, value)
+    return _tracking_server
+
+
 @pytest.fixture(scope="package")
-def _cluster_ray_nodes(cluster_network, s3_server) -> Iterator[ray_nodes.RayCluster]:
-    with ray_nodes.ray_cluster(cluster_network, env=s3_server.env) as cluster:
+def _cluster_ray_nodes(cluster_network, s3_server, _tracking_credentials) -> Iterator[ray_nodes.RayCluster]:
+    with ray_nodes.ray_cluster(cluster_network, env={**s3_server.env, **_tracking_credentials}) as cluster:
         yield cluster
 
 

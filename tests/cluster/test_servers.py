@@ -72,13 +72,30 @@ def test_a_dask_computation_runs_on_both_workers(cluster_dask):
         assert {w.ip for w in cluster_dask.workers} == {n.ip for n in cluster_dask.network.nodes}
 
 
-def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket(tracking_server, s3_server,
-                                                                               tmp_path):
+def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket_and_refuses_strangers(
+        tracking_server, s3_server, tmp_path, monkeypatch, capsys):
     import contextlib
 
     import psycopg2
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
 
     from orchestration import tracking as client
+    from orchestration.cli import main
+
+    with monkeypatch.context() as stranger:  # no credentials, then a wrong password
+        for key in tracking_server.env:
+            stranger.delenv(key)
+        with pytest.raises(MlflowException, match="401"):
+            MlflowClient(tracking_server.uri).create_experiment("anyone")
+        assert main(["compare", f"tracking.uri={tracking_server.uri}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "UNAUTHENTICATED" in err and "MLFLOW_TRACKING_PASSWORD" in err, err
+        stranger.setenv(tracking.USERNAME_ENV, tracking_server.env[tracking.USERNAME_ENV])
+        stranger.setenv(tracking.PASSWORD_ENV, "not-the-password")
+        with pytest.raises(MlflowException, match="401"):
+            MlflowClient(tracking_server.uri).create_experiment("anyone")
+    assert not [e for e in MlflowClient(tracking_server.uri).search_experiments() if e.name == "anyone"]
 
     run = client.start_run(tracking_server.uri, "smoke", "genesis", {"book": "Genesis"})
     (tmp_path / "genesis.txt").write_text(TEXT)

@@ -1,6 +1,9 @@
 """Ray as the search executor: searches as Ray tasks give what the in-process search gives, from
-arrays in the object store or from embeddings on disk that each task reads itself."""
+arrays in the object store or from embeddings on disk that each task reads itself; the checks of where work may
+run; a command's own Ray instance listening on the loopback address alone."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -78,3 +81,25 @@ def test_work_on_this_node_is_refused_where_this_node_has_no_cpus(monkeypatch):
         on_this_node(1, "embedding")
     nodes[0]["Resources"]["CPU"] = 2.0
     assert on_this_node(1, "embedding") == {"node:10.0.0.1": 0.001}
+
+
+@pytest.mark.ray
+def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(monkeypatch):
+    """The GCS, the raylet, the object manager, the agents and a worker of a command's own Ray instance bind no
+    address another host could reach."""
+    import psutil
+    import ray
+
+    from orchestration.cluster import ensure_ray
+    from tests.support.fixtures import reset_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    reset_ray()  # the run's shared instance, if this process holds it: the next test that asks starts it again
+    ensure_ray(None)  # stopped after the test (tests/support/fixtures.py, _environment_restored)
+    assert ray.get(ray.remote(lambda: 1).remote()) == 1  # a worker is up, with its own server
+    tree = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}  # the driver too
+    bound = [(c.pid, c.laddr) for c in psutil.net_connections(kind="inet")
+             if c.pid in tree and c.laddr and (c.status == psutil.CONN_LISTEN or not c.raddr)]
+    names = {psutil.Process(pid).name() for pid, _ in bound}
+    assert {"gcs_server", "raylet"} <= names, names
+    assert all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, address in bound), bound

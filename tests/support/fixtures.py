@@ -175,10 +175,13 @@ def local_ray(_moto, monkeypatch) -> None:
     gets the variables its start set, as the process that started it had them."""
     import ray
 
+    from orchestration.cluster import loopback_only
+
     if not (_LOCAL_RAY and ray.is_initialized()):
         reset_ray()
         before = dict(os.environ)
-        ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": dict(_moto)})
+        with loopback_only():  # as a command's own instance listens
+            ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": dict(_moto)})
         _LOCAL_RAY.append({k: v for k, v in os.environ.items() if before.get(k) != v})
     for name, value in _LOCAL_RAY[0].items():
         monkeypatch.setenv(name, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import socket
 import subprocess
 import time
@@ -200,3 +201,14 @@ def port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
         return s.connect_ex((host, port)) == 0
+
+
+# Ray Train's placement-group cleaner (a detached actor of every training) finds its cluster by looking for GCS
+# processes on the machine; beside a second Ray instance (another test process's) its monitor thread dies with a
+# traceback of its own ("Found multiple active Ray instances"), which is Ray's, not the command's.
+_RAY_CLEANER_LINE = re.compile(r"^\(PlacementGroupCleaner pid=\d+\)")
+
+
+def own_output(text: str) -> str:
+    """A command's output without the lines of Ray's placement-group cleaner."""
+    return "\n".join(line for line in text.splitlines() if not _RAY_CLEANER_LINE.match(line))

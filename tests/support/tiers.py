@@ -174,6 +174,12 @@ def pytest_collection_modifyitems(config, items):
         for fixture in item.fixturenames:
             for marker in FIXTURE_MARKERS.get(fixture, ()):
                 item.add_marker(marker)
+        # with pytest-xdist (`--dist loadgroup`): the test cluster's tests share its one start, and the
+        # fresh-venv tests the one wheelhouse, each on one worker
+        for group in ("cluster", "venv"):
+            if item.get_closest_marker(group) is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 def _markers(item) -> set[str]:

@@ -1,5 +1,7 @@
 """The tracking server of the test cluster: PostgreSQL (Debian's `postgresql` binaries, a throwaway data
-folder) with `mlflow server` in front of it, its artifacts in the S3 server's bucket.
+folder) with `mlflow server` in front of it, its artifacts in the S3 server's bucket, and MLflow's basic
+authentication (`--app-name basic-auth`): every request but the health check needs a user's credentials, which
+clients take from MLflow's standard variables (`credentials`).
 
 PostgreSQL refuses to run as root, so under root (as in CI) it runs as `nobody` from a folder of its own
 under /tmp (pytest's folders are root's, mode 0700, which `nobody` cannot enter).
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -25,16 +28,25 @@ MLFLOW_START_S = 180  # its first start on an empty database runs every schema m
 INSTALL_HINT = "install Debian's PostgreSQL server (`apt-get install -y postgresql`; .ci/run does it)"
 
 
+USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"  # MLflow's client reads them
+
+
+def credentials(username: str = "interlingua") -> dict[str, str]:
+    """A user of the tracking server with a fresh password, as MLflow's client variables."""
+    return {USERNAME_ENV: username, PASSWORD_ENV: secrets.token_urlsafe(16)}
+
+
 @dataclass(frozen=True)
 class TrackingServer:
     """`uri`: http://host:port for `tracking.uri`; `artifacts`: where the server keeps artifacts (s3://...);
     `database`: the PostgreSQL URL of its backend store; `folders`: all the two servers write locally (their
-    logs, TMPDIRs and PostgreSQL's data)."""
+    logs, TMPDIRs and PostgreSQL's data); `env`: the variables that give a client the admin's credentials."""
 
     uri: str
     artifacts: str
     database: str
     folders: tuple[Path, ...]
+    env: dict[str, str]
 
 
 def postgres_bin() -> Path:
@@ -100,24 +112,37 @@ def _create_database(url: str, name: str) -> bool:
 
 
 @contextlib.contextmanager
-def tracking_server(log_dir: Path, s3: S3Server, *, host: str = "127.0.0.1",
+def tracking_server(log_dir: Path, s3: S3Server, *, admin: dict[str, str] | None = None, host: str = "127.0.0.1",
                     start_s: float = MLFLOW_START_S) -> Iterator[TrackingServer]:
-    """PostgreSQL and `mlflow server` on host:<free port>, its artifacts under s3://<bucket>/mlflow;
-    both stopped when the context ends."""
+    """PostgreSQL and `mlflow server` on host:<free port>, its artifacts under s3://<bucket>/mlflow, its users
+    (`admin`, else fresh `credentials()`) in a database of its own beside; both stopped when the context ends."""
+    admin = admin or credentials()
     with postgres(log_dir) as (database, data):
         port = free_port(host)
         artifacts = f"s3://{s3.bucket}/mlflow"
         (log_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        # MLflow's basic-auth app: users in a database of their own, admin created at the first start; a user
+        # who logged in reads everything (default_permission), writes what it owns; the check of a password
+        # (PBKDF2) cached for a minute per user
+        (log_dir / "basic_auth.ini").write_text(
+            "[mlflow]\ndefault_permission = READ\n"
+            f"database_uri = sqlite:///{log_dir / 'basic_auth.db'}\n"
+            f"admin_username = {admin[USERNAME_ENV]}\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+            "auth_cache_ttl_seconds = 60\n")
         env = {**s3.env, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-               "TMPDIR": str(log_dir / "tmp")}
+               "TMPDIR": str(log_dir / "tmp"), "MLFLOW_AUTH_CONFIG_PATH": str(log_dir / "basic_auth.ini"),
+               "MLFLOW_AUTH_ADMIN_PASSWORD": admin[PASSWORD_ENV],
+               "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}  # its forms' CSRF protection
         server = spawn("the MLflow tracking server", [
-            str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", database,
-            "--artifacts-destination", artifacts, "--host", host, "--port", str(port), "--workers", "1",
+            str(Path(sys.executable).with_name("mlflow")), "server", "--app-name", "basic-auth",
+            "--backend-store-uri", database, "--artifacts-destination", artifacts, "--host", host,
+            "--port", str(port), "--workers", "1",
         ], log_dir / "mlflow-server.log", env=env, cwd=log_dir)
         try:
             uri = f"http://{host}:{port}"
             wait_until(lambda: _answers(uri), timeout_s=start_s, server=server, what=f"answer on {uri}", every_s=1)
-            yield TrackingServer(uri, artifacts, database, (log_dir, data))
+            yield TrackingServer(uri, artifacts, database, (log_dir, data), dict(admin))
         finally:
             server.stop()
 

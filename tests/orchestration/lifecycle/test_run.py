@@ -19,7 +19,7 @@ from orchestration.config import load_config
 from orchestration.lifecycle.lock import run_lock
 from orchestration.lifecycle.run import run_pipeline
 from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
-from tests.support.procs import free_port, free_ports, wait_for
+from tests.support.procs import free_port, free_ports, own_output, wait_for
 from tests.support.runs import RETUNED, TINY, checkpoints
 
 
@@ -107,7 +107,7 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.startswith("interlingua run")]
         assert len(lines) == 1 and str(victim) in lines[0] and named in lines[0], (fault, err)
-        assert "Traceback" not in err, (fault, err)
+        assert "Traceback" not in own_output(err), (fault, err)
         victim.write_bytes(backup)
     (port,) = free_ports(1)  # the tracking store unreachable
     assert main(["run", *where, f"tracking.uri=http://127.0.0.1:{port}"]) == 1
