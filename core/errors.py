@@ -23,5 +23,5 @@ class Exit(IntEnum):
     USER_ERROR = 2  # a user error: one line naming what to change
     NOTHING_TO_DO = 3  # run: every stage up to date
     NOT_PROMOTED = 4  # run: trained, but the challenger did not beat the champion
-    ALREADY_RUNNING = 5  # run: another run holds the lock
+    ALREADY_RUNNING = 5  # run or a stage command: another command holds the run dir's lock
     INTERRUPTED = 130  # SIGINT

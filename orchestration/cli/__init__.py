@@ -32,6 +32,7 @@ from orchestration import logs
 from orchestration.cli import export, serve, stages, tools
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
+from orchestration.lifecycle.lock import AlreadyRunning
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
@@ -87,7 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from orchestration.state import check_writable
 
             check_writable(config.run_location, "run_dir")  # before any work, not at its end
+        if args.locks and _writes_in_run_dir(args.command, config):
+            from orchestration.lifecycle.lock import stage_lock
+
+            with stage_lock(config.run_location, args.command):
+                return args.handler(config, args)
         return args.handler(config, args)
+    except AlreadyRunning as exc:
+        return _fail(args.command, str(exc), Exit.ALREADY_RUNNING)
     except UserError as exc:
         return _fail(args.command, f"error: {exc}", Exit.USER_ERROR)
     except ConnectionError as exc:  # the tracking store or the cluster: not the input's fault
@@ -102,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
         why = f"stopped: {exc}" if str(exc) else "interrupted"
         return _fail(args.command, f"{why}; nothing half-done was published{resume}", Exit.INTERRUPTED)
+
+
+def _writes_in_run_dir(command: str, config) -> bool:
+    """Whether the command writes under run_dir: every stage does but `prepare` of a `dataset_dir` elsewhere."""
+    return not (command == "prepare" and config.dataset_dir)
 
 
 def _fail(command: str, message: str, code: Exit) -> int:

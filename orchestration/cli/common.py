@@ -21,14 +21,15 @@ def verbosity_flags(p: argparse.ArgumentParser, default: object = False) -> None
 
 
 def command(sub: argparse._SubParsersAction, name: str, handler: Callable, *, example: str,
-            writes: bool = False, beam: bool = False, **kwargs: str) -> argparse.ArgumentParser:
+            writes: bool = False, locks: bool = False, beam: bool = False, **kwargs: str) -> argparse.ArgumentParser:
     """A subcommand's parser running `handler(config, args) -> exit code`: its example under --help, the
     verbosity flags and -c/--config with KEY=VALUE overrides. `writes`: run_dir is checked
-    writable before any work; `beam`: unknown --flags go to Apache Beam."""
+    writable before any work; `locks`: the command holds the run dir's lock while it writes there (exit 5 when
+    another holds it); `beam`: unknown --flags go to Apache Beam."""
     p = sub.add_parser(name, epilog=f"Example:\n  {example}", formatter_class=_HelpFormatter, **kwargs)
     verbosity_flags(p, default=argparse.SUPPRESS)
     p.add_argument("--config", "-c", help="run config (YAML); schema defaults when omitted")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="config overrides, e.g. prepare.spm.vocab_size=8000")
-    p.set_defaults(handler=handler, writes=writes, beam=beam)
+    p.set_defaults(handler=handler, writes=writes, locks=locks, beam=beam)
     return p

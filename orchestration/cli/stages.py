@@ -16,7 +16,7 @@ log = logging.getLogger("interlingua")
 
 
 def add_prepare(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "prepare", prepare, writes=True, beam=True,
+    p = command(sub, "prepare", prepare, writes=True, locks=True, beam=True,
                 example="interlingua prepare -c configs/bible6-cpu.yaml prepare.spm.vocab_size=8000 --workers 2",
                 help="clean, deduplicate, split, BPE-encode and shard a corpus into Parquet (Apache Beam)",
                 description="Run the corpus-preparation Beam job. Unrecognized --flags are Beam pipeline options "
@@ -41,7 +41,7 @@ def prepare(config: Config, args: argparse.Namespace) -> int:
 
 
 def add_train(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "train", train, writes=True, example="interlingua train -c configs/bible6-cpu.yaml train.max_minutes=5",
+    p = command(sub, "train", train, writes=True, locks=True, example="interlingua train -c configs/bible6-cpu.yaml train.max_minutes=5",
                 help="train the multilingual encoders on the prepared dataset (Ray Train; resumes a stopped run)",
                 description="Train with Ray Train on runtime.num_workers workers, on the cluster at "
                 "runtime.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.")
@@ -60,7 +60,7 @@ def train(config: Config, args: argparse.Namespace) -> int:
 
 
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "evaluate", evaluate, writes=True,
+    p = command(sub, "evaluate", evaluate, writes=True, locks=True,
                 example="interlingua evaluate -c configs/bible6-cpu.yaml evaluate.split=dev",
                 help="similarity-search error of a trained model on the dev or test split (Ray + faiss)",
                 description="Embed evaluate.split with a Ray Data actor pool, search every ordered language pair "
@@ -119,7 +119,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
 
 def add_tune(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "tune", tune, writes=True,
+    p = command(sub, "tune", tune, writes=True, locks=True,
                 example="interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml",
                 help="search hyperparameters with Ray Tune (ASHA); writes the best trial's config",
                 description="Each trial is a training run of the config plus its sampled keys, nested under one "

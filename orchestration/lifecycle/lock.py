@@ -1,4 +1,4 @@
-"""The `run` lock: one `interlingua run` per run dir, across hosts.
+"""The run dir's lock: one `interlingua run`, or one stage command, per run dir, across hosts.
 
 A local run dir is locked with `flock` on `<run_dir>/.lock`: the OS releases it when the process dies.
 
@@ -58,17 +58,21 @@ class LockUnsupported(UserError, ValueError):
     """A run dir on a filesystem with no conditional create."""
 
 
+WAIT_HINT = "use --wait to wait for it"
+
+
 @contextmanager
 def run_lock(run_dir: str | Path, wait: bool = False, *, ttl: float = TTL_SECONDS,
-             poll: float = 2.0) -> Iterator[None]:
-    """Hold the run dir's lock for the block. AlreadyRunning when another run holds it (unless `wait`)."""
+             poll: float = 2.0, hint: str = WAIT_HINT) -> Iterator[None]:
+    """Hold the run dir's lock for the block. AlreadyRunning when another command holds it (unless `wait`),
+    its message ending with `hint`."""
     kind = storage.scheme(run_dir)
     if kind in ("local", "file"):
         local = str(run_dir)[len("file://"):] if kind == "file" else str(run_dir)
-        with _flock(Path(local), wait):
+        with _flock(Path(local), wait, hint):
             yield
     elif kind == "s3":
-        with _S3Lock(storage.join(run_dir, LOCK_FILE), ttl).held(wait, poll):
+        with _S3Lock(storage.join(run_dir, LOCK_FILE), ttl).held(wait, poll, hint):
             yield
     else:
         raise LockUnsupported(f"run_dir: {run_dir}: `interlingua run` locks its run dir with a conditional "
@@ -77,7 +81,19 @@ def run_lock(run_dir: str | Path, wait: bool = False, *, ttl: float = TTL_SECOND
 
 
 @contextmanager
-def _flock(run_dir: Path, wait: bool) -> Iterator[None]:
+def stage_lock(run_dir: str | Path, command: str) -> Iterator[None]:
+    """The run dir's lock around one stage command (`prepare`, `train`, `evaluate`, `tune`), so that two of them,
+    or one and a `run`, never write one run dir at once: the second exits 5 naming the holder. Where the
+    filesystem has no conditional create (gs://, hdfs://) the stage runs unlocked, as it always has there."""
+    if storage.scheme(run_dir) not in ("local", "file", "s3"):
+        yield
+        return
+    with run_lock(run_dir, hint=f"`interlingua {command}` waits for no one: run it again once that one is done"):
+        yield
+
+
+@contextmanager
+def _flock(run_dir: Path, wait: bool, hint: str = WAIT_HINT) -> Iterator[None]:
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / LOCK_FILE, "a+") as handle:
         try:
@@ -86,8 +102,8 @@ def _flock(run_dir: Path, wait: bool) -> Iterator[None]:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             handle.seek(0)
-            raise AlreadyRunning(f"{run_dir} is in use by another `interlingua run` ({handle.read().strip()}); "
-                                 "use --wait to wait for it") from None
+            raise AlreadyRunning(f"{run_dir} is in use by another interlingua command ({handle.read().strip()}); "
+                                 f"{hint}") from None
         handle.seek(0)
         found = handle.read()
         if found.strip() and not _HOLDER.fullmatch(found.strip()):
@@ -123,11 +139,11 @@ class _S3Lock:
         self.holder = _holder()
 
     @contextmanager
-    def held(self, wait: bool, poll: float) -> Iterator[None]:
+    def held(self, wait: bool, poll: float, hint: str = WAIT_HINT) -> Iterator[None]:
         while not self._acquire():
             if not wait:
-                raise AlreadyRunning(f"{self.location} is held by another `interlingua run` "
-                                     f"({self._describe()}); use --wait to wait for it")
+                raise AlreadyRunning(f"{self.location} is held by another interlingua command "
+                                     f"({self._describe()}); {hint}")
             time.sleep(poll)  # polling the store: there is nothing to wait on but its answer
         stop = threading.Event()
         # A lost lease stops the main thread through a signal handler of its own: `_thread.interrupt_main()`
@@ -177,6 +193,12 @@ class _S3Lock:
         # Both times are whole seconds: one more second, so that a lease renewed in time is never stale.
         if (now - head["LastModified"]).total_seconds() < self.ttl + 1:
             return False
+        try:
+            self._check_is_lease(head["ETag"])
+        except ClientError as exc:
+            if _code(exc) in ("PreconditionFailed", "404", "NoSuchKey"):
+                return False  # renewed or released meanwhile: not stale
+            raise
         log.warning("%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
                     self.location, head["LastModified"], self.ttl)
         try:
@@ -208,6 +230,19 @@ class _S3Lock:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
         except ClientError as exc:  # taken over: it is not ours to delete
             log.warning("%s: not released (%s)", self.location, _code(exc))
+
+    def _check_is_lease(self, etag: str) -> None:
+        """ForeignDataError unless the object (this version of it) is a lease that interlingua wrote: a user's
+        file of that name is never taken over, however old."""
+        body = self.client.get_object(Bucket=self.bucket, Key=self.key, IfMatch=etag)["Body"].read()
+        try:
+            lease = json.loads(body)
+            ours = isinstance(lease, dict) and set(lease) == {"holder", "token"} and _HOLDER.fullmatch(lease["holder"])
+        except (ValueError, TypeError):
+            ours = False
+        if not ours:
+            raise ForeignDataError(f"{self.location}: interlingua locks the run dir with this object, but it holds "
+                                   "what interlingua did not write; it never replaces such a file: move it away")
 
     def _describe(self) -> str:
         try:

@@ -118,7 +118,13 @@ class EmbeddingServer:
 
         answer["nearest"] = [{} for _ in request.sentences]
         for target in request.nearest_in:
-            hits = await asyncio.to_thread(search_stored, served.store, vectors, target, request.nearest_k)
+            try:
+                hits = await asyncio.to_thread(search_stored, served.store, vectors, target, request.nearest_k)
+            except (OSError, ValueError) as exc:  # its folder removed or damaged since it was opened
+                log.warning("model version %s: its stored embeddings cannot be read: %s", served.version, exc)
+                return RequestRejected(503, f"the stored embeddings of model version {served.version} cannot be "
+                                            f"read now ({type(exc).__name__}); ask without \"nearest\", or again "
+                                            "once `interlingua evaluate` has written them again")
             for row, found in zip(answer["nearest"], hits):
                 row[target] = [{"score": s, "key": key, "text": text} for s, key, text in found]
         return answer

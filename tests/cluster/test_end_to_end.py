@@ -59,7 +59,7 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     runs = {first, second}
     held_off = wait_for(lambda: next((p for p in runs if p.poll() is not None), None), 120, "the lock decided", first)
     assert held_off.returncode == Exit.ALREADY_RUNNING, held_off.stderr.read()
-    assert "is held by another `interlingua run`" in held_off.stderr.read()
+    assert "is held by another interlingua command" in held_off.stderr.read()
     winner = (runs - {held_off}).pop()
 
     # kill worker node b mid-training, once a checkpoint is in the bucket; bring it back

@@ -1,5 +1,6 @@
-"""The `run` lock across hosts, against a real S3 server's conditional PUT: two processes racing for an
-s3:// run dir, a dead holder's lease taken over, a lease lost to another host."""
+"""The run dir's lock across hosts, against a real S3 server's conditional PUT: two processes racing for an
+s3:// run dir, a dead holder's lease taken over (never a user's object of its name), a lease lost to another
+host; and the stage commands holding it too."""
 import json
 import os
 import signal
@@ -45,7 +46,7 @@ def test_of_two_hosts_racing_for_an_s3_run_dir_exactly_one_runs(s3_bucket, tmp_p
         wait_for(lambda: all(out.exists() for out in outs), 30, "both holders' answers")
         results = sorted(out.read_text() for out in outs)
         assert results[0] == "held" and results[1].startswith("refused:"), results
-        assert "held by another `interlingua run` (pid" in results[1]
+        assert "held by another interlingua command (pid" in results[1]
     finally:
         for holder in holders:
             holder.kill()
@@ -125,7 +126,7 @@ def test_a_second_run_on_an_s3_run_dir_exits_5(s3_bucket, tmp_path, capsys):
     with run_lock(f"{s3_bucket}/runs/x"):
         code = main(["run", f"run_dir={s3_bucket}/runs/x", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"])
     assert code == Exit.ALREADY_RUNNING
-    assert "is held by another `interlingua run`" in capsys.readouterr().err
+    assert "is held by another interlingua command" in capsys.readouterr().err
 
 
 def test_a_scheme_without_conditional_create_is_refused_for_run():
@@ -145,3 +146,29 @@ def test_a_users_lock_file_in_a_local_run_dir_is_refused_and_kept(tmp_path):
     (tmp_path / ".lock").write_text("pid 12 on another-host\n")  # one a killed run left: the product's own
     with run_lock(tmp_path):
         assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def test_a_users_object_named_like_the_lease_is_never_taken_over_however_old(s3_bucket):
+    from core.ownership import ForeignDataError
+
+    client = boto3.client("s3")
+    client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=b"my notes")
+    time.sleep(2.5)  # older than the ttl below, by the store's whole-second clock
+    with pytest.raises(ForeignDataError, match=r"runs/x/\.lock.*did not write"):
+        with run_lock(f"{s3_bucket}/runs/x", ttl=1.0):
+            pass
+    assert client.get_object(Bucket="bucket", Key="runs/x/.lock")["Body"].read() == b"my notes"
+
+
+@pytest.mark.parametrize("command", ["prepare", "train", "evaluate", "tune"])
+def test_a_stage_command_on_a_run_dir_in_use_exits_5_naming_the_holder(tmp_path, capsys, command):
+    """Two stage commands (or one and a `run`) never write one run dir at once: the second one stops before
+    any work."""
+    run_dir = tmp_path / "run"
+    with run_lock(run_dir):
+        space = ["--space", "configs/tune/bible6-cpu.yaml"] if command == "tune" else []
+        code = main([command, *space, f"run_dir={run_dir}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"])
+    assert code == Exit.ALREADY_RUNNING
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"interlingua {command}: {run_dir} is in use by another interlingua command (pid "), line
+    assert f"`interlingua {command}` waits for no one" in line

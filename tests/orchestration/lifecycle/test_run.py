@@ -224,7 +224,7 @@ def test_a_second_run_on_the_same_config_exits_already_running(tmp_path, capsys)
     with run_lock(run_dir):
         code = main(["run", f"run_dir={run_dir}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"])
     assert code == Exit.ALREADY_RUNNING
-    assert "in use by another `interlingua run`" in capsys.readouterr().err
+    assert "in use by another interlingua command" in capsys.readouterr().err
 
 
 def test_an_unreachable_tracking_server_fails_before_any_work(tmp_path, capsys, monkeypatch):

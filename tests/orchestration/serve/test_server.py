@@ -70,7 +70,7 @@ def server(small_dataset, tmp_path_factory):
     try:
         wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
         yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second,
-               "proc": proc, "tmp": scratch}
+               "proc": proc, "tmp": scratch, "stored": tmp / "run" / "eval" / "test" / "embeddings"}
     finally:
         stop(proc)
         log.close()
@@ -105,6 +105,19 @@ def test_nearest_sentences_of_the_stored_set(server, verse):
     (found,) = body["nearest"]
     assert [len(found["en"]), len(found["fr"])] == [2, 2]
     assert found["en"][0]["text"] == query and found["en"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_nearest_sentences_are_a_503_while_the_stored_set_is_gone_and_embeddings_still_answer(server, verse):
+    body = {"sentences": [verse("k", 8, 1, 1)], "lang": "en", "nearest": {"k": 2, "in": ["fr"]}}
+    away = server["stored"].with_name("moved-away")
+    server["stored"].rename(away)
+    try:
+        status, answer = post(f"{server['url']}/embed", body)
+        assert status == 503 and "stored embeddings of model version 1" in answer["error"], answer
+        assert post(f"{server['url']}/embed", {"sentences": body["sentences"], "lang": "en"})[0] == 200
+    finally:
+        away.rename(server["stored"])
+    assert post(f"{server['url']}/embed", body)[0] == 200  # back: served again, nothing to restart
 
 
 @pytest.mark.parametrize("body, status, words", [
