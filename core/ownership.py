@@ -15,7 +15,7 @@ from typing import Callable
 
 import pyarrow.fs as pafs
 
-from core import storage
+from core import fencing, storage
 from core.errors import UserError
 
 STAGING_MARKER = ".interlingua-staging"  # inside every staging directory or prefix the product makes
@@ -152,6 +152,7 @@ def swap_in(staging: Path, target: Path, previous: list[str] | None) -> None:
     """Put a finished local staging directory (`make_staging`) in place of `target` by two renames: the
     previous `target` stays whole until the new one is in; then only `previous`, its entries that were
     checked to be the product's (`check_only_ours`), are removed. `previous` None: there was none."""
+    fencing.check()
     old = target.with_name(f".{target.name}.old-{os.getpid()}")
     if previous is not None:
         os.replace(target, old)

@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
     """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one
-    that listens on the loopback address only (`loopback_only`)."""
+    that listens on the loopback address only (`loopback_only`); an instance at a loopback address is joined
+    as such (this driver on 127.0.0.1 too: Ray would otherwise look for it at the host's own address)."""
     import ray
 
     from orchestration import logs
@@ -18,8 +19,21 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
     logs.plain_ray_output()
     if not ray.is_initialized():
         target = address or os.environ.get("RAY_ADDRESS") or "local"
-        with loopback_only() if target == "local" else contextlib.nullcontext():
+        with loopback_only() if target == "local" or _on_loopback(target) else contextlib.nullcontext():
             ray.init(address=target, log_to_driver=log_to_driver, logging_level=logs.ray_logging_level())
+
+
+def _on_loopback(address: str) -> bool:
+    """Whether a Ray address ("host:port") names this host's loopback interface."""
+    import ipaddress
+
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 # Ray's switch for a machine that runs no cluster (its default on macOS and Windows): the node's address is the

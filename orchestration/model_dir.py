@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from core import ownership, storage, transfer
+from core import fencing, ownership, storage, transfer
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ def publish(local: Path, location: str | Path) -> None:
     nothing but a model's files (`check_replaceable`). Locally by two renames (`ownership.swap_in`); at a URI
     the old model.safetensors is removed first and the new one uploaded last, so no reader ever finds a
     model.safetensors beside another model's files."""
+    fencing.check()
     if not storage.is_uri(location):
         target = Path(location)
         previous = check_replaceable(target) if target.exists() else None

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from core import storage
+from core import fencing, storage
 
 
 def read_state(path: str | Path) -> dict[str, Any]:
@@ -24,6 +24,7 @@ def read_state(path: str | Path) -> dict[str, Any]:
 
 def write_state(path: str | Path, state: dict[str, Any]) -> None:
     """Replace the state file whole (a crash leaves the old one or the new one, never half of one)."""
+    fencing.check()
     storage.write_json(path, state)
 
 

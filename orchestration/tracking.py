@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from core import fencing
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,7 @@ def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedd
 
 def register_model(uri: str, model_uri: str, name: str, tags: Mapping[str, str]) -> str:
     """A new version of registered model `name`; returns its version number."""
+    fencing.check()
     import mlflow
 
     mlflow.set_tracking_uri(uri)
@@ -268,6 +270,7 @@ def champion(uri: str, name: str):
 
 
 def promote(uri: str, name: str, version: str) -> None:
+    fencing.check()
     _client(uri).set_registered_model_alias(name, CHAMPION, version)
 
 

@@ -9,7 +9,8 @@ from pipelines.errors import EmptyDataError
 
 
 def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
-    """Turn flat stats names into {tuples: {...}, sentences: {lang: {...}}, normalized: {...}}."""
+    """Turn flat stats names into {tuples: {...}, sentences: {lang: {...}}, sources: {name: {in, out}},
+    normalized: {...}}."""
     def block(prefix: str) -> dict[str, Any]:
         out = {"in": stats.get(f"{prefix}/in", 0),
                "out": {s: stats.get(f"{prefix}/out/{s}", 0) for s in dataset.SPLITS},
@@ -24,8 +25,12 @@ def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
         if name.startswith("normalized/"):
             _, lang, pattern = name.split("/")
             normalized.setdefault(lang, {})[pattern] = n
+    sources = sorted({name.split("/")[1] for name in stats if name.startswith("sources/")})
     return {"tuples": block("tuples"),
             "sentences": {lang: block(f"sentences/{lang}") for lang in languages},
+            "sources": {name: {"in": stats.get(f"sources/{name}/in", 0),
+                               "out": {s: stats.get(f"sources/{name}/out/{s}", 0) for s in dataset.SPLITS}}
+                        for name in sources},
             "normalized": normalized}
 
 

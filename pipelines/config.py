@@ -15,6 +15,7 @@ from core.normalize import NormalizeConfig
 from core.schema import Schema
 
 LANG_CODE = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]+)?$")
+SOURCE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 # The six UN languages of the paper, from the Bible versions listed in shared/DATA.md.
 DEFAULT_BIBLE_VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
@@ -118,7 +119,68 @@ class MinedSource(Schema):
         return _check_languages(languages)
 
 
-Source = Annotated[Union[BibleSource, TextSource, TableSource, MinedSource], Field(discriminator="kind")]
+class TmxSource(Schema):
+    """Translation memories (TMX): each `<tu>` one N-way tuple (pipelines/tmx.py)."""
+
+    kind: Literal["tmx"]
+    path: str = Field(description="A .tmx file, or a glob of them.")
+    languages: list[str]
+    lang_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="An xml:lang (lower case, e.g. zh-tw) -> its language code, where the rule (the primary "
+                    "subtag: fr-FR -> fr) is not the one wanted.")
+    name: str | None = None
+
+    @field_validator("languages")
+    @classmethod
+    def _langs(cls, languages: list[str]) -> list[str]:
+        return _check_languages(languages)
+
+    @field_validator("lang_map")
+    @classmethod
+    def _map(cls, lang_map: dict[str, str]) -> dict[str, str]:
+        _check_languages(list(dict.fromkeys(lang_map.values())) or ["en"])
+        return {tag.lower().replace("_", "-"): lang for tag, lang in lang_map.items()}
+
+
+class GettextSource(Schema):
+    """Localization catalogs (gettext PO or MO files): each message one N-way tuple of its msgid (in
+    `source_language`) and its translations (pipelines/catalogs.py)."""
+
+    kind: Literal["gettext"]
+    path: str = Field(description="A glob with {lang}: /usr/share/locale/{lang}/LC_MESSAGES/*.mo")
+    languages: list[str] = Field(description="Every language of the tuples, the msgids' among them.")
+    source_language: str = Field(default="en", description="The language of the msgids.")
+    locales: dict[str, str] = Field(
+        default_factory=dict, description="A language -> its folder's locale code where they differ (zh: zh_CN).")
+    catalogs: list[str] | None = Field(default=None, description="The catalogs (file stems) to read; all when unset.")
+    exclude_catalogs: list[str] = Field(default_factory=list, description="Catalogs left out (e.g. a test set's).")
+    name: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _template(cls, path: str) -> str:
+        if "{lang}" not in path:
+            raise ValueError(f"{path!r} must contain '{{lang}}', e.g. /usr/share/locale/{{lang}}/LC_MESSAGES/*.mo")
+        return path
+
+    @field_validator("languages")
+    @classmethod
+    def _langs(cls, languages: list[str]) -> list[str]:
+        return _check_languages(languages)
+
+    @model_validator(mode="after")
+    def _source_among_languages(self) -> "GettextSource":
+        if self.source_language not in self.languages:
+            raise ValueError(f"source_language {self.source_language!r} (the msgids') must be one of languages "
+                             f"{self.languages}")
+        if len(self.languages) < 2:
+            raise ValueError("languages: give the msgids' language and at least one translation")
+        return self
+
+
+Source = Annotated[Union[BibleSource, TextSource, TableSource, MinedSource, TmxSource, GettextSource],
+                   Field(discriminator="kind")]
 
 
 class LanguageIdConfig(Schema):
@@ -263,6 +325,10 @@ class PrepareConfig(Schema):
         if not self.sources:
             raise ValueError("sources: give at least one corpus")
         names = [source_name(s, i) for i, s in enumerate(self.sources)]
+        bad = [n for n in names if not SOURCE_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(f"sources: names {bad} may hold only letters, digits, '_', '.' and '-' (a name begins "
+                             "each of its tuples' keys, before a ':')")
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"sources: names {sorted(dup)} are used twice; set `name:` apart")
@@ -277,6 +343,7 @@ class PrepareConfig(Schema):
         return out
 
 
-def source_name(source: BibleSource | TextSource | TableSource | MinedSource, index: int) -> str:
+def source_name(source: BibleSource | TextSource | TableSource | MinedSource | TmxSource | GettextSource,
+                index: int) -> str:
     """The name that prefixes a source's tuple keys: its `name`, else `<kind><index>`."""
     return source.name or f"{source.kind}{index}"

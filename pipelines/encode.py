@@ -153,6 +153,7 @@ class WriteShardFn(beam.DoFn):
                 row[f"{lang}_text"], row[f"{lang}_ids"], row[f"{lang}_len"] = text, tokens, len(tokens)
                 tally.add(f"sentences/{lang}/out/{split}")
             rows.append(row)
+            tally.add(f"sources/{key.split(':', 1)[0]}/out/{split}")  # every key starts with its source's name
         tally.add(f"tuples/out/{split}", len(rows))
         name = dataset.shard_name(split, shard, self.shards[split])
         dataset.write_shard(storage.join(self.root, name), rows, self.languages)

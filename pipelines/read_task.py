@@ -22,6 +22,10 @@ class ReadTask:
     versions: dict[str, str] = field(default_factory=dict)  # lang -> Bible version (bible)
     book: int = 0
     score: float = 0.0  # the minimum margin score (mined)
+    index: int = 0  # the file's position among its source's files (tmx)
+    lang_map: dict[str, str] = field(default_factory=dict)  # an xml:lang -> its language (tmx)
+    source_language: str = ""  # the msgid's language (gettext)
+    catalog: str = ""  # the catalog's name, its files' stem (gettext)
 
 
 @dataclass

@@ -11,18 +11,21 @@ tuples, or `(key, MALFORMED)` for a record that cannot be parsed. Their DoFn
     read_task.py      ReadTask, SourcePlan and the MALFORMED / BELOW_MIN_SCORE markers
     source_files.py   text, TSV/JSONL and mined pair files: planned and read by chunk
     bible.py          the Bible database: a read task per book
+    tmx.py            translation memories: a read task per TMX file, streamed
+    catalogs.py       gettext catalogs (PO, MO): a read task per catalog, its files in every language
 """
 from __future__ import annotations
 
 from typing import Iterator
 
-from pipelines import bible, source_files
+from pipelines import bible, catalogs, source_files, tmx
 from pipelines.bible import bible_db_path
-from pipelines.config import MinedSource, PrepareConfig, TableSource, TextSource, source_name
+from pipelines.catalogs import Skip
+from pipelines.config import GettextSource, MinedSource, PrepareConfig, TableSource, TextSource, TmxSource, source_name
 from pipelines.errors import SourceError
 from pipelines.read_task import BELOW_MIN_SCORE, MALFORMED, ReadTask, SourcePlan
 
-__all__ = ["BELOW_MIN_SCORE", "MALFORMED", "ReadTask", "SourceError", "SourcePlan", "bible_db_path",
+__all__ = ["BELOW_MIN_SCORE", "MALFORMED", "ReadTask", "Skip", "SourceError", "SourcePlan", "bible_db_path",
            "plan_reads", "read_task"]
 
 
@@ -38,6 +41,10 @@ def plan_reads(config: PrepareConfig) -> SourcePlan:
             plan = source_files.plan_table(source, name, chunk)
         elif isinstance(source, MinedSource):
             plan = source_files.plan_mined(source, name, chunk)
+        elif isinstance(source, TmxSource):
+            plan = tmx.plan_tmx(source, name)
+        elif isinstance(source, GettextSource):
+            plan = catalogs.plan_gettext(source, name)
         else:
             plan = bible.plan_bible(source, name)
         if plan.records == 0:
@@ -49,10 +56,14 @@ def plan_reads(config: PrepareConfig) -> SourcePlan:
     return SourcePlan(tasks, prints, records)
 
 
-def read_task(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None] | str]]:
-    """Yield (key, {lang: text or None}) for each record of the chunk; (key, MALFORMED) if unparsable."""
+def read_task(task: ReadTask) -> Iterator[tuple[str, dict[str, str | Skip | None] | str]]:
+    """Yield (key, {lang: text, None, or a Skip}) for each record of the chunk; (key, MALFORMED) if unparsable."""
     if task.kind == "bible":
         return bible.read_bible(task)
+    if task.kind == "tmx":
+        return tmx.read_tmx(task)
+    if task.kind == "gettext":
+        return catalogs.read_gettext(task)
     if task.kind == "mined":
         return source_files.read_mined(task)
     return source_files.read_lines_task(task)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core import dataset, ownership, storage
+from core import dataset, fencing, ownership, storage
 
 ATTEMPT = "attempt-"
 
@@ -92,6 +92,7 @@ def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> 
 
     Raises DatasetError, before committing, if a file the manifest names is missing or of another size.
     """
+    fencing.check()
     if not storage.is_uri(data_dir):
         dataset.publish(Path(staging.root), Path(data_dir), manifest)
         return

@@ -15,7 +15,7 @@ import apache_beam as beam
 from pipelines.clean import TOO_FEW_LANGUAGES, Cleaner
 from pipelines.config import PrepareConfig
 from pipelines.counting import Tally
-from pipelines.sources import BELOW_MIN_SCORE, MALFORMED, ReadTask, read_task
+from pipelines.sources import BELOW_MIN_SCORE, MALFORMED, ReadTask, Skip, read_task
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ class ReadTupleFn(beam.DoFn):
         for key, record in read_task(task):
             n += 1
             tally.add("tuples/in")
+            tally.add(f"sources/{task.source}/in")
             if record == MALFORMED:
                 tally.drop_tuple(MALFORMED, [])
                 log.warning("dropped malformed record %s", key)
@@ -37,11 +38,15 @@ class ReadTupleFn(beam.DoFn):
                     tally.add(f"sentences/{lang}/in")
                 tally.drop_tuple(BELOW_MIN_SCORE, task.languages)
                 continue
-            for lang in record:
+            for lang, text in list(record.items()):
                 tally.add(f"sentences/{lang}/in")
+                if isinstance(text, Skip):  # read, and not a translation (a fuzzy catalog entry, ...)
+                    tally.add(f"sentences/{lang}/dropped/{text.reason}")
+                    del record[lang]
             yield key, record
         yield from tally.flush()
-        where = f"book {task.book}" if task.kind == "bible" else f"lines {task.start_line}+"
+        where = {"bible": f"book {task.book}", "tmx": task.paths.get(""), "gettext": task.catalog}.get(
+            task.kind, f"lines {task.start_line}+")
         # one line per read task (66 for the Bible): for -v only; the job logs the totals
         log.debug("read %s %s: %d records (%.0f/s)", task.source, where, n,
                   n / max(time.monotonic() - started, 1e-6))

@@ -33,7 +33,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Iterator
 
-from core import storage
+from core import fencing, storage
 from core.errors import UserError
 from core.ownership import ForeignDataError
 
@@ -137,6 +137,7 @@ class _S3Lock:
         self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`storage.configure`)
         self.etag: str | None = None
         self.holder = _holder()
+        self.writing = threading.Lock()  # a renewal (PUT, then its ETag kept) against the fence's look
 
     @contextmanager
     def held(self, wait: bool, poll: float, hint: str = WAIT_HINT) -> Iterator[None]:
@@ -153,7 +154,8 @@ class _S3Lock:
         renewer = threading.Thread(target=self._renew, args=(stop, on_main), name="run-lock-lease", daemon=True)
         renewer.start()
         try:
-            yield
+            with fencing.fenced(self._still_held):
+                yield
         finally:
             stop.set()
             renewer.join()
@@ -213,8 +215,9 @@ class _S3Lock:
 
         while not stop.wait(self.ttl / 3):
             try:
-                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                                   IfMatch=self.etag)["ETag"]
+                with self.writing:
+                    self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
+                                                       IfMatch=self.etag)["ETag"]
             except ClientError as exc:
                 if _code(exc) not in ("PreconditionFailed", "404", "NoSuchKey"):
                     log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
@@ -222,6 +225,23 @@ class _S3Lock:
                 log.error("%s: the lease was taken over by another host; stopping this run", self.location)
                 _thread.interrupt_main(LEASE_SIGNAL if signalled else signal.SIGINT)
                 return
+
+    def _still_held(self) -> None:
+        """The fence (`core.fencing`): LeaseLost unless the lease object is still the one this holder wrote
+        last (one HEAD); a holder whose lease was taken over commits nothing more."""
+        from botocore.exceptions import ClientError
+
+        with self.writing:
+            try:
+                current = self.client.head_object(Bucket=self.bucket, Key=self.key)["ETag"]
+            except ClientError as exc:
+                if _code(exc) not in ("404", "NoSuchKey", "NotFound"):
+                    raise
+                current = None
+            if current != self.etag:
+                log.error("%s: the lease was taken over by another host; this run commits nothing more",
+                          self.location)
+                raise LeaseLost("the run lock's lease was taken over by another host")
 
     def _release(self) -> None:
         from botocore.exceptions import ClientError

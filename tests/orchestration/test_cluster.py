@@ -4,6 +4,8 @@ run; a command's own Ray instance listening on the loopback address alone."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from evaluation.search import search
 from evaluation.xsim import LocalExecutor, pair_metrics, search_pairs
 from orchestration.cluster import RayExecutor
 from tests.support.embeddings import aligned, store_of
+from tests.support.procs import PACKAGE_ROOT
 
 
 def test_ray_sharded_search_equals_single_process(local_ray):
@@ -103,3 +106,10 @@ def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(
     names = {psutil.Process(pid).name() for pid, _ in bound}
     assert {"gcs_server", "raylet"} <= names, names
     assert all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, address in bound), bound
+    # another command joins it at its address (`runtime.ray_address=127.0.0.1:PORT`), as a driver on loopback
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")
+    join = subprocess.run([sys.executable, "-c", "import ray; from orchestration.cluster import ensure_ray; "
+                           f"ensure_ray({address!r}); print(ray.get(ray.remote(lambda: 2).remote()))"],
+                          capture_output=True, text=True, timeout=180, cwd=PACKAGE_ROOT)
+    assert join.stdout.strip() == "2", join.stderr[-3000:]

@@ -76,6 +76,7 @@ def test_shards_decode_to_the_text_sorted_by_key_with_counts(tuples, tmp_path):
             ("sentences/en/out/dev", 4), ("sentences/fr/out/dev", 4),
             ("sentences/en/out/test", 4), ("sentences/fr/out/test", 4),
             (SAMPLE_STAT, 17 + 15),  # every training sentence once
+            ("sources/b/out/train", 17), ("sources/b/out/dev", 4), ("sources/b/out/test", 4),  # by key prefix
         ]), label="Counted")
 
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / dataset.SPM_MODEL))

@@ -229,3 +229,43 @@ def test_held_out_larger_than_corpus_is_refused_early(tmp_path):
     config = small_config(tmp_path, "prepare.split.dev_size=200", "prepare.split.test_size=200")
     with pytest.raises(Exception, match="hold only 231 records"):
         prepare(config)
+
+
+def test_catalogs_and_a_translation_memory_prepare_into_one_dataset(tmp_path, book_lines):
+    """The machine's own catalogs of two packages (gettext, MO) beside a translation memory of real verses
+    (TMX): N-way tuples of both, every skipped translation counted under its reason."""
+    from lxml import etree
+
+    verses = book_lines({"en-GB": "k", "fr-CA": "l", "es": "v"}, [31, 32])  # Obadiah and Jonah
+    root = etree.Element("tmx", version="1.4")
+    body = etree.SubElement(root, "body")
+    for n in range(len(verses["es"])):
+        tu = etree.SubElement(body, "tu")
+        for tag, lines in verses.items():
+            etree.SubElement(etree.SubElement(tu, "tuv", {"{http://www.w3.org/XML/1998/namespace}lang": tag}),
+                             "seg").text = lines[n]
+    etree.ElementTree(root).write(str(tmp_path / "bible.tmx"), xml_declaration=True, encoding="UTF-8")
+    config = load_config(None, [
+        f"run_dir={tmp_path / 'run'}", "prepare.split.dev_size=20", "prepare.split.test_size=20",
+        "prepare.spm.vocab_size=1500", "prepare.split.heldout_complete=false",
+        "prepare.sources=[{kind: gettext, path: '/usr/share/locale/{lang}/LC_MESSAGES/*.mo', languages: [en, fr, es],"
+        " catalogs: [Linux-PAM, apt], name: deb},"
+        f" {{kind: tmx, path: '{tmp_path}/bible.tmx', languages: [en, fr, es], name: bible}}]"])
+    m = prepare(config).manifest
+    t = m["counts"]["tuples"]
+    from pipelines.sources import plan_reads
+
+    assert t["in"] == plan_reads(config.prepare).records > 400 + 69  # every message and every unit read
+    fr = m["counts"]["sentences"]["fr"]
+    assert fr["dropped"]["same_as_source"] > 0  # terms left in English, counted, not trained on
+    assert fr["in"] == sum(fr["out"].values()) + sum(fr["dropped"].values())
+    by_source = m["counts"]["sources"]
+    assert set(by_source) == {"deb", "bible"} and by_source["bible"]["in"] == len(verses["es"])
+    assert sum(sum(b["out"].values()) for b in by_source.values()) == sum(t["out"].values())
+    rows = dataset.read_split(config.data_dir, "train").to_pylist()
+    assert {r["key"].split(":")[0] for r in rows} == {"deb", "bible"}
+    assert len(rows) == sum(b["out"]["train"] for b in by_source.values())
+    tm_rows = [r for r in rows if r["key"].startswith("bible:")]
+    assert all(r["fr_text"] and r["es_text"] and r["en_text"] for r in tm_rows)
+    assert {p["path"] for p in m["inputs"]} >= {str(tmp_path / "bible.tmx"),
+                                                "/usr/share/locale/fr/LC_MESSAGES/Linux-PAM.mo"}

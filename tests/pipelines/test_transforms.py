@@ -83,6 +83,7 @@ def test_read_yields_every_record_and_counts_input_and_malformed(tmp_path, book_
             ("tuples/dropped/malformed", 2),
             ("sentences/en/in", 25 + 2 + 25),
             ("sentences/fr/in", 25 + 1 + 25),  # the record without French counts no French sentence
+            ("sources/c/in", 26), ("sources/j/in", 3), ("sources/bible/in", 25),  # by source, malformed too
         ]), label="Counted")
 
 

@@ -172,3 +172,17 @@ def test_a_stage_command_on_a_run_dir_in_use_exits_5_naming_the_holder(tmp_path,
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"interlingua {command}: {run_dir} is in use by another interlingua command (pid "), line
     assert f"`interlingua {command}` waits for no one" in line
+
+
+def test_a_holder_whose_lease_was_taken_over_commits_nothing_more(s3_bucket, tmp_path):
+    """The fence: every commit looks at the lease first, before any renewal would notice (ttl 60 s)."""
+    from orchestration.state import write_state
+
+    client = boto3.client("s3")
+    with pytest.raises(LeaseLost, match="taken over by another host"):
+        with run_lock(f"{s3_bucket}/runs/x"):
+            write_state(tmp_path / "before.json", {"step": 1})  # its own lease: committed
+            client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=b'{"holder": "other"}')
+            write_state(tmp_path / "after.json", {"step": 2})
+    assert (tmp_path / "before.json").is_file() and not (tmp_path / "after.json").exists()
+    write_state(tmp_path / "after.json", {"step": 2})  # no lease held: nothing to fence
