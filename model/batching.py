@@ -6,8 +6,9 @@ Each worker streams its own share of the training split and holds one window of 
     epoch    a seeded permutation of the units; this worker's share is [rank::world], so the
              workers never see the same tuple in one epoch
     window   consecutive units of the share, up to `window_tuples` tuples (at least one unit)
-    plan     within a window: a seeded permutation of its tuples, a training path per tuple,
-             tuples grouped by signature, length-bucketed by token budget, batches shuffled
+    plan     within a window: a seeded permutation of its tuples (each drawn as often as its source's
+             weight says: 0.5 half of them, 2 twice), a training path per draw, draws grouped by
+             signature, length-bucketed by token budget, batches shuffled
 
 The data position is (epoch, window, batch): a resumed worker reads the window it stopped in,
 rebuilds the same plan and skips the batches it had consumed, reading nothing before it.
@@ -76,10 +77,13 @@ def token_budget_batches(costs: np.ndarray, max_tokens: int) -> list[np.ndarray]
 
 
 class ParallelCorpus:
-    """Token ids of some tuples: per language, flat values + offsets; a tuple may lack languages."""
+    """Token ids of some tuples: per language, flat values + offsets; a tuple may lack languages. `keys`, when
+    read, name each tuple (its source's name first: `source:...`)."""
 
-    def __init__(self, languages: Sequence[str], columns: dict[str, pa.ListArray]) -> None:
+    def __init__(self, languages: Sequence[str], columns: dict[str, pa.ListArray],
+                 keys: list[str] | None = None) -> None:
         self.languages = list(languages)
+        self.keys = keys
         self.values: dict[str, np.ndarray] = {}
         self.offsets: dict[str, np.ndarray] = {}
         self.lengths: dict[str, np.ndarray] = {}
@@ -93,8 +97,19 @@ class ParallelCorpus:
 
     @classmethod
     def from_table(cls, table: pa.Table, languages: Sequence[str]) -> ParallelCorpus:
-        """From a table holding the `{lang}_ids` columns of a split (or part of one)."""
-        return cls(languages, {lang: table.column(f"{lang}_ids").combine_chunks() for lang in languages})
+        """From a table holding the `{lang}_ids` columns of a split (or part of one), and its keys if it has them."""
+        keys = table.column("key").to_pylist() if "key" in table.column_names else None
+        return cls(languages, {lang: table.column(f"{lang}_ids").combine_chunks() for lang in languages}, keys)
+
+    def draws(self, weights: dict[str, float], rng: np.random.Generator) -> np.ndarray:
+        """How many times each tuple is drawn: its source's weight (1 for a source not named), its whole part
+        always and its fraction at random (`rng`)."""
+        if not weights:
+            return np.ones(self.size, np.int64)
+        if self.keys is None:
+            raise ValueError("source weights need the tuples' keys: read the corpus with them")
+        weight = np.array([weights.get(key.split(":", 1)[0], 1.0) for key in self.keys])
+        return np.floor(weight).astype(np.int64) + (rng.random(self.size) < weight - np.floor(weight))
 
     @classmethod
     def read(cls, data_dir: str | Path, split: str, languages: Sequence[str]) -> ParallelCorpus:
@@ -195,18 +210,24 @@ def epoch_windows(units: Sequence[Unit], *, seed: int, epoch: int, rank: int, wo
     return windows
 
 
-def read_units(units: Sequence[Unit], languages: Sequence[str]) -> ParallelCorpus:
-    """The token ids of the units' tuples, in the given order."""
-    columns = [f"{lang}_ids" for lang in languages]
+def read_units(units: Sequence[Unit], languages: Sequence[str], *, keys: bool = False) -> ParallelCorpus:
+    """The token ids of the units' tuples, in the given order (and their keys)."""
+    columns = [f"{lang}_ids" for lang in languages] + (["key"] if keys else [])
     tables = [storage.open_parquet(u.path).read_row_group(u.row_group, columns=columns) for u in units]
     return ParallelCorpus.from_table(pa.concat_tables(tables), languages)
 
 
 def plan_window(corpus: ParallelCorpus, paths: Sequence[TrainingPath], *, seed: int, epoch: int, rank: int,
-                window: int, max_tokens: int, monolingual: bool = False) -> list[tuple[Signature, np.ndarray]]:
-    """The batches of one window (see the module docstring); the same for the same inputs and `PLAN`."""
+                window: int, max_tokens: int, monolingual: bool = False,
+                source_weights: dict[str, float] | None = None) -> list[tuple[Signature, np.ndarray]]:
+    """The batches of one window (see the module docstring); the same for the same inputs and `PLAN`. Without
+    source weights every tuple is drawn once (the plan is the one before weights existed)."""
     rng = np.random.default_rng([seed, epoch, rank, window])
-    order = rng.permutation(corpus.size)
+    if source_weights:
+        draws = corpus.draws(source_weights, np.random.default_rng([seed, epoch, rank, window, 1]))
+        order = rng.permutation(np.repeat(np.arange(corpus.size), draws))
+    else:
+        order = rng.permutation(corpus.size)
     present = np.stack([corpus.lengths[lang][order] > 0 for lang in corpus.languages], axis=1)
     signatures, drawn = sample_signatures(paths, corpus.languages, present, rng, monolingual=monolingual)
     batches = []
@@ -226,13 +247,15 @@ class BatchStream:
 
     def __init__(self, units: Sequence[Unit], languages: Sequence[str], paths: Sequence[TrainingPath], *,
                  seed: int, rank: int, world: int, max_tokens: int, window_tuples: int,
-                 monolingual: bool = False, position: DataPosition | None = None, digest: str = "") -> None:
+                 monolingual: bool = False, source_weights: dict[str, float] | None = None,
+                 position: DataPosition | None = None, digest: str = "") -> None:
         if len(units) < world:
             raise ValueError(f"{len(units)} Parquet row groups cannot be shared by {world} workers: "
                              "prepare the dataset with more training shards (prepare.output.train_shards)")
         self.units, self.languages, self.paths = list(units), list(languages), list(paths)
         self.seed, self.rank, self.world = seed, rank, world
         self.max_tokens, self.window_tuples, self.monolingual = max_tokens, window_tuples, monolingual
+        self.source_weights = dict(source_weights or {})
         self.position = position or DataPosition()
         if self.position.plan != PLAN:
             raise ValueError(f"data position {self.position} names a batch of plan {self.position.plan}, but this "
@@ -266,9 +289,10 @@ class BatchStream:
         if self._loaded is None or self._loaded[0] != epoch:
             self._windows = epoch_windows(self.units, seed=self.seed, epoch=epoch, rank=self.rank,
                                           world=self.world, window_tuples=self.window_tuples)
-        self._corpus = read_units(self._windows[window], self.languages)
+        self._corpus = read_units(self._windows[window], self.languages, keys=bool(self.source_weights))
         self._plan = plan_window(self._corpus, self.paths, seed=self.seed, epoch=epoch, rank=self.rank,
-                                 window=window, max_tokens=self.max_tokens, monolingual=self.monolingual)
+                                 window=window, max_tokens=self.max_tokens, monolingual=self.monolingual,
+                                 source_weights=self.source_weights)
         self._loaded = (epoch, window)
 
     def _chain(self, p: DataPosition, rows: np.ndarray) -> None:

@@ -4,7 +4,7 @@ the champion policy (`registry`), bitext mining (`mine`) and the HTTP endpoint (
 here and only here."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -80,6 +80,11 @@ class TrainConfig(Schema):
     window_tuples: int = Field(
         default=200_000, gt=0, description="Tuples a worker holds at once: its batches are planned (shuffled, "
         "length-bucketed) within windows of this many tuples (or one Parquet row group, if larger).",
+    )
+    source_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="A source's name (prepare.sources) -> how often each of its tuples is "
+        "drawn per epoch, against 1 for the others: 0.25 a quarter of them (a different quarter each epoch), "
+        "3 each three times; so a small book and many short messages can both shape the model.",
     )
     sample_tuples: int = Field(
         default=200_000, gt=0, description="Training tuples (the first, in shard order) that corpus "

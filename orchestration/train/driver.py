@@ -28,7 +28,7 @@ from orchestration import logs
 from orchestration import model_dir as model_files
 from orchestration import tracking
 from orchestration.cluster import check_every_node_reaches, ensure_ray
-from orchestration.config import Config
+from orchestration.config import Config, ConfigError
 from orchestration.state import read_state, write_state
 from orchestration.train import builders, live
 from orchestration.train.builders import WorkerJob
@@ -132,12 +132,24 @@ def start_over(train_dir: storage.Location, found: list[str]) -> None:
     ownership.remove_ours(train_dir, [e for e in found if e.partition("/")[0] not in kept], keep_root=True)
 
 
+def check_source_weights(weights: dict[str, float], data: Dataset) -> None:
+    """ConfigError, before any work, for a weight of a source the dataset does not hold."""
+    if not weights:
+        return
+    sources = sorted((data.manifest.get("counts") or {}).get("sources") or {})
+    unknown = sorted(set(weights) - set(sources))
+    if not sources or unknown:
+        raise ConfigError(f"train.source_weights: {unknown or sorted(weights)} not among the dataset's sources "
+                          f"{sources or '(not counted by source: prepare it again)'}")
+
+
 def train(config: Config, *, force: bool = False, restart_stale: bool = False,
           parent_run_id: str | None = None, callbacks: list | None = None,
           tags: dict[str, str] | None = None) -> TrainResult:
     """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     data = Dataset.open(config.data_dir)
+    check_source_weights(config.train.source_weights, data)
     train_dir = config.train_dir  # a local path or a URI: everything below goes through core.storage
     fp = train_fingerprint(config, data)
     uri = tracking.resolve_uri(config.tracking.uri)

@@ -139,7 +139,7 @@ def set_up(job: WorkerJob) -> Worker:
     position, digest = _stream_start(state, rank, world)
     stream = BatchStream(units, job.languages, training_paths(t), seed=t.seed, rank=rank, world=world,
                          max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
-                         position=position, digest=digest)
+                         source_weights=t.source_weights, position=position, digest=digest)
     ahead = config.runtime.prefetch_batches
     stream = prefetched(stream, 8 if ahead is None and config.runtime.use_gpu else ahead or 0,
                         pin_memory=device.type == "cuda")

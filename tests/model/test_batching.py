@@ -151,3 +151,29 @@ def test_a_prefetched_stream_gives_the_same_batches_and_positions(units):
     finally:
         resumed.close()
     assert prefetched(plain, 0) is plain
+
+
+def test_source_weights_draw_each_tuple_as_often_as_its_source_says(units):
+    corpus = read_units(units[:1], LANGS, keys=True)
+    half = corpus.size // 2  # the first half's tuples relabelled as another source's (their keys only)
+    corpus.keys = [f"other:{k.split(':', 1)[1]}" if i < half else k for i, k in enumerate(corpus.keys)]
+    source = corpus.keys[-1].split(":", 1)[0]
+    kwargs = dict(paths=[TrainingPath(kind="1:N")], seed=3, rank=0, window=0, max_tokens=400)
+
+    def drawn(weights, epoch=0):
+        rows = np.concatenate([r for _, r in plan_window(corpus, epoch=epoch, source_weights=weights, **kwargs)])
+        return np.bincount(rows, minlength=corpus.size)
+
+    assert drawn({}).tolist() == [1] * corpus.size == drawn({source: 1.0, "other": 1.0}).tolist()
+    assert [r.tolist() for _, r in plan_window(corpus, epoch=0, **kwargs)] == \
+        [r.tolist() for _, r in plan_window(corpus, epoch=0, source_weights={}, **kwargs)]  # the plan of before
+    counts = drawn({source: 3.0, "other": 0.0})
+    assert set(counts[:half]) == {0} and set(counts[half:]) == {3}
+    fractions = [drawn({"other": 0.5}, epoch) for epoch in range(2)]
+    for counts in fractions:
+        assert set(counts[half:]) == {1} and set(counts[:half]) <= {0, 1}
+        assert 0.25 * half < counts[:half].sum() < 0.75 * half
+    assert fractions[0].tolist() == drawn({"other": 0.5}, 0).tolist()  # seeded: the same again
+    assert fractions[0].tolist() != fractions[1].tolist()  # another half each epoch
+    with pytest.raises(ValueError, match="keys"):
+        plan_window(read_units(units[:1], LANGS), epoch=0, source_weights={"other": 2.0}, **kwargs)

@@ -2,11 +2,12 @@
 
 `wheelhouse(wheel, extra)` is a folder of every wheel that the project's `wheel[extra]` and torch need, built
 once per machine by `pip wheel` (which resolves them from the package index, as a user's install does) and
-kept in the user's cache folder, keyed by setup.cfg (the pins) and the extra. Later runs install from it with
+kept in the user's cache folder, keyed by the pins that install (the core's and the extra's in setup.cfg). Later runs install from it with
 `--no-index`: no download, the same versions.
 """
 from __future__ import annotations
 
+import configparser
 import hashlib
 import os
 import shutil
@@ -36,10 +37,18 @@ def pip(python: Path | str, *args: str) -> None:
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
 
 
+def requirements(extra: str) -> list[str]:
+    """The requirement lines of setup.cfg that `wheel[extra]` installs: the core's and the extra's."""
+    setup = configparser.ConfigParser()
+    setup.read(PACKAGE_ROOT / "setup.cfg")
+    lines = setup["options"]["install_requires"].splitlines() + setup["options.extras_require"][extra].splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
 def wheelhouse(wheel: Path, extra: str) -> Path:
     """The folder of wheels that installs torch and `wheel[extra]` without an index (the project's own
     wheel left out: it changes with the code)."""
-    pins = hashlib.sha256((PACKAGE_ROOT / "setup.cfg").read_bytes() + extra.encode()).hexdigest()[:16]
+    pins = hashlib.sha256("\n".join(requirements(extra)).encode() + extra.encode()).hexdigest()[:16]
     house = cache_root() / f"wheelhouse-{extra}-{pins}"
     if not (house / ".complete").is_file():
         partial = house.with_name(house.name + ".partial")

@@ -77,6 +77,18 @@ def test_bad_language_in_a_path_is_rejected_before_training(small_dataset, tmp_p
         train(config)
 
 
+def test_a_weight_of_a_source_the_dataset_lacks_is_rejected_before_training(small_dataset, tmp_path):
+    import re
+
+    from orchestration.config import ConfigError
+
+    manifest = json.loads((Path(small_dataset.data_dir) / "manifest.json").read_text())
+    sources = sorted(manifest["counts"]["sources"])
+    config = config_for(small_dataset, tmp_path, "train.source_weights={catalogs: 2}")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"train.source_weights: ['catalogs'] not among the dataset's sources {sources}")):
+        train(config)
+    assert not Path(config.train_dir).exists()
 
 
 def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does(small_dataset, tmp_path):
