@@ -94,28 +94,41 @@ def stage_lock(run_dir: str | Path, command: str) -> Iterator[None]:
 
 @contextmanager
 def _flock(run_dir: Path, wait: bool, hint: str = WAIT_HINT) -> Iterator[None]:
+    """`flock` on `<run_dir>/.lock`, the file removed again on release (a command leaves no trace of its lock).
+    Removed before it is unlocked: a command that was waiting on the removed file finds, once it has the lock,
+    that the path no longer names that file, and locks the path's new one instead."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / LOCK_FILE, "a+") as handle:
+    path = run_dir / LOCK_FILE
+    while True:
+        handle = open(path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except OSError as exc:
+            handle.seek(0)
+            holder = handle.read().strip()
+            handle.close()
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            handle.seek(0)
-            raise AlreadyRunning(f"{run_dir} is in use by another interlingua command ({handle.read().strip()}); "
-                                 f"{hint}") from None
+            raise AlreadyRunning(f"{run_dir} is in use by another interlingua command ({holder}); {hint}") from None
+        try:
+            if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
+                break  # the file at the path: ours
+        except FileNotFoundError:
+            pass
+        handle.close()  # its holder removed it while this one waited: lock the path's new file
+    with handle:
         handle.seek(0)
         found = handle.read()
         if found.strip() and not _HOLDER.fullmatch(found.strip()):
-            raise ForeignDataError(f"{run_dir / LOCK_FILE}: `interlingua run` locks the run dir with this file, "
-                                   "but it holds what interlingua did not write; it never overwrites such a "
-                                   "file: move it away")
+            raise ForeignDataError(f"{path}: interlingua locks the run dir with this file, but it holds what "
+                                   "interlingua did not write; it never overwrites such a file: move it away")
         handle.truncate(0)
         handle.write(_holder())
         handle.flush()
         try:
             yield
         finally:
+            path.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 

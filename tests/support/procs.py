@@ -203,12 +203,15 @@ def port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-# Ray Train's placement-group cleaner (a detached actor of every training) finds its cluster by looking for GCS
-# processes on the machine; beside a second Ray instance (another test process's) its monitor thread dies with a
-# traceback of its own ("Found multiple active Ray instances"), which is Ray's, not the command's.
-_RAY_CLEANER_LINE = re.compile(r"^\(PlacementGroupCleaner pid=\d+\)")
+# Tracebacks that Ray Train's own actors log, which no code of the command runs in:
+# - its placement-group cleaner (a detached actor of every training) finds its cluster by looking for GCS
+#   processes on the machine; beside a second Ray instance (another test process's) its monitor thread dies
+#   ("Found multiple active Ray instances");
+# - its controller logs a failed resource request with its traceback when the CPU is overloaded, "safe to
+#   ignore" by its own message (train/v2/.../autoscaling_coordinator_client.py).
+_RAY_TRAIN_ACTOR_LINE = re.compile(r"^\((PlacementGroupCleaner|TrainController) pid=\d+\)")
 
 
 def own_output(text: str) -> str:
-    """A command's output without the lines of Ray's placement-group cleaner."""
-    return "\n".join(line for line in text.splitlines() if not _RAY_CLEANER_LINE.match(line))
+    """A command's output without the lines of Ray Train's own actors (the command's workers' lines stay)."""
+    return "\n".join(line for line in text.splitlines() if not _RAY_TRAIN_ACTOR_LINE.match(line))

@@ -186,3 +186,32 @@ def test_a_holder_whose_lease_was_taken_over_commits_nothing_more(s3_bucket, tmp
             write_state(tmp_path / "after.json", {"step": 2})
     assert (tmp_path / "before.json").is_file() and not (tmp_path / "after.json").exists()
     write_state(tmp_path / "after.json", {"step": 2})  # no lease held: nothing to fence
+
+
+def test_a_local_lock_leaves_no_file_and_a_waiter_locks_the_file_that_is_there(tmp_path):
+    """The holder removes its lock file before unlocking it; a command that waited on the removed file locks
+    the path's new one, so a third command is still kept out."""
+    import threading
+
+    released, waiter_in, outcome = threading.Event(), threading.Event(), {}
+
+    def waiter():
+        with run_lock(tmp_path, wait=True):
+            waiter_in.set()
+            released.wait(60)
+
+    with run_lock(tmp_path):
+        assert (tmp_path / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.5)  # the waiter is blocked on this holder's file (no event to wait on inside flock)
+    assert waiter_in.wait(60)
+    try:
+        with run_lock(tmp_path):
+            outcome["third"] = "got in"
+    except AlreadyRunning:
+        outcome["third"] = "kept out"
+    released.set()
+    thread.join(60)
+    assert outcome == {"third": "kept out"}
+    assert not (tmp_path / ".lock").exists()
