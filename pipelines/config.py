@@ -21,13 +21,25 @@ SOURCE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 DEFAULT_BIBLE_VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
 
 
+def _check_code(lang: str) -> str:
+    if not LANG_CODE.match(lang):
+        raise ValueError(f"{lang!r} is not a language code like 'en' or 'zh_Hant'")
+    return lang
+
+
+def _check_template(path: str, example: str) -> str:
+    """A path with `{lang}` in it (each language's file or folder), else ValueError showing `example`."""
+    if "{lang}" not in path:
+        raise ValueError(f"{path!r} must contain '{{lang}}', e.g. {example}")
+    return path
+
+
 def _check_languages(languages: list[str]) -> list[str]:
     if not languages:
         raise ValueError("no languages: give at least one language code, e.g. [en, fr]")
     seen: set[str] = set()
     for lang in languages:
-        if not LANG_CODE.match(lang):
-            raise ValueError(f"{lang!r} is not a language code like 'en' or 'zh_Hant'")
+        _check_code(lang)
         if lang in seen:
             raise ValueError(f"language {lang!r} is given twice")
         seen.add(lang)
@@ -74,9 +86,7 @@ class TextSource(Schema):
     @field_validator("path")
     @classmethod
     def _template(cls, path: str) -> str:
-        if "{lang}" not in path:
-            raise ValueError(f"{path!r} must contain '{{lang}}', e.g. data/corpus.{{lang}}")
-        return path
+        return _check_template(path, "data/corpus.{lang}")
 
     @field_validator("languages")
     @classmethod
@@ -139,7 +149,8 @@ class TmxSource(Schema):
     @field_validator("lang_map")
     @classmethod
     def _map(cls, lang_map: dict[str, str]) -> dict[str, str]:
-        _check_languages(list(dict.fromkeys(lang_map.values())) or ["en"])
+        for lang in lang_map.values():
+            _check_code(lang)
         return {tag.lower().replace("_", "-"): lang for tag, lang in lang_map.items()}
 
 
@@ -160,9 +171,7 @@ class GettextSource(Schema):
     @field_validator("path")
     @classmethod
     def _template(cls, path: str) -> str:
-        if "{lang}" not in path:
-            raise ValueError(f"{path!r} must contain '{{lang}}', e.g. /usr/share/locale/{{lang}}/LC_MESSAGES/*.mo")
-        return path
+        return _check_template(path, "/usr/share/locale/{lang}/LC_MESSAGES/*.mo")
 
     @field_validator("languages")
     @classmethod

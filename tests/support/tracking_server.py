@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from orchestration import tracking
 from tests.support.procs import ClusterStartError, free_port, spawn, wait_until
 from tests.support.s3 import S3Server
 
@@ -28,7 +29,7 @@ MLFLOW_START_S = 180  # its first start on an empty database runs every schema m
 INSTALL_HINT = "install Debian's PostgreSQL server (`apt-get install -y postgresql`; .ci/run does it)"
 
 
-USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"  # MLflow's client reads them
+USERNAME_ENV, PASSWORD_ENV = tracking.CREDENTIALS_ENV  # MLflow's client reads them
 
 
 def credentials(username: str = "interlingua") -> dict[str, str]:
