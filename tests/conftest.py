@@ -2,3 +2,12 @@
 (tests/support/tiers.py), and pytester for the guard's own test. docs/testing.md says how to run a tier."""
 
 pytest_plugins = ["pytester", "tests.support.fixtures", "tests.support.tiers"]
+
+import os
+
+# Ray Train's controller polls its workers every 2 s by default, so each training waits up to a poll to start
+# and to end; the suite runs about sixty. Its preemption watcher (an extra actor, hence a process, per
+# training) watches for nodes being drained, which no test does. Set for the whole run, so that the commands
+# the tests start in child processes and the test cluster's drivers inherit them.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")

@@ -7,6 +7,9 @@ is shared by the tests that only read it; what a test changes it gets fresh.
                                   the standard variables pointing at it
     local_ray         (function)  the run's one local Ray instance (2 CPUs), started on first use; its workers
                                   see the S3 server's variables
+    trained_run       (function)  a copy, in the test's tmp_path, of one run trained once on `small_dataset`
+                                  (its run dir and MLflow store): for the tests that evaluate, embed or
+                                  search a trained model without training one of their own
 
 The test cluster's fixtures (its network, servers, Ray and Dask nodes) are in tests/cluster/conftest.py: they
 start once for the tests of that folder and stop after its last one, so nothing of them runs beside the rest.
@@ -18,12 +21,14 @@ on its own (not `local_ray`) is shut down after it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sqlite3
 import sys
 import urllib.request
-from typing import Iterator
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -185,6 +190,44 @@ def local_ray(_moto, monkeypatch) -> None:
         _LOCAL_RAY.append({k: v for k, v in os.environ.items() if before.get(k) != v})
     for name, value in _LOCAL_RAY[0].items():
         monkeypatch.setenv(name, value)
+
+
+# --- one trained model ----------------------------------------------------------------------------------
+
+TRAINED = ["train.max_steps=20", "model.ranking_weight=1.0", "model.nmt_weight=1.0"]  # both losses: both logged
+_TRAINED: dict = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedRun:
+    folder: Path  # the test's copy: run/ (data read from small_dataset), mlflow.db, mlartifacts/
+    small_dataset: Any
+    result: Any  # the training's TrainResult, its model_dir in this copy
+
+    def config(self, *overrides: str):
+        """The run's config (`tests.support.runs.config_for` with TRAINED), plus overrides that leave the
+        training as it is (an evaluate or search setting); one that changes it makes the copy stale."""
+        from tests.support.runs import config_for
+
+        return config_for(self.small_dataset, self.folder, *TRAINED, *overrides)
+
+
+@pytest.fixture
+def trained_run(small_dataset, tmp_path, tmp_path_factory, local_ray) -> TrainedRun:
+    """One model trained once per test process (`train` on TRAINED), copied for each test that asks: the copy's
+    MLflow store holds the training run (same run id), so an evaluation is its child as after a training of the
+    test's own. The copy's runs write their artifacts beside the original store (other run ids)."""
+    import shutil
+
+    from orchestration.train.driver import train
+    from tests.support.runs import config_for
+
+    if not _TRAINED:
+        base = tmp_path_factory.mktemp("trained")
+        _TRAINED.update(base=base, result=train(config_for(small_dataset, base, *TRAINED)))
+    shutil.copytree(_TRAINED["base"], tmp_path, dirs_exist_ok=True, symlinks=True)
+    result = dataclasses.replace(_TRAINED["result"], model_dir=tmp_path / "run" / "train" / "model")
+    return TrainedRun(tmp_path, small_dataset, result)
 
 
 @pytest.fixture(scope="session", autouse=True)

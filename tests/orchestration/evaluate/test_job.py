@@ -17,7 +17,6 @@ from orchestration import tracking
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
-from orchestration.train.driver import train
 from core.dataset import file_sha256, read_split
 from tests.support.runs import config_for
 
@@ -70,10 +69,8 @@ def test_shards_read_in_key_order_need_no_sort(tmp_path):
     assert key_ordered([shard("d.parquet", ["k2", "k1"])]) is None  # a shard out of order
 
 
-def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(small_dataset, tmp_path, local_ray):
-    config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
-                        "evaluate.shards=3")
-    trained = train(config)
+def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_path):
+    config, trained = trained_run.config("evaluate.shards=3"), trained_run.result
     result = evaluate(config)
     assert set(result.matrix) == {(p, q) for p in LANGS for q in LANGS if p != q}
     assert all(0.0 <= e <= 1.0 for e in result.matrix.values())

@@ -3,7 +3,6 @@
 over HTTP, and has neither Apache Beam nor faiss. A training command there names the extra it needs."""
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from orchestration.serve.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
 from tests.support.runs import untrained_model_dir
 from tests.support.serving import NAME, get, post, register
-from tests.support.venvs import venv_with
+from tests.support.venvs import in_venv_env, venv_with
 
 pytestmark = [pytest.mark.venv, pytest.mark.server]
 
@@ -32,9 +31,8 @@ def serve_venv(tmp_path_factory) -> Path:
 
 
 def in_venv(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return subprocess.run([str(venv / "bin" / a) if i == 0 else a for i, a in enumerate(args)],
-                          capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+                          capture_output=True, text=True, timeout=300, cwd=cwd, env=in_venv_env())
 
 
 def test_the_serve_extra_installs_no_training_stack(serve_venv, tmp_path):
@@ -57,7 +55,7 @@ def test_the_fresh_venv_serves_the_champion(serve_venv, small_dataset, tmp_path,
     (port,) = free_ports(1)
     work = tmp_path / "host"  # not the checkout: the server imports the installed wheel
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = in_venv_env()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
         [str(serve_venv / "bin" / "interlingua"), "serve", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",

@@ -8,16 +8,13 @@ import logging
 import numpy as np
 
 from orchestration.evaluate.job import evaluate
-from orchestration.train.driver import train
-from tests.support.runs import config_for
 
 
-def test_embed_and_search_commands_on_a_trained_model(small_dataset, tmp_path, local_ray, verse, capsys, caplog):
+def test_embed_and_search_commands_on_a_trained_model(trained_run, small_dataset, tmp_path, verse, capsys, caplog):
     from orchestration.cli import main
     from orchestration.serve.embedder import SentenceEmbedder
 
-    config = config_for(small_dataset, tmp_path, "train.max_steps=10")
-    train(config)
+    config = trained_run.config()
     overrides = [f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}"]
     ruth = [verse("l", 8, 1, n) for n in (1, 2, 3)]  # Ruth 1:1-3 in French, real text
     (tmp_path / "fr.txt").write_text("\n".join(ruth) + "\n", encoding="utf-8")

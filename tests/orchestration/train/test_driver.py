@@ -15,11 +15,10 @@ from orchestration.train.driver import TrainError, train
 from tests.support.runs import config_for
 
 
-def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, local_ray):
-    # the NMT loss beside the ranking loss: its per-language perplexities are logged too
-    config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
-                        "model.nmt_weight=1.0")
-    result = train(config)
+def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, trained_run):
+    # the shared run (tests/support/fixtures.py): the NMT loss beside the ranking loss, so its per-language
+    # perplexities are logged too
+    config, result = trained_run.config(), trained_run.result
     assert not result.skipped and result.step == 20
     model, meta = load_model(str(result.model_dir / "model.safetensors"))
     assert meta["dev_error"] == result.dev_error and 0.0 <= result.dev_error < 1.0
@@ -34,6 +33,7 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, l
     run = tracking.get_run(uri, result.run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.encoder"] == "blstm_max" and run.data.params["train.max_steps"] == "20"
+    assert run.data.params["model.nmt_weight"] == "1.0"
     for key in ("train/loss", "train/tokens_per_s", "train/cpu_cores", "train/ppl/en", "dev/xsim_error",
                 "dev/xsim_error/fr-en"):
         assert key in run.data.metrics, key
