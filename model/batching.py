@@ -112,11 +112,19 @@ class ParallelCorpus:
         return np.floor(weight).astype(np.int64) + (rng.random(self.size) < weight - np.floor(weight))
 
     @classmethod
-    def read(cls, data_dir: str | Path, split: str, languages: Sequence[str]) -> ParallelCorpus:
-        """The token ids of `languages` in a whole split of a prepared dataset (dev, test: small)."""
+    def read(cls, data_dir: str | Path, split: str, languages: Sequence[str], *, keys: bool = False) -> ParallelCorpus:
+        """The token ids of `languages` in a whole split of a prepared dataset (dev, test: small), with the
+        tuples' keys when `keys`."""
         from core.dataset import read_split
 
-        return cls.from_table(read_split(data_dir, split, [f"{lang}_ids" for lang in languages]), languages)
+        columns = [f"{lang}_ids" for lang in languages] + (["key"] if keys else [])
+        return cls.from_table(read_split(data_dir, split, columns), languages)
+
+    def source_names(self) -> np.ndarray:
+        """Each tuple's source (the first part of its key)."""
+        if self.keys is None:
+            raise ValueError("the tuples' sources are in their keys: read the corpus with them")
+        return np.array([key.split(":", 1)[0] for key in self.keys])
 
     def ids(self, lang: str, row: int) -> np.ndarray:
         start = self.offsets[lang][row]

@@ -62,6 +62,31 @@ def loopback_only() -> Iterator[None]:
             os.environ[_NO_CLUSTER_ENV] = variable
 
 
+# What a Ray Data task raises when a node died under it (with the actors it held, e.g. Ray Data's own
+# Parquet footer readers): the node's death is a fact of clusters, not an error of the job. Ray marks a node
+# dead only once it misses its heartbeats, so a task placed there meanwhile fails; run again, it lands on a
+# live node.
+NODE_LOST = ["ActorDiedError", "NodeDiedError", "ActorUnavailableError", "ObjectLostError", "OwnerDiedError"]
+NODE_LOST_RETRIES = 3
+
+
+@contextlib.contextmanager
+def data_job(*, preserve_order: bool = False) -> Iterator[None]:
+    """Ray Data's settings for one of the product's jobs (this driver's `DataContext`, put back after): a map
+    task that failed because a node died under it is run again (`NODE_LOST`, up to `NODE_LOST_RETRIES` times;
+    any other error fails the job at once); `preserve_order` keeps the blocks' order through the job."""
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    before = (context.retried_map_errors, context.max_map_retries, context.execution_options.preserve_order)
+    context.retried_map_errors, context.max_map_retries = list(NODE_LOST), NODE_LOST_RETRIES
+    context.execution_options.preserve_order = preserve_order or before[2]
+    try:
+        yield
+    finally:
+        context.retried_map_errors, context.max_map_retries, context.execution_options.preserve_order = before
+
+
 def check_every_node_reaches(uri: str | None = None, **locations) -> None:
     """ConfigError, before any work, when the Ray cluster (connected: `ensure_ray`) spans more than one host and
     the tracking store `uri` is a file of this host (`sqlite:///`, a path), or one of `locations` (keyword: the

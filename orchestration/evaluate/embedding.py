@@ -12,13 +12,13 @@ the driver sees one small record per block and publishes the folder.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from evaluation.store import StoredEmbeddings, publish
+from orchestration.cluster import data_job
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
 from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, decode_record, run_actors
@@ -117,8 +117,8 @@ def embed_texts(config: Config, table, model_path: Path | None, languages: list[
     model with its own tokenizer (`model_path` None: the USE baseline)."""
     import ray.data
 
-    tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
-    with _ordered():
+    with _ordered():  # the dataset keeps the settings it was made under
+        tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
         records = _embed(config, tuples, len(table), UseEmbedFn if model_path is None else TextEmbedFn, model_path,
                          languages, folder, batch_rows, backend)
     return publish(_staging(folder), folder, records, languages=languages, meta=meta)
@@ -152,15 +152,7 @@ def _log_skipped(config: Config, rows: int) -> None:
         log.info("%d tuples of %s lack a language and are left out of the search", total - rows, split)
 
 
-@contextlib.contextmanager
-def _ordered() -> Iterator[None]:
-    """Ray Data keeps the sorted order through the actor pool (blocks are contiguous key ranges)."""
-    from ray.data import DataContext
-
-    options = DataContext.get_current().execution_options
-    before = options.preserve_order
-    options.preserve_order = True
-    try:
-        yield
-    finally:
-        options.preserve_order = before
+def _ordered():
+    """Ray Data keeps the sorted order through the actor pool (blocks are contiguous key ranges); a task that
+    a dying node failed is run again (`cluster.data_job`)."""
+    return data_job(preserve_order=True)

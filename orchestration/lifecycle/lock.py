@@ -6,8 +6,9 @@ An `s3://` run dir is locked by creating `<run_dir>/.lock` with a conditional PU
 exactly one of two hosts racing for it succeeds. The holder renews its lease every `ttl / 3` seconds with a
 PUT conditional on its own ETag (`If-Match`); a holder that dies stops renewing. A waiting host takes over a
 lock only once it has not been renewed for `ttl` seconds, by the store's own clock (the object's
-Last-Modified against the response's Date: no two hosts' clocks are compared), with a DELETE conditional on
-the stale ETag, so two hosts that find it stale at once cannot both take it. A holder that finds its lease
+Last-Modified against the response's Date: no two hosts' clocks are compared), or at once when the lease names
+a process of its own host (boot id and pid namespace) that has exited, as after a killed command; either way
+with a DELETE conditional on the ETag it read, so two hosts that take it over at once cannot both have it. A holder that finds its lease
 taken over (a renewal refused) interrupts its own run, which then exits 130 with its MLflow runs KILLED:
 two hosts never both write the run dir.
 
@@ -139,6 +140,33 @@ def _holder() -> str:
     return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
+def _process(pid: int) -> dict | None:
+    """What tells this process apart from every other on any host, ever: the kernel's boot id, its pid
+    namespace, its pid and its start time (clock ticks since boot). None where /proc does not say (not Linux)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the fields after the command name (in parentheses, which may hold anything): state is field 3,
+    # the start time field 22
+    return {"boot": boot, "pidns": namespace, "pid": pid, "start": int(stat.rsplit(")", 1)[1].split()[19])}
+
+
+def _is_gone(holder: object) -> bool:
+    """True only when `holder` (a lease's `process`) is certainly dead: a process of this kernel's boot and
+    this pid namespace whose pid is free or belongs to a later process. A holder on another host or in
+    another container, or a lease that does not say, is alive as far as this process can tell."""
+    me = _process(os.getpid())
+    if me is None or not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
+        return False
+    if (holder.get("boot"), holder.get("pidns")) != (me["boot"], me["pidns"]):
+        return False
+    now = _process(holder["pid"])
+    return now is None or now["start"] != holder.get("start")
+
+
 class _S3Lock:
     """The lease object at `location` (an s3:// URI), through boto3: pyarrow exposes no conditional PUT."""
 
@@ -150,6 +178,7 @@ class _S3Lock:
         self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`storage.configure`)
         self.etag: str | None = None
         self.holder = _holder()
+        self.process = _process(os.getpid())
         self.writing = threading.Lock()  # a renewal (PUT, then its ETag kept) against the fence's look
 
     @contextmanager
@@ -180,48 +209,59 @@ class _S3Lock:
         """The lease's content: who holds it and a token of this write alone, so that every acquisition and
         renewal has an ETag of its own (a renewal between another host's HEAD and its conditional DELETE
         makes that DELETE fail, and a lease another process wrote never has this one's ETag)."""
-        return json.dumps({"holder": self.holder, "token": uuid.uuid4().hex}).encode()
+        return json.dumps({"holder": self.holder, "token": uuid.uuid4().hex, "process": self.process}).encode()
 
     def _acquire(self) -> bool:
         from botocore.exceptions import ClientError
 
-        try:
-            self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                               IfNoneMatch="*")["ETag"]
-            return True
-        except ClientError as exc:
-            if _code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
-                raise
-        return self._take_over_stale()
+        for _ in range(2):  # once more after a lease found dead was deleted: a rerun need not --wait
+            try:
+                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
+                                                   IfNoneMatch="*")["ETag"]
+                return True
+            except ClientError as exc:
+                if _code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    raise
+            if not self._take_over_stale():
+                return False
+        return False
 
     def _take_over_stale(self) -> bool:
-        """Delete a lease nobody renewed for `ttl` (conditional on its ETag), then race for it again."""
+        """Delete a lease whose holder is gone (conditional on its ETag): True when there is none now, so that
+        the caller races for it again."""
         from botocore.exceptions import ClientError
 
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self.key)
         except ClientError as exc:
             if _code(exc) in ("404", "NoSuchKey", "NotFound"):
-                return False  # released meanwhile: the next poll creates it
+                return True  # released meanwhile
             raise
         now = parsedate_to_datetime(head["ResponseMetadata"]["HTTPHeaders"]["date"])
         # Both times are whole seconds: one more second, so that a lease renewed in time is never stale.
-        if (now - head["LastModified"]).total_seconds() < self.ttl + 1:
-            return False
+        stale = (now - head["LastModified"]).total_seconds() >= self.ttl + 1
         try:
-            self._check_is_lease(head["ETag"])
+            lease = self._check_is_lease(head["ETag"])
         except ClientError as exc:
             if _code(exc) in ("PreconditionFailed", "404", "NoSuchKey"):
                 return False  # renewed or released meanwhile: not stale
             raise
-        log.warning("%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
-                    self.location, head["LastModified"], self.ttl)
+        if stale:
+            log.warning("%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
+                        self.location, head["LastModified"], self.ttl)
+        elif _is_gone(lease.get("process")):  # a command of this host killed a moment ago: no need to wait
+            log.warning("%s is held by %s, a process of this host that has exited: taking it over",
+                        self.location, lease["holder"])
+        else:
+            return False
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=head["ETag"])
         except ClientError as exc:
-            if _code(exc) not in ("PreconditionFailed", "404", "NoSuchKey"):
+            if _code(exc) == "PreconditionFailed":
+                return False  # renewed meanwhile: alive after all
+            if _code(exc) not in ("404", "NoSuchKey"):
                 raise
-        return False  # the next attempt creates it, or sees who did
+        return True  # gone: the caller creates it, or sees who did
 
     def _renew(self, stop: threading.Event, signalled: bool) -> None:
         from botocore.exceptions import ClientError
@@ -264,18 +304,21 @@ class _S3Lock:
         except ClientError as exc:  # taken over: it is not ours to delete
             log.warning("%s: not released (%s)", self.location, _code(exc))
 
-    def _check_is_lease(self, etag: str) -> None:
-        """ForeignDataError unless the object (this version of it) is a lease that interlingua wrote: a user's
-        file of that name is never taken over, however old."""
+    def _check_is_lease(self, etag: str) -> dict:
+        """The lease (this version of the object), or ForeignDataError unless it is one that interlingua wrote:
+        a user's file of that name is never taken over, however old. (A lease without `process` is of an
+        earlier version.)"""
         body = self.client.get_object(Bucket=self.bucket, Key=self.key, IfMatch=etag)["Body"].read()
         try:
             lease = json.loads(body)
-            ours = isinstance(lease, dict) and set(lease) == {"holder", "token"} and _HOLDER.fullmatch(lease["holder"])
+            ours = (isinstance(lease, dict) and set(lease) - {"process"} == {"holder", "token"}
+                    and _HOLDER.fullmatch(lease["holder"]))
         except (ValueError, TypeError):
             ours = False
         if not ours:
             raise ForeignDataError(f"{self.location}: interlingua locks the run dir with this object, but it holds "
                                    "what interlingua did not write; it never replaces such a file: move it away")
+        return lease
 
     def _describe(self) -> str:
         try:

@@ -42,7 +42,7 @@ import numpy as np
 
 from evaluation import store
 from orchestration import model_dir as model_files
-from orchestration.cluster import ensure_ray
+from orchestration.cluster import data_job, ensure_ray
 from orchestration.serve.job import BlockEmbedFn, run_actors
 from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
                                         resolve_inputs)
@@ -180,7 +180,8 @@ def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, 
     """The blocks still to do, through the one embedding job (`serve.job`), a block per batch."""
     import ray.data
 
-    dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
+    with data_job():  # a task that a dying node failed is run again
+        dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
     run_actors(dataset, BlockEmbedFn, job, rows=sum(b.rows for b in pending), rows_of=lambda r: int(r["rows"]),
                actors=min(actors, len(pending)), cpus=cpus, use_gpu=use_gpu, batch_size=1)
 

@@ -33,8 +33,9 @@ from orchestration.progress import Progress
 
 def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, rows: int, rows_of: Callable[[dict], int],
                actors: int, cpus: int, use_gpu: bool, batch_size: int) -> list[dict[str, Any]]:
-    """Map `dataset` through a pool of `actors` actors of `actor` (`kwargs` to its constructor, `cpus` CPUs or
-    a GPU each) in batches of `batch_size`; the actors' records, our progress line (`rows` in all,
+    """Map `dataset` (made under `cluster.data_job`: its settings are the dataset's) through a pool of `actors`
+    actors of `actor` (`kwargs` to its constructor, `cpus` CPUs or a GPU each) in batches of `batch_size`;
+    the actors' records, our progress line (`rows` in all,
     `rows_of(record)` each) instead of Ray Data's bars, which show with -v."""
     import ray.data
 

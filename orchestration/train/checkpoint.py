@@ -82,9 +82,15 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
     """Rank 0 writes a checkpoint directory and reports it; every other rank reports without one.
 
     The directory is written in a private temporary folder and handed to Ray only when whole, so a
-    failure on the way (a full disk) is an error of this worker, never a partial checkpoint.
+    failure on the way (a full disk) is an error of this worker, never a partial checkpoint. Ray uploads it
+    to the run's storage behind the next steps (one upload at a time, the last one awaited before the
+    worker ends), registers it once it is there, and deletes the temporary folder; a failed upload fails the
+    worker, as a failed step does.
     """
+    import shutil
+
     import ray.train
+    from ray.train import CheckpointUploadMode
 
     progress = state.progress
     # not "done": Ray Tune reads that key as "this trial has finished" and stops it
@@ -92,7 +98,8 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
     if rank != 0:
         ray.train.report(summary, checkpoint=None)
         return
-    with tempfile.TemporaryDirectory(prefix="interlingua-ckpt-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="interlingua-ckpt-")
+    try:
         folder = Path(tmp)
         torch.save({"model": state.model, "optimizer": state.optimizer, "scheduler": state.scheduler,
                     "progress": asdict(progress), "best_model": state.best_model, "positions": state.positions},
@@ -106,7 +113,11 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
         (folder / SPM_FILE).write_bytes(storage.read_bytes(spm_model))  # the dataset's, local or at a URI
         (folder / CONFIG_FILE).write_text(dump_yaml(config))
         (folder / PROGRESS_FILE).write_text(json.dumps(asdict(progress), indent=2))
-        ray.train.report(summary, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    ray.train.report(summary, checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                     checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
 
 
 def export(checkpoint, model_dir: str | Path, data=None) -> dict[str, Any]:

@@ -264,7 +264,35 @@ def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
             signal.signal(signal.SIGINT, sigint)
     if result.checkpoint is None:
         raise TrainError(f"training ended without a checkpoint in {storage.join(train_dir, 'ray')}")
+    prune_checkpoints(train_dir)
     return result.checkpoint
+
+
+def prune_checkpoints(train_dir: storage.Location) -> None:
+    """Remove the checkpoint folders under `<train_dir>/ray` that Ray's record of the run
+    (`checkpoint_manager_snapshot.json`) no longer lists: those of an attempt that was killed, which a resumed
+    run does not count against `runtime.keep_checkpoints`. Only folders of Ray's layout holding only its
+    files (`check_train_dir`'s rule); the listed ones, the newest included, stay."""
+    ray_dir = storage.join(train_dir, "ray")
+    try:
+        snapshot = storage.read_json(storage.join(ray_dir, "checkpoint_manager_snapshot.json"))
+        listed = {result["checkpoint_dir_name"] for result in snapshot["checkpoint_results"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no record to go by: nothing is removed
+    stale = [name for name in storage.subdirectories(ray_dir) if name.startswith("checkpoint_") and name not in listed]
+    removed = 0
+    for name in stale:
+        folder = storage.join(ray_dir, name)
+        try:
+            found = ownership.check_only_ours(folder, lambda e: _RAY_FILES.fullmatch(f"ray/{name}/{e}") is not None,
+                                              what="a checkpoint of an earlier attempt", advice="it is kept")
+        except ownership.ForeignDataError as exc:
+            log.warning("%s", exc)
+            continue
+        ownership.remove_ours(folder, found)
+        removed += 1
+    if removed:
+        log.info("removed %d checkpoint(s) of an earlier attempt from %s", removed, ray_dir)
 
 
 def _ray_storage(train_dir: str) -> dict[str, Any]:

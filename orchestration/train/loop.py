@@ -65,6 +65,8 @@ class Worker:
     stream: BatchStream | PrefetchedStream = field(repr=False)
     dev: ParallelCorpus | None = None  # rank 0 only
     dev_rows: np.ndarray | None = None
+    dev_sources: dict[str, np.ndarray] = field(default_factory=dict)  # rank 0: {source: positions in dev_rows}
+    logged_through: int = 0  # rank 0: the last step whose metrics the run holds (a resumed run logs after it)
 
     @property
     def config(self) -> Config:
@@ -88,7 +90,8 @@ def train_loop_per_worker(ray_config: dict[str, WorkerJob]) -> None:
         if n % worker.config.train.eval_every_steps == 0 or stop:
             stop = evaluate_dev(worker, metrics) or stop
         if metrics and worker.rank == 0:
-            tracking.log_metrics(job.mlflow_uri, job.run_id, metrics, n)
+            if n > worker.logged_through:  # a step the killed attempt had logged is not logged twice
+                tracking.log_metrics(job.mlflow_uri, job.run_id, metrics, n)
             post_progress(worker, metrics)
         if n % run.checkpoint_every_steps == 0 or stop:
             worker.progress.done = stop
@@ -148,8 +151,12 @@ def set_up(job: WorkerJob) -> Worker:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
         # the first step: the first metrics window measures training, and a bad store fails now
         tracking.get_run(job.mlflow_uri, job.run_id)
-        worker.dev = ParallelCorpus.read(job.data_dir, "dev", job.dev_languages)
-        worker.dev_rows = worker.dev.complete_rows()[: t.dev_max_sentences]
+        if state:  # the attempt that was stopped logged past its last checkpoint, up to its last window
+            worker.logged_through = max((s for key in ("train/loss", "dev/xsim_error")
+                                         for s, _ in tracking.metric_history(job.mlflow_uri, job.run_id, key)),
+                                        default=0)
+        worker.dev = ParallelCorpus.read(job.data_dir, "dev", job.dev_languages, keys=True)
+        worker.dev_rows, worker.dev_sources = dev_rows_by_source(worker.dev, t.dev_max_sentences)
         live.post(job.progress_board, start_step=progress.step, step=progress.step)
     return worker
 
@@ -194,9 +201,12 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
     from evaluation.xsim import average_error, error_matrix
 
     progress, t = worker.progress, worker.config.train
-    pairs = None
+    pairs, by_source = None, {}
     if worker.rank == 0:
-        pairs = error_matrix(embed_rows(worker.core, worker.dev, worker.dev_rows, device=worker.device))
+        embeddings = embed_rows(worker.core, worker.dev, worker.dev_rows, device=worker.device)
+        pairs = error_matrix(embeddings)
+        by_source = {name: average_error(error_matrix({lang: e[at] for lang, e in embeddings.items()}))
+                     for name, at in worker.dev_sources.items() if len(at) > 1}
     value = broadcast([average_error(pairs) if pairs else 0.0], worker.device)[0]
     if worker.scheduler is not None and progress.step >= t.warmup_steps:
         worker.scheduler.step(value)
@@ -212,10 +222,33 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
             log.info("early stop at step %d: no dev improvement in %d evaluations", progress.step, patience)
         metrics["dev/xsim_error"] = value
         metrics.update({f"dev/xsim_error/{p}-{q}": e for (p, q), e in pairs.items()})
+        # each source's tuples searched among themselves: how the model does on each kind of text
+        metrics.update({f"dev/source_xsim_error/{name}": e for name, e in by_source.items()})
         if logs.verbosity() >= logs.VERBOSE:  # else the driver's progress line shows the best
             log.info("step %d dev similarity error %.4f (best %.4f at step %s)",
                      progress.step, value, progress.dev_error, progress.best_step)
     return stop
+
+
+def dev_rows_by_source(dev: ParallelCorpus, limit: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The dev rows the error is computed on: the complete ones, at most `limit` (None: all) shared evenly
+    among the sources (the split is sorted by key, so by source: its first rows would all be the first
+    source's; a source with fewer leaves its share to the others), and {source: positions among those rows}
+    when there are several sources (none for one: its error is the dev error)."""
+    rows = dev.complete_rows()
+    names = dev.source_names()[rows]
+    groups = {name: rows[names == name] for name in sorted(set(names.tolist()))}
+    if limit is not None and len(rows) > limit:
+        take, left = dict.fromkeys(groups, 0), limit
+        while left:
+            short = [name for name in groups if take[name] < len(groups[name])]
+            share = max(1, left // len(short))
+            for name in short:
+                add = min(share, len(groups[name]) - take[name], left)
+                take[name], left = take[name] + add, left - add
+        groups = {name: g[: take[name]] for name, g in groups.items() if take[name]}
+        rows = np.sort(np.concatenate(list(groups.values())))
+    return rows, ({name: np.searchsorted(rows, g) for name, g in groups.items()} if len(groups) > 1 else {})
 
 
 def post_progress(worker: Worker, metrics: dict[str, float]) -> None:

@@ -113,3 +113,43 @@ def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(
                            f"ensure_ray({address!r}); print(ray.get(ray.remote(lambda: 2).remote()))"],
                           capture_output=True, text=True, timeout=180, cwd=PACKAGE_ROOT)
     assert join.stdout.strip() == "2", join.stderr[-3000:]
+
+
+class _DiesOnce:
+    """A map function whose first call on each block fails as a task does whose node died under it (a file
+    marks that it did)."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+
+    def __call__(self, batch):
+        from pathlib import Path
+
+        mark = Path(self.marks) / f"{int(batch['id'][0])}"
+        if not mark.exists():
+            mark.touch()
+            raise RuntimeError("ray.exceptions.ActorDiedError: The actor died because its node has died.")
+        return batch
+
+
+@pytest.mark.parametrize("under_data_job", [True, False])
+def test_a_ray_data_task_that_a_dead_node_failed_runs_again_and_any_other_error_fails(local_ray, tmp_path,
+                                                                                     under_data_job):
+    import ray.data
+
+    from orchestration.cluster import data_job
+
+    def run():
+        dataset = ray.data.range(4, override_num_blocks=2)
+        return sorted(r["id"] for r in dataset.map_batches(_DiesOnce(str(tmp_path))).iter_rows())
+
+    if under_data_job:
+        with data_job():
+            assert run() == [0, 1, 2, 3]
+        assert ray.data.DataContext.get_current().max_map_retries == 0  # put back after the job
+    else:
+        with pytest.raises(Exception, match="ActorDiedError"):
+            run()
+    with data_job():  # another error is not retried: the first failure fails the job
+        with pytest.raises(Exception, match="ZeroDivisionError"):
+            ray.data.range(2).map(lambda row: {"x": 1 / 0}).materialize()

@@ -208,8 +208,8 @@ def exported_model_dir(small_dataset, folder, monkeypatch):
                             embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
     state = checkpoint.TrainingState(model.state_dict(), {}, None, checkpoint.TrainingProgress(step=10, best_step=10),
                                      model.state_dict())
-    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: shutil.copytree(
-        checkpoint.path, folder.with_name("checkpoint")))
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **_: shutil.move(
+        checkpoint.path, folder.with_name("checkpoint")))  # uploaded, the local copy gone, as Ray does
     checkpoint.report(0, state, model.args, spm_model=str(Path(small_dataset.data_dir) / "spm.model"),
                       config=small_dataset.to_dict(), metrics={})
     checkpoint.export(ray.train.Checkpoint.from_directory(str(folder.with_name("checkpoint"))), folder)

@@ -33,9 +33,13 @@ HOLD = textwrap.dedent("""
 """)
 
 
-def start_holder(run_dir: str, go, out, ttl: float = 60.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", HOLD, run_dir, str(go), str(out), str(ttl)],
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+def start_holder(run_dir: str, go, out, ttl: float = 60.0, *, own_pid_namespace: bool = False) -> subprocess.Popen:
+    """A process holding the run dir's lock once `go` exists. `own_pid_namespace`: in a pid namespace of its
+    own (`unshare`, root), as a container on this host is: its pid means nothing here; killing the returned
+    process kills it too."""
+    inner = [sys.executable, "-c", HOLD, run_dir, str(go), str(out), str(ttl)]
+    wrap = ["unshare", "--pid", "--fork", "--kill-child"] if own_pid_namespace else []
+    return subprocess.Popen([*wrap, *inner], env={**os.environ, "PYTHONPATH": os.getcwd()})
 
 
 def test_of_two_hosts_racing_for_an_s3_run_dir_exactly_one_runs(s3_bucket, tmp_path):
@@ -53,10 +57,12 @@ def test_of_two_hosts_racing_for_an_s3_run_dir_exactly_one_runs(s3_bucket, tmp_p
             holder.wait()
 
 
+@pytest.mark.cluster  # `unshare`: root, as the test cluster's hosts
 def test_a_dead_holders_lease_is_taken_over_once_it_is_not_renewed(s3_bucket, tmp_path):
+    """A holder this process cannot see die (another host, or here another pid namespace) is waited out."""
     go, out = tmp_path / "go", tmp_path / "held"
     go.touch()
-    holder = start_holder(f"{s3_bucket}/runs/x", go, out, ttl=3.0)
+    holder = start_holder(f"{s3_bucket}/runs/x", go, out, ttl=3.0, own_pid_namespace=True)
     wait_for(out.exists, 30, "the holder to hold the lock")
     with pytest.raises(AlreadyRunning):
         with run_lock(f"{s3_bucket}/runs/x", ttl=3.0):
@@ -68,6 +74,39 @@ def test_a_dead_holders_lease_is_taken_over_once_it_is_not_renewed(s3_bucket, tm
         assert body["holder"].startswith(f"pid {os.getpid()} ")
     with run_lock(f"{s3_bucket}/runs/x"):  # released on exit
         pass
+
+
+def test_the_lease_of_a_command_killed_on_this_host_is_taken_over_at_once(s3_bucket, tmp_path):
+    """A lease naming a process of this host (boot id, pid namespace) that has exited, or whose pid a later
+    process has, is taken over without waiting out its ttl; one naming a live process is not."""
+    from orchestration.lifecycle.lock import _process
+
+    go, out = tmp_path / "go", tmp_path / "held"
+    go.touch()
+    holder = start_holder(f"{s3_bucket}/runs/x", go, out)  # a ttl of 60 s
+    wait_for(out.exists, 30, "the holder to hold the lock")
+    with pytest.raises(AlreadyRunning):
+        with run_lock(f"{s3_bucket}/runs/x"):
+            pass
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    started = time.monotonic()
+    with run_lock(f"{s3_bucket}/runs/x"):  # no --wait: taken over now, not in 60 s
+        pass
+    assert time.monotonic() - started < 30
+
+    client, me = boto3.client("s3"), _process(os.getpid())
+    for start, taken in ((me["start"], False), (me["start"] + 1, True)):  # alive; a later process on its pid
+        lease = {"holder": f"pid {os.getpid()} on elsewhere", "token": "t", "process": {**me, "start": start}}
+        client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=json.dumps(lease).encode())
+        if taken:
+            with run_lock(f"{s3_bucket}/runs/x"):
+                pass
+        else:
+            with pytest.raises(AlreadyRunning):
+                with run_lock(f"{s3_bucket}/runs/x"):
+                    pass
+            client.delete_object(Bucket="bucket", Key="runs/x/.lock")
 
 
 @pytest.mark.parametrize("sigint", [signal.default_int_handler, signal.SIG_IGN], ids=["sigint-handled", "sigint-ignored"])

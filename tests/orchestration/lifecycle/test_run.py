@@ -214,6 +214,10 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
     # the history; the next run's resume is the last, from the newest checkpoint the kill left
     resumed = [h["resumed_at_step"] for h in progress["history"] if "resumed_at_step" in h]
     assert resumed and resumed[-1] >= killed_at and progress["step"] == 150
+    logged = [s for s, _ in tracking.metric_history(uri, trains[0].info.run_id, "train/loss")]
+    assert sorted(logged) == list(range(5, 151, 5))  # the steps the killed run had logged are not logged again
+    kept = sorted(p.name for p in (train_dir / "ray").glob("checkpoint_*") if p.is_dir())
+    assert len(kept) <= 2, kept  # runtime.keep_checkpoints: none left over from the killed run
     assert tracking.get_run(uri, killed[0].info.run_id).info.status == "KILLED"
     pipelines = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
     assert sorted(r.info.status for r in pipelines) == ["FINISHED", "KILLED"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkey
         checkpoint.report(0, state, model.args, spm_model=str(spm_model), config={"name": "t"}, metrics={})
 
     reported, written = [], []
-    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: reported.append(checkpoint))
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **_: reported.append(checkpoint))
 
     def disk_fills(model, path, **meta):  # state.pt fits, model.safetensors does not
         written.append(Path(path).parent)
@@ -84,10 +85,15 @@ def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkey
 
     monkeypatch.undo()
     seen = {}
-    monkeypatch.setattr(ray.train, "report",
-                        lambda metrics, checkpoint=None: seen.update(files=sorted(os.listdir(checkpoint.path))))
+
+    def uploaded(metrics, checkpoint=None, checkpoint_upload_mode=None):  # as Ray does: the local copy deleted
+        seen.update(files=sorted(os.listdir(checkpoint.path)), mode=checkpoint_upload_mode)
+        shutil.rmtree(checkpoint.path)
+
+    monkeypatch.setattr(ray.train, "report", uploaded)
     report()
     assert seen["files"] == ["config.yaml", "model.safetensors", "progress.json", "spm.model", "state.pt"]
+    assert seen["mode"] == ray.train.CheckpointUploadMode.ASYNC  # uploaded behind the next steps
 
 
 def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
@@ -103,8 +109,7 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
     progress = TrainingProgress(step=40, elapsed_s=12.5, dev_error=0.25, best_step=30, bad_evals=1,
                         history=[{"resumed_at_step": 20, "world": 2}], world=2)
     kept = tmp_path / "kept"
-    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None: __import__("shutil").copytree(
-        checkpoint.path, kept))
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **_: shutil.move(checkpoint.path, kept))
     checkpoint.report(0, TrainingState(model.state_dict(), optimizer.state_dict(), None, progress,
                                        model.state_dict()), model.args, spm_model=str(spm_model),
                       config={"name": "t"}, metrics={})

@@ -102,3 +102,25 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         assert train_fingerprint(config_for(small_dataset, tmp_path, runtime), manifest) == base, runtime
     for learned in ("train.lr=0.5", "train.max_tokens=100", "model.encoder_hidden=8", "train.seed=1"):
         assert train_fingerprint(config_for(small_dataset, tmp_path, learned), manifest) != base, learned
+
+
+@pytest.mark.beam
+def test_each_sources_dev_error_is_logged_beside_the_whole_dev_error(tmp_path, local_ray):
+    """A dataset of two sources (the short books of the Old Testament and of the New, as two `bible`
+    sources): the dev rows are shared between them, and each source's error, its tuples searched among
+    themselves, is logged apart. A training of its own: the session's dataset has one source."""
+    from pipelines.prepare import run_prepare
+    from pipelines.runners import pipeline_options
+    from tests.support.corpus import small_config
+    from tests.support.runs import TINY
+
+    sources = "prepare.sources=[{kind: bible, name: old, books: [8, 31, 32]}, {kind: bible, name: new, books: [57, 63, 64, 65]}]"
+    config = small_config(tmp_path, sources, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", *TINY,
+                          "train.max_steps=10", "train.dev_max_sentences=30")
+    run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
+    result = train(config)
+    metrics = tracking.get_run(config.tracking.uri, result.run_id).data.metrics
+    by_source = {key.rsplit("/", 1)[1]: value for key, value in metrics.items()
+                 if key.startswith("dev/source_xsim_error/")}
+    assert set(by_source) == {"old", "new"} and all(0.0 <= e <= 1.0 for e in by_source.values()), metrics
+    assert [s for s, _ in tracking.metric_history(config.tracking.uri, result.run_id, "dev/source_xsim_error/new")] == [10]

@@ -116,6 +116,9 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
     assert state["run_id"] == run_id and tracking.get_run(uri, run_id).info.status == "FINISHED"
     steps = [s for s, _ in tracking.metric_history(uri, run_id, "dev/xsim_error")]
     assert steps[-1] == 120 and steps[0] == 10
+    for key in ("dev/xsim_error", "train/loss"):  # three attempts, each step's metrics logged once
+        logged = [s for s, _ in tracking.metric_history(uri, run_id, key)]
+        assert len(logged) == len(set(logged)), (key, sorted(logged))
     assert len(tracking.search_runs(uri, "interlingua")) == 1  # resumed into the same MLflow run, not a duplicate
     model, meta = load_model(str(train_dir / "model" / "model.safetensors"))
     assert meta["dev_error"] == progress["dev_error"]
