@@ -1,16 +1,20 @@
 """Deterministic train/dev/test splits with no repeated sentence in held-out data.
 
-Every tuple gets u = hash(seed, key) in [0, 1). Held-out candidates are the
-tuples with the smallest u (by size) or u below dev + test fractions (by
-fraction). They are taken greedily in u order, skipping any tuple that repeats
-a (language, sentence) already taken, so dev and test hold no duplicate
-sentence in any language. Candidates not taken go back to train, and every
-training tuple that shares a sentence with dev or test is dropped
-(decontamination). The same input and config always give the same split.
+Every tuple gets u = hash(seed, key) in [0, 1). Held-out candidates are each
+source's tuples with the smallest u (by size) or u below dev + test fractions
+(by fraction). They are taken greedily in u order, skipping any tuple that
+repeats a (language, sentence) already taken, so dev and test hold no duplicate
+sentence in any language. By size, the sources take turns (one tuple each, in
+the order of their names), so each source gets an equal share of dev and of
+test, and a source with fewer tuples leaves the rest of its share to the others;
+by fraction, each source gives its fraction. Candidates not taken go back to
+train, and every training tuple that shares a sentence with dev or test is
+dropped (decontamination). The same input and config always give the same split.
 """
 from __future__ import annotations
 
 import hashlib
+from collections import deque
 from typing import Any, Iterator
 
 import apache_beam as beam
@@ -44,21 +48,42 @@ def select_held_out(
     When fewer distinct tuples exist than dev_size + test_size, the splits come
     out short; `check_held_out` reports that after the run.
     """
-    wanted = config.held_out_size() if not config.by_fraction else len(candidates)
+    ordered = sorted(candidates, key=lambda c: (c[0], c[1][0]))
     taken: set[str] = set()
-    n = 0
-    for u, t in sorted(candidates, key=lambda c: (c[0], c[1][0])):
-        ids = sentence_ids(t[1])
-        if n >= wanted or any(i in taken for i in ids):
+    if config.by_fraction:
+        for u, t in ordered:
+            ids = sentence_ids(t[1])
+            if any(i in taken for i in ids):
+                yield "train", t
+                continue
+            taken.update(ids)
+            yield ("dev" if u < config.dev_fraction else "test"), t
+        return
+    queues: dict[str, deque[Tuple]] = {}  # each source's candidates, in u order
+    for _, t in ordered:
+        queues.setdefault(source_of(t[0]), deque()).append(t)
+    wanted, n = config.held_out_size(), 0
+    while n < wanted and any(queues.values()):
+        for source in sorted(queues):  # a turn: each source's next tuple that repeats no taken sentence
+            queue = queues[source]
+            while queue and n < wanted:
+                t = queue.popleft()
+                ids = sentence_ids(t[1])
+                if any(i in taken for i in ids):
+                    yield "train", t
+                    continue
+                taken.update(ids)
+                yield ("dev" if n < config.dev_size else "test"), t
+                n += 1
+                break
+    for queue in queues.values():
+        for t in queue:
             yield "train", t
-            continue
-        taken.update(ids)
-        if config.by_fraction:
-            split = "dev" if u < config.dev_fraction else "test"
-        else:
-            split = "dev" if n < config.dev_size else "test"
-        n += 1
-        yield split, t
+
+
+def source_of(key: str) -> str:
+    """The source a tuple came from: its key's first part (`source:...`)."""
+    return key.split(":", 1)[0]
 
 
 def check_held_out(config: SplitConfig, written: dict[str, int]) -> None:
@@ -125,9 +150,17 @@ class SplitTuples(beam.PTransform):
                 | "GatherCandidates" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
             )
         else:
+            # each source's smallest hashes, enough for the whole held-out set should it be the only one
             k = CANDIDATE_MARGIN * cfg.held_out_size() + 100
-            candidates = hashed | "SmallestHashes" >> beam.CombineGlobally(
-                beam.combiners.TopCombineFn(k, key=lambda h: (h[0], h[1][0]), reverse=True)).without_defaults()
+            candidates = (
+                hashed
+                | "BySource" >> beam.Map(lambda h: (source_of(h[1][0]), h))
+                | "SmallestHashes" >> beam.CombinePerKey(
+                    beam.combiners.TopCombineFn(k, key=lambda h: (h[0], h[1][0]), reverse=True))
+                | "SourceCandidates" >> beam.Values()
+                | "GatherCandidates" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
+                | "Flatten" >> beam.Map(lambda lists: [c for found in lists for c in found])
+            )
         chosen = candidates | "SelectHeldOut" >> beam.FlatMap(
             lambda c: [(s, t) for s, t in select_held_out(c, cfg) if s != "train"])
         # two filters, not a Partition: see pipelines.counting on multi-output ParDos

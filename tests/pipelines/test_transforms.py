@@ -5,6 +5,8 @@ drops under which reason; the inputs inject one known case per reason.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 
 import apache_beam as beam
@@ -209,6 +211,28 @@ def test_split_sizes_and_no_overlap(tuples):
             lambda kv: kv[1]) | beam.CombineGlobally(sum)
         both = (total, dropped) | "Both" >> beam.Flatten() | "Sum" >> beam.CombineGlobally(sum)
         assert_that(both, equal_to([len(tuples) + 1]), label="NothingLost")
+
+
+def test_each_source_gets_an_equal_share_of_dev_and_test_and_a_small_one_leaves_the_rest(tuples):
+    """Sources of very different sizes (a book's verses, many catalog messages, a small memory): by size, they
+    take turns; by fraction, each gives its fraction."""
+    import random
+
+    rng = random.Random(0)
+    sized = {"book": 100, "catalogs": 100, "tmx": 3}
+    candidates = [(rng.random(), (f"{source}:{i:03d}", {"en": f"{source} {i}", "fr": f"{source} {i} fr"}))
+                  for source, n in sized.items() for i in range(n)]
+    picked = list(select_held_out(candidates, SplitConfig(dev_size=10, test_size=10)))
+    assert sorted(t[0] for _, t in picked) == sorted(t[0] for _, t in candidates)  # each candidate once
+    shares = {split: Counter(t[0].split(":")[0] for s, t in picked if s == split) for split in ("dev", "test")}
+    assert shares["dev"] == {"book": 4, "catalogs": 3, "tmx": 3}  # turns in name order: b, c, t, b, ...
+    assert shares["test"] == {"book": 5, "catalogs": 5}  # tmx has no more: its share goes to the others
+    one = [(u, t) for u, t in candidates if t[0].startswith("book:")]  # one source: the smallest hashes
+    chosen = [t[0] for s, t in select_held_out(one, SplitConfig(dev_size=3, test_size=2)) if s != "train"]
+    assert chosen == [t[0] for _, t in sorted(one)[:5]]
+    by_fraction = Counter(t[0].split(":")[0] for s, t in select_held_out(
+        candidates, SplitConfig(dev_fraction=0.1, test_fraction=0.1)) if s == "dev")
+    assert by_fraction == Counter(t[0].split(":")[0] for u, t in candidates if u < 0.1)
 
 
 def test_greedy_selection_skips_repeats_in_hash_order(tuples):
