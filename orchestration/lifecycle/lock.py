@@ -234,7 +234,7 @@ class _S3Lock:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self.key)
         except ClientError as exc:
-            if _code(exc) in ("404", "NoSuchKey", "NotFound"):
+            if _code(exc) in MISSING:
                 return True  # released meanwhile
             raise
         now = parsedate_to_datetime(head["ResponseMetadata"]["HTTPHeaders"]["date"])
@@ -243,7 +243,7 @@ class _S3Lock:
         try:
             lease = self._check_is_lease(head["ETag"])
         except ClientError as exc:
-            if _code(exc) in ("PreconditionFailed", "404", "NoSuchKey"):
+            if _code(exc) in ("PreconditionFailed", *MISSING):
                 return False  # renewed or released meanwhile: not stale
             raise
         if stale:
@@ -259,7 +259,7 @@ class _S3Lock:
         except ClientError as exc:
             if _code(exc) == "PreconditionFailed":
                 return False  # renewed meanwhile: alive after all
-            if _code(exc) not in ("404", "NoSuchKey"):
+            if _code(exc) not in MISSING:
                 raise
         return True  # gone: the caller creates it, or sees who did
 
@@ -272,7 +272,7 @@ class _S3Lock:
                     self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
                                                        IfMatch=self.etag)["ETag"]
             except ClientError as exc:
-                if _code(exc) not in ("PreconditionFailed", "404", "NoSuchKey"):
+                if _code(exc) not in ("PreconditionFailed", *MISSING):
                     log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
                     continue
                 log.error("%s: the lease was taken over by another host; stopping this run", self.location)
@@ -288,7 +288,7 @@ class _S3Lock:
             try:
                 current = self.client.head_object(Bucket=self.bucket, Key=self.key)["ETag"]
             except ClientError as exc:
-                if _code(exc) not in ("404", "NoSuchKey", "NotFound"):
+                if _code(exc) not in MISSING:
                     raise
                 current = None
             if current != self.etag:
@@ -329,6 +329,9 @@ class _S3Lock:
 
 def _lease_lost(signum: int, frame) -> None:
     raise LeaseLost("the run lock's lease was taken over by another host")
+
+
+MISSING = ("404", "NoSuchKey", "NotFound")  # the codes of a lease object that is not there (GET, HEAD, DELETE)
 
 
 def _code(exc) -> str:
