@@ -15,7 +15,7 @@ checks UTF-8), then the one embedding job (`serve.job`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
-file, embeds it and writes it (`write_block`: `store.save_block`) under a temporary
+file, embeds it and writes it (`job.save_input_block`: `store.save_block`) under a temporary
 name, renamed when whole, then its record. A rerun of the same inputs, model and
 options skips every block whose record is there, so a killed job resumes; other
 inputs in the same folder, or an output of the earlier layout (`part-N.npy` beside
@@ -65,14 +65,6 @@ class CorpusResult:
     blocks: int
     computed: int  # blocks embedded by this run (the others were complete already)
     seconds: float
-
-
-def write_block(out_dir: Path, spec: BlockSpec, lang: str, vectors: np.ndarray, empty: int, fp: str) -> dict[str, Any]:
-    """<lang>/part-NNNNN.npy under a temporary name, renamed when whole, then its record part-NNNNN.json:
-    the completion marker a rerun looks for (`store.save_block`)."""
-    assert len(vectors) == spec.rows, (spec, vectors.shape)
-    return store.save_block(out_dir, store.block_name(spec.index), {lang: vectors}, index=spec.index,
-                            source=spec.path, kind=spec.kind, first_line=spec.first + 1, empty=empty, fingerprint=fp)
 
 
 def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_dir: Location,

@@ -13,7 +13,7 @@ The actors:
 
 All four write blocks of the one format of `evaluation.store`: the first three key-ordered blocks into a
 staging folder, published as one folder (`store.write_block`, `store.publish`); `BlockEmbedFn` input-ordered
-blocks in place, each with its record, the completion marker a rerun looks for (`serve.corpus.write_block`,
+blocks in place, each with its record, the completion marker a rerun looks for (`save_input_block`,
 `store.save_block`). Every array is written whole or not at all (`evaluation.npy.save_array`). Models load through
 `orchestration.model_dir` (`load`) or `SentenceEmbedder.load`, which verify the files first.
 """
@@ -141,7 +141,7 @@ class UseEmbedFn(_TuplesFn):
 
 class BlockEmbedFn:
     """Block specs (`serve.inputs.BlockSpec`) in; each block read from its file (local or a URI), embedded by a model
-    directory and written (`serve.corpus.write_block`); `index` and `rows` of each out."""
+    directory and written (`save_input_block`); `index` and `rows` of each out."""
 
     def __init__(self, model_dir: str, lang: str, out_dir: str, fingerprint: str, column: str, dtype: str,
                  max_tokens: int, device: str, threads: int, backend: str = "torch",
@@ -163,7 +163,6 @@ class BlockEmbedFn:
         self.column, self.dtype = column, dtype
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from orchestration.serve.corpus import write_block
         from orchestration.serve.inputs import BlockSpec, read_block
 
         records = []
@@ -171,10 +170,20 @@ class BlockEmbedFn:
             spec = BlockSpec(**{f.name: _plain(batch[f.name][i]) for f in dataclasses.fields(BlockSpec)})
             sentences = read_block(spec, column=self.column)
             vectors = self.embedder.embed(sentences, self.lang).astype(self.dtype)  # (rows, D)
-            records.append(write_block(self.out_dir, spec, self.lang, vectors, sum(not s for s in sentences),
+            records.append(save_input_block(self.out_dir, spec, self.lang, vectors, sum(not s for s in sentences),
                                        self.fingerprint))
         return {"index": np.array([r["index"] for r in records]), "rows": np.array([r["rows"] for r in records])}
 
 
 def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
+
+
+def save_input_block(out_dir: Path, spec: Any, lang: str, vectors: np.ndarray, empty: int, fp: str) -> dict[str, Any]:
+    """An input file's block (`inputs.BlockSpec`): <lang>/part-NNNNN.npy under a temporary name, renamed when
+    whole, then its record part-NNNNN.json: the completion marker a rerun looks for (`store.save_block`)."""
+    from evaluation import store
+
+    assert len(vectors) == spec.rows, (spec, vectors.shape)
+    return store.save_block(out_dir, store.block_name(spec.index), {lang: vectors}, index=spec.index,
+                            source=spec.path, kind=spec.kind, first_line=spec.first + 1, empty=empty, fingerprint=fp)

@@ -80,3 +80,50 @@ def test_model_and_evaluation_import_nothing_of_the_beam_job():
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 assert not [n for n in names if n.split(".")[0] in ("pipelines", "orchestration")], (path, names)
+
+
+def test_no_module_of_the_product_imports_itself_back():
+    """No circle in the product's import graph, read from the sources (imports in functions too): a module
+    that two others need in turn belongs in a room of its own (serve/job.py once imported serve/corpus.py,
+    which imported it)."""
+    import ast
+    from pathlib import Path
+
+    from tests.support.procs import PACKAGE_ROOT
+
+    modules = {}
+    for package in ("core", "model", "pipelines", "orchestration", "evaluation"):
+        for path in (PACKAGE_ROOT / package).rglob("*.py"):
+            parts = path.relative_to(PACKAGE_ROOT).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                found.update([base, *(f"{base}.{alias.name}" for alias in node.names)])
+        for target in found:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph.setdefault(name, set()).add(target)
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    circles = sorted(name for name in modules if name in reaches(name))
+    assert circles == [], f"modules that import themselves back: {circles}"
+    assert "orchestration.serve.job" in graph and len(graph) > 50  # the graph was read
