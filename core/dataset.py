@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -35,6 +36,13 @@ MANIFEST = "manifest.json"
 SPM_MODEL = "spm.model"
 CONFIG_FILE = "config.yaml"  # the resolved run config, beside every output
 SPM_VOCAB = "spm.vocab"
+ATTEMPT = "attempt-"  # a run's prefix under a URI dataset (`pipelines.staging`)
+SPLITS = ("train", "dev", "test")
+# What a run writes under its attempt prefix, and nothing else: a user's file there is never taken for the
+# product's (nor deleted with the prefix)
+_ATTEMPT_FILES = re.compile(
+    rf"{ATTEMPT}[^/]+(/({re.escape(ownership.STAGING_MARKER)}|{re.escape(SPM_MODEL)}|{re.escape(SPM_VOCAB)}|"
+    rf"{re.escape(CONFIG_FILE)}|({'|'.join(SPLITS)})(/part-\d{{5}}-of-\d{{5}}\.parquet)?))?")
 # Token ids: sentencepiece reserves these; the stored ids never contain bos/eos.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -131,10 +139,11 @@ def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> lis
                 "never replaced: choose another directory") from None
     ours = own_entries(manifest)
     # a URI's attempt prefixes: the current dataset's files and those of crashed runs, each marked as staging
+    # and holding only what a run writes there
     staged = {name for name in storage.subdirectories(data_dir) if ownership.is_staging(storage.join(data_dir, name))}
     return ownership.check_only_ours(
-        data_dir, lambda e: e in ours or e.split("/")[0] in staged, what=what,
-        advice="choose a new or empty directory for the dataset, or move those files away")
+        data_dir, lambda e: e in ours or (e.split("/")[0] in staged and _ATTEMPT_FILES.fullmatch(e) is not None),
+        what=what, advice="choose a new or empty directory for the dataset, or move those files away")
 
 
 def load_manifest(data_dir: str | Path) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from typing import Any
 
 from core import dataset, fencing, ownership, storage
 
-ATTEMPT = "attempt-"
+ATTEMPT = dataset.ATTEMPT
 
 
 @dataclass(frozen=True)

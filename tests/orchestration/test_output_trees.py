@@ -1,21 +1,21 @@
-"""No command deletes or changes a user's file anywhere in the output trees it writes.
+"""No command deletes or changes a user's file anywhere in the output trees it writes, locally and in a bucket.
 
 The trees are generated, not listed: every command that writes a folder runs once, then a user's file is
 put in every folder of every tree it wrote (its subfolders too: Ray's checkpoints, each language's
 embeddings, the search results, the staging left by nobody), and every command runs again with `--force`
 where it has one. Each either finishes or refuses (exit 2, naming a file of the user's); afterwards every
-user's file is there, byte for byte. Real Bible text, a tiny model.
+user's file is there, byte for byte. Real Bible text, a tiny model. In the bucket, every output (the run
+dir, `embed -o`, `mine.output_dir`) is a prefix of the S3 test server and each "folder" a prefix there;
+`export` writes a local folder only, so it is in the local variant alone.
 
-Slow (a Beam job, Ray training, evaluation, embedding and mining: about two minutes): the rule is about
-the trees the commands really write, which no unit test of one check generates.
+Slow (a Beam job, Ray training, evaluation, embedding and mining, twice: about three minutes): the rule is
+about the trees the commands really write, which no unit test of one check generates.
 """
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import pytest
 
+from core import storage
 from core.errors import Exit
 from orchestration.cli import main
 from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
@@ -24,42 +24,51 @@ from tests.support.runs import TINY
 pytestmark = [pytest.mark.beam, pytest.mark.ray]
 
 
-def commands(tmp_path: Path, book_lines) -> dict[str, tuple[list[str], bool]]:
-    """{name: (argv, whether it has --force)} of every command that writes an output tree."""
+def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]]:
+    """{name: (argv, whether it has --force)} of every command that writes an output tree under `out` (a
+    local folder or a URI)."""
     corpus = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
     texts = book_lines({"fr": "l", "en": "k"}, [8])
     write_lines(tmp_path / "corpus" / "ruth.fr", texts["fr"])
     write_lines(tmp_path / "corpus" / "ruth.en", texts["en"][::-1])
-    run = tmp_path / "out" / "run"
+    run = storage.join(out, "run")
     common = [f"run_dir={run}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
               f"prepare.sources=[{{kind: text, path: '{corpus}', languages: {LANGS}}}]",
               "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
               *TINY, "train.max_steps=10"]
-    model = str(run / "train" / "model")
-    return {
+    model = storage.join(run, "train", "model")
+    todo = {
         "prepare": (["prepare", *common], True),
         "train": (["train", *common], True),
         "evaluate": (["evaluate", *common], True),
         "embed": (["embed", *common, "-l", "fr", "--model", model, "-i", str(tmp_path / "corpus" / "ruth.fr"),
-                   "-o", str(tmp_path / "out" / "embedded")], True),
-        "mine": (["mine", *common, f"mine.model={model}", f"mine.output_dir={tmp_path / 'out' / 'mined'}",
+                   "-o", storage.join(out, "embedded")], True),
+        "mine": (["mine", *common, f"mine.model={model}", f"mine.output_dir={storage.join(out, 'mined')}",
                   "mine.threshold=1.05", f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'corpus' / 'ruth.fr'}'}}, "
                   f"{{lang: en, path: '{tmp_path / 'corpus' / 'ruth.en'}'}}]"], False),
-        "export": (["export", *common, "--model", model, "-o", str(tmp_path / "out" / "onnx")], False),
     }
+    if not storage.is_uri(out):
+        todo["export"] = (["export", *common, "--model", model, "-o", storage.join(out, "onnx")], False)
+    return todo
 
 
-def plant(root: Path, folders: list[Path], mark: str) -> dict[Path, str]:
-    """A user's file in each of `folders` (under `root`); {path: sha256}."""
+def folders(out: str) -> list[str]:
+    """Every folder (a prefix, in a bucket) under `out`, relative to it; "" for `out` itself."""
+    files = set(storage.files(out))
+    return [""] + [entry for entry in storage.entries(out) if entry not in files]
+
+
+def plant(out: str, where: list[str], mark: str) -> dict[str, str]:
+    """A user's file in each folder of `where` (relative to `out`); {its location: sha256}."""
     planted = {}
-    for i, folder in enumerate(folders):
-        path = folder / f"zz-users-{mark}-{i}.txt"
-        path.write_text(f"a user's file in {folder.relative_to(root)}: never delete me\n")
-        planted[path] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for i, folder in enumerate(where):
+        location = storage.join(out, *([folder] if folder else []), f"zz-users-{mark}-{i}.txt")
+        storage.write_bytes(location, f"a user's file in {folder or '.'}: never delete me\n".encode())
+        planted[location] = storage.sha256(location)
     return planted
 
 
-def rerun_all(todo, out: Path, planted: dict[Path, str], capsys) -> dict[str, int]:
+def rerun_all(todo, planted: dict[str, str], capsys) -> dict[str, int]:
     """Every command again (with --force where it has one); each finishes or refuses naming a user's file,
     and no user's file changes. {name: exit code}."""
     codes = {}
@@ -69,27 +78,35 @@ def rerun_all(todo, out: Path, planted: dict[Path, str], capsys) -> dict[str, in
         assert codes[name] in (Exit.OK, Exit.USER_ERROR), (name, codes[name], err[-3000:])
         if codes[name] == Exit.USER_ERROR:
             assert "zz-users-" in err, (name, err[-3000:])
-        changed = [str(p.relative_to(out)) for p, digest in planted.items()
-                   if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != digest]
+        changed = [location for location, digest in planted.items()
+                   if not storage.exists(location) or storage.sha256(location) != digest]
         assert not changed, f"`{name}` deleted or changed a user's files: {changed}"
     return codes
 
 
 def test_no_command_touches_a_users_file_anywhere_in_its_output_trees(tmp_path, book_lines, capsys):
-    todo = commands(tmp_path, book_lines)
+    check_every_tree(str(tmp_path / "out"), tmp_path, book_lines, capsys)
+
+
+def test_no_command_touches_a_users_object_anywhere_in_its_output_prefixes_in_a_bucket(s3_bucket, local_ray, tmp_path,
+                                                                                       book_lines, capsys):
+    check_every_tree(f"{s3_bucket}/out", tmp_path, book_lines, capsys)
+
+
+def check_every_tree(out: str, tmp_path, book_lines, capsys) -> None:
+    todo = commands(tmp_path, out, book_lines)
     for name, (argv, _) in todo.items():
         assert main(argv) == Exit.OK, (name, capsys.readouterr().err[-3000:])
     capsys.readouterr()
-    out = tmp_path / "out"
-    folders = sorted(p for p in out.rglob("*") if p.is_dir())
+    found = folders(out)
     assert {"run/data", "run/train/ray", "run/train/model", "run/eval/test/embeddings", "run/eval/test/search",
-            "embedded", "mined", "onnx"} <= {str(p.relative_to(out)) for p in folders}
+            "embedded", "mined"} <= set(found), found
     # first the deepest folders alone (a command that takes a whole subfolder for its own is found out
     # there), then every folder
-    leaves = [f for f in folders if not any(p.is_dir() for p in f.iterdir())]
+    leaves = [f for f in found if f and not any(g.startswith(f + "/") for g in found)]
     planted = plant(out, leaves, "leaf")
     assert len(planted) > 15  # Ray's checkpoints, each language's blocks and each pair's results among them
-    rerun_all(todo, out, planted, capsys)
-    planted |= plant(out, [out, *folders], "any")
-    codes = rerun_all(todo, out, planted, capsys)
+    rerun_all(todo, planted, capsys)
+    planted |= plant(out, found, "any")
+    codes = rerun_all(todo, planted, capsys)
     assert set(codes.values()) == {Exit.USER_ERROR}  # a user's file in each tree: each command refused
