@@ -37,7 +37,6 @@ SPM_MODEL = "spm.model"
 CONFIG_FILE = "config.yaml"  # the resolved run config, beside every output
 SPM_VOCAB = "spm.vocab"
 ATTEMPT = "attempt-"  # a run's prefix under a URI dataset (`pipelines.staging`)
-SPLITS = ("train", "dev", "test")
 # What a run writes under its attempt prefix, and nothing else: a user's file there is never taken for the
 # product's (nor deleted with the prefix)
 _ATTEMPT_FILES = re.compile(
@@ -65,6 +64,11 @@ def schema(languages: list[str]) -> pa.Schema:
 
 def shard_name(split: str, index: int, count: int) -> str:
     return f"{split}/part-{index:05d}-of-{count:05d}.parquet"
+
+
+def source_of(key: str) -> str:
+    """The source a tuple came from: its key's first part (`source:...`, as prepare names every tuple)."""
+    return key.split(":", 1)[0]
 
 
 def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> None:

@@ -30,7 +30,7 @@ import torch
 
 from model.training_paths import Signature, TrainingPath, sample_signatures
 from core import storage
-from core.dataset import EOS_ID, PAD_ID
+from core.dataset import EOS_ID, PAD_ID, source_of
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -108,7 +108,7 @@ class ParallelCorpus:
             return np.ones(self.size, np.int64)
         if self.keys is None:
             raise ValueError("source weights need the tuples' keys: read the corpus with them")
-        weight = np.array([weights.get(key.split(":", 1)[0], 1.0) for key in self.keys])
+        weight = np.array([weights.get(source_of(key), 1.0) for key in self.keys])
         return np.floor(weight).astype(np.int64) + (rng.random(self.size) < weight - np.floor(weight))
 
     @classmethod
@@ -124,7 +124,7 @@ class ParallelCorpus:
         """Each tuple's source (the first part of its key)."""
         if self.keys is None:
             raise ValueError("the tuples' sources are in their keys: read the corpus with them")
-        return np.array([key.split(":", 1)[0] for key in self.keys])
+        return np.array([source_of(key) for key in self.keys])
 
     def ids(self, lang: str, row: int) -> np.ndarray:
         start = self.offsets[lang][row]

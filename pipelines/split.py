@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
+from core.dataset import source_of
 from pipelines.config import SplitConfig
 from pipelines.counting import STATS, CountedParDo, Tally
 from pipelines.joins import JoinSingleton
@@ -50,14 +51,18 @@ def select_held_out(
     """
     ordered = sorted(candidates, key=lambda c: (c[0], c[1][0]))
     taken: set[str] = set()
+
+    def takes(t: Tuple) -> bool:
+        """Whether `t` repeats no sentence held out so far (then its sentences are held out too)."""
+        ids = sentence_ids(t[1])
+        if any(i in taken for i in ids):
+            return False
+        taken.update(ids)
+        return True
+
     if config.by_fraction:
         for u, t in ordered:
-            ids = sentence_ids(t[1])
-            if any(i in taken for i in ids):
-                yield "train", t
-                continue
-            taken.update(ids)
-            yield ("dev" if u < config.dev_fraction else "test"), t
+            yield ("train" if not takes(t) else "dev" if u < config.dev_fraction else "test"), t
         return
     queues: dict[str, deque[Tuple]] = {}  # each source's candidates, in u order
     for _, t in ordered:
@@ -68,22 +73,15 @@ def select_held_out(
             queue = queues[source]
             while queue and n < wanted:
                 t = queue.popleft()
-                ids = sentence_ids(t[1])
-                if any(i in taken for i in ids):
+                if not takes(t):
                     yield "train", t
                     continue
-                taken.update(ids)
                 yield ("dev" if n < config.dev_size else "test"), t
                 n += 1
                 break
     for queue in queues.values():
         for t in queue:
             yield "train", t
-
-
-def source_of(key: str) -> str:
-    """The source a tuple came from: its key's first part (`source:...`)."""
-    return key.split(":", 1)[0]
 
 
 def check_held_out(config: SplitConfig, written: dict[str, int]) -> None:
