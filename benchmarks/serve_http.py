@@ -184,6 +184,7 @@ def main() -> None:
     p.add_argument("--sentences", type=int, default=8, help="verses per request")
     p.add_argument("--clients", default="1,8,64")
     p.add_argument("--max-outstanding", type=int, default=1024)
+    p.add_argument("--closed-only", action="store_true", help="phase 1 alone (no overload, no swap)")
     p.add_argument("--json", help="also write the figures here")
     p.add_argument("overrides", nargs="*", help="serve.KEY=VALUE for the server")
     args = p.parse_args()
@@ -216,6 +217,8 @@ def run_phases(proc: subprocess.Popen, url: str, body: bytes, args, promote) -> 
             phase = asyncio.run(closed_loop(url, body, clients, lambda: time.perf_counter() > end))
             figures["closed"][clients] = phase.summary(args.sentences)
         figures["rss_closed_mb"] = memory.peak / 2**20
+    if args.closed_only:
+        return figures
     sustainable = max(f["requests_per_s"] for f in figures["closed"].values())
     with Memory(proc.pid) as memory:
         phase = asyncio.run(open_loop(url, body, 2 * sustainable, args.seconds, args.max_outstanding))
@@ -243,11 +246,16 @@ def swap(url: str, body: bytes, promote, sentences: int) -> dict:
 
 
 def report(figures: dict, args) -> None:
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1, default=str) + "\n")
     print(f"interlingua serve over HTTP, {args.sentences} verses per request, {args.seconds:.0f} s per phase")
     print(f"{'clients':>8} {'req/s':>8} {'sent/s':>8} {'p50 ms':>8} {'p99 ms':>8}  statuses")
     for clients, f in figures["closed"].items():
         print(f"{clients:>8} {f['requests_per_s']:8.1f} {f['sentences_per_s']:8.0f} {f['p50_ms']:8.1f} "
               f"{f['p99_ms']:8.1f}  {f['statuses']}")
+    if "overload" not in figures:
+        print(f"server RSS (its process tree): peak {figures['rss_closed_mb']:.0f} MB in the closed loops")
+        return
     o = figures["overload"]
     others = {s: n for s, n in o["statuses"].items() if s not in (200, 503, "client-bound")}
     print(f"overload at {o['rate_per_s']:.1f} req/s (2x): {o['statuses']}; p99 of the 200s {o['p99_ms']:.1f} ms; "
@@ -257,8 +265,6 @@ def report(figures: dict, args) -> None:
     s = figures["swap"]
     print(f"swap to version {s['new_version']} under 8 clients: versions answered {s['versions']}, "
           f"failed requests {s['failed']}, p99 {s['p99_ms']:.1f} ms")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

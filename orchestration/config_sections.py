@@ -310,9 +310,13 @@ class ServeConfig(Schema):
     max_body_bytes: int = Field(default=1_000_000, ge=64, description="Request body size (more: 413).")
     max_nearest_k: int = Field(default=100, ge=1, description="Neighbours a request may ask for (more: 422).")
     max_ongoing_requests: int = Field(
-        default=32, ge=1, description="Requests a replica works on at once; at least max_batch_size so batches fill.")
+        default=64, ge=1, description="Requests a replica holds (its batching queue); at least max_batch_size so "
+        "batches fill. Keep the work it holds above half a second: Ray Serve's router retries a full replica "
+        "after up to 0.5 s, and a replica that runs dry meanwhile idles (see benchmarks/RESULTS.md).")
     max_queued_requests: int = Field(
-        default=64, ge=0, description="Requests waiting for a replica; beyond it the answer is 503 at once.")
+        default=32, ge=1, description="Requests waiting in Ray Serve's router for a replica (Ray takes 1 or "
+        "more); beyond it the answer is 503 at once. Every request passes through it, and a batch's clients "
+        "send their next requests together: keep it above max_batch_size.")
     poll_seconds: float = Field(default=30.0, gt=0, description="How often the champion alias is read.")
     drain_timeout_s: float = Field(
         default=60.0, gt=0, description="How long a replaced model waits for its requests before it is dropped.")

@@ -60,6 +60,7 @@ def test_unknown_key_on_command_line():
     ("prepare.output.train_shards=-4", "prepare.output.train_shards"),
     ("prepare.split.dev_size=-1", "prepare.split.dev_size"),
     ("prepare.filters.min_script_fraction=1.5", "prepare.filters.min_script_fraction"),
+    ("serve.max_queued_requests=0", "serve.max_queued_requests"),  # Ray Serve's deployment refuses it at start
 ])
 def test_wrong_types_and_impossible_values(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
