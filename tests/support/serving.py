@@ -27,6 +27,21 @@ def post(url: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
             return exc.code, {"error": text.decode(errors="replace")}
 
 
+def any_body(langs: list[str]):
+    """A hypothesis strategy of request bodies (bytes): random JSON values, most of them near the fields'
+    names; well-formed requests whose sentences hold lone surrogates; random bytes."""
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                          | st.dictionaries(st.sampled_from(["sentences", "lang", "nearest", "k", "in", "x"])
+                                            | st.text(max_size=5), inner, max_size=4), max_leaves=20)
+    surrogates = st.text(alphabet=st.characters(categories=["Cs"]) | st.characters(), max_size=8)
+    requests = st.fixed_dictionaries({"sentences": st.lists(surrogates, max_size=3), "lang": st.sampled_from(langs)})
+    return (values.map(lambda v: json.dumps(v).encode()) | requests.map(lambda v: json.dumps(v).encode())
+            | st.binary(max_size=300))
+
+
 def get(url: str) -> tuple[int, dict]:
     try:
         with urllib.request.urlopen(url, timeout=10) as response:

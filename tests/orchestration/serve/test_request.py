@@ -11,6 +11,7 @@ import pytest
 from orchestration.config_sections import ServeConfig
 from orchestration.serve.models import ModelSlot, ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
+from tests.support.serving import any_body
 
 LIMITS = ServeConfig(max_sentences=2, max_sentence_chars=40, max_body_bytes=200, max_nearest_k=5)
 DEEP = ServeConfig(max_body_bytes=100_000)  # room for a deeply nested body
@@ -57,30 +58,14 @@ def test_deep_nesting_and_a_huge_number_are_422_not_a_server_error(raw):
     assert caught.value.status == 422
 
 
-def _json_values():
-    from hypothesis import strategies as st
-
-    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
-    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                        | st.dictionaries(st.sampled_from(["sentences", "lang", "nearest", "k", "in", "x"])
-                                          | st.text(max_size=5), inner, max_size=4), max_leaves=20)
-
-
 def test_any_body_is_a_checked_request_or_a_413_or_422():
     """Random JSON values (most of them near the fields' names), random text with lone surrogates, random
     bytes: `parse_embed` returns a request whose sentences are all UTF-8 text, or refuses with 413 or 422;
     never another exception, which the server would answer with a 500 for every request batched with it."""
-    from hypothesis import given, settings, strategies as st
-
-    surrogates = st.text(alphabet=st.characters(categories=["Cs"]) | st.characters(),
-                         max_size=8)
-    bodies = (_json_values().map(lambda v: json.dumps(v).encode())
-              | st.fixed_dictionaries({"sentences": st.lists(surrogates, max_size=3), "lang": st.sampled_from(LANGS)})
-              .map(lambda v: json.dumps(v).encode())
-              | st.binary(max_size=300))
+    from hypothesis import given, settings
 
     @settings(max_examples=400, deadline=None)
-    @given(bodies)
+    @given(any_body(LANGS))
     def check(raw):
         try:
             request = parse_embed(raw, DEEP, LANGS)

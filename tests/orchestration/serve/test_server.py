@@ -18,7 +18,7 @@ from orchestration.config import load_config
 from orchestration.serve.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
 from tests.support.runs import other_weights, untrained_model_dir
-from tests.support.serving import NAME, get, post, register
+from tests.support.serving import NAME, any_body, get, post, register
 
 pytestmark = pytest.mark.server
 
@@ -133,6 +133,27 @@ def test_limits_are_answered_with_a_status_and_a_message(server, body, status, w
     got, answer = post(f"{server['url']}/embed", body)
     assert got == status, answer
     assert words in answer["error"]
+
+
+def test_any_body_is_200_413_or_422_and_fails_no_request_batched_with_it(server, verse):
+    """Random bodies (tests.support.serving.any_body: random JSON, lone surrogates, random bytes), each sent
+    beside a good request so that both may share a batch: the random one is answered 200, 413 or 422, never
+    500, and the good one is always 200 with its embedding."""
+    from hypothesis import HealthCheck, given, settings
+
+    good = {"sentences": [verse("k", 8, 1, 1)], "lang": "en"}
+    expected = np.asarray(server["embedders"]["1"].embed(good["sentences"], "en"))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(any_body(["en", "fr"]))
+    def check(raw):
+        with ThreadPoolExecutor(2) as pool:
+            odd, ok = pool.map(lambda b: post(f"{server['url']}/embed", b), [raw, good])
+        assert odd[0] in (200, 413, 422), (raw[:200], odd)
+        assert ok[0] == 200, ok
+        np.testing.assert_allclose(ok[1]["embeddings"], expected, rtol=1e-4, atol=1e-5)
+
+    check()
 
 
 def test_an_overload_is_answered_with_503_and_the_server_recovers(server, verse):
