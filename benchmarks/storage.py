@@ -3,12 +3,14 @@ and evaluate with `run_dir` in an S3 server (moto's, a process of its own on loo
 `run_dir`, the same config. Targets: training tokens/s at least 0.9x of local, evaluate wall time at most
 1.3x; prepare's ratio is reported.
 
-    python benchmarks/storage.py [--repeats 3] [--steps 200] [--config configs/bible6-cpu.yaml]
+    python benchmarks/storage.py [--repeats 3] [--steps 200] [--config configs/bible6-cpu.yaml] [KEY=VALUE ...]
 
 Each repeat runs both variants (interleaved, the order alternating), each on a fresh run dir: prepare, train
 `--steps` steps (tokens/s: the median of the logged `train/tokens_per_s` after the first window, which holds
 start-up), evaluate. Prints medians and the paired ratios (a repeat's S3 figure over the same repeat's local
-one). moto keeps its objects in memory: a real store adds its network, which this does not measure.
+one). With `runtime.log_every_steps`, `train.eval_every_steps` and `runtime.checkpoint_every_steps` equal,
+every window after the first holds a dev evaluation and a checkpoint with its upload. moto keeps its objects
+in memory: a real store adds its network, which this does not measure.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test tooling
 from tests.support.s3 import s3_server  # noqa: E402
 
 
-def one(config_path: str, run_dir: str, steps: int, uri: str) -> dict[str, float]:
+def one(config_path: str, run_dir: str, steps: int, uri: str, overrides: list[str]) -> dict[str, float]:
     from orchestration import tracking
     from orchestration.config import load_config
     from orchestration.evaluate.job import evaluate
@@ -33,7 +35,7 @@ def one(config_path: str, run_dir: str, steps: int, uri: str) -> dict[str, float
     from pipelines.runners import pipeline_options
 
     config = load_config(config_path, [f"run_dir={run_dir}", f"tracking.uri={uri}", f"train.max_steps={steps}",
-                                       "train.max_minutes=null", f"name=storage-{int(time.time() * 1000)}"])
+                                       "train.max_minutes=null", f"name=storage-{int(time.time() * 1000)}", *overrides])
     started = time.perf_counter()
     run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
     prepared = time.perf_counter()
@@ -51,6 +53,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--config", default="configs/bible6-cpu.yaml")
+    parser.add_argument("overrides", nargs="*", help="config overrides for both variants, e.g. "
+                        "runtime.checkpoint_every_steps=50 (windows that hold a checkpoint's upload)")
     args = parser.parse_args()
     from core import storage
 
@@ -63,7 +67,7 @@ def main() -> None:
             order = ["local", "s3"] if repeat % 2 == 0 else ["s3", "local"]
             for kind in order:
                 run_dir = f"{tmp}/local-{repeat}" if kind == "local" else f"s3://{s3.bucket}/run-{repeat}"
-                rows[kind].append(one(args.config, run_dir, args.steps, uri))
+                rows[kind].append(one(args.config, run_dir, args.steps, uri, args.overrides))
                 print(f"repeat {repeat} {kind}: " + ", ".join(f"{k} {v:,.1f}" for k, v in rows[kind][-1].items()),
                       flush=True)
     print(f"\nmedians of {args.repeats} repeats (load {os.getloadavg()[0]:.2f} at the end)")

@@ -4,8 +4,9 @@ A checkpoint directory (one per `runtime.checkpoint_every_steps`, reported to
 Ray Train, which keeps `runtime.keep_checkpoints` of them under
 `<run_dir>/train/ray`) is a model directory (`orchestration.model_dir`: the
 best model so far, spm.model, config.yaml, progress.json) plus `state.pt`:
-model, optimizer, scheduler, progress and the best weights, everything a
-restarted worker group needs to go on from the same step (= data position).
+the weights, optimizer, scheduler and progress; with the folder's model
+file (the best weights so far, not stored twice) everything a restarted
+worker group needs to go on from the same step (= data position).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 from model.batching import DataPosition
-from model.nmt import MultilingualNMT, save_model
+from model.nmt import MultilingualNMT, load_model, save_model
 from orchestration import model_dir as model_files
 from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
 from core import ownership, storage
@@ -73,8 +74,18 @@ def restore() -> TrainingState | None:
     with checkpoint.as_directory() as path:
         # tensors and plain values only: a state.pt planted in the checkpoint folder cannot run code here
         blob = torch.load(Path(path) / STATE_FILE, map_location="cpu", weights_only=True)
+        best = blob.get("best_model")  # in state.pt itself in checkpoints written before 2026-11-27
+        if best is None:
+            best = load_model(str(Path(path) / MODEL_FILE))[0].state_dict()
     return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], TrainingProgress.from_dict(blob["progress"]),
-                         blob["best_model"], blob.get("positions", {}))
+                         best, blob.get("positions", {}))
+
+
+def save_state(state: TrainingState, path: Path) -> None:
+    """`state.pt`: tensors and plain values only (`restore` reads it with weights_only=True). The best
+    weights are left out: they are the checkpoint's model file, which `restore` reads them from."""
+    torch.save({"model": state.model, "optimizer": state.optimizer, "scheduler": state.scheduler,
+                "progress": asdict(state.progress), "positions": state.positions}, path)
 
 
 def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_model: str,
@@ -101,9 +112,7 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
     tmp = tempfile.mkdtemp(prefix="interlingua-ckpt-")
     try:
         folder = Path(tmp)
-        torch.save({"model": state.model, "optimizer": state.optimizer, "scheduler": state.scheduler,
-                    "progress": asdict(progress), "best_model": state.best_model, "positions": state.positions},
-                   folder / STATE_FILE)
+        save_state(state, folder / STATE_FILE)
         best = MultilingualNMT(**model_args)
         best.load_state_dict(state.best_model)
         # the tokenizer's identity inside the weights' file: a model folder whose spm.model was replaced is

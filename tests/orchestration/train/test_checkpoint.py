@@ -97,7 +97,8 @@ def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkey
 
 
 def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
-    """What `report` writes is what `restore` gives back to a restarted worker, typed."""
+    """What `report` writes is what `restore` gives back to a restarted worker, typed; the best weights, which
+    differ from the current ones, come back from the checkpoint's model file (state.pt does not repeat them)."""
     import ray.train
 
     from model.nmt import MultilingualNMT
@@ -110,12 +111,19 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
                         history=[{"resumed_at_step": 20, "world": 2}], world=2)
     kept = tmp_path / "kept"
     monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **_: shutil.move(checkpoint.path, kept))
-    checkpoint.report(0, TrainingState(model.state_dict(), optimizer.state_dict(), None, progress,
-                                       model.state_dict()), model.args, spm_model=str(spm_model),
-                      config={"name": "t"}, metrics={})
+    best = {name: value + 1.0 for name, value in model.state_dict().items()}
+    checkpoint.report(0, TrainingState(model.state_dict(), optimizer.state_dict(), None, progress, best),
+                      model.args, spm_model=str(spm_model), config={"name": "t"}, metrics={})
+    assert "best_model" not in torch.load(kept / "state.pt", weights_only=True)
     monkeypatch.setattr(ray.train, "get_checkpoint", lambda: ray.train.Checkpoint.from_directory(str(kept)))
     restored = checkpoint.restore()
     assert restored.progress == progress and restored.scheduler is None
+    assert restored.best_model.keys() == best.keys()
+    assert all(torch.equal(restored.best_model[name], best[name]) for name in best)
+    assert all(torch.equal(restored.model[name], value) for name, value in model.state_dict().items())
+    older = torch.load(kept / "state.pt", weights_only=True)  # a checkpoint of before: the best weights in it
+    torch.save({**older, "best_model": model.state_dict()}, kept / "state.pt")
+    assert all(torch.equal(checkpoint.restore().best_model[name], value) for name, value in model.state_dict().items())
     assert json.loads((kept / "progress.json").read_text())["best_step"] == 30
 
 
