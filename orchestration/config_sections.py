@@ -140,6 +140,10 @@ class RuntimeConfig(Schema):
     log_every_steps: int = Field(default=20, gt=0)
     checkpoint_every_steps: int = Field(default=200, gt=0)
     keep_checkpoints: int = Field(default=2, ge=1)
+    lease_ttl_s: float = Field(
+        default=60.0, ge=3, description="A run dir in a bucket is locked by a lease renewed every third of this; "
+        "a lease not renewed this long is taken over by the next command (its holder paused or gone), and the "
+        "old holder, should it wake, commits nothing more.")
     embed_actors: int = Field(default=1, ge=1, description="Ray Data actors embedding in parallel.")
     cpus_per_task: int = Field(default=1, ge=1, description="CPUs of each embedding actor and search task.")
     backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(

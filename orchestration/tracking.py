@@ -115,12 +115,23 @@ def run(uri: str, experiment: str, run_name: str, params: Mapping[str, Any], *, 
     try:
         yield run_id
     except (KeyboardInterrupt, SystemExit):
-        end_run(uri, run_id, "KILLED")
+        _end_if_ours(uri, run_id, "KILLED")
         raise
     except BaseException:
-        end_run(uri, run_id, "FAILED")
+        _end_if_ours(uri, run_id, "FAILED")
         raise
     end_run(uri, run_id, "FINISHED")
+
+
+def _end_if_ours(uri: str, run_id: str, status: str) -> None:
+    """End the run unless the run dir's lease was taken over (`core.fencing`): the command that holds it now
+    resumes this very run, whose status is then its own."""
+    try:
+        fencing.check()
+    except BaseException:  # noqa: BLE001 - the fence's own exception: the run is another holder's now
+        log.warning("MLflow run %s left to the command that took the run dir's lease over", run_id)
+        return
+    end_run(uri, run_id, status)
 
 
 def log_metrics(uri: str, run_id: str, metrics: Mapping[str, float], step: int) -> None:
@@ -131,6 +142,7 @@ def log_metrics(uri: str, run_id: str, metrics: Mapping[str, float], step: int) 
         raise ValueError(f"not logged to MLflow run {run_id}: non-finite metrics {bad}")
     now = int(time.time() * 1000)
     batch = [Metric(key, float(value), now, step) for key, value in metrics.items()]
+    fencing.check()  # a holder whose lease was taken over (or a worker of it) logs nothing more
     _client(uri).log_batch(run_id, metrics=batch)
 
 
@@ -149,6 +161,7 @@ def log_text(uri: str, run_id: str, text: str, artifact_file: str) -> None:
 
 def end_run(uri: str, run_id: str, status: str) -> None:
     """status: FINISHED, FAILED or KILLED."""
+    fencing.check()
     _client(uri).set_terminated(run_id, status=status)
 
 

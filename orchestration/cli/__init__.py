@@ -32,7 +32,7 @@ from orchestration import logs
 from orchestration.cli import export, serve, stages, tools
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
-from orchestration.lifecycle.lock import AlreadyRunning
+from orchestration.lifecycle.lock import AlreadyRunning, LeaseLost, lease_lost
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.locks and _writes_in_run_dir(args.command, config):
             from orchestration.lifecycle.lock import stage_lock
 
-            with stage_lock(config.run_location, args.command):
+            with stage_lock(config.run_location, args.command, ttl=config.runtime.lease_ttl_s):
                 return args.handler(config, args)
         return args.handler(config, args)
     except AlreadyRunning as exc:
@@ -107,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args.command, f"error: this command needs {exc.name}, which the {extra!r} extra installs: "
                                    f"pip install 'interlingua[{extra}]'", Exit.USER_ERROR)
     except KeyboardInterrupt as exc:  # Ctrl+C, or the run lock's lease lost (`lifecycle.lock.LeaseLost`, its reason)
+        if isinstance(exc, LeaseLost) or lease_lost():  # another command holds the run dir now and goes on
+            return _fail(args.command, f"stopped: {LeaseLost.REASON}; this command commits nothing more",
+                         Exit.INTERRUPTED)
         resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
         why = f"stopped: {exc}" if str(exc) else "interrupted"
         return _fail(args.command, f"{why}; nothing half-done was published{resume}", Exit.INTERRUPTED)

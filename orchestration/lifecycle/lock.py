@@ -32,7 +32,7 @@ import uuid
 from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from core import fencing, storage
 from core.errors import UserError
@@ -46,6 +46,8 @@ TTL_SECONDS = 60.0  # a dead holder's lock is taken over after this long without
 
 class LeaseLost(KeyboardInterrupt):
     """This run's lease was taken over by another host: the run stops here (exit 130), as on Ctrl+C."""
+
+    REASON = "the run lock's lease was taken over by another host"
 
 
 LEASE_SIGNAL = signal.SIGUSR2  # how the renewing thread stops the main one; SIGINT may be ignored (`cmd &`)
@@ -82,14 +84,15 @@ def run_lock(run_dir: str | Path, wait: bool = False, *, ttl: float = TTL_SECOND
 
 
 @contextmanager
-def stage_lock(run_dir: str | Path, command: str) -> Iterator[None]:
+def stage_lock(run_dir: str | Path, command: str, *, ttl: float = TTL_SECONDS) -> Iterator[None]:
     """The run dir's lock around one stage command (`prepare`, `train`, `evaluate`, `tune`), so that two of them,
     or one and a `run`, never write one run dir at once: the second exits 5 naming the holder. Where the
     filesystem has no conditional create (gs://, hdfs://) the stage runs unlocked, as it always has there."""
     if storage.scheme(run_dir) not in ("local", "file", "s3"):
         yield
         return
-    with run_lock(run_dir, hint=f"`interlingua {command}` waits for no one: run it again once that one is done"):
+    with run_lock(run_dir, ttl=ttl,
+                  hint=f"`interlingua {command}` waits for no one: run it again once that one is done"):
         yield
 
 
@@ -195,15 +198,21 @@ class _S3Lock:
         previous = signal.signal(LEASE_SIGNAL, _lease_lost) if on_main else None
         renewer = threading.Thread(target=self._renew, args=(stop, on_main), name="run-lock-lease", daemon=True)
         renewer.start()
+        _HELD.append(self.lease())
         try:
             with fencing.fenced(self._still_held):
                 yield
         finally:
+            _HELD.pop()
             stop.set()
             renewer.join()
             if on_main:
                 signal.signal(LEASE_SIGNAL, previous)
             self._release()
+
+    def lease(self) -> dict:
+        """What tells this holder's lease from any other's whatever its renewals: for `worker_fence`."""
+        return {"location": self.location, "holder": self.holder, "process": self.process}
 
     def _body(self) -> bytes:
         """The lease's content: who holds it and a token of this write alone, so that every acquisition and
@@ -276,6 +285,7 @@ class _S3Lock:
                     log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
                     continue
                 log.error("%s: the lease was taken over by another host; stopping this run", self.location)
+                _LOST.append(self.location)
                 _thread.interrupt_main(LEASE_SIGNAL if signalled else signal.SIGINT)
                 return
 
@@ -294,7 +304,8 @@ class _S3Lock:
             if current != self.etag:
                 log.error("%s: the lease was taken over by another host; this run commits nothing more",
                           self.location)
-                raise LeaseLost("the run lock's lease was taken over by another host")
+                _LOST.append(self.location)
+                raise LeaseLost(LeaseLost.REASON)
 
     def _release(self) -> None:
         from botocore.exceptions import ClientError
@@ -327,8 +338,53 @@ class _S3Lock:
             return "holder unknown"
 
 
+_HELD: list[dict] = []  # the leases this process holds (`_S3Lock.lease`), innermost last
+_LOST: list[str] = []  # the leases this process found taken over
+
+
+def lease_lost() -> bool:
+    """Whether this process found a lease of its own taken over: an interrupt that reaches the command's top
+    as a plain KeyboardInterrupt (through Ray's handler) is then that."""
+    return bool(_LOST)
+
+
+def held_lease() -> dict | None:
+    """The lease this process holds on its run dir in a bucket, if any: handed to the processes that commit
+    for it (the training workers), which fence their commits with `worker_fence`."""
+    return _HELD[-1] if _HELD else None
+
+
+class LeaseTakenOver(RuntimeError):
+    """In a process working for a lease holder (a training worker): the lease is another's now; commit nothing."""
+
+
+def worker_fence(lease: dict) -> Callable[[], None]:
+    """A `core.fencing` check for a process that works for the holder of `lease` (`held_lease`) on another
+    process or host: LeaseTakenOver unless the lease object is still that holder's (one GET). The holder's own
+    renewals change the object but not its holder and process, which a taker's differ in."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    bucket, _, key = lease["location"][len("s3://"):].partition("/")
+    client = boto3.client("s3")  # this node's endpoint and credentials
+
+    def check() -> None:
+        try:
+            current = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        except ClientError as exc:
+            if _code(exc) not in MISSING:
+                raise
+            current = None
+        if not isinstance(current, dict) or (current.get("holder"), current.get("process")) != (
+                lease["holder"], lease["process"]):
+            raise LeaseTakenOver(f"{lease['location']}: the lease of the command this process works for "
+                                 f"({lease['holder']}) was taken over; it commits nothing more")
+
+    return check
+
+
 def _lease_lost(signum: int, frame) -> None:
-    raise LeaseLost("the run lock's lease was taken over by another host")
+    raise LeaseLost(LeaseLost.REASON)
 
 
 MISSING = ("404", "NoSuchKey", "NotFound")  # the codes of a lease object that is not there (GET, HEAD, DELETE)

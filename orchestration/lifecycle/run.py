@@ -50,7 +50,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     tracking.check_reachable(uri)  # before any long work
     options = pipeline_options(beam_args or [])  # an unknown --runner: exit 2 now, not inside the stage
     run_dir = config.run_location
-    with run_lock(run_dir, wait):
+    with run_lock(run_dir, wait, ttl=config.runtime.lease_ttl_s):
         _close_killed_runs(uri, config.tracking.experiment, run_dir)
         with tracking.run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
                           stage="pipeline", tags={tracking.RUN_DIR_TAG: run_dir}) as parent:

@@ -23,6 +23,8 @@ class WorkerJob:
     train_dir: str
     mlflow_uri: str
     run_id: str
+    # the run dir's lease the driver holds (`lock.held_lease`): every commit of a worker is fenced by it
+    lease: dict[str, Any] | None = None
     verbosity: int | None = None  # `logs.verbosity()` on the driver; None: the default
     progress_board: Any = None  # `live.shown`'s board: rank 0 posts its progress there
 

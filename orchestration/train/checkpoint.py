@@ -23,7 +23,7 @@ from model.batching import DataPosition
 from model.nmt import MultilingualNMT, load_model, save_model
 from orchestration import model_dir as model_files
 from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
-from core import ownership, storage
+from core import fencing, ownership, storage
 from core.schema import dump_yaml
 from core.dataset import file_sha256
 
@@ -109,6 +109,7 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
     if rank != 0:
         ray.train.report(summary, checkpoint=None)
         return
+    fencing.check()  # a worker of a driver whose lease was taken over registers no checkpoint
     tmp = tempfile.mkdtemp(prefix="interlingua-ckpt-")
     try:
         folder = Path(tmp)

@@ -28,6 +28,7 @@ from orchestration import logs
 from orchestration import model_dir as model_files
 from orchestration import tracking
 from orchestration.cluster import check_every_node_reaches, ensure_ray
+from orchestration.lifecycle.lock import held_lease
 from orchestration.config import Config, ConfigError
 from orchestration.state import read_state, write_state
 from orchestration.train import builders, live
@@ -70,7 +71,7 @@ def worker_job(config: Config, data: Dataset, run_id: str, uri: str) -> WorkerJo
     return WorkerJob(config=config, model_args=builders.model_args(config, languages, data.vocab_size),
                      languages=languages, dev_languages=builders.dev_languages(config, languages),
                      data_dir=data_dir, spm_model=data.spm_model,
-                     train_dir=config.train_dir, mlflow_uri=uri, run_id=run_id)
+                     train_dir=config.train_dir, mlflow_uri=uri, run_id=run_id, lease=held_lease())
 
 
 def check_dev_tuples(config: Config, languages: list[str]) -> None:

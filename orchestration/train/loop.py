@@ -17,6 +17,7 @@ is an `orchestration.progress.Progress`).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -38,12 +39,13 @@ from model.nmt import MultilingualNMT
 from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
 from orchestration import logs, tracking
 from orchestration.config import Config
+from orchestration.lifecycle.lock import worker_fence
 from orchestration.train import checkpoint, live
 from orchestration.train.builders import WorkerJob, schedule_args, training_paths
 from orchestration.train.checkpoint import TrainingProgress, TrainingState
 from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress, remaining_s
-from core import storage
+from core import fencing, storage
 from core.dataset import Dataset
 
 log = logging.getLogger("interlingua.train")
@@ -77,6 +79,13 @@ def train_loop_per_worker(ray_config: dict[str, WorkerJob]) -> None:
     """One worker's training, from Ray's config {"job": `builders.WorkerJob`} to its last checkpoint."""
     job = ray_config["job"]
     logs.configure_worker(logs.DEFAULT if job.verbosity is None else job.verbosity)
+    # a driver whose lease was taken over (paused past it, then resumed) must not commit through its workers:
+    # every metric logged and checkpoint reported first looks at the lease (`lock.worker_fence`)
+    with fencing.fenced(worker_fence(job.lease)) if job.lease else contextlib.nullcontext():
+        _train(job)
+
+
+def _train(job: WorkerJob) -> None:
     worker = set_up(job)
     run, window = worker.config.runtime, Window(job.languages)
     started, elapsed_before = time.monotonic(), worker.progress.elapsed_s

@@ -148,6 +148,25 @@ def tracking_server(log_dir: Path, s3: S3Server, *, admin: dict[str, str] | None
             server.stop()
 
 
+@contextlib.contextmanager
+def sqlite_server(log_dir: Path, *, start_s: float = MLFLOW_START_S) -> Iterator[str]:
+    """`mlflow server` on 127.0.0.1:<free port> over a SQLite file, artifacts in a local folder, no users: for a
+    test whose commands must not share the SQLite file itself (a paused writer would hold its lock); its URI."""
+    port = free_port("127.0.0.1")
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = spawn("the MLflow tracking server", [
+        str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
+        f"sqlite:///{log_dir / 'mlflow.db'}", "--artifacts-destination", str(log_dir / "artifacts"),
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    ], log_dir / "mlflow-server.log", env=env, cwd=log_dir)
+    try:
+        uri = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(uri), timeout_s=start_s, server=server, what=f"answer on {uri}", every_s=1)
+        yield uri
+    finally:
+        server.stop()
+
+
 def _answers(uri: str) -> bool:
     import urllib.request
 
