@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a value that followed a Beam flag ("--job_endpoint embed") belongs to Beam
         (overrides if _OVERRIDE.match(arg) else args.beam_args).append(arg)
     logs.configure(logs.VERBOSE if args.verbose else logs.QUIET if args.quiet else logs.DEFAULT)
+    lease_lost()  # forget a lease an earlier command of this process lost (tests run many in one process)
     try:
         config = load_config(args.config, overrides)
         if args.beam_args and not args.beam:

@@ -343,9 +343,12 @@ _LOST: list[str] = []  # the leases this process found taken over
 
 
 def lease_lost() -> bool:
-    """Whether this process found a lease of its own taken over: an interrupt that reaches the command's top
-    as a plain KeyboardInterrupt (through Ray's handler) is then that."""
-    return bool(_LOST)
+    """Whether this process found a lease of its own taken over since the last call (which forgets it): an
+    interrupt that reaches the command's top as a plain KeyboardInterrupt (through Ray's handler) is then that.
+    The CLI calls it once before a command and once after an interrupt."""
+    lost = bool(_LOST)
+    _LOST.clear()
+    return lost
 
 
 def held_lease() -> dict | None:
