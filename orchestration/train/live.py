@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class Board:
-    """The latest numbers of a training run (step, eta_s, tokens_per_s, dev_error, start_step)."""
+    """The latest numbers of a training run (step, eta_s, tokens_per_s, dev_error)."""
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
@@ -58,9 +58,9 @@ class Follower:
     def draw(self, values: dict[str, float]) -> None:
         if "step" not in values or values == self.seen:
             return
-        if self.progress is None:  # a resumed run's rate counts from where it resumed
-            start = int(values.get("start_step", 0))
-            self.progress = Progress(self.max_steps, verb="trained", unit="steps", done=start)
+        if self.progress is None:  # the rate counts from the first step seen (a resumed run's, or a later one
+            # when the first look comes late: its steps took time before this clock started)
+            self.progress = Progress(self.max_steps, verb="trained", unit="steps", done=int(values["step"]))
         self.seen = dict(values)
         self.progress.update(int(values["step"]) - self.progress.done, note=note(values), eta_s=values.get("eta_s"))
 

@@ -166,7 +166,7 @@ def set_up(job: WorkerJob) -> Worker:
                                         default=0)
         worker.dev = ParallelCorpus.read(job.data_dir, "dev", job.dev_languages, keys=True)
         worker.dev_rows, worker.dev_sources = dev_rows_by_source(worker.dev, t.dev_max_sentences)
-        live.post(job.progress_board, start_step=progress.step, step=progress.step)
+        live.post(job.progress_board, step=progress.step)
     return worker
 
 

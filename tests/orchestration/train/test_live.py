@@ -12,10 +12,22 @@ def test_the_driver_draws_the_posted_step_eta_dev_error_and_tokens(monkeypatch, 
     caplog.set_level(logging.INFO)
     follower = Follower(max_steps=100)
     follower.draw({})  # nothing posted yet: nothing drawn
-    follower.draw({"start_step": 40, "step": 40})  # a run resumed at step 40
-    follower.draw({"start_step": 40, "step": 60, "eta_s": 90.0, "tokens_per_s": 12345.6})
-    follower.draw({"start_step": 40, "step": 100, "eta_s": 0.0, "tokens_per_s": 12000.0, "dev_error": 0.123})
+    follower.draw({"step": 40})  # a run resumed at step 40
+    follower.draw({"step": 60, "eta_s": 90.0, "tokens_per_s": 12345.6})
+    follower.draw({"step": 100, "eta_s": 0.0, "tokens_per_s": 12000.0, "dev_error": 0.123})
     follower.close()
     (line,) = [r.getMessage() for r in caplog.records]  # the last step is logged; the others within 30 s
     assert line.startswith("trained 100/100 steps (100 %), ")
     assert line.endswith("ETA 0:00:00, best dev error 12.3 %, 12,000 tokens/s")
+
+
+def test_a_first_look_after_steps_were_taken_counts_the_rate_from_there(monkeypatch):
+    """The driver's first look at the board may come late (a busy machine, a pause): the steps taken before it
+    are not counted as done in no time (which showed "361,637 steps/s")."""
+    monkeypatch.setenv(logs.ENV, str(logs.DEFAULT))
+    follower = Follower(max_steps=100)
+    follower.draw({"step": 15})
+    line = follower.progress.line(follower.progress.start + 2.0)
+    assert line.startswith("trained 15/100 steps (15 %), 0 steps/s"), line
+    follower.draw({"step": 35})
+    assert follower.progress.line(follower.progress.start + 2.0).startswith("trained 35/100 steps (35 %), 10 steps/s")
