@@ -66,6 +66,7 @@ def model_dir(sentences: list[str], folder: Path) -> Path:
     """An untrained model directory with the demo's encoder and a BPE model of the sentences."""
     import torch
 
+    from core.dataset import file_sha256
     from model.nmt import MultilingualNMT, save_model
     from orchestration.train.builders import model_args
     from pipelines.tokenizer import train_bpe
@@ -78,7 +79,9 @@ def model_dir(sentences: list[str], folder: Path) -> Path:
     vocab = spm.SentencePieceProcessor(model_file=str(folder / "spm.model")).get_piece_size()
     torch.manual_seed(0)
     model = MultilingualNMT(**model_args(config, ["en", "fr"], vocab))
-    save_model(model, str(folder / "model.safetensors"), step=0, dev_error=None)
+    # the tokenizer's identity in the weights' file, as training writes it: the model is checked, not warned about
+    save_model(model, str(folder / "model.safetensors"), step=0, dev_error=None,
+               spm_sha256=file_sha256(folder / "spm.model"))
     (folder / "config.yaml").write_text(dump_yaml(config.to_dict()))
     return folder
 
