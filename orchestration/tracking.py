@@ -131,7 +131,7 @@ def _end_if_ours(uri: str, run_id: str, status: str) -> None:
     except BaseException:  # noqa: BLE001 - the fence's own exception: the run is another holder's now
         log.warning("MLflow run %s left to the command that took the run dir's lease over", run_id)
         return
-    end_run(uri, run_id, status)
+    _client(uri).set_terminated(run_id, status=status)  # `end_run` without its fence: just checked
 
 
 def log_metrics(uri: str, run_id: str, metrics: Mapping[str, float], step: int) -> None:

@@ -176,7 +176,7 @@ class _S3Lock:
     def __init__(self, location: str, ttl: float) -> None:
         import boto3
 
-        self.bucket, _, self.key = location[len("s3://"):].partition("/")
+        self.bucket, self.key = _bucket_key(location)
         self.location, self.ttl = location, ttl
         self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`storage.configure`)
         self.etag: str | None = None
@@ -368,7 +368,7 @@ def worker_fence(lease: dict) -> Callable[[], None]:
     import boto3
     from botocore.exceptions import ClientError
 
-    bucket, _, key = lease["location"][len("s3://"):].partition("/")
+    bucket, key = _bucket_key(lease["location"])
     client = boto3.client("s3")  # this node's endpoint and credentials
 
     def check() -> None:
@@ -384,6 +384,12 @@ def worker_fence(lease: dict) -> Callable[[], None]:
                                  f"({lease['holder']}) was taken over; it commits nothing more")
 
     return check
+
+
+def _bucket_key(location: str) -> tuple[str, str]:
+    """The bucket and key of an s3:// URI."""
+    bucket, _, key = location[len("s3://"):].partition("/")
+    return bucket, key
 
 
 def _lease_lost(signum: int, frame) -> None:
