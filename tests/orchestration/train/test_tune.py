@@ -13,7 +13,6 @@ from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError
 from orchestration.train.tune import load_space, trial_config, tune
-from tests.support.fixtures import own_ray
 from tests.support.procs import own_output, wait_for
 from tests.support.runs import TINY, config_for
 
@@ -83,63 +82,6 @@ def test_a_grace_period_above_the_step_budget_is_one_line_and_exit_2(tmp_path, s
     assert not (tmp_path / "run" / "tune").exists()
 
 
-@pytest.mark.ray
-def test_tune_nests_its_trials_in_mlflow_keeps_the_search_in_the_bucket_and_a_rerun_resumes_it(
-        s3_bucket, small_dataset, tmp_path, monkeypatch, capsys):
-    """A grid of two trials with the run dir in a bucket: the trials' runs nested under the search's in MLflow,
-    the best config written for `interlingua run`, everything of the search in the bucket, and a rerun of the
-    finished search restored from there with no trial trained again."""
-    from core import storage
-
-    monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
-    run_dir = f"{s3_bucket}/runs/t"
-    config = config_for(small_dataset, tmp_path, f"run_dir={run_dir}", "train.max_steps=20",
-                        "model.ranking_weight=1.0", "runtime.cpus_per_worker=1")
-    space = write_space(tmp_path, "num_samples: 1\nmax_concurrent_trials: 1\nscheduler: fifo\n"
-                                  "space:\n  train.lr: {grid: [0.0001, 0.01]}\n")
-    command = ["tune", "--space", str(space), *where_for(config), "train.max_steps=20", "model.ranking_weight=1.0",
-               "runtime.cpus_per_worker=1"]
-    uri = tracking.resolve_uri(config.tracking.uri)
-    with own_ray(address="local", num_cpus=2):  # started after the fixture set the store's variables: workers see them
-        assert main(command) == 0
-        out = capsys.readouterr().out
-        found = storage.files(f"{run_dir}/tune")
-        trial_runs = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
-        assert main(command) == 0  # the finished search restored from the bucket: no trial trains again
-        again = capsys.readouterr().out
-    (tune_run,) = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'tune'")
-    assert f"best config: {run_dir}/tune/best.yaml  (MLflow tune run {tune_run.info.run_id})" in out
-    assert f"(MLflow tune run {tune_run.info.run_id})" in again and "2 trials" in again
-    best = storage.read_bytes(f"{run_dir}/tune/best.yaml").decode("utf-8")
-    assert best.startswith("# best of 2 trials of ")
-    assert yaml.safe_load(best)["train"]["lr"] in (0.0001, 0.01) and yaml.safe_load(best)["run_dir"] == run_dir
-    assert storage.read_json(f"{run_dir}/tune/tune.json") == {"run_id": tune_run.info.run_id}
-    assert tracking.artifacts(uri, tune_run.info.run_id) == ["best.yaml"]
-    trials = storage.subdirectories(f"{run_dir}/tune/trials")
-    assert len(trials) == 2 and len(trial_runs) == 2
-    for trial in trials:  # each trial's training, states and checkpoints in the bucket
-        assert {f"trials/{trial}/train/run.json", f"trials/{trial}/train/config.yaml",
-                f"trials/{trial}/train/model/model.safetensors"} <= set(found)
-        assert any(f.startswith(f"trials/{trial}/train/ray/checkpoint_") for f in found)
-    assert any(f.startswith("ray/") for f in found)  # Tune's experiment state, what a rerun restores
-    rerun = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
-    assert sorted(r.info.run_id for r in rerun) == sorted(r.info.run_id for r in trial_runs)
-    trial_files = [f for f in storage.files(f"{run_dir}/tune") if f.startswith("trials/")]
-    assert trial_files == [f for f in found if f.startswith("trials/")]
-    # nothing local but the space, the SQLite tracking store and its artifacts: no `s3:` folder, no run dir
-    assert {p.name for p in tmp_path.iterdir()} <= {"space.yaml", "mlflow.db", "mlartifacts"}
-
-    parent = tracking.get_run(uri, tune_run.info.run_id)
-    best_error = parent.data.metrics["tune/best_dev_error"]
-    assert parent.info.status == "FINISHED" and 0.0 <= best_error < 1.0
-    assert {t.data.tags["mlflow.parentRunId"] for t in trial_runs} == {tune_run.info.run_id}
-    assert sorted(t.data.params["train.lr"] for t in trial_runs) == ["0.0001", "0.01"]
-    assert min(t.data.metrics["dev/best_xsim_error"] for t in trial_runs) == pytest.approx(best_error)
-    assert [int(t.data.params["runtime.checkpoint_every_steps"]) for t in trial_runs] == [10, 10]
-    table = compare_runs(config, stage="train")
-    assert "2 training runs" in table and "train.lr" in table
-
-
 def where_for(config) -> list[str]:
     return [f"run_dir={config.run_dir}", f"dataset_dir={config.data_dir}", f"tracking.uri={config.tracking.uri}",
             "prepare.spm.vocab_size=2000", *TINY]
@@ -168,22 +110,39 @@ def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expecte
 
 
 @pytest.mark.ray
-def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(small_dataset, tmp_path):
-    """The signal lands once the trial trains (its first checkpoint is written), not while Ray is still
-    starting its workers, whose own start-up errors would then reach stderr."""
-    config = config_for(small_dataset, tmp_path, "train.max_steps=20", "model.ranking_weight=1.0",
-                        "runtime.cpus_per_worker=1")
+def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and_a_rerun_trains_nothing(
+        s3_bucket, small_dataset, tmp_path):
+    """A grid of two trials with the run dir in a bucket, three commands (one merged test: each starts its own
+    Ray, the costly part):
+    1. Ctrl+C once the first trial trains (its first checkpoint is in the bucket, not while Ray is still
+       starting its workers, whose own start-up errors would then reach stderr): exit 130, one line, no
+       traceback, the search's and the trial's MLflow runs KILLED;
+    2. the same command: the search resumes from the bucket into the same MLflow runs and finishes; the trials'
+       runs nested under the search's, the best config written for `interlingua run`, everything of the search
+       in the bucket and nothing local;
+    3. the same command again: the finished search restored from the bucket, no trial trained again."""
+    from core import storage
+
+    run_dir = f"{s3_bucket}/runs/t"
+    extra = ["train.max_steps=20", "model.ranking_weight=1.0", "runtime.cpus_per_worker=1"]
+    config = config_for(small_dataset, tmp_path, f"run_dir={run_dir}", *extra)
     space = write_space(tmp_path, "num_samples: 1\nmax_concurrent_trials: 1\nscheduler: fifo\n"
-                                  "space:\n  train.lr: {grid: [0.01]}\n")
-    command = [sys.executable, "-m", "orchestration.cli", "tune", "--space", str(space), *where_for(config)]
+                                  "space:\n  train.lr: {grid: [0.0001, 0.01]}\n")
+    # run in tmp_path: a URI taken for a local path would show up there as `s3:/...`
+    command = [sys.executable, "-m", "orchestration.cli", "tune", "--space", str(space), *where_for(config), *extra]
     uri = tracking.resolve_uri(config.tracking.uri)
-    trials = tmp_path / "run" / "tune" / "trials"
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+
+    def training() -> bool:
+        found = storage.files(f"{run_dir}/tune")
+        return any(f.endswith("/train/run.json") for f in found) and any("/train/ray/checkpoint_" in f for f in found)
+
+    def runs(stage: str) -> list:
+        return tracking.search_runs(uri, config.tracking.experiment, f"tags.`interlingua.stage` = '{stage}'")
+
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path) as proc:
         try:
-            # the trial's training runs: its MLflow run is open (run.json names it) and a checkpoint is written
             try:
-                wait_for(lambda: list(trials.glob("*/train/run.json")) and list(trials.glob("*/train/ray/checkpoint_*")),
-                         300, "a trial's first checkpoint", proc)
+                wait_for(training, 300, "a trial's first checkpoint", proc)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{proc.communicate(timeout=60)[1][-3000:]}") from None
             proc.send_signal(signal.SIGINT)
@@ -194,14 +153,48 @@ def test_ctrl_c_stops_the_search_with_its_runs_killed_and_a_rerun_resumes_it(sma
     assert [line for line in err.splitlines() if line.startswith("interlingua")] == [
         "interlingua tune: interrupted; nothing half-done was published"], err
     assert "Traceback" not in own_output(err), err
-    (tune_run,) = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'tune'")
-    trial_runs = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
-    assert tune_run.info.status == "KILLED" and len(trial_runs) == 1
-    assert trial_runs[0].info.status == "KILLED", trial_runs[0].info.status
+    (tune_run,) = runs("tune")
+    (killed,) = runs("train")
+    assert tune_run.info.status == "KILLED" and killed.info.status == "KILLED", killed.info.status
 
-    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert finished.returncode == 0, finished.stderr
+    out = finished.stdout
+    assert f"best config: {run_dir}/tune/best.yaml  (MLflow tune run {tune_run.info.run_id})" in out  # resumed
+    found = storage.files(f"{run_dir}/tune")
+    trial_runs = runs("train")
+    assert killed.info.run_id in {r.info.run_id for r in trial_runs}  # the interrupted trial resumed into its run
+    assert {r.info.status for r in trial_runs} == {"FINISHED"}
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert f"(MLflow tune run {tune_run.info.run_id})" in again.stdout  # the same search, resumed
-    rerun = tracking.search_runs(uri, config.tracking.experiment, "tags.`interlingua.stage` = 'train'")
-    assert [(r.info.run_id, r.info.status) for r in rerun] == [(trial_runs[0].info.run_id, "FINISHED")]
-    assert tracking.get_run(uri, tune_run.info.run_id).info.status == "FINISHED"
+    assert f"(MLflow tune run {tune_run.info.run_id})" in again.stdout and "2 trials" in again.stdout
+    rerun = runs("train")  # the finished search restored from the bucket: no trial trains again
+    assert sorted(r.info.run_id for r in rerun) == sorted(r.info.run_id for r in trial_runs)
+    assert [f for f in storage.files(f"{run_dir}/tune") if f.startswith("trials/")] == [
+        f for f in found if f.startswith("trials/")]
+
+    best = storage.read_bytes(f"{run_dir}/tune/best.yaml").decode("utf-8")
+    assert best.startswith("# best of 2 trials of ")
+    assert yaml.safe_load(best)["train"]["lr"] in (0.0001, 0.01) and yaml.safe_load(best)["run_dir"] == run_dir
+    assert storage.read_json(f"{run_dir}/tune/tune.json") == {"run_id": tune_run.info.run_id}
+    assert tracking.artifacts(uri, tune_run.info.run_id) == ["best.yaml"]
+    trials = storage.subdirectories(f"{run_dir}/tune/trials")
+    assert len(trials) == 2 and len(trial_runs) == 2
+    for trial in trials:  # each trial's training, states and checkpoints in the bucket
+        assert {f"trials/{trial}/train/run.json", f"trials/{trial}/train/config.yaml",
+                f"trials/{trial}/train/model/model.safetensors"} <= set(found)
+        assert any(f.startswith(f"trials/{trial}/train/ray/checkpoint_") for f in found)
+    assert any(f.startswith("ray/") for f in found)  # Tune's experiment state, what a rerun restores
+    # nothing local but the space, the SQLite tracking store and its artifacts: no `s3:` folder, no run dir
+    assert {p.name for p in tmp_path.iterdir()} <= {"space.yaml", "mlflow.db", "mlartifacts"}
+
+    parent = tracking.get_run(uri, tune_run.info.run_id)
+    best_error = parent.data.metrics["tune/best_dev_error"]
+    assert parent.info.status == "FINISHED" and 0.0 <= best_error < 1.0
+    assert {t.data.tags["mlflow.parentRunId"] for t in trial_runs} == {tune_run.info.run_id}
+    assert sorted(t.data.params["train.lr"] for t in trial_runs) == ["0.0001", "0.01"]
+    assert min(t.data.metrics["dev/best_xsim_error"] for t in trial_runs) == pytest.approx(best_error)
+    assert [int(t.data.params["runtime.checkpoint_every_steps"]) for t in trial_runs] == [10, 10]
+    table = compare_runs(config, stage="train")
+    assert "2 training runs" in table and "train.lr" in table
