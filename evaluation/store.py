@@ -57,11 +57,20 @@ def text_hashes(texts: Sequence[str]) -> np.ndarray:
                      for t in texts], dtype=np.uint64)
 
 
-def save_arrays(folder: Path, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
-    """Each language's (n, D) array as `<folder>/<lang>/<name>.npy`, whole or not at all; {lang: sha256}."""
+def save_arrays(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Each language's (n, D) array as `<folder>/<lang>/<name>.npy`, whole or not at all (locally by a rename,
+    at a URI by one PUT); {lang: sha256}."""
+    if not storage.is_uri(folder):
+        for lang, array in arrays.items():
+            save_array(Path(folder) / lang / f"{name}.npy", np.ascontiguousarray(array))
+        return {lang: storage.sha256(Path(folder) / lang / f"{name}.npy") for lang in arrays}
+    sha256 = {}
     for lang, array in arrays.items():
-        save_array(folder / lang / f"{name}.npy", np.ascontiguousarray(array))
-    return {lang: storage.sha256(folder / lang / f"{name}.npy") for lang in arrays}
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(array))
+        storage.write_bytes(storage.join(folder, lang, f"{name}.npy"), buffer.getvalue())
+        sha256[lang] = hashlib.sha256(buffer.getvalue()).hexdigest()
+    return sha256
 
 
 def write_record(folder: storage.Location, record: dict[str, Any]) -> dict[str, Any]:
@@ -71,8 +80,9 @@ def write_record(folder: storage.Location, record: dict[str, Any]) -> dict[str, 
     return record
 
 
-def save_block(folder: Path, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> dict[str, Any]:
-    """One block written in place: its arrays (`save_arrays`), then its record {name, rows, sha256, **fields}."""
+def save_block(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> dict[str, Any]:
+    """One block written in place (a local folder or a URI): its arrays (`save_arrays`), then its record
+    {name, rows, sha256, **fields}."""
     rows = {len(array) for array in arrays.values()}
     assert len(rows) == 1, f"block {name}: languages of unequal rows {rows}"
     return write_record(folder, {"name": name, "rows": rows.pop(), "sha256": save_arrays(folder, name, arrays),

@@ -3,9 +3,15 @@ the searches of `evaluation.xsim` as Ray tasks."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import deque
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from evaluation.store import StoredEmbeddings
 
 
 def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
@@ -111,34 +117,34 @@ def check_every_node_reaches(uri: str | None = None, **locations) -> None:
                               "for a filesystem every host mounts at that path")
 
 
-def on_this_node(cpus: float, what: str) -> dict[str, float]:
-    """The resources that place a task or actor on the driver's node (Ray's own `node:<ip>`), for work that
-    reads or writes this host's disk: on a cluster whose hosts share no disk, no other node can. ConfigError
-    when this node has fewer than `cpus` CPUs (a head started with `--num-cpus 0`), where the work would wait
-    for a CPU forever."""
-    import ray
-
-    from orchestration.config import ConfigError
-
-    node = _this_node()
-    if node_cpus(node) < cpus:
-        raise ConfigError(f"{what} runs on the node of this command's host ({node['NodeManagerAddress']}), "
-                          f"which has {node_cpus(node):g} CPUs (runtime.cpus_per_task: {cpus:g} needed): run the "
-                          "command on a node with CPUs (`ray job submit --entrypoint-num-cpus 1 ...` places it on "
-                          "one), or give this node CPUs")
-    return {f"node:{ray.util.get_node_ip_address()}": 0.001}
+def shipped(store: Any) -> Any:
+    """Stored embeddings (`evaluation.store.StoredEmbeddings`) as the search tasks on any node read them: a local
+    folder's blocks put into Ray's object store, one object per block and language (`ShippedEmbeddings`; no
+    other host can see this one's disk); a store at a URI as it is (every node reads the store itself)."""
+    if not isinstance(store, StoredEmbeddings) or not isinstance(store.folder, Path):
+        return store
+    return ShippedEmbeddings.of(store)
 
 
-def _this_node() -> dict[str, Any]:
-    """`ray.nodes()`'s entry of the driver's node."""
-    import ray
+@dataclasses.dataclass(frozen=True)
+class ShippedEmbeddings(StoredEmbeddings):
+    """A `StoredEmbeddings` whose blocks are objects of Ray's object store (`refs[lang][name]`), read by row
+    range as the store is, from whichever node."""
 
-    here = ray.get_runtime_context().get_node_id()
-    return next((n for n in ray.nodes() if n.get("NodeID") == here), {"NodeManagerAddress": here})
+    refs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def of(cls, store: StoredEmbeddings) -> ShippedEmbeddings:
+        import ray
 
-def node_cpus(node: dict[str, Any]) -> float:
-    return node.get("Resources", {}).get("CPU", 0)
+        refs = {lang: {name: ray.put(store.rows(lang, a, b)) for name, a, b in
+                       zip(store.names, store.starts, store.starts[1:])} for lang in store.languages}
+        return cls(**{f.name: getattr(store, f.name) for f in dataclasses.fields(StoredEmbeddings)}, refs=refs)
+
+    def _read(self, lang: str, name: str, a: int, b: int) -> np.ndarray:
+        import ray
+
+        return np.array(ray.get(self.refs[lang][name])[a:b])
 
 
 class RayExecutor:
@@ -146,12 +152,12 @@ class RayExecutor:
 
     `map` keeps at most `max_in_flight` tasks submitted (default: twice the cluster's CPUs over
     `cpus_per_task`) and yields their results in call order, so the driver holds a bounded number
-    of results however many tasks a search has. `here`: the tasks run on the driver's node
-    (`on_this_node`), as tasks reading files of this host must.
+    of results however many tasks a search has. The tasks run on any node: what they read comes with them
+    (`put`, `shipped`).
     """
 
-    def __init__(self, cpus_per_task: int = 1, max_in_flight: int | None = None, *, here: bool = False) -> None:
-        self.cpus_per_task, self.max_in_flight, self.here = cpus_per_task, max_in_flight, here
+    def __init__(self, cpus_per_task: int = 1, max_in_flight: int | None = None) -> None:
+        self.cpus_per_task, self.max_in_flight = cpus_per_task, max_in_flight
 
     def put(self, value: Any) -> Any:
         import ray
@@ -161,10 +167,8 @@ class RayExecutor:
     def map(self, fn: Callable[..., Any], calls: Iterable[tuple]) -> Iterator[Any]:
         import ray
 
-        placed = on_this_node(self.cpus_per_task, "the search") if self.here else {}
-        task = ray.remote(num_cpus=self.cpus_per_task, resources=placed)(fn)
-        # as many CPUs as the tasks may use: this node's when they are placed here, else the cluster's
-        cpus = node_cpus(_this_node()) if placed else ray.cluster_resources().get("CPU", 1)
+        task = ray.remote(num_cpus=self.cpus_per_task)(fn)
+        cpus = ray.cluster_resources().get("CPU", 1)
         limit = self.max_in_flight or max(2, 2 * int(cpus) // self.cpus_per_task)
         pending: deque = deque()
         for args in calls:

@@ -3,12 +3,13 @@
 Ray Data reads the split's Parquet shards in key order (a distributed sort
 unless the shards are sorted key ranges already, as one shard is), keeps the
 tuples that hold every evaluated language and streams them
-through the job's actors (`runtime.embed_actors`, a GPU each with `runtime.use_gpu`),
-which embed every language, sentences sorted by length and batched by token
-budget (`model.inference.embed`), or run the offline multilingual USE
-baseline over the texts, and write each batch as a block of
-`evaluation.store` (embeddings per language, keys, texts and their hashes);
-the driver sees one small record per block and publishes the folder.
+through the job's actors (`runtime.embed_actors`, a GPU each with `runtime.use_gpu`,
+on any node; the model's files come through Ray's object store), which embed
+every language, sentences sorted by length and batched by token budget
+(`model.inference.embed`), or run the offline multilingual USE baseline over
+the texts, and return each batch's vectors; the driver writes each as a block
+of `evaluation.store` (embeddings per language, keys, texts and their hashes)
+into a staging folder as it comes and publishes the folder.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from evaluation.store import StoredEmbeddings, publish
 from orchestration.cluster import data_job
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
-from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, decode_record, run_actors
+from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, run_actors, ship_model, tuples_block
 from core import ownership
 from core.dataset import Dataset
 
@@ -130,17 +131,17 @@ def _staging(folder: Path) -> Path:
 
 def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | None, languages: list[str],
            folder: Path, batch_rows: int, backend: str) -> list[dict[str, Any]]:
-    """The block records of the `rows` `tuples` embedded by the one embedding job (`serve.job`) into the
-    staging folder, the model on `backend` (resolved: `serve.backends`)."""
+    """The block records of the `rows` `tuples` embedded by the one embedding job (`serve.job`) and written
+    into the staging folder here, the model on `backend` (resolved: `serve.backends`)."""
     e, r = config.evaluate, config.runtime
     staging = _staging(folder)
     ownership.make_staging(staging)
-    kwargs = dict(model_path=str(model_path), languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu,
-                  dtype=e.dtype, staging=str(staging), backend=backend, threads=r.cpus_per_task)
-    records = run_actors(tuples, actor, kwargs, rows=rows * len(languages),
-                         rows_of=lambda record: int(record["rows"]) * len(languages), actors=r.embed_actors,
-                         cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
-    return [decode_record(record) for record in records]
+    shipped = ship_model(None if model_path is None else Path(model_path).parent, backend)
+    kwargs = dict(languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu, dtype=e.dtype, backend=backend,
+                  threads=r.cpus_per_task, **({} if shipped is None else {"model": shipped}))
+    return run_actors(tuples, actor, kwargs, write=lambda row: tuples_block(staging, row, languages, e.dtype),
+                      rows=rows * len(languages), rows_of=lambda record: int(record["rows"]) * len(languages),
+                      actors=r.embed_actors, cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
 
 
 def _log_skipped(config: Config, rows: int) -> None:

@@ -35,7 +35,7 @@ from evaluation.store import StoredEmbeddings
 from evaluation.xsim import approximate_recall, pair_metrics, search_pairs
 from orchestration import model_dir as model_files
 from orchestration import tracking
-from orchestration.cluster import RayExecutor, check_every_node_reaches, ensure_ray
+from orchestration.cluster import RayExecutor, check_every_node_reaches, ensure_ray, shipped
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
@@ -238,12 +238,14 @@ def model_identity(config: Config, encoder: Encoder) -> str:
 
 def measure(config: Config, store: StoredEmbeddings, results_dir: Path
             ) -> dict[tuple[str, str], dict[str, float]]:
-    """Every ordered pair's metrics, searched on Ray tasks that read the stored embeddings (results
+    """Every ordered pair's metrics, searched on Ray tasks that read the stored embeddings (`cluster.shipped`; results
     written to `results_dir`); with an approximate index also its recall against an exact search of
     the first `evaluate.recall_queries` queries."""
     e = config.evaluate
-    # the tasks read the embeddings from this host's disk (the run dir, or the working copy of a bucket's)
-    executor = RayExecutor(config.runtime.cpus_per_task, here=isinstance(store.folder, Path))
+    # the tasks run on any node: the embeddings of this host's disk (the run dir, or the working copy of a
+    # bucket's) go to them through Ray's object store
+    executor = RayExecutor(config.runtime.cpus_per_task)
+    store = shipped(store)
     k = max(5, e.margin_k)
     languages = len(store.languages)
     progress = Progress(len(store) * languages * (languages - 1), verb="searched", unit="queries")

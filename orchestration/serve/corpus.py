@@ -15,16 +15,17 @@ checks UTF-8), then the one embedding job (`serve.job`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
-file, embeds it and writes it (`job.save_input_block`: `store.save_block`) under a temporary
-name, renamed when whole, then its record. A rerun of the same inputs, model and
+file and embeds it; the driver writes it (`job.save_input_block`: `store.save_block`) whole or not at
+all, then its record. A rerun of the same inputs, model and
 options skips every block whose record is there, so a killed job resumes; other
 inputs in the same folder, or an output of the earlier layout (`part-N.npy` beside
 its record), are refused unless `force`.
 
-Inputs, the output and the model may be URIs (`s3://bucket/emb`): the actors, placed on this host, write
-their blocks into a local scratch folder; once the job is done each block is uploaded, its record after
-it, and the manifest last. A rerun reads the records from the store, so it resumes from the blocks
-uploaded and never downloads a block.
+Inputs, the output and the model may be URIs (`s3://bucket/emb`): the actors, on any node, get the model's
+files through Ray's object store and read their blocks from the inputs' store; the driver writes each block
+into the output as it comes, its record after it, and the manifest last. A rerun reads the records from the
+store, so it resumes from the blocks written and never downloads a block. Local inputs on a cluster that
+spans hosts are refused before any work: the actors on the other hosts cannot read them.
 """
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ import dataclasses
 import logging
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +42,8 @@ import numpy as np
 
 from evaluation import store
 from orchestration import model_dir as model_files
-from orchestration.cluster import data_job, ensure_ray
-from orchestration.serve.job import BlockEmbedFn, run_actors
+from orchestration.cluster import check_every_node_reaches, data_job, ensure_ray
+from orchestration.serve.job import BlockEmbedFn, cell_vectors, run_actors, save_input_block, ship_model
 from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
                                         resolve_inputs)
 from core import ownership, storage
@@ -102,10 +102,13 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     warn_empty(sum(f.empty for f in files), total)
     if pending:
         ensure_ray(ray_address, log_to_driver=False)
-        job = dict(model_dir=str(local_model), lang=lang, fingerprint=fp, column=column, dtype=dtype,
-                   max_tokens=max_tokens, device=device, threads=cpus_per_actor, backend=engine,
+        local = [f.path for f in files if not storage.is_uri(f.path)]
+        if local:  # the actors read the inputs, on any node
+            check_every_node_reaches(input=local[0])
+        job = dict(lang=lang, column=column, dtype=dtype, max_tokens=max_tokens, device=device,
+                   threads=cpus_per_actor, backend=engine,
                    storage_env=storage.environment())  # the actors read URI inputs from the same store
-        _embed_blocks(pending, out_dir, job, actors, cpus_per_actor, use_gpu)
+        _run(pending, out_dir, fp, local_model, job, actors, cpus_per_actor, use_gpu)
     _, records = _scan(out_dir)
     records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
@@ -114,23 +117,6 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     storage.write_json(storage.join(out_dir, MANIFEST), manifest)
     return CorpusResult(out_dir, manifest["rows"], manifest["meta"]["empty"], len(blocks), len(pending),
                         time.monotonic() - started)
-
-
-def _embed_blocks(pending: list[BlockSpec], out_dir: Location, job: dict[str, Any], actors: int, cpus: int,
-                  use_gpu: bool) -> None:
-    """The pending blocks written into `out_dir`: directly when it is a local folder; for a URI into a
-    local scratch folder first (the actors write local files), then uploaded, each block before its
-    record (the completion marker a rerun looks for)."""
-    if not storage.is_uri(out_dir):
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        _run(pending, {**job, "out_dir": str(out_dir)}, actors, cpus, use_gpu)
-        return
-    with tempfile.TemporaryDirectory(prefix="interlingua-embed-") as scratch:
-        _run(pending, {**job, "out_dir": scratch}, actors, cpus, use_gpu)
-        for block in pending:
-            name = store.block_name(block.index)
-            for path in (f"{job['lang']}/{name}.npy", f"{name}.json"):  # the record after its block
-                storage.write_bytes(storage.join(out_dir, path), (Path(scratch) / path).read_bytes())
 
 
 def load_embeddings(out_dir: Location) -> np.ndarray:
@@ -168,13 +154,25 @@ def warn_empty(empty: int, total: int) -> None:
                     "(kept so that row i is line i); drop empty lines first if they are not wanted", empty, total)
 
 
-def _run(pending: list[BlockSpec], job: dict[str, Any], actors: int, cpus: int, use_gpu: bool) -> None:
-    """The blocks still to do, through the one embedding job (`serve.job`), a block per batch."""
+def _run(pending: list[BlockSpec], out_dir: Location, fp: str, model_dir: Path, job: dict[str, Any], actors: int,
+         cpus: int, use_gpu: bool) -> None:
+    """The blocks still to do, through the one embedding job (`serve.job`), a block per batch, each written
+    into `out_dir` (local or a URI) as it comes, its record after it."""
     import ray.data
+
+    if not storage.is_uri(out_dir):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    specs = {b.index: b for b in pending}
+
+    def write(row: dict[str, Any]) -> dict[str, Any]:
+        spec = specs[int(row["index"])]
+        vectors = cell_vectors(row["vectors"], row["rows"], row["dim"], job["dtype"])
+        return save_input_block(out_dir, spec, job["lang"], vectors, int(row["empty"]), fp)
 
     with data_job():  # a task that a dying node failed is run again
         dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
-    run_actors(dataset, BlockEmbedFn, job, rows=sum(b.rows for b in pending), rows_of=lambda r: int(r["rows"]),
+    run_actors(dataset, BlockEmbedFn, {**job, "model": ship_model(model_dir, job["backend"])}, write=write,
+               rows=sum(b.rows for b in pending), rows_of=lambda r: int(r["rows"]),
                actors=min(actors, len(pending)), cpus=cpus, use_gpu=use_gpu, batch_size=1)
 
 

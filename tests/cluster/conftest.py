@@ -65,7 +65,9 @@ def tracking_server(_tracking_server, monkeypatch) -> tracking.TrackingServer:
 
 @pytest.fixture(scope="package")
 def _cluster_ray_nodes(cluster_network, s3_server, _tracking_credentials) -> Iterator[ray_nodes.RayCluster]:
-    with ray_nodes.ray_cluster(cluster_network, env={**s3_server.env, **_tracking_credentials}) as cluster:
+    # the head has no CPUs, as a KubeRay head: every command must run its work on the worker nodes
+    with ray_nodes.ray_cluster(cluster_network, env={**s3_server.env, **_tracking_credentials},
+                               head_cpus=0) as cluster:
         yield cluster
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 
 from tests.support import tracking_server as tracking
@@ -146,22 +147,30 @@ def _node_ip(_: int) -> str:
     return ray.util.get_node_ip_address()
 
 
-def test_tasks_that_read_this_hosts_disk_run_on_this_hosts_node(cluster_ray):
-    """Evaluate's search tasks read the embeddings from the driver's disk: on hosts that share no disk, no
-    other node can, so `RayExecutor(here=True)` places every one on the driver's node (the head, here)."""
+def test_a_search_of_the_drivers_embeddings_runs_on_the_worker_nodes_of_a_head_without_cpus(cluster_ray, tmp_path):
+    """Evaluate's search tasks on a cluster whose head has no CPUs (as a KubeRay head) and whose hosts share no
+    disk: the embeddings stored on the driver's disk reach the tasks through Ray's object store
+    (`cluster.shipped`), every task runs on a worker node, and the results are those of a search here."""
     import ray
 
-    from orchestration.cluster import RayExecutor
+    from evaluation.xsim import search_pairs
+    from orchestration.cluster import RayExecutor, shipped
+    from tests.support.embeddings import aligned, store_of
 
+    arrays = aligned(n=90)
+    store = store_of(tmp_path, arrays, {lang: [f"{lang}{i}" for i in range(90)] for lang in arrays}, [0, 40, 90])
+    here = search_pairs(store, shards=3, k=4)
     ray.init(address=cluster_ray.address)
     try:
-        here = ray.util.get_node_ip_address()
-        placed = set(RayExecutor(here=True, max_in_flight=12).map(_node_ip, [(i,) for i in range(24)]))
-        anywhere = set(RayExecutor(max_in_flight=12).map(_node_ip, [(i,) for i in range(24)]))
+        placed = set(RayExecutor(max_in_flight=12).map(_node_ip, [(i,) for i in range(24)]))
+        there = search_pairs(shipped(store), shards=3, k=4, executor=RayExecutor(), query_block=32)
     finally:
         ray.shutdown()
-    assert placed == {here} == {cluster_ray.head.ip}
-    assert anywhere <= {cluster_ray.head.ip, *(n.ip for n in cluster_ray.workers)}
+    assert placed <= {n.ip for n in cluster_ray.workers} and cluster_ray.head.ip not in placed
+    assert set(there) == set(here)
+    for pair, result in here.items():
+        np.testing.assert_array_equal(there[pair].ids, result.ids)
+        np.testing.assert_array_equal(there[pair].better, result.better)
 
 
 def test_a_killed_raylet_takes_its_node_out_of_the_cluster_until_it_restarts(cluster_ray):

@@ -22,7 +22,7 @@ def test_training_workers_on_the_nodes_log_to_the_server(small_dataset, tmp_path
 
     uri = tracking_server.uri
     common = [f"tracking.uri={uri}", "prepare.spm.vocab_size=2000", *TINY, "train.max_steps=10", "name=noded",
-              # two workers of one CPU: the head has one CPU, so at least one runs on a worker node
+              # two workers of one CPU: the head has none, so both run on the worker nodes
               f"runtime.ray_address={cluster_ray.address}", "runtime.num_workers=2"]
     bucket = f"s3://{s3_env.bucket}/noded"
     transfer.upload_dir(small_dataset.data_dir, f"{bucket}/data", last=("manifest.json",))

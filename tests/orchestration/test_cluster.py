@@ -1,6 +1,6 @@
 """Ray as the search executor: searches as Ray tasks give what the in-process search gives, from
-arrays in the object store or from embeddings on disk that each task reads itself; the checks of where work may
-run; a command's own Ray instance listening on the loopback address alone."""
+arrays in the object store or from embeddings on disk that each task reads itself, or that the driver's disk
+shipped through the object store; the checks of what every node must reach; a command's own Ray instance listening on the loopback address alone."""
 from __future__ import annotations
 
 import os
@@ -64,26 +64,30 @@ def test_a_tracking_file_or_a_local_folder_is_refused_on_a_cluster_of_several_ho
     check_every_node_reaches("http://10.0.0.1:5000", dataset_dir="s3://b/data", run_dir="file:///nfs/run")
 
 
-def test_work_on_this_node_is_refused_where_this_node_has_no_cpus(monkeypatch):
-    """A head started with --num-cpus 0 runs the command: work placed on its node would wait forever."""
-    import ray
+@pytest.mark.ray
+def test_shipped_embeddings_are_read_from_the_object_store_not_the_drivers_disk(tmp_path, local_ray):
+    """A search task on another host cannot read the driver's disk: `shipped` puts a local store's blocks into
+    Ray's object store, and its rows (any range, across blocks) come from there with the folder gone; a store
+    at a URI is left as it is (every node reads the store)."""
+    import shutil
 
-    from orchestration.cluster import on_this_node
-    from orchestration.config import ConfigError
+    from evaluation.store import StoredEmbeddings
+    from evaluation.xsim import search_pairs
+    from orchestration.cluster import RayExecutor, shipped
+    from tests.support.embeddings import aligned, store_of
 
-    class Context:
-        def get_node_id(self) -> str:
-            return "head"
-
-    nodes = [{"NodeID": "head", "NodeManagerAddress": "10.0.0.1", "Resources": {"memory": 1e9}},
-             {"NodeID": "worker", "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 8.0}}]
-    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
-    monkeypatch.setattr(ray, "nodes", lambda: nodes)
-    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.1")
-    with pytest.raises(ConfigError, match=r"10.0.0.1\), which has 0 CPUs.*--entrypoint-num-cpus 1"):
-        on_this_node(1, "embedding")
-    nodes[0]["Resources"]["CPU"] = 2.0
-    assert on_this_node(1, "embedding") == {"node:10.0.0.1": 0.001}
+    arrays = aligned(n=50)
+    store = store_of(tmp_path, arrays, {lang: [f"{lang}{i}" for i in range(50)] for lang in arrays}, [0, 7, 30, 50])
+    here = search_pairs(store, shards=2, k=3)
+    moved = shipped(store)
+    shutil.rmtree(store.folder)
+    for lang in arrays:
+        np.testing.assert_array_equal(moved.rows(lang, 5, 33), arrays[lang][5:33])
+    there = search_pairs(moved, shards=2, k=3, executor=RayExecutor(), query_block=16)
+    for pair, result in here.items():
+        np.testing.assert_array_equal(there[pair].ids, result.ids)
+    at_a_uri = StoredEmbeddings("s3://bucket/emb", ["en"], 16, "float32", (0, 1), ("part-00000",))
+    assert shipped(at_a_uri) is at_a_uri
 
 
 @pytest.mark.ray
