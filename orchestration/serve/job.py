@@ -73,7 +73,9 @@ def ship_model(model_dir: Path | None, backend: str = "torch") -> list[dict[str,
     from orchestration import model_dir as model_files
     from orchestration.serve import export
 
-    folders = {"model": (Path(model_dir), [name for name in model_files.FILES if (Path(model_dir) / name).is_file()])}
+    files = [name for name in model_files.FILES
+             if name != model_files.LEGACY_MODEL_FILE and (Path(model_dir) / name).is_file()]
+    folders = {"model": (Path(model_dir), files)}
     if backend != "torch":
         folder = export.default_dir(Path(model_dir))
         folders["model-onnx"] = (folder, [export.MANIFEST, *export.read_manifest(folder)["files"]])
