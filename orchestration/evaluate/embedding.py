@@ -2,7 +2,8 @@
 
 Ray Data reads the split's Parquet shards in key order (a distributed sort
 unless the shards are sorted key ranges already, as one shard is), keeps the
-tuples that hold every evaluated language and streams them
+tuples that hold every evaluated language and streams them (a split of up to
+`READ_HERE_ROWS` tuples is read here instead, the same rows in the same order)
 through the job's actors (`runtime.embed_actors`, a GPU each with `runtime.use_gpu`,
 on any node; the model's files come through Ray's object store), which embed
 every language, sentences sorted by length and batched by token budget
@@ -36,10 +37,18 @@ def complete_only(batch, *, columns: list[str]):
     return batch.filter(functools.reduce(pc.and_, [pc.is_valid(batch[c]) for c in columns]))
 
 
-def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows: int = 1024):
+# A split of at most this many tuples (a test split, a test set: thousands) is read here and handed to the actors
+# as it is; a larger one is read, filtered and sorted by Ray Data's tasks on the cluster. Ray Data's read of a
+# small split costs seconds of task start-ups for milliseconds of reading.
+READ_HERE_ROWS = 20_000
+
+
+def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows: int = 1024,
+                    read_here_rows: int = READ_HERE_ROWS):
     """A Ray Dataset of the split's tuples that hold every language in `languages`, in key order: `key`,
     each language's `_text` and, unless `use` (texts only: the baseline, or a model reading text), `_ids`;
-    the first `evaluate.max_sentences` when set."""
+    the first `evaluate.max_sentences` when set. A split of at most `read_here_rows` tuples is read by this
+    process (the same rows in the same order), a larger one by Ray Data."""
     import pyarrow.parquet as pq
     import ray.data
 
@@ -48,12 +57,14 @@ def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows:
     files = [str(path) for path in Dataset.open(config.data_dir).files(e.split)]
     ordered = key_ordered(files)
     total = sum(pq.read_metadata(path).num_rows for path in files)
+    required = [c for c in columns if c != "key" and (use or c.endswith("_ids"))]
+    if total <= read_here_rows:
+        return _read_here(files, ordered, columns, required, e.max_sentences, batch_rows, config.runtime.embed_actors)
     # about a batch per block: the sort's tasks stay few for a small split, many for a large one
     dataset = ray.data.read_parquet(ordered or files, columns=columns,
                                     override_num_blocks=max(len(files), -(-total // batch_rows)))
     if ordered is None:
         dataset = dataset.sort("key")  # straight after the read: the sort's partitions are the read's blocks
-    required = [c for c in columns if c != "key" and (use or c.endswith("_ids"))]
     dataset = dataset.map_batches(complete_only, batch_format="pyarrow", batch_size=None,
                                   fn_kwargs={"columns": required})
     if e.max_sentences:
@@ -61,6 +72,24 @@ def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows:
     # a batch per block, in order, so that every actor gets work (one Parquet file reads as one block)
     rows = min(total, e.max_sentences or total)
     return dataset.repartition(max(-(-rows // batch_rows), config.runtime.embed_actors), shuffle=False)
+
+
+def _read_here(files: list[str], ordered: list[str] | None, columns: list[str], required: list[str],
+               limit: int | None, batch_rows: int, actors: int):
+    """`complete_tuples` of a small split, read by this process: its complete tuples in key order, the first
+    `limit`, as a Ray Dataset of about a batch per block and at least a block per actor."""
+    import pyarrow as pa
+    import ray.data
+
+    from core import storage
+
+    table = pa.concat_tables([storage.open_parquet(path).read(columns=columns) for path in ordered or files])
+    table = complete_only(table, columns=required)
+    if ordered is None:
+        table = table.sort_by("key")
+    table = table.slice(0, limit) if limit else table
+    size = -(-max(len(table), 1) // max(-(-len(table) // batch_rows), actors, 1))
+    return ray.data.from_arrow([table.slice(start, size) for start in range(0, len(table), size)] or [table])
 
 
 def key_ordered(files: list[str]) -> list[str] | None:
@@ -91,16 +120,17 @@ def key_ordered(files: list[str]) -> list[str] | None:
 
 def embed_split(config: Config, model_path: Path | None, languages: list[str], folder: Path,
                 meta: dict[str, Any] | None = None, batch_rows: int = 1024, own_text: bool = False,
-                backend: str = "torch") -> StoredEmbeddings:
+                backend: str = "torch", read_here_rows: int = READ_HERE_ROWS) -> StoredEmbeddings:
     """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
     with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `own_text`:
-    the model reads the text with its own tokenizer instead of the stored token ids). EvaluateError under 2
-    tuples."""
+    the model reads the text with its own tokenizer instead of the stored token ids; `read_here_rows`: see
+    `complete_tuples`). EvaluateError under 2 tuples."""
     actor = UseEmbedFn if model_path is None else TextEmbedFn if own_text else SplitEmbedFn
     with _ordered():
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
-        tuples = complete_tuples(config, languages, actor is not SplitEmbedFn, batch_rows).materialize()
+        tuples = complete_tuples(config, languages, actor is not SplitEmbedFn, batch_rows,
+                                 read_here_rows).materialize()
         records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows,
                          backend)
     rows = sum(int(record["rows"]) for record in records)

@@ -15,7 +15,8 @@ from evaluation.store import StoredEmbeddings
 from evaluation.xsim import pair_metrics, search_pairs
 from orchestration import tracking
 from orchestration.evaluate import EvaluateError
-from orchestration.evaluate.embedding import embed_split, key_ordered
+from orchestration.cluster import data_job
+from orchestration.evaluate.embedding import complete_tuples, embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
 from core.dataset import file_sha256, read_split
 from tests.support.runs import config_for
@@ -83,9 +84,11 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     # the streamed job gives exactly the metrics of the in-memory route
     assert result.pairs == in_memory_metrics(config, Path(config.train_dir) / "model" / "model.safetensors")
 
-    # small batches: many blocks, published in key order, aligned, the same vectors
+    # small batches: many blocks, published in key order, aligned, the same vectors; read by Ray Data's tasks
+    # (a large split's way) where the evaluation read the split here (a small one's)
     store = StoredEmbeddings.open(result.out_dir / "embeddings")
-    blocks = embed_split(config, Path(config.train_dir) / "model" / "model.safetensors", LANGS, tmp_path / "blocks", batch_rows=7)
+    blocks = embed_split(config, Path(config.train_dir) / "model" / "model.safetensors", LANGS, tmp_path / "blocks",
+                         batch_rows=7, read_here_rows=0)
     assert len(blocks.starts) > 3 and blocks.starts[-1] == 40  # blocks as Ray Data cut the batches
     assert list(blocks.column("key")) == list(store.column("key")) == sorted(store.column("key"))
     for lang in LANGS:
@@ -97,6 +100,10 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     sorted_store = embed_split(two, Path(config.train_dir) / "model" / "model.safetensors", LANGS, tmp_path / "sorted")
     assert list(sorted_store.column("key")) == list(store.column("key"))
     np.testing.assert_allclose(sorted_store.rows("zh", 0, 40), store.rows("zh", 0, 40), rtol=1e-5, atol=1e-6)
+    with data_job(preserve_order=True):  # read here and sorted by Arrow, or sorted by Ray Data: the same tuples
+        here, there = (complete_tuples(two, LANGS, False, read_here_rows=n).take_all() for n in (10**6, 0))
+    assert [row["key"] for row in here] == [row["key"] for row in there] == list(store.column("key"))
+    assert [list(row["zh_ids"]) for row in here] == [list(row["zh_ids"]) for row in there]
 
     again = evaluate(config)  # the same model, data and evaluate config: the stage cache answers
     assert again.skipped and again.run_id == result.run_id and again.matrix == result.matrix
