@@ -118,10 +118,14 @@ def check_every_node_reaches(uri: str | None = None, **locations) -> None:
 
 
 def shipped(store: Any) -> Any:
-    """Stored embeddings (`evaluation.store.StoredEmbeddings`) as the search tasks on any node read them: a local
-    folder's blocks put into Ray's object store, one object per block and language (`ShippedEmbeddings`; no
-    other host can see this one's disk); a store at a URI as it is (every node reads the store itself)."""
-    if not isinstance(store, StoredEmbeddings) or not isinstance(store.folder, Path):
+    """Stored embeddings (`evaluation.store.StoredEmbeddings`) as the search tasks on any node read them: on a
+    cluster of several nodes, a local folder's blocks put into Ray's object store, one object per block and
+    language (`ShippedEmbeddings`; no other host can see this one's disk); a store at a URI, or any store on a
+    one-node cluster (every task runs on this host), as it is."""
+    import ray
+
+    alone = sum(1 for node in ray.nodes() if node.get("Alive")) < 2
+    if alone or not isinstance(store, StoredEmbeddings) or not isinstance(store.folder, Path):
         return store
     return ShippedEmbeddings.of(store)
 

@@ -65,11 +65,14 @@ def test_a_tracking_file_or_a_local_folder_is_refused_on_a_cluster_of_several_ho
 
 
 @pytest.mark.ray
-def test_shipped_embeddings_are_read_from_the_object_store_not_the_drivers_disk(tmp_path, local_ray):
-    """A search task on another host cannot read the driver's disk: `shipped` puts a local store's blocks into
-    Ray's object store, and its rows (any range, across blocks) come from there with the folder gone; a store
-    at a URI is left as it is (every node reads the store)."""
+def test_shipped_embeddings_are_read_from_the_object_store_not_the_drivers_disk(tmp_path, local_ray, monkeypatch):
+    """A search task on another host cannot read the driver's disk: on a cluster of several nodes `shipped` puts
+    a local store's blocks into Ray's object store, and its rows (any range, across blocks) come from there with
+    the folder gone; a store at a URI is left as it is (every node reads the store), and so is any store on a
+    cluster of one node (every task runs here)."""
     import shutil
+
+    import ray
 
     from evaluation.store import StoredEmbeddings
     from evaluation.xsim import search_pairs
@@ -79,6 +82,9 @@ def test_shipped_embeddings_are_read_from_the_object_store_not_the_drivers_disk(
     arrays = aligned(n=50)
     store = store_of(tmp_path, arrays, {lang: [f"{lang}{i}" for i in range(50)] for lang in arrays}, [0, 7, 30, 50])
     here = search_pairs(store, shards=2, k=3)
+    assert shipped(store) is store  # the test's Ray has one node
+    nodes = ray.nodes()
+    monkeypatch.setattr(ray, "nodes", lambda: [*nodes, {"NodeManagerAddress": "10.0.0.2", "Alive": True}])
     moved = shipped(store)
     shutil.rmtree(store.folder)
     for lang in arrays:
