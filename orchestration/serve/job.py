@@ -132,7 +132,8 @@ class _TuplesFn:
         for lang in self.languages:
             vectors = self.embed_language(batch, lang).astype(self.dtype)  # (n, D)
             out[f"{lang}_vectors"], out["dim"] = vectors_cell(vectors), np.array([vectors.shape[1]])
-            out[f"{lang}_texts"] = np.array([json.dumps([str(t) for t in batch[f"{lang}_text"]])], object)
+            texts = [None if t is None else str(t) for t in batch[f"{lang}_text"]]  # as stored, nulls too
+            out[f"{lang}_texts"] = np.array([json.dumps(texts)], object)
         return out
 
 
