@@ -14,13 +14,14 @@
                                          inputs, model, the blocks' sources, job, config)
 
 Rows are aligned across languages (row i of every language is one tuple).
-Evaluate's rows are in key order: its writers (Ray Data tasks) call `write_block`
-on any batch of tuples, in any order, into a staging folder; `publish` orders
+Evaluate's rows are in key order: its writer (the driver, as the embedding
+actors return their batches) calls `write_block` on any batch of tuples, in any
+order, into a staging folder; `publish` orders
 the blocks by key, checks that they neither overlap nor repeat, names them
 `part-NNNNN`, writes their records and the manifest and renames the staging
 folder into place. Embed's rows are in input order, a block per planned range
-of an input file, written in place by `save_block` (a rerun skips a block
-whose record is there). Readers (`StoredEmbeddings.rows`, one search task
+of an input file, written in place by `save_block`, locally or at a URI (a
+rerun skips a block whose record is there). Readers (`StoredEmbeddings.rows`, one search task
 each) read only the blocks they need. A folder in the earlier format
 (`interlingua-stored-embeddings/1`: no block records) is read alike.
 """
