@@ -1,10 +1,13 @@
 """`.npy` arrays on a local disk, written whole and read or written by row range.
 
-`save_array` is the one writer of an embedding block's array (`evaluation.store`): whole or not at all.
+`save_array` is the one writer of an embedding block's array (`evaluation.store`), locally or at a URI: whole
+or not at all.
 `NpyFile` and `NpyWriter` read and write one large `.npy` by row range (the search's results).
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -50,10 +53,21 @@ class NpyWriter:
             handle.write(np.ascontiguousarray(rows, dtype=self.dtype).tobytes())
 
 
-def save_array(path: Path, array: np.ndarray) -> None:
-    """`path` (.npy) written under a temporary name (`<name>.tmp.npy`) and renamed when whole: a killed
-    writer leaves no half block under a block's name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, array)
-    os.replace(tmp, path)
+def save_array(location: str | Path, array: np.ndarray) -> str:
+    """The `.npy` at `location` written whole or not at all, so that a killed writer leaves no half block under
+    a block's name: a local file under a temporary name (`<name>.tmp.npy`) renamed when whole, an object at a
+    URI by one PUT. The sha256 of what was written."""
+    from core import storage
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    data = buffer.getvalue()
+    if storage.is_uri(location):
+        storage.write_bytes(location, data)
+    else:
+        path = Path(location)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npy")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return hashlib.sha256(data).hexdigest()

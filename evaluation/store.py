@@ -59,19 +59,10 @@ def text_hashes(texts: Sequence[str]) -> np.ndarray:
 
 
 def save_arrays(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
-    """Each language's (n, D) array as `<folder>/<lang>/<name>.npy`, whole or not at all (locally by a rename,
-    at a URI by one PUT); {lang: sha256}."""
-    if not storage.is_uri(folder):
-        for lang, array in arrays.items():
-            save_array(Path(folder) / lang / f"{name}.npy", np.ascontiguousarray(array))
-        return {lang: storage.sha256(Path(folder) / lang / f"{name}.npy") for lang in arrays}
-    sha256 = {}
-    for lang, array in arrays.items():
-        buffer = io.BytesIO()
-        np.save(buffer, np.ascontiguousarray(array))
-        storage.write_bytes(storage.join(folder, lang, f"{name}.npy"), buffer.getvalue())
-        sha256[lang] = hashlib.sha256(buffer.getvalue()).hexdigest()
-    return sha256
+    """Each language's (n, D) array as `<folder>/<lang>/<name>.npy` (local or a URI), whole or not at all
+    (`save_array`); {lang: sha256}."""
+    return {lang: save_array(storage.join(folder, lang, f"{name}.npy"), np.ascontiguousarray(array))
+            for lang, array in arrays.items()}
 
 
 def write_record(folder: storage.Location, record: dict[str, Any]) -> dict[str, Any]:

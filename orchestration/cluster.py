@@ -124,8 +124,9 @@ def shipped(store: Any) -> Any:
     one-node cluster (every task runs on this host), as it is."""
     import ray
 
-    alone = sum(1 for node in ray.nodes() if node.get("Alive")) < 2
-    if alone or not isinstance(store, StoredEmbeddings) or not isinstance(store.folder, Path):
+    if not isinstance(store, StoredEmbeddings) or not isinstance(store.folder, Path):
+        return store
+    if sum(1 for node in ray.nodes() if node.get("Alive")) < 2:
         return store
     return ShippedEmbeddings.of(store)
 

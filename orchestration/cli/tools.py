@@ -160,11 +160,10 @@ def check_npy_output(output: str, inputs: list[str], force: bool) -> None:
 
 
 def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> int:
-    import io
-
     import numpy as np
 
     from core import storage
+    from evaluation.npy import save_array
     from orchestration import model_dir
     from orchestration.serve.corpus import embed_in_process
     from orchestration.serve.embedder import SentenceEmbedder
@@ -181,9 +180,7 @@ def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> i
     vectors, empty = embed_in_process(embedder, args.input, args.lang)
     vectors = vectors.astype(args.dtype)
     if storage.is_uri(args.output):
-        buffer = io.BytesIO()
-        np.save(buffer, vectors)
-        storage.write_bytes(args.output, buffer.getvalue())  # one PUT: the whole array or none
+        save_array(args.output, vectors)  # one PUT: the whole array or none
     else:
         np.save(args.output, vectors)
     print(f"{len(vectors)} sentences ({empty} empty) -> {args.output} ({vectors.shape[1]}-d {args.dtype})")

@@ -71,7 +71,12 @@ def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows:
         dataset = dataset.limit(e.max_sentences)
     # a batch per block, in order, so that every actor gets work (one Parquet file reads as one block)
     rows = min(total, e.max_sentences or total)
-    return dataset.repartition(max(-(-rows // batch_rows), config.runtime.embed_actors), shuffle=False)
+    return dataset.repartition(_blocks(rows, batch_rows, config.runtime.embed_actors), shuffle=False)
+
+
+def _blocks(rows: int, batch_rows: int, actors: int) -> int:
+    """How many blocks the actors get `rows` tuples in: about a batch each, and at least one per actor."""
+    return max(-(-rows // batch_rows), actors, 1)
 
 
 def _read_here(files: list[str], ordered: list[str] | None, columns: list[str], required: list[str],
@@ -88,7 +93,7 @@ def _read_here(files: list[str], ordered: list[str] | None, columns: list[str], 
     if ordered is None:
         table = table.sort_by("key")
     table = table.slice(0, limit) if limit else table
-    size = -(-max(len(table), 1) // max(-(-len(table) // batch_rows), actors, 1))
+    size = -(-max(len(table), 1) // _blocks(len(table), batch_rows, actors))
     return ray.data.from_arrow([table.slice(start, size) for start in range(0, len(table), size)] or [table])
 
 
@@ -167,8 +172,8 @@ def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | No
     staging = _staging(folder)
     ownership.make_staging(staging)
     shipped = ship_model(None if model_path is None else Path(model_path).parent, backend)
-    kwargs = dict(languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu, dtype=e.dtype, backend=backend,
-                  threads=r.cpus_per_task, **({} if shipped is None else {"model": shipped}))
+    kwargs = dict(model=shipped, languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu, dtype=e.dtype,
+                  backend=backend, threads=r.cpus_per_task)
     return run_actors(tuples, actor, kwargs, write=lambda row: tuples_block(staging, row, languages, e.dtype),
                       rows=rows * len(languages), rows_of=lambda record: int(record["rows"]) * len(languages),
                       actors=r.embed_actors, cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
