@@ -199,11 +199,21 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
 def _interruptible_trainer():
     """TorchTrainer that records a SIGINT its own handler (set by `fit()` on the main thread) received.
     `_register_sigint_handler` is Ray 2.x's; were it renamed, an interrupt would again exit 1 (the run still
-    ends KILLED): tests/orchestration/train/test_fault_tolerance.py checks the exit code."""
+    ends KILLED): tests/orchestration/train/test_fault_tolerance.py checks the exit code.
+
+    It also leaves out Ray Train's datasets callback, which starts a DatasetManager actor (a process that
+    imports Ray Data, about 3 CPU-seconds) for every run, datasets or none: the workers read their shards
+    themselves. Were the callback renamed, it would run again, at that cost only."""
     from ray.train.torch import TorchTrainer
 
     class InterruptibleTrainer(TorchTrainer):
         interrupted = False
+
+        def _create_default_callbacks(self) -> list:
+            callbacks = super()._create_default_callbacks()
+            if self.datasets:
+                return callbacks
+            return [c for c in callbacks if type(c).__name__ != "DatasetsCallback"]
 
         def _register_sigint_handler(self, controller) -> None:
             super()._register_sigint_handler(controller)
