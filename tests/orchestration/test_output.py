@@ -62,15 +62,27 @@ def test_prepare_prints_its_stages_and_result_and_quiet_only_the_result(tmp_path
 
 
 @pytest.mark.ray
-def test_evaluate_prints_no_library_chatter(small_dataset, tmp_path):
+def test_evaluate_prints_no_library_chatter_and_the_use_baseline_runs_through_the_same_job(small_dataset, tmp_path):
+    """The command's output, and the baseline encoder's evaluation it ran (what a test of the job's own did)."""
+    from orchestration import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = ["evaluate", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
-            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "evaluate.encoder=use", "evaluate.shards=2",
-            "runtime.embed_actors=1"]
+            f"tracking.uri={uri}", "evaluate.encoder=use", "evaluate.shards=2", "runtime.embed_actors=1"]
     out = interlingua(*args)
     assert_no_noise(out)
     assert len(lines(out.stderr)) <= 6, out.stderr  # embedded ...; searching ...; the progress lines
     assert lines(out.stdout)[0].startswith("error %")
     assert any(line.startswith("averages: all") for line in lines(out.stdout))
+
+    # no trained model needed: the baseline's own folder, run and tag, a run of its own (no training parent)
+    assert (tmp_path / "run" / "eval" / "test-use" / "metrics.json").is_file()
+    (run,) = tracking.search_runs(uri, "interlingua", f"tags.`{tracking.STAGE_TAG}` = 'evaluate'")
+    assert run.data.tags[tracking.ENCODER_TAG] == "use" and "mlflow.parentRunId" not in run.data.tags
+    pairs = [key for key in run.data.metrics if key.startswith("eval/xsim_error/") and "/avg_" not in key]
+    assert len(pairs) == 30
+    # a real multilingual encoder on real verses: far better than chance (39/40) on en-fr
+    assert run.data.metrics["eval/xsim_error/fr-en"] < 0.5 and run.data.metrics["eval/xsim_error/avg_efs"] < 0.5
 
 
 def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 from orchestration.config import Config, load_config
@@ -15,8 +17,13 @@ TINY = [
 RETUNED = ["train.lr=0.003", "model.ranking_weight=1.0"]  # another model/train config: a new challenger
 
 
+EMPTY_STORE = "empty-mlflow.db"
+
+
 def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config:
-    """A run on the session's prepared dataset (`small_dataset`), with its own run dir and MLflow store."""
+    """A run on the session's prepared dataset (`small_dataset`), with its own run dir and MLflow store (an
+    empty one, `seed_store`, unless the test's folder holds one)."""
+    seed_store(tmp_path / "mlflow.db", Path(small_dataset.data_dir).parent)
     return load_config(None, [
         f"run_dir={tmp_path / 'run'}",
         f"dataset_dir={small_dataset.data_dir}",
@@ -24,6 +31,24 @@ def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config
         "prepare.spm.vocab_size=2000",
         *TINY, *overrides,
     ])
+
+
+def seed_store(db: Path, near: Path) -> None:
+    """An empty MLflow sqlite store at `db`, unless something is there: a copy of one made once in `near` (a
+    folder of the test run's). A new store otherwise runs MLflow's schema migrations, one by one, about a
+    CPU-second and a half each time; the product's creation of a store is what the tests of their own
+    `tracking.uri` exercise."""
+    if db.exists():
+        return
+    template = near / EMPTY_STORE
+    if not template.exists():
+        from mlflow.tracking import MlflowClient
+
+        partial = near / f".{EMPTY_STORE}.{os.getpid()}"
+        MlflowClient(tracking_uri=f"sqlite:///{partial}").search_experiments(max_results=1)
+        os.replace(partial, template)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, db)
 
 
 def checkpoints(train_dir: Path) -> list[dict]:
@@ -41,8 +66,6 @@ def checkpoints(train_dir: Path) -> list[dict]:
 def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
     """A model directory (`orchestration.model_dir`) holding an untrained shared-encoder model over the
     dataset's sentencepiece vocabulary: what `interlingua train` exports, without the training."""
-    import shutil
-
     import torch
 
     from model.nmt import MultilingualNMT, save_model
