@@ -1,5 +1,7 @@
 """Every stage with its run dir in an object store (a real S3 server, moto's): what each writes lands in
-the bucket, nothing is written to a local folder named after the URI, and a rerun finds its work done."""
+the bucket, nothing is written to a local folder named after the URI, and a rerun finds its work done.
+Prepare, train and evaluate with the run dir in a bucket are asserted so by the bucket variant of
+test_output_trees.py, which runs every command there."""
 import io
 
 import numpy as np
@@ -9,35 +11,8 @@ from core import ownership, storage, transfer
 from core.errors import Exit
 from orchestration.cli import main
 from tests.support.corpus import SMALL_BOOKS
-from tests.support.runs import TINY
 
 pytestmark = [pytest.mark.beam, pytest.mark.ray, pytest.mark.usefixtures("local_ray")]  # one Ray for the module's commands
-
-
-def test_prepare_train_evaluate_with_the_run_dir_in_a_bucket(s3_bucket, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
-    run_dir = f"{s3_bucket}/runs/x"
-    common = [f"run_dir={run_dir}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-              f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]", "prepare.split.dev_size=40",
-              "prepare.split.test_size=40", "prepare.spm.vocab_size=2000", *TINY, "train.max_steps=20"]
-    assert main(["prepare", *common]) == Exit.OK
-    assert main(["train", *common]) == Exit.OK
-    assert main(["evaluate", *common]) == Exit.OK
-    out = capsys.readouterr().out
-    assert f"model: {run_dir}/train/model" in out
-    found = storage.files(run_dir)
-    assert "data/manifest.json" in found and "data/spm.model" not in found  # the manifest names its attempt's
-    assert {"train/run.json", "train/config.yaml", "train/model/model.safetensors", "train/model/spm.model",
-            "train/model/lineage.json", "train/workers/rank-0.json"} <= set(found)
-    assert any(f.startswith("train/ray/checkpoint_") and f.endswith("/state.pt") for f in found)
-    assert {"eval/test/metrics.json", "eval/test/state.json", "eval/test/embeddings/manifest.json"} <= set(found)
-    # nothing local but the SQLite tracking store and its artifact folder: no `s3:` folder, no stage output
-    assert {p.name for p in tmp_path.iterdir()} <= {"mlflow.db", "mlartifacts"}
-    # a rerun reads its states from the bucket: it trains and evaluates nothing
-    assert main(["train", *common]) == Exit.OK and main(["evaluate", *common]) == Exit.OK
-    assert storage.files(run_dir) == found
-    assert storage.sha256(f"{run_dir}/train/model/model.safetensors") == storage.read_json(
-        f"{run_dir}/train/model/lineage.json")["model_sha256"]
 
 
 def test_prepare_reads_line_aligned_files_from_the_bucket(s3_bucket, tmp_path, monkeypatch, book_lines):

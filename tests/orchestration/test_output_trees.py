@@ -116,15 +116,39 @@ def test_no_command_touches_a_users_file_anywhere_in_its_output_trees(tmp_path, 
 @pytest.mark.beam
 @pytest.mark.ray
 def test_no_command_touches_a_users_object_anywhere_in_its_output_prefixes_in_a_bucket(s3_bucket, local_ray, tmp_path,
-                                                                                       book_lines, capsys):
-    check_every_tree(f"{s3_bucket}/out", tmp_path, book_lines, capsys)
+                                                                                       book_lines, capsys,
+                                                                                       monkeypatch):
+    """Also what a test of its own asserted of prepare, train and evaluate with the run dir in a bucket: each
+    stage's files land there, nothing local is named after the URI, and a rerun finds its work done."""
+    monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
+    check_every_tree(f"{s3_bucket}/out", tmp_path, book_lines, capsys, in_the_bucket)
 
 
-def check_every_tree(out: str, tmp_path, book_lines, capsys) -> None:
+def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
+    run = storage.join(out, "run")
+    assert f"model: {run}/train/model" in printed
+    found = storage.files(run)
+    assert "data/manifest.json" in found and "data/spm.model" not in found  # the manifest names its attempt's
+    assert {"train/run.json", "train/config.yaml", "train/model/model.safetensors", "train/model/spm.model",
+            "train/model/lineage.json", "train/workers/rank-0.json"} <= set(found)
+    assert any(f.startswith("train/ray/checkpoint_") and f.endswith("/state.pt") for f in found)
+    assert {"eval/test/metrics.json", "eval/test/state.json", "eval/test/embeddings/manifest.json"} <= set(found)
+    # nothing local but the inputs, the SQLite tracking store and its artifact folder: no `s3:` folder
+    assert {p.name for p in tmp_path.iterdir()} <= {"corpus", "space.yaml", "mlflow.db", "mlartifacts"}
+    # a rerun reads its states from the bucket: it trains and evaluates nothing
+    assert main(todo["train"][0]) == Exit.OK and main(todo["evaluate"][0]) == Exit.OK
+    assert storage.files(run) == found
+    assert storage.sha256(f"{run}/train/model/model.safetensors") == storage.read_json(
+        f"{run}/train/model/lineage.json")["model_sha256"]
+
+
+def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None) -> None:
     todo = commands(tmp_path, out, book_lines)
     for name, (argv, _) in todo.items():
         assert main(argv) in finished(name), (name, capsys.readouterr().err[-3000:])
-    capsys.readouterr()
+    printed = capsys.readouterr().out
+    if also is not None:
+        also(todo, out, tmp_path, printed)
     found = folders(out)
     assert {"run/data", "run/train/ray", "run/train/model", "run/eval/test/embeddings", "run/eval/test/search",
             "run/tune/trials", "embedded", "mined"} <= set(found), found
