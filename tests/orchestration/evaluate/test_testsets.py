@@ -78,51 +78,32 @@ def test_a_pinned_dataset_is_refused_when_it_changed_or_is_not_pinned(small_data
     assert len(pinned.table) == 40 and pinned.identity["fingerprint"] == current
 
 
-def test_a_pinned_set_or_split_whose_shard_changed_is_refused_and_the_cache_does_not_answer(
-        small_dataset, tmp_path, local_ray, capsys):
-    data = tmp_path / "pinned"
-    shutil.copytree(small_dataset.data_dir, data)
-    pin = {"name": "pin", "dataset": str(data), "fingerprint": load_manifest(data)["fingerprint"]}
-    config = config_for(small_dataset, tmp_path, f"dataset_dir={data}", f"evaluate.testsets={json.dumps([pin])}",
-                        "evaluate.shards=2")
-    (tmp_path / "run.yaml").write_text(dump_yaml(config.to_dict()))
-    model = untrained_model_dir(small_dataset, tmp_path / "model")
-    first = evaluate(config, model_dir=model, testset="pin")
-    evaluate(config, model_dir=model)  # the split: both evaluations are now in the stage cache
-    shard = rotate_french(data)
-    for testset in (["--testset", "pin"], []):
-        assert main(["evaluate", "-c", str(tmp_path / "run.yaml"), "--model", str(model), *testset]) == 2
-        err = capsys.readouterr().err
-        lines = [line for line in err.splitlines() if line.startswith("interlingua")]
-        assert len(lines) == 1 and "Traceback" not in err, err
-        assert f"{shard}: sha256" in lines[0] and "differs" in lines[0]
-    # a manifest re-recorded over the new shard, its fingerprint kept: the shard passes verification, and the
-    # evaluation's cache key holds the sha256 verified, so the altered set is measured again
-    manifest = json.loads((data / "manifest.json").read_text())
-    manifest["splits"]["test"]["files"][0].update(sha256=file_sha256(shard), bytes=shard.stat().st_size)
-    (data / "manifest.json").write_text(json.dumps(manifest))
-    again = evaluate(config, model_dir=model, testset="pin")
-    assert not again.skipped and again.run_id != first.run_id and again.data == first.data
-
-
-def config_with_testsets(small_dataset, tmp_path, files, *overrides):
-    pinned = {"name": "pinned", "dataset": str(small_dataset.data_dir),
-              "fingerprint": load_manifest(small_dataset.data_dir)["fingerprint"]}
+def config_with_testsets(small_dataset, tmp_path, files, *overrides, data=None):
+    """Ruth's files as the test set `ruth` and a prepared dataset (`data`, else the session's) pinned as
+    `pinned`, its test split; a run on that dataset."""
+    data = data or small_dataset.data_dir
+    pinned = {"name": "pinned", "dataset": str(data), "fingerprint": load_manifest(data)["fingerprint"]}
     testsets = json.dumps([{"name": "ruth", "files": files}, pinned])
-    return config_for(small_dataset, tmp_path, f"evaluate.testsets={testsets}", "evaluate.shards=2", *overrides)
+    return config_for(small_dataset, tmp_path, f"dataset_dir={data}", f"evaluate.testsets={testsets}",
+                      "evaluate.shards=2", *overrides)
 
 
-def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_dataset, ruth, tmp_path, local_ray,
-                                                                          capsys):
+def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refused_once_a_shard_changed(
+        small_dataset, ruth, tmp_path, local_ray, capsys):
+    """Test sets beside the split, then (what a test of its own asserted, on evaluations of its own of the same
+    pinned set and split) a shard of the pinned dataset changed: the pinned set and the split are refused with
+    one line naming the shard, and the stage cache does not answer for them once the manifest is re-recorded."""
     files, _ = ruth
-    config = config_with_testsets(small_dataset, tmp_path, files)
+    data = tmp_path / "pinned-data"  # a copy: its shard is changed at the end
+    shutil.copytree(small_dataset.data_dir, data)
+    config = config_with_testsets(small_dataset, tmp_path, files, data=data)
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     split = evaluate(config, model_dir=model)
     pinned = evaluate(config, model_dir=model, testset="pinned")
     # the pinned split, re-tokenized from its text by the model's own sentencepiece model, gives exactly the
     # numbers of the split's stored token ids
     assert pinned.matrix == split.matrix and pinned.out_dir.name == "testset-pinned"
-    assert pinned.data == f"{split.data}/test" and split.data == load_manifest(small_dataset.data_dir)["fingerprint"]
+    assert pinned.data == f"{split.data}/test" and split.data == load_manifest(data)["fingerprint"]
     result = evaluate(config, model_dir=model, testset="ruth")
     assert set(result.matrix) == {("fr", "en"), ("en", "fr")} and result.languages == ["fr", "en"]
     assert all(0 <= e <= 1 for e in result.matrix.values()) and result.data != split.data
@@ -140,7 +121,8 @@ def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_
         handle.write("one more line\n")
     with open(tmp_path / "copy.fr", "w") as handle:
         handle.write(open(files["fr"]).read() + "une ligne de plus\n")
-    changed = config_with_testsets(small_dataset, tmp_path, {"fr": str(tmp_path / "copy.fr"), "en": str(tmp_path / "copy.en")})
+    changed = config_with_testsets(small_dataset, tmp_path, {"fr": str(tmp_path / "copy.fr"),
+                                                             "en": str(tmp_path / "copy.en")}, data=data)
     assert not evaluate(changed, model_dir=model, testset="ruth").skipped
 
     on_split = compare_runs(config)
@@ -151,6 +133,22 @@ def test_test_sets_are_evaluated_logged_and_compared_apart_from_the_split(small_
     with pytest.raises(ConfigError, match="no evaluation runs on test set 'flores' .*"
                                           "evaluated: --testset pinned, --testset ruth, the split"):
         compare_runs(config, testset="flores")
+
+    # a shard of the pinned dataset changed: the pinned set and the split (both in the stage cache) refused
+    shard = rotate_french(data)
+    for testset in (["--testset", "pinned"], []):
+        assert main(["evaluate", "-c", str(tmp_path / "run.yaml"), "--model", str(model), *testset]) == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("interlingua")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert f"{shard}: sha256" in lines[0] and "differs" in lines[0]
+    # a manifest re-recorded over the new shard, its fingerprint kept: the shard passes verification, and the
+    # evaluation's cache key holds the sha256 verified, so the altered set is measured again
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["splits"]["test"]["files"][0].update(sha256=file_sha256(shard), bytes=shard.stat().st_size)
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    again = evaluate(config, model_dir=model, testset="pinned")
+    assert not again.skipped and again.run_id != pinned.run_id and again.data == pinned.data
 
 
 def noisy_copy(model_dir, out, seed: int):
