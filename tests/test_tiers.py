@@ -84,6 +84,34 @@ def test_the_users_of_a_shared_fixture_get_its_markers(pytester):
     result.assert_outcomes(passed=1, deselected=1)
 
 
+def test_a_group_of_tests_stays_on_one_worker(pytester, monkeypatch, tmp_path):
+    """`make test`'s `-n 2 --dist loadgroup`: the tests of a group (the cluster's, the fresh-venv ones, the users
+    of the shared trained model) run on one worker, so what they share starts once. Each inner test records
+    its worker; with pytest 9.2 and pytest-xdist 3.8 the groups were silently spread (setup.cfg)."""
+    from tests.support.procs import PACKAGE_ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(PACKAGE_ROOT))
+    monkeypatch.setenv("WORKERS_LOG", str(tmp_path / "workers.log"))
+    pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
+    pytester.makeconftest("import pytest\n\n@pytest.fixture\ndef trained_run():\n    return None\n")
+    record = ("import os, pytest\n\n"
+              "def log(name):\n"
+              "    with open(os.environ['WORKERS_LOG'], 'a') as f:\n"
+              "        f.write(f\"{name} {os.environ['PYTEST_XDIST_WORKER']}\\n\")\n\n")
+    for module in ("a", "b"):
+        tests = [f"@pytest.mark.venv\ndef test_venv_{i}():\n    log('venv')\n\n"
+                 f"def test_trained_{i}(trained_run):\n    log('trained')\n\n"
+                 f"def test_plain_{i}():\n    log('plain')\n\n" for i in range(4)]
+        pytester.makepyfile(**{f"test_{module}": record + "".join(tests)})
+    result = pytester.runpytest_subprocess(*GUARD, "-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=24)
+    ran: dict[str, set[str]] = {}
+    for line in (tmp_path / "workers.log").read_text().splitlines():
+        name, worker = line.split()
+        ran.setdefault(name, set()).add(worker)
+    assert len(ran["venv"]) == 1 and len(ran["trained"]) == 1, ran
+
+
 def test_no_test_module_imports_another():
     """Shared test code lives in tests/support (and fixtures in tests/support/fixtures.py): a test module
     imported as a library drags its tests' module-level state and fixtures into another module."""

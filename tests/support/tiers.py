@@ -169,17 +169,22 @@ def guarded(markers: set[str]) -> Iterator[None]:
         _ACTIVE.pop()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture in item.fixturenames:
             for marker in FIXTURE_MARKERS.get(fixture, ()):
                 item.add_marker(marker)
-        # with pytest-xdist (`--dist loadgroup`): the test cluster's tests share its one start, and the
-        # fresh-venv tests the one wheelhouse, each on one worker
+        # with pytest-xdist (`--dist loadgroup`): the test cluster's tests share its one start, the fresh-venv
+        # tests the one wheelhouse, and the tests of the shared trained model (`trained_run`) its one
+        # training (about 30 CPU-seconds), each on one worker
         for group in ("cluster", "venv"):
             if item.get_closest_marker(group) is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+        else:
+            if "trained_run" in item.fixturenames:
+                item.add_marker(pytest.mark.xdist_group("trained"))
 
 
 def _markers(item) -> set[str]:
