@@ -35,9 +35,9 @@ def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config
 
 def seed_store(db: Path, near: Path) -> None:
     """An empty MLflow sqlite store at `db`, unless something is there: a copy of one made once in `near` (a
-    folder of the test run's). A new store otherwise runs MLflow's schema migrations, one by one, about a
-    CPU-second and a half each time; the product's creation of a store is what the tests of their own
-    `tracking.uri` exercise."""
+    folder of the test run's). A new store otherwise runs MLflow's schema migrations, one by one, about 1.2
+    CPU-seconds each time; the product's creation of a store is what the tests of their own `tracking.uri`
+    exercise."""
     if db.exists():
         return
     template = near / EMPTY_STORE
