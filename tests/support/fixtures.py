@@ -130,9 +130,15 @@ def s3_bucket(_moto, monkeypatch) -> str:
 
 # --- Ray -----------------------------------------------------------------------------------------
 
-# while the shared local instance is the one this process is connected to: the variables its start set
-# (RAY_AUTH_MODE and the like, which a driver in a child process needs too), else empty
-_LOCAL_RAY: list[dict[str, str]] = []
+# while the shared local instance is up: its GCS address ("address") and the variables its start set ("env":
+# RAY_AUTH_MODE and the like, which a driver in a child process needs too); empty once it is shut down
+_LOCAL_RAY: dict[str, Any] = {}
+
+
+def _on_shared_ray(ray) -> bool:
+    """Whether this process is connected to the shared local instance (a test or its command may have shut it
+    down and started or joined another)."""
+    return bool(_LOCAL_RAY) and ray.is_initialized() and ray.get_runtime_context().gcs_address == _LOCAL_RAY["address"]
 
 
 def reset_ray() -> None:
@@ -182,13 +188,14 @@ def local_ray(_moto, monkeypatch) -> None:
 
     from orchestration.cluster import loopback_only
 
-    if not (_LOCAL_RAY and ray.is_initialized()):
+    if not _on_shared_ray(ray):
         reset_ray()
         before = dict(os.environ)
         with loopback_only():  # as a command's own instance listens
             ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": dict(_moto)})
-        _LOCAL_RAY.append({k: v for k, v in os.environ.items() if before.get(k) != v})
-    for name, value in _LOCAL_RAY[0].items():
+        _LOCAL_RAY.update(address=ray.get_runtime_context().gcs_address,
+                          env={k: v for k, v in os.environ.items() if before.get(k) != v})
+    for name, value in _LOCAL_RAY["env"].items():
         monkeypatch.setenv(name, value)
 
 
@@ -243,15 +250,16 @@ def _cache_home(tmp_path_factory) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _environment_restored(request) -> Iterator[None]:
+def _environment_restored() -> Iterator[None]:
     """A command run through `main` sets the object store's variables (`storage.configure`) and, as a CLI
     process would, leaves them and any Ray it started to the process's exit. In the one test process each
     test gets the environment back as it found it, and a Ray the test started or joined on its own is shut
-    down; the shared local instance stays up for the next test."""
+    down; the shared local instance stays up for the next test, also when a test that did not ask for it ran
+    a command on it (`ensure_ray` joins the instance the process is connected to)."""
     environment = dict(os.environ)
     yield
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized() and not (_LOCAL_RAY and "local_ray" in request.fixturenames):
+    if ray is not None and ray.is_initialized() and not _on_shared_ray(ray):
         reset_ray()
     os.environ.clear()
     os.environ.update(environment)
