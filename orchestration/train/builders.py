@@ -25,6 +25,9 @@ class WorkerJob:
     run_id: str
     # the run dir's lease the driver holds (`lock.held_lease`): every commit of a worker is fenced by it
     lease: dict[str, Any] | None = None
+    # a checkpoint of the run in another folder than this driver's (`train.folders`): where a worker group that
+    # has no checkpoint of its own run yet starts from
+    resume_from: str | None = None
     verbosity: int | None = None  # `logs.verbosity()` on the driver; None: the default
     progress_board: Any = None  # `live.shown`'s board: rank 0 posts its progress there
 

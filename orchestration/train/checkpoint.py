@@ -64,11 +64,15 @@ class TrainingState:
     positions: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's stream: position, digest
 
 
-def restore() -> TrainingState | None:
-    """The state of the checkpoint Ray Train restarts this worker group from, if any."""
+def restore(resume_from: str | None = None) -> TrainingState | None:
+    """The state of the checkpoint Ray Train restarts this worker group from, else of `resume_from` (a
+    checkpoint folder, a local path or a URI: the run's last, in an earlier driver's folder), if any."""
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None and resume_from is not None:
+        filesystem, path = storage.resolve(resume_from) if storage.is_uri(resume_from) else (None, resume_from)
+        checkpoint = ray.train.Checkpoint(path, filesystem=filesystem)
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as path:

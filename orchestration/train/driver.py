@@ -4,9 +4,9 @@
 
 One `TorchTrainer` runs `loop.train_loop_per_worker` on `runtime.num_workers`
 workers (DDP over gloo on CPU, NCCL on GPU), on the Ray cluster at
-`runtime.ray_address` or a local one. Checkpoints go to `<run_dir>/train/ray`;
-running the same config again resumes from the last one (Ray restores the
-run from its storage), and a finished run is not trained again. What a run
+`runtime.ray_address` or a local one. Checkpoints go to `<run_dir>/train/ray`
+(a folder per lease holder in a bucket: `train.folders`); running the same
+config again resumes from the last one, and a finished run is not trained again. What a run
 depends on is its fingerprint: the dataset, `model` and `train` (never
 `runtime`). The MLflow run is created here, handed to rank 0 for metrics,
 given the artifacts at the end, and marked FAILED if training fails. The best
@@ -31,7 +31,7 @@ from orchestration.cluster import check_every_node_reaches, ensure_ray
 from orchestration.lifecycle.lock import held_lease
 from orchestration.config import Config, ConfigError
 from orchestration.state import read_state, write_state
-from orchestration.train import builders, live
+from orchestration.train import builders, folders, live
 from orchestration.train.builders import WorkerJob
 from core import ownership, storage
 from core.schema import dump_yaml
@@ -87,11 +87,6 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
                          "the dev tuples share, or prepare with prepare.split.heldout_complete=true")
 
 
-# Ray Train's layout under ray/: its storage marker, its checkpoint manager's snapshot, the checkpoints' folders
-# and the files a checkpoint holds (`train.checkpoint`: the model directory's and the resume state)
-_CHECKPOINT_FILES = "|".join(re.escape(n) for n in (*model_files.FILES, model_files.CHECKPOINT_STATE))
-_RAY_FILES = re.compile(r"ray(/(\.validate_storage_marker|checkpoint_manager_snapshot\.json|"
-                        rf"checkpoint_[^/]+(/({_CHECKPOINT_FILES}))?))?")
 _WORKER_FILES = re.compile(r"workers(/rank-\d+\.json)?")
 
 
@@ -102,15 +97,13 @@ def check_train_dir(train_dir: storage.Location) -> list[str]:
     Its own by record: `run.json` (written first, before anything else, by a directory check that
     passed) vouches for the run's `config.yaml` and the exported model's files, which a directory without
     it never holds as the product's. By layout: Ray Train's checkpoints under `ray/` (their folders and
-    files), the workers' `workers/rank-N.json` and the model's staging folders."""
+    files, `train.folders`), the workers' `workers/rank-N.json` and the model's staging folders."""
     record = ownership.is_stage_state(storage.join(train_dir, STATE_FILE))
 
     def ours(entry: str) -> bool:
         top, _, rest = entry.partition("/")
-        if top.startswith(".model."):
+        if top.startswith(".model.") or folders.is_ray_entry(entry):
             return True
-        if top == "ray":
-            return _RAY_FILES.fullmatch(entry) is not None
         if top == "workers":
             return _WORKER_FILES.fullmatch(entry) is not None
         if entry == STATE_FILE:
@@ -171,6 +164,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
         state = {}
     model_dir = model_files.default(train_dir)
     if state.get("done") and storage.exists(storage.join(model_dir, model_files.MODEL_FILE)):
+        folders.remove_others(train_dir, keep={folders.current(state)})  # a late upload after the last removal
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
@@ -182,17 +176,24 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(train_dir))
     from orchestration.train import checkpoint  # torch: imported only when training
 
+    folder = folders.new_folder(job.lease)  # Ray Train's storage: a folder of this lease holder's own
+    resume = folders.last_checkpoint(train_dir, state) if state and folder != folders.SHARED else None
+    folders.remove_others(train_dir, keep={folder, folders.current(state), *([resume.split("/")[0]] if resume else [])})
+
     # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
     with tracking.run(uri, config.tracking.experiment, config.name, config.to_dict(), stage="train",
                       resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags=tags) as run_id:
-        write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False})
+        write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False, "ray_dir": folder,
+                                 **({"resumed_from": resume} if resume else {})})
         storage.write_bytes(storage.join(train_dir, model_files.CONFIG_FILE), dump_yaml(config.to_dict()).encode())
-        meta = checkpoint.export(_fit(dataclasses.replace(job, run_id=run_id), train_dir, callbacks or []),
-                                 model_dir, data)
+        job = dataclasses.replace(job, run_id=run_id, resume_from=storage.join(train_dir, resume) if resume else None)
+        meta = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
         tracking.log_artifacts(uri, run_id, model_files.fetch(model_dir), "model")
         if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
             tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
-    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, **meta})
+    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, "ray_dir": folder,
+                             **({"resumed_from": resume} if resume else {}), **meta})
+    folders.remove_others(train_dir, keep={folder})  # a woken holder's late upload among them
     return TrainResult(model_dir, run_id, meta["step"], meta.get("dev_error"), skipped=False)
 
 
@@ -228,16 +229,16 @@ def _interruptible_trainer():
     return InterruptibleTrainer
 
 
-def _fit(job: WorkerJob, train_dir: str, callbacks: list):
+def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
     """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
     ensure_ray(job.config.runtime.ray_address)
     with live.shown(job.config.train.max_steps) as board:  # training's one progress line, on this process
         # the workers log at the command's level, rank 0 posts its progress to the board
         return _run_trainer(dataclasses.replace(job, verbosity=logs.verbosity(), progress_board=board), train_dir,
-                            callbacks)
+                            folder, callbacks)
 
 
-def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
+def _run_trainer(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
     from orchestration.train.loop import train_loop_per_worker
@@ -249,9 +250,8 @@ def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
         train_loop_config={"job": job},  # Ray Train wants a dict
         scaling_config=ScalingConfig(num_workers=r.num_workers, use_gpu=r.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
-            name="ray",
             # at a URI, Ray Train writes and reads its checkpoints through the same filesystem as the rest
-            **_ray_storage(train_dir),
+            **folders.storage_args(train_dir, folder),
             failure_config=FailureConfig(max_failures=r.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=r.keep_checkpoints),
             worker_runtime_env={"env_vars": {**storage.environment(), **r.worker_env}},
@@ -274,41 +274,6 @@ def _run_trainer(job: WorkerJob, train_dir: str, callbacks: list):
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint)
     if result.checkpoint is None:
-        raise TrainError(f"training ended without a checkpoint in {storage.join(train_dir, 'ray')}")
-    prune_checkpoints(train_dir)
+        raise TrainError(f"training ended without a checkpoint in {storage.join(train_dir, folder)}")
+    folders.prune_checkpoints(train_dir, folder)
     return result.checkpoint
-
-
-def prune_checkpoints(train_dir: storage.Location) -> None:
-    """Remove the checkpoint folders under `<train_dir>/ray` that Ray's record of the run
-    (`checkpoint_manager_snapshot.json`) no longer lists: those of an attempt that was killed, which a resumed
-    run does not count against `runtime.keep_checkpoints`. Only folders of Ray's layout holding only its
-    files (`check_train_dir`'s rule); the listed ones, the newest included, stay."""
-    ray_dir = storage.join(train_dir, "ray")
-    try:
-        snapshot = storage.read_json(storage.join(ray_dir, "checkpoint_manager_snapshot.json"))
-        listed = {result["checkpoint_dir_name"] for result in snapshot["checkpoint_results"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # no record to go by: nothing is removed
-    stale = [name for name in storage.subdirectories(ray_dir) if name.startswith("checkpoint_") and name not in listed]
-    removed = 0
-    for name in stale:
-        folder = storage.join(ray_dir, name)
-        try:
-            found = ownership.check_only_ours(folder, lambda e: _RAY_FILES.fullmatch(f"ray/{name}/{e}") is not None,
-                                              what="a checkpoint of an earlier attempt", advice="it is kept")
-        except ownership.ForeignDataError as exc:
-            log.warning("%s", exc)
-            continue
-        ownership.remove_ours(folder, found)
-        removed += 1
-    if removed:
-        log.info("removed %d checkpoint(s) of an earlier attempt from %s", removed, ray_dir)
-
-
-def _ray_storage(train_dir: str) -> dict[str, Any]:
-    """RunConfig's storage arguments: a local folder as it is; a URI as a path in its pyarrow filesystem."""
-    if not storage.is_uri(train_dir):
-        return {"storage_path": train_dir}
-    filesystem, path = storage.resolve(train_dir)
-    return {"storage_path": path, "storage_filesystem": filesystem}

@@ -63,7 +63,7 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     winner = (runs - {held_off}).pop()
 
     # kill worker node b mid-training, once a checkpoint is in the bucket; bring it back
-    wait_for(lambda: any(f.startswith("train/ray/checkpoint_") for f in storage.files(run_dir)), RUN_S,
+    wait_for(lambda: any(f.startswith("train/ray-") and "/checkpoint_" in f for f in storage.files(run_dir)), RUN_S,
              "the first checkpoint", winner)
     cluster_ray.node("b").kill_raylet()
     cluster_ray.restart("b")

@@ -131,7 +131,9 @@ def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
     assert "data/manifest.json" in found and "data/spm.model" not in found  # the manifest names its attempt's
     assert {"train/run.json", "train/config.yaml", "train/model/model.safetensors", "train/model/spm.model",
             "train/model/lineage.json", "train/workers/rank-0.json"} <= set(found)
-    assert any(f.startswith("train/ray/checkpoint_") and f.endswith("/state.pt") for f in found)
+    folder = storage.read_json(storage.join(run, "train/run.json"))["ray_dir"]  # Ray's, of the lease holder's own
+    assert folder.startswith("ray-") and not [f for f in found if f.startswith("train/ray") and f.split("/")[1] != folder]
+    assert any(f.startswith(f"train/{folder}/checkpoint_") and f.endswith("/state.pt") for f in found)
     assert {"eval/test/metrics.json", "eval/test/state.json", "eval/test/embeddings/manifest.json"} <= set(found)
     # nothing local but the inputs, the SQLite tracking store and its artifact folder: no `s3:` folder
     assert {p.name for p in tmp_path.iterdir()} <= {"corpus", "space.yaml", "mlflow.db", "mlartifacts"}
@@ -150,7 +152,8 @@ def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None) -> None:
     if also is not None:
         also(todo, out, tmp_path, printed)
     found = folders(out)
-    assert {"run/data", "run/train/ray", "run/train/model", "run/eval/test/embeddings", "run/eval/test/search",
+    ray_dir = storage.read_json(storage.join(out, "run/train/run.json"))["ray_dir"]  # `ray`, or the lease holder's
+    assert {"run/data", f"run/train/{ray_dir}", "run/train/model", "run/eval/test/embeddings", "run/eval/test/search",
             "run/tune/trials", "embedded", "mined"} <= set(found), found
     # first the deepest folders alone (a command that takes a whole subfolder for its own is found out
     # there), then every folder

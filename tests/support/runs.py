@@ -55,9 +55,10 @@ def checkpoints(train_dir: Path) -> list[dict]:
     """Progress of the checkpoints Ray has registered (those a restart resumes from), by step."""
     found = []
     try:
-        snapshot = json.loads((train_dir / "ray" / "checkpoint_manager_snapshot.json").read_text())
+        folder = train_dir / json.loads((train_dir / "run.json").read_text()).get("ray_dir", "ray")  # train.folders
+        snapshot = json.loads((folder / "checkpoint_manager_snapshot.json").read_text())
         for result in snapshot["checkpoint_results"]:
-            found.append(json.loads((train_dir / "ray" / result["checkpoint_dir_name"] / "progress.json").read_text()))
+            found.append(json.loads((folder / result["checkpoint_dir_name"] / "progress.json").read_text()))
     except (OSError, json.JSONDecodeError, KeyError):
         pass  # not written yet, or being replaced
     return sorted(found, key=lambda p: p["step"])
