@@ -8,6 +8,7 @@ replace or clean: `core.ownership`.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -216,18 +217,31 @@ def open_parquet(location: Location):
 
 
 def write_json(location: Location, value: Any, *, indent: int | None = 2) -> None:
-    """Replace the JSON file at `location` whole: readers see the old file or the new one, never half of
-    one (a rename beside it on a filesystem that renames, one PUT on an object store)."""
-    body = (json.dumps(value, indent=indent, ensure_ascii=False) + "\n").encode("utf-8")
+    """Replace the JSON file at `location` whole (`replace_bytes`)."""
+    replace_bytes(location, (json.dumps(value, indent=indent, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def replace_bytes(location: Location, data: bytes) -> None:
+    """Create or replace the file at `location` whole: readers see the old file or the new one, never half of
+    one, and a killed writer leaves no half file under its name. Beside it, a temporary file created for this
+    write alone (locally with O_EXCL: never a file that is there) and renamed; on an object store, one PUT."""
     fs, path = resolve(location)
     if fs.type_name not in ("local", "hdfs"):
-        write_bytes(location, body)  # one PUT: atomic
+        write_bytes(location, data)  # one PUT: atomic
         return
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # `ownership._TMP`
     fs.create_dir(posixpath.dirname(path), recursive=True)
-    with fs.open_output_stream(tmp) as stream:
-        stream.write(body)
-    fs.move(tmp, path)  # a rename: the old file or the new one
+    created = False  # a file that already had the temporary name is never touched, not even removed
+    try:
+        with open(tmp, "xb") if fs.type_name == "local" else fs.open_output_stream(tmp) as stream:
+            created = True
+            stream.write(data)
+        fs.move(tmp, path)  # a rename: the old file or the new one
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                fs.delete_file(tmp)
+        raise
 
 
 def read_json(location: Location) -> Any:

@@ -160,10 +160,11 @@ def check_npy_output(output: str, inputs: list[str], force: bool) -> None:
 
 
 def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> int:
+    import io
+
     import numpy as np
 
     from core import storage
-    from evaluation.npy import save_array
     from orchestration import model_dir
     from orchestration.serve.corpus import embed_in_process
     from orchestration.serve.embedder import SentenceEmbedder
@@ -178,11 +179,9 @@ def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> i
     if args.lang not in embedder.languages:
         raise ConfigError(f"-l {args.lang}: the model knows {embedder.languages}")
     vectors, empty = embed_in_process(embedder, args.input, args.lang)
-    vectors = vectors.astype(args.dtype)
-    if storage.is_uri(args.output):
-        save_array(args.output, vectors)  # one PUT: the whole array or none
-    else:
-        np.save(args.output, vectors)
+    buffer = io.BytesIO()
+    np.save(buffer, vectors.astype(args.dtype))
+    storage.replace_bytes(args.output, buffer.getvalue())  # whole or not at all; never a file beside it
     print(f"{len(vectors)} sentences ({empty} empty) -> {args.output} ({vectors.shape[1]}-d {args.dtype})")
     return Exit.OK
 

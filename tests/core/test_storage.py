@@ -138,3 +138,30 @@ def test_tune_refuses_a_users_best_yaml_in_the_bucket_before_any_work(s3_bucket,
     assert storage.files(f"{s3_bucket}/runs/x") == ["tune/best.yaml"]  # nothing else written, nothing replaced
     assert storage.read_bytes(f"{s3_bucket}/runs/x/tune/best.yaml") == notes
     assert not (tmp_path / "s3:").exists()
+
+
+def test_a_file_is_replaced_whole_through_a_temporary_name_of_its_own_and_never_over_a_file_there(
+        tmp_path, monkeypatch):
+    import uuid
+
+    target = tmp_path / "out" / "vectors.npy"
+    storage.replace_bytes(target, b"first")  # its parent made
+    storage.replace_bytes(str(target), b"second")
+    assert target.read_bytes() == b"second" and sorted(p.name for p in target.parent.iterdir()) == ["vectors.npy"]
+
+    # a write that fails on the way (here the rename: a folder has the name) leaves no temporary file
+    blocked = tmp_path / "out" / "blocked.npy"
+    (blocked / "a user's").mkdir(parents=True)
+    with pytest.raises(OSError):
+        storage.replace_bytes(blocked, b"third")
+    assert sorted(p.name for p in target.parent.iterdir()) == ["blocked.npy", "vectors.npy"]
+    assert [p.name for p in blocked.iterdir()] == ["a user's"]
+
+    # the temporary name is created exclusively: a file that happens to carry it is never overwritten
+    fixed = uuid.UUID("0123456789abcdef0123456789abcdef")
+    sentinel = target.parent / f"vectors.npy.tmp-{fixed.hex[:8]}"
+    sentinel.write_text("a user's file: never overwrite me\n")
+    monkeypatch.setattr(uuid, "uuid4", lambda: fixed)
+    with pytest.raises(FileExistsError):
+        storage.replace_bytes(target, b"fourth")
+    assert sentinel.read_text() == "a user's file: never overwrite me\n" and target.read_bytes() == b"second"
