@@ -22,7 +22,7 @@ STAGING_MARKER = ".interlingua-staging"  # inside every staging directory or pre
 JOURNAL = ".interlingua-writing.json"  # the files an output is about to write in place, until its manifest is
 
 
-_TMP = re.compile(r"\.tmp-[0-9a-f]{8}$")  # `write_json`'s temporary name beside the file
+_TMP = re.compile(r"\.tmp-[0-9a-f]{8}$")  # `storage.replace_bytes`'s temporary name beside the file
 
 
 class ForeignDataError(UserError, ValueError):
@@ -40,7 +40,7 @@ def check_only_ours(location: storage.Location, ours: Callable[[str], bool], *, 
         raise ForeignDataError(f"{what}: {location} is a file, not a directory; {advice}")
     found = storage.entries(location)
     own = ours
-    ours = lambda e: own(e) or bool(_TMP.search(e)) and own(_TMP.sub("", e))  # noqa: E731 - a killed write_json
+    ours = lambda e: own(e) or bool(_TMP.search(e)) and own(_TMP.sub("", e))  # noqa: E731 - a killed replace_bytes
     foreign: list[str] = []  # the topmost only: `sub/`, not every file under it
     for e in found:
         parents = {"/".join(e.split("/")[:i]) for i in range(1, e.count("/") + 1)}
