@@ -132,7 +132,7 @@ def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
     assert {"train/run.json", "train/config.yaml", "train/model/model.safetensors", "train/model/spm.model",
             "train/model/lineage.json", "train/workers/rank-0.json"} <= set(found)
     folder = storage.read_json(storage.join(run, "train/run.json"))["ray_dir"]  # Ray's, of the lease holder's own
-    assert folder.startswith("ray-") and not [f for f in found if f.startswith("train/ray") and f.split("/")[1] != folder]
+    assert folder.startswith("ray-") and {f.split("/")[1] for f in found if f.startswith("train/ray")} == {folder}
     assert any(f.startswith(f"train/{folder}/checkpoint_") and f.endswith("/state.pt") for f in found)
     assert {"eval/test/metrics.json", "eval/test/state.json", "eval/test/embeddings/manifest.json"} <= set(found)
     # nothing local but the inputs, the SQLite tracking store and its artifact folder: no `s3:` folder

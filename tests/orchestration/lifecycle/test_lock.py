@@ -265,8 +265,9 @@ def test_a_holder_paused_past_its_lease_commits_nothing_once_it_wakes(s3_bucket,
     `train` takes the lease over, resumes from the last checkpoint into a Ray folder of its own and finishes.
     The first, woken, exits 130 with one line and commits nothing: no file of the run dir outside its own Ray
     folder (which the next command removes), no metric or status of the MLflow run the second finished (the
-    same run, resumed); its workers' metrics and checkpoints are fenced (`lock.worker_fence`). Slow (two trainings through Ray, the pause): the fence
-    of the workers is only seen with real workers that wake up in the middle of their work."""
+    same run, resumed); its workers' metrics and checkpoints are fenced (`lock.worker_fence`). Slow (two
+    trainings through Ray, the pause): the fence of the workers is only seen with real workers that wake up in
+    the middle of their work."""
     from tests.support.tracking_server import sqlite_server
 
     run_dir = f"{s3_bucket}/runs/paused"

@@ -58,7 +58,8 @@ def test_the_other_ray_folders_are_removed_when_they_hold_rays_layout_only(tmp_p
         folders.remove_others(tmp_path, keep={A})
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert left == [f"{A}/checkpoint_000010/state.pt", f"{A}/checkpoint_manager_snapshot.json",
-                    "ray-4444444444ab/checkpoint_1/state.pt", "ray-4444444444ab/notes.md", "ray-notes/a.txt", "run.json"]
+                    "ray-4444444444ab/checkpoint_1/state.pt", "ray-4444444444ab/notes.md", "ray-notes/a.txt",
+                    "run.json"]
     assert "ray-4444444444ab holds what interlingua did not write (notes.md)" in caplog.text  # warned, kept
 
 
