@@ -179,20 +179,19 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     folder = folders.new_folder(job.lease)  # Ray Train's storage: a folder of this lease holder's own
     resume = folders.last_checkpoint(train_dir, state) if state and folder != folders.SHARED else None
     folders.remove_others(train_dir, keep={folder, folders.current(state), *([resume.split("/")[0]] if resume else [])})
+    where = {"ray_dir": folder, **({"resumed_from": resume} if resume else {})}  # in run.json: `train.folders`
 
     # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
     with tracking.run(uri, config.tracking.experiment, config.name, config.to_dict(), stage="train",
                       resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags=tags) as run_id:
-        write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False, "ray_dir": folder,
-                                 **({"resumed_from": resume} if resume else {})})
+        write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False, **where})
         storage.write_bytes(storage.join(train_dir, model_files.CONFIG_FILE), dump_yaml(config.to_dict()).encode())
         job = dataclasses.replace(job, run_id=run_id, resume_from=storage.join(train_dir, resume) if resume else None)
         meta = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
         tracking.log_artifacts(uri, run_id, model_files.fetch(model_dir), "model")
         if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
             tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
-    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, "ray_dir": folder,
-                             **({"resumed_from": resume} if resume else {}), **meta})
+    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, **where, **meta})
     folders.remove_others(train_dir, keep={folder})  # a woken holder's late upload among them
     return TrainResult(model_dir, run_id, meta["step"], meta.get("dev_error"), skipped=False)
 

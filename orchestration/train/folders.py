@@ -52,11 +52,16 @@ def last_checkpoint(train_dir: storage.Location, state: dict[str, Any]) -> str |
     folder `run.json` names, else (that run died before its first) the one that folder's run resumed from."""
     folder = current(state)
     try:
-        snapshot = storage.read_json(storage.join(train_dir, folder, SNAPSHOT))
-        newest = max(snapshot["checkpoint_results"], key=lambda result: result["metrics"]["step"])
+        newest = max(_registered(storage.join(train_dir, folder)), key=lambda result: result["metrics"]["step"])
         return f"{folder}/{newest['checkpoint_dir_name']}"
     except (OSError, ValueError, KeyError, TypeError):  # none written, or not Ray's record
         return state.get("resumed_from")
+
+
+def _registered(ray_dir: storage.Location) -> list[dict[str, Any]]:
+    """The checkpoints Ray registered in `ray_dir`, from its snapshot; OSError, ValueError, KeyError or TypeError
+    where there is none or it is not Ray's record."""
+    return storage.read_json(storage.join(ray_dir, SNAPSHOT))["checkpoint_results"]
 
 
 def storage_args(train_dir: str, folder: str) -> dict[str, Any]:
@@ -82,8 +87,7 @@ def prune_checkpoints(train_dir: storage.Location, folder: str) -> None:
     `runtime.keep_checkpoints`. The listed ones, the newest included, stay."""
     ray_dir = storage.join(train_dir, folder)
     try:
-        snapshot = storage.read_json(storage.join(ray_dir, SNAPSHOT))
-        listed = {result["checkpoint_dir_name"] for result in snapshot["checkpoint_results"]}
+        listed = {result["checkpoint_dir_name"] for result in _registered(ray_dir)}
     except (OSError, ValueError, KeyError, TypeError):
         return  # no record to go by: nothing is removed
     stale = [name for name in storage.subdirectories(ray_dir) if name.startswith("checkpoint_") and name not in listed]
