@@ -56,7 +56,7 @@ def _setup(args, overrides: list[str]):
     from orchestration.config import load_config
     from orchestration.train.builders import model_args, training_paths
 
-    config = load_config(DEMO, [f"dataset_dir={Path(args.data).resolve()}", "runtime.use_gpu=true", *overrides])
+    config = load_config(args.config or DEMO, [f"dataset_dir={Path(args.data).resolve()}", "runtime.use_gpu=true", *overrides])
     torch.set_num_threads(config.runtime.cpus_per_worker)  # as a training worker does
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     manifest = load_manifest(config.data_dir)
@@ -101,7 +101,7 @@ def feed(args) -> dict:
     """One variant's tokens/s, NVML busy % and profiled kernel-busy fraction."""
     import torch
 
-    overrides = [f"train.max_tokens={args.max_tokens}", *(LASER if args.model == "laser" else [])]
+    overrides = [f"train.max_tokens={args.max_tokens}", *(LASER if args.model == "laser" else []), *args.set]
     config, device, model, stream = _setup(args, overrides)
     from model.training import input_tokens, scheduled_lr, train_step
     from orchestration.train.builders import schedule_args
@@ -420,7 +420,8 @@ def summary(results: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stage", choices=["all", "feed", "loader", "quality", "embed", "summary"])
-    parser.add_argument("--data", required=True, help="the prepared dataset of configs/bible6-cpu.yaml")
+    parser.add_argument("--data", required=True, help="the prepared dataset of configs/bible6-cpu.yaml (or --config's)")
+    parser.add_argument("--config", help="feed, loader, quality: this run config instead of configs/bible6-cpu.yaml")
     parser.add_argument("--out", default="")
     parser.add_argument("--tree", help="import the product from this copy (the code before a change)")
     parser.add_argument("--before-tree", help="all: a copy of the older tree, for the 'before' figures")
@@ -437,7 +438,7 @@ def main() -> None:
     parser.add_argument("--measure-s", type=float, default=10)
     parser.add_argument("--profile-steps", type=int, default=20)
     parser.add_argument("--minutes", type=float, default=4.0)
-    parser.add_argument("--set", action="append", default=[], help="a config override (quality)")
+    parser.add_argument("--set", action="append", default=[], help="a config override (feed, quality)")
     parser.add_argument("--repeat", type=int, default=3, help="embed: the dev and test sentences this many times")
     parser.add_argument("--limit", type=int, help="embed: at most this many sentences (a dry run on a CPU)")
     args = parser.parse_args()

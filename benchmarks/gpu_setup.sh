@@ -13,13 +13,20 @@
 #   two calls on one warm machine (together they are over one call's 64 MiB):
 #     .gpu/site.tar.xz  Ray (train, data), MLflow, pydantic and faiss-cpu at this checkout's pins, for
 #                       Python 3.12, with every dependency the machine's image lacks
-#                       (benchmarks/gpu_machine_packages.txt), unpacked as installed and pruned of what no
-#                       benchmark loads (Ray's Java jar, dashboard web client, RLlib and LLM libraries;
-#                       MLflow's web UI), xz-compressed: about 50 MB. The first call unpacks it into
+#                       (benchmarks/gpu_machine_packages.txt), unpacked as installed, pruned of what no
+#                       benchmark loads (Ray's Java jar, dashboard web client, RLlib, LLM and Serve
+#                       libraries; MLflow's web UI; the packages' tests), its large binaries stripped of their symbol tables,
+#                       xz-compressed: about 40 MB. The first call unpacks it into
 #                       /tmp/site, which stays while the machine is held, and measures `embed`
 #     .gpu/verses.txt.xz  the KJV verses, one per line (embed's input; the Bible database is not carried)
 #     .gpu/data/        the demo's dataset prepared with prepare.output.train_shards=16 (each of 8 training
 #                       workers needs its own row groups): the second call carries only it, and trains
+#
+#   benchmarks/gpu_setup.sh --product CONFIG           the product's own commands on the GPU
+#   (benchmarks/gpu_product.sh there: `interlingua train` and `evaluate` through Ray with runtime.use_gpu,
+#   beside gpu.py's bare loop over the same model), in one call:
+#     .gpu/site.tar.xz  Ray, MLflow, pydantic and faiss-cpu, as --scaling builds them
+#     .gpu/data/        CONFIG's prepared dataset (`interlingua prepare -c CONFIG` here: Beam is not carried)
 #
 #   benchmarks/gpu_setup.sh --prepare                  the 16-core preparation figures (scaling.py prepare):
 #     .gpu/site.tar.xz  Beam, Dask and the preparation's own dependencies, as above (no Ray, no MLflow)
@@ -29,10 +36,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=gpu
-case "${1:-}" in --scaling) mode=scaling; shift ;; --prepare) mode=prepare; shift ;; esac
+case "${1:-}" in --scaling) mode=scaling; shift ;; --prepare) mode=prepare; shift ;; --product) mode=product; shift ;; esac
+py=${PY:-.venv/bin/python}
+if [ "$mode" = product ]; then  # the argument is the config; its dataset is the one carried
+  config=${1:?"--product needs the config, e.g. configs/bible6-gpu.yaml"}
+  set -- "$("$py" -c "import sys; from orchestration.config import load_config; print(load_config(sys.argv[1]).data_dir)" "$config")"
+fi
 data=${1:-runs/bible6-cpu/data}
 rev=${2:-HEAD}
-py=${PY:-.venv/bin/python}
 [ -x "$py" ] || { echo "no $py: run make install first (or set PY to a python with pip)" >&2; exit 1; }
 [ "$mode" = prepare ] || [ -f "$data/manifest.json" ] || { echo "no prepared dataset at $data: run 'interlingua prepare -c configs/bible6-cpu.yaml' first" >&2; exit 1; }
 if [ -e .gpu ] && [ ! -f .gpu/.built-by-gpu_setup ]; then
@@ -68,10 +79,20 @@ for wheel in sorted(os.listdir(".gpu/wheels")):
         path = archive.extract(member, site)
         if member.external_attr >> 16:
             os.chmod(path, (member.external_attr >> 16) & 0o777 | 0o600)
-for pruned in ("ray/jars", "ray/dashboard/client/build", "ray/rllib", "ray/llm", "mlflow/server/js"):
+for pruned in ("ray/jars", "ray/dashboard/client/build", "ray/rllib", "ray/llm", "ray/serve", "mlflow/server/js",
+               "sqlalchemy/testing", "alembic/testing"):
     shutil.rmtree(os.path.join(site, pruned), ignore_errors=True)
+for folder, names, _ in list(os.walk(site)):  # the packages' own test suites
+    if "tests" in names:
+        shutil.rmtree(os.path.join(folder, "tests"))
+import subprocess
+for folder, _, names in os.walk(site):  # the symbol tables of the large binaries (Ray's servers): 30 % of them
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.getsize(path) > 5 * 2**20 and open(path, "rb").read(4) == b"\x7fELF":
+            subprocess.run(["strip", "--strip-unneeded", path], check=True)
 PY
-  tar -C .gpu/site -cf - . | xz -T0 -9 > .gpu/site.tar.xz
+  tar -C .gpu/site -cf - . | xz -T0 -9e > .gpu/site.tar.xz
   rm -rf .gpu/site .gpu/wheels .gpu/before
 }
 if [ "$mode" = prepare ]; then
@@ -99,6 +120,20 @@ PY
   cat <<'RUN'
 run there (carry .gpu):
 mkdir -p /tmp/site && tar -xJf .gpu/site.tar.xz -C /tmp/site && xz -dc .gpu/bible6.db.xz > /tmp/bible6.db && PYTHONPATH=/tmp/site:$PWD python3 benchmarks/scaling.py --what prepare --bible-db /tmp/bible6.db --out $OUT
+RUN
+  exit 0
+fi
+if [ "$mode" = product ]; then
+  download .gpu/wheels "ray[train,data]==$(version ray)" "mlflow==$(version mlflow)" "protobuf==$(version protobuf)" \
+    "pydantic==$(version pydantic)" "faiss-cpu==$(version faiss-cpu)"
+  site_tarball
+  cp -r "$data" .gpu/data
+  mib=$(carried .gpu)
+  echo "built .gpu for the product on the GPU: $(du -sh .gpu/site.tar.xz | cut -f1) of packages, the dataset of $config;" \
+       "$mib MiB with the checkout (limit 64)"
+  cat <<RUN
+run there (carry .gpu; a timeout of max_minutes + 4 minutes):
+benchmarks/gpu_product.sh $config
 RUN
   exit 0
 fi
