@@ -12,7 +12,8 @@
 #
 # Into $OUT: env.txt, bare.jsonl, profiles.txt, train.log, evaluate.log, gpu-util.csv and run.tar.gz (the
 # run's MLflow database, run.json and evaluation metrics; not its checkpoints). GPU_SITE names an unpacked
-# site folder instead of .gpu/site.tar.xz (a dry run on a development machine, with runtime.use_gpu=false).
+# site folder instead of .gpu/site.tar.xz (a dry run on a development machine, with runtime.use_gpu=false);
+# BARE=0 skips step 1 (a second run on the same machine).
 set -uo pipefail
 config=${1:?usage: benchmarks/gpu_product.sh CONFIG [OVERRIDE...]}
 shift
@@ -39,10 +40,12 @@ cat "$out/env.txt"
 minutes=$(value train.max_minutes "$@") || exit 1
 sets=()
 for o in "$@"; do sets+=(--set "$o"); done
-stamp "bare loop: $config, train.max_tokens=$(value train.max_tokens "$@")"
-timeout 100 python3 benchmarks/gpu.py feed --config "$config" --data .gpu/data --out "$out" \
-  --max-tokens "$(value train.max_tokens "$@")" --prefetch 8 --label bare --warm-s 5 --measure-s 10 "${sets[@]}" \
-  | grep '^{' | tee "$out/bare.jsonl"
+if [ "${BARE:-1}" != 0 ]; then
+  stamp "bare loop: $config, train.max_tokens=$(value train.max_tokens "$@")"
+  timeout 100 python3 benchmarks/gpu.py feed --config "$config" --data .gpu/data --out "$out" \
+    --max-tokens "$(value train.max_tokens "$@")" --prefetch 8 --label bare --warm-s 5 --measure-s 10 "${sets[@]}" \
+    | grep '^{' | tee "$out/bare.jsonl"
+fi
 sampler=
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 500 \
