@@ -22,6 +22,7 @@ unreachable tracking store or cluster one line and exit 1; SIGINT one line and e
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from typing import Sequence
@@ -70,6 +71,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (`Exit`)."""
+    # MLflow sends usage telemetry to its maintainers from every process that imports it, Ray workers too
+    # (they inherit this environment); the product asks for none. MLFLOW_DISABLE_TELEMETRY=false keeps it.
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     args, unknown = parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     overrides, args.beam_args = list(args.overrides), [a for a in unknown if a.startswith("-")]
     for arg in (a for a in unknown if not a.startswith("-")):

@@ -35,6 +35,18 @@ def test_config_prints_the_resolved_config(capsys):
     assert resolved["prepare"]["filters"]["max_words"] == 50
 
 
+@pytest.mark.parametrize("users", [None, "false"])
+def test_commands_ask_mlflow_for_no_telemetry_unless_the_user_set_it(users, monkeypatch, capsys):
+    if users is None:
+        monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", users)
+    assert main(["config"]) == 0
+    from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY
+
+    assert MLFLOW_DISABLE_TELEMETRY.get() is (users is None)  # MLflow's own reading of the variable
+
+
 def test_user_errors_exit_2_with_a_message_and_no_traceback(tmp_path, capsys):
     assert main(["config", "prepare.spm.vocab_sise=8000"]) == 2
     err = capsys.readouterr().err
