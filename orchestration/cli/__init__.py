@@ -71,8 +71,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (`Exit`)."""
-    # MLflow sends usage telemetry to its maintainers from every process that imports it, Ray workers too
-    # (they inherit this environment); the product asks for none. MLFLOW_DISABLE_TELEMETRY=false keeps it.
+    # MLflow sends usage telemetry to its maintainers from every process that imports it; the product asks
+    # for none, here and in the workers of a Ray it starts (they inherit this environment; a cluster's own
+    # workers: `runtime.worker_env`). MLFLOW_DISABLE_TELEMETRY=false keeps it.
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     args, unknown = parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     overrides, args.beam_args = list(args.overrides), [a for a in unknown if a.startswith("-")]
