@@ -21,7 +21,7 @@ from core import storage
 from core.errors import Exit
 from orchestration.cli import main
 from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
-from tests.support.runs import TINY
+from tests.support.runs import TINY, store_uri
 
 
 
@@ -33,7 +33,7 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
     write_lines(tmp_path / "corpus" / "ruth.fr", texts["fr"])
     write_lines(tmp_path / "corpus" / "ruth.en", texts["en"][::-1])
     run = storage.join(out, "run")
-    common = [f"run_dir={run}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    common = [f"run_dir={run}", f"tracking.uri={store_uri(tmp_path)}",
               f"prepare.sources=[{{kind: text, path: '{corpus}', languages: {LANGS}}}]",
               "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
               *TINY, "train.max_steps=10"]

@@ -59,8 +59,10 @@ def text_source(tmp_path: Path, columns: dict[str, list[str]]) -> list[str]:
     """The overrides of a tiny `prepare` of the line-aligned files `tmp_path/c.{lang}` written from `columns`."""
     for lang, lines in columns.items():
         write_lines(tmp_path / f"c.{lang}", lines)
+    from tests.support.runs import store_uri
+
     langs = ", ".join(columns)
-    return [f"run_dir={tmp_path / 'run'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    return [f"run_dir={tmp_path / 'run'}", f"tracking.uri={store_uri(tmp_path)}",
             f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [{langs}]}}]",
             "prepare.split.dev_size=10", "prepare.split.test_size=10", "prepare.spm.vocab_size=300"]
 

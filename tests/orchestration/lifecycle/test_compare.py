@@ -7,6 +7,7 @@ from orchestration import tracking
 from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.lifecycle.compare import compare_runs
+from tests.support.runs import store_uri
 
 
 def log_eval(uri: str, name: str, lr: float, errors: dict[str, float], train_run: str) -> str:
@@ -30,7 +31,7 @@ def log_train(uri: str, name: str, curve: list[float]) -> str:
 
 
 def test_runs_best_first_with_the_differing_parameters_pairs_and_a_figure(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     config = load_config(None, [f"tracking.uri={uri}"])
     slow = log_train(uri, "slow", [0.9, 0.8])
     fast = log_train(uri, "fast", [0.7, 0.3])
@@ -71,7 +72,7 @@ def compare_error(capsys, *args: str) -> str:
 
 
 def test_an_unknown_or_empty_experiment_or_test_set_is_an_error_naming_what_exists(tmp_path, capsys):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     store = f"tracking.uri={uri}"
     assert compare_error(capsys, store) == (  # a store never written to
         f"interlingua compare: error: tracking.experiment 'interlingua': no such experiment in {uri} "
@@ -96,7 +97,7 @@ def test_an_unknown_or_empty_experiment_or_test_set_is_an_error_naming_what_exis
 def test_a_test_set_name_holding_a_quote_is_found(tmp_path, capsys):
     from orchestration.cli import main
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     for name, testset in (("quoted-eval", "it's"), ("plain-eval", "its"), ("split-eval", None)):
         run = tracking.start_run(uri, "interlingua", name, {"name": name}, tags={
             "interlingua.stage": "evaluate", **({"interlingua.testset": testset} if testset else {})})

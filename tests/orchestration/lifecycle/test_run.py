@@ -20,7 +20,7 @@ from orchestration.lifecycle.lock import run_lock
 from orchestration.lifecycle.run import run_pipeline
 from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
 from tests.support.procs import free_port, free_ports, own_output, wait_for
-from tests.support.runs import RETUNED, TINY, checkpoints
+from tests.support.runs import RETUNED, TINY, checkpoints, store_uri
 
 
 def config_overrides(tmp_path: Path, template: str, *overrides: str) -> list[str]:
@@ -83,7 +83,7 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     from orchestration.mine.job import mine
 
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     config = pipeline_config(tmp_path, template, uri)
 
     # 1. the first run and the scheduled rerun with nothing new
@@ -180,7 +180,7 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
     import ray
 
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     overrides = [
         "name=pipe", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
         f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",

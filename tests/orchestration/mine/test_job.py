@@ -13,6 +13,7 @@ from orchestration.config import load_config
 from orchestration.mine import MineError
 from orchestration.mine.job import mine
 from tests.support.corpus import write_lines
+from tests.support.runs import store_uri
 
 TRUE_BOOKS = [8, 32]  # Ruth, Jonah: 133 verses in both languages
 FR_ONLY, EN_ONLY = [17], [25]  # Esther in French, Lamentations in English: no translation on the other side
@@ -32,7 +33,7 @@ def bucc(tmp_path, book_lines):
 
 def bucc_config(folder, *overrides):
     return load_config(None, [
-        f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", "mine.model=use",
+        f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}", "mine.model=use",
         f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
         *overrides,
     ])
@@ -61,7 +62,7 @@ def test_mining_finds_the_hidden_translations_with_a_calibrated_threshold(bucc, 
 
 def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ray, capsys):
     folder, _ = bucc
-    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", "mine.model=use",
+    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}", "mine.model=use",
             f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
             "mine.threshold=1.2"]
     assert main(args) == 0
@@ -108,7 +109,7 @@ def error_line(capsys) -> str:
 
 
 def mine_args(folder, model, *overrides):
-    return ["mine", f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}",
+    return ["mine", f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}",
             f"mine.model={model}", "prepare.spm.vocab_size=2000",
             f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
             *overrides]
@@ -177,7 +178,7 @@ def test_bad_input_is_one_line_and_exit_2_before_any_model_is_loaded(case, bucc,
     monkeypatch.setattr(job, "load_encoder", no_work)
     folder, _ = bucc
     overrides, expected = case(folder)
-    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri=sqlite:///{folder / 'mlflow.db'}", "mine.model=use",
+    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}", "mine.model=use",
             f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
             *overrides]
     assert main(args) == 2

@@ -13,6 +13,7 @@ from orchestration.mine.report import FORMAT, check_output
 from core import ownership
 from evaluation.store import save_block
 from tests.support.corpus import write_lines
+from tests.support.runs import store_uri
 
 SENTINEL = b"a user's file: never overwrite me\n"
 
@@ -22,7 +23,7 @@ def args(tmp_path, book_lines):
     lines = book_lines({"fr": "l", "en": "k"}, [8])
     write_lines(tmp_path / "fr.txt", lines["fr"])
     write_lines(tmp_path / "en.txt", lines["en"])
-    return ["mine", f"run_dir={tmp_path / 'run'}", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+    return ["mine", f"run_dir={tmp_path / 'run'}", f"tracking.uri={store_uri(tmp_path)}",
             "mine.model=use", "mine.threshold=1.1",
             f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, {{lang: en, path: '{tmp_path / 'en.txt'}'}}]"]
 

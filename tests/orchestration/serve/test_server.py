@@ -17,7 +17,7 @@ import pytest
 from orchestration.config import load_config
 from orchestration.serve.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
-from tests.support.runs import other_weights, untrained_model_dir
+from tests.support.runs import other_weights, store_uri, untrained_model_dir
 from tests.support.serving import NAME, any_body, get, post, register
 
 pytestmark = pytest.mark.server
@@ -50,7 +50,7 @@ def server(small_dataset, tmp_path_factory):
     """The server process, serving the champion (version 1) of a fresh registry; stopped with SIGINT by the
     module's last test, else with SIGTERM."""
     tmp = tmp_path_factory.mktemp("serve")
-    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    uri = store_uri(tmp)
     first = untrained_model_dir(small_dataset, tmp / "v1")
     second = other_weights(untrained_model_dir(small_dataset, tmp / "v2"))
     embedders = {"1": SentenceEmbedder.load(first), "2": SentenceEmbedder.load(second)}

@@ -10,6 +10,7 @@ from orchestration.config import load_config
 from orchestration.config_sections import ModelConfig, TrainConfig
 from orchestration.train.driver import train
 from tests.support.corpus import SMALL_BOOKS
+from tests.support.runs import store_uri
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 # what the demo configs set in `train`: the demo's 18-minute budget and its evaluation cadence
@@ -43,7 +44,7 @@ def test_a_config_with_only_its_corpus_learns(small_dataset, tmp_path, local_ray
         "dataset_dir": str(small_dataset.data_dir),
         "prepare": {"sources": [{"kind": "bible", "books": SMALL_BOOKS}],
                     "split": {"dev_size": 40, "test_size": 40}, "spm": {"vocab_size": 2000}},
-        "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+        "tracking": {"uri": store_uri(tmp_path)},
         "train": {"max_steps": 200},
     }))
     config = load_config(path)

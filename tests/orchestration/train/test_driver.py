@@ -12,7 +12,7 @@ from model.nmt import load_model
 from orchestration import tracking
 from orchestration.config import load_config
 from orchestration.train.driver import TrainError, train
-from tests.support.runs import config_for
+from tests.support.runs import config_for, store_uri
 
 
 def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, trained_run):
@@ -115,7 +115,7 @@ def test_each_sources_dev_error_is_logged_beside_the_whole_dev_error(tmp_path, l
     from tests.support.runs import TINY
 
     sources = "prepare.sources=[{kind: bible, name: old, books: [8, 31, 32]}, {kind: bible, name: new, books: [57, 63, 64, 65]}]"
-    config = small_config(tmp_path, sources, f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", *TINY,
+    config = small_config(tmp_path, sources, f"tracking.uri={store_uri(tmp_path)}", *TINY,
                           "train.max_steps=10", "train.dev_max_sentences=30")
     run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
     result = train(config)

@@ -15,7 +15,7 @@ import torch
 from model.nmt import load_model
 from orchestration import tracking
 from tests.support.procs import free_ports, own_output, wait_for
-from tests.support.runs import TINY, checkpoints
+from tests.support.runs import TINY, checkpoints, store_uri
 
 
 def ray_bin() -> str:
@@ -58,7 +58,7 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
     3. the same command again: it resumes from the last checkpoint, into the same MLflow run, and finishes."""
     config_path = tmp_path / "run.yaml"
     config_path.write_text("name: two-nodes\n")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store_uri(tmp_path)
     args = [
         str(Path(sys.executable).with_name("interlingua")), "train", "-c", str(config_path),
         f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
