@@ -41,9 +41,10 @@ minutes=$(value train.max_minutes "$@") || exit 1
 sets=()
 for o in "$@"; do sets+=(--set "$o"); done
 if [ "${BARE:-1}" != 0 ]; then
-  stamp "bare loop: $config, train.max_tokens=$(value train.max_tokens "$@")"
+  max_tokens=$(value train.max_tokens "$@") || exit 1
+  stamp "bare loop: $config, train.max_tokens=$max_tokens"
   timeout 100 python3 benchmarks/gpu.py feed --config "$config" --data .gpu/data --out "$out" \
-    --max-tokens "$(value train.max_tokens "$@")" --prefetch 8 --label bare --warm-s 5 --measure-s 10 "${sets[@]}" \
+    --max-tokens "$max_tokens" --prefetch 8 --label bare --warm-s 5 --measure-s 10 "${sets[@]}" \
     | grep '^{' | tee "$out/bare.jsonl"
 fi
 sampler=

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestration.config import Config, load_config
+from tests.support.runs import store_uri
 
 # Short books, a few hundred verses in all: Ruth, Obadiah, Jonah, Philemon, 2 John, 3 John, Jude.
 SMALL_BOOKS = [8, 31, 32, 57, 63, 64, 65]
@@ -59,8 +60,6 @@ def text_source(tmp_path: Path, columns: dict[str, list[str]]) -> list[str]:
     """The overrides of a tiny `prepare` of the line-aligned files `tmp_path/c.{lang}` written from `columns`."""
     for lang, lines in columns.items():
         write_lines(tmp_path / f"c.{lang}", lines)
-    from tests.support.runs import store_uri
-
     langs = ", ".join(columns)
     return [f"run_dir={tmp_path / 'run'}", f"tracking.uri={store_uri(tmp_path)}",
             f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [{langs}]}}]",

@@ -23,20 +23,19 @@ EMPTY_STORE = "empty-mlflow.db"
 def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config:
     """A run on the session's prepared dataset (`small_dataset`), with its own run dir and MLflow store (an
     empty one, `seed_store`, unless the test's folder holds one)."""
-    seed_store(tmp_path / "mlflow.db", Path(small_dataset.data_dir).parent)
     return load_config(None, [
         f"run_dir={tmp_path / 'run'}",
         f"dataset_dir={small_dataset.data_dir}",
-        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        f"tracking.uri={store_uri(tmp_path, near=Path(small_dataset.data_dir).parent)}",
         "prepare.spm.vocab_size=2000",
         *TINY, *overrides,
     ])
 
 
-def store_uri(folder: Path) -> str:
-    """The URI of an MLflow sqlite store in `folder`, seeded empty (`seed_store`, its template beside `folder`
-    in the test process's temporary root) unless one is there."""
-    seed_store(folder / "mlflow.db", folder.parent)
+def store_uri(folder: Path, near: Path | None = None) -> str:
+    """The URI of an MLflow sqlite store in `folder`, seeded empty unless one is there (`seed_store`, its
+    template in `near`, else beside `folder`)."""
+    seed_store(folder / "mlflow.db", near or folder.parent)
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 

@@ -301,8 +301,8 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
         paused = family(holder.pid)
         for process in paused:
             process.suspend()
-        holder_folder = storage.read_json(f"{run_dir}/train/run.json")["ray_dir"]  # Ray's storage, its own
-        frozen_run = storage.read_json(f"{run_dir}/train/run.json")["run_id"]
+        at_pause = storage.read_json(f"{run_dir}/train/run.json")
+        holder_folder, frozen_run = at_pause["ray_dir"], at_pause["run_id"]  # Ray's storage, its own; the MLflow run
         reached = max((step for key in tracking.get_run(uri, frozen_run).data.metrics
                        for step, _ in tracking.metric_history(uri, frozen_run, key)), default=0)
         time.sleep(4 + 2)  # the pause itself: past the lease's 4 s and the store's whole-second clock
