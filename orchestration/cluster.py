@@ -14,19 +14,38 @@ import numpy as np
 from evaluation.store import StoredEmbeddings
 
 
-def ensure_ray(address: str | None, *, log_to_driver: bool = True) -> None:
+def ensure_ray(address: str | None, *, log_to_driver: bool = True, dashboard: bool = False) -> None:
     """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one
     that listens on the loopback address only (`loopback_only`); an instance at a loopback address is joined
-    as such (this driver on 127.0.0.1 too: Ray would otherwise look for it at the host's own address)."""
+    as such (this driver on 127.0.0.1 too: Ray would otherwise look for it at the host's own address).
+
+    A local instance starts Ray's dashboard only with `dashboard` (`runtime.ray_dashboard`): it is ten
+    processes (the server and its modules), about 4 CPU-seconds at every command's start, for a page the
+    command's own progress line makes unneeded. A cluster's head decides for itself."""
     import ray
 
     from orchestration import logs
 
+    global _started_here
     logs.plain_ray_output()
     if not ray.is_initialized():
         target = address or os.environ.get("RAY_ADDRESS") or "local"
-        with loopback_only() if target == "local" or _on_loopback(target) else contextlib.nullcontext():
-            ray.init(address=target, log_to_driver=log_to_driver, logging_level=logs.ray_logging_level())
+        local = target == "local"
+        with loopback_only() if local or _on_loopback(target) else contextlib.nullcontext():
+            ray.init(address=target, log_to_driver=log_to_driver, logging_level=logs.ray_logging_level(),
+                     **({"include_dashboard": dashboard} if local else {}))
+        _started_here = ray.get_runtime_context().gcs_address if local else None
+
+
+_started_here: str | None = None  # the GCS address of the instance `ensure_ray` started
+
+
+def owns_ray() -> bool:
+    """Whether the Ray instance this process is connected to was started by it (`ensure_ray` with no
+    address): it ends with this process, and everything in it with it."""
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().gcs_address == _started_here
 
 
 def _on_loopback(address: str) -> bool:

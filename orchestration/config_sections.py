@@ -117,6 +117,9 @@ class RuntimeConfig(Schema):
     it never invalidates a dataset, a checkpoint or an evaluation."""
 
     ray_address: str | None = Field(default=None, description="An existing Ray cluster; a local one when unset.")
+    ray_dashboard: bool = Field(
+        default=False, description="Start Ray's dashboard (127.0.0.1:8265) with the local instance a command "
+        "starts; a cluster's head decides for itself.")
     num_workers: int = Field(default=1, ge=1, description="Ray Train workers (DDP).")
     cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
     use_gpu: bool = Field(default=False, description="A GPU per training worker and per embedding actor.")

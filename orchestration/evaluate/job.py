@@ -128,7 +128,7 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
         return _cached(out_dir, languages, state["run_id"], data)
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
     tracking.check_reachable(tracking.resolve_uri(config.tracking.uri))
-    ensure_ray(config.runtime.ray_address, log_to_driver=False)
+    ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard)
     if not texts:
         check_every_node_reaches(dataset_dir=str(config.data_dir))  # Ray Data reads the split on any node
     meta = {"model": model_identity(config, encoder), "split": name, "data": data, "backend": encoder.backend}

@@ -229,6 +229,6 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
 def _executor(config: Config):
     from orchestration.cluster import RayExecutor, ensure_ray
 
-    ensure_ray(config.runtime.ray_address, log_to_driver=False)
+    ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard)
     return RayExecutor(config.runtime.cpus_per_task)
 

@@ -172,7 +172,7 @@ def start(config: Config, scratch: str | None = None) -> str:
     URL once it answers; `stop` ends it. `scratch`: see `application`."""
     from orchestration.cluster import ensure_ray
 
-    ensure_ray(config.runtime.ray_address)
+    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
     serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
     serve.run(application(config, scratch), name=DEPLOYMENT, route_prefix="/", blocking=False)
     return f"http://{config.serve.host}:{config.serve.port}"

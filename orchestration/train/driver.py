@@ -171,7 +171,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     job = worker_job(config, data, "", uri)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
-    ensure_ray(config.runtime.ray_address)
+    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
     # before the MLflow run: a store or folder the workers on other hosts cannot share is refused
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(train_dir))
     from orchestration.train import checkpoint  # torch: imported only when training
@@ -203,17 +203,22 @@ def _interruptible_trainer():
 
     It also leaves out Ray Train's datasets callback, which starts a DatasetManager actor (a process that
     imports Ray Data, about 3 CPU-seconds) for every run, datasets or none: the workers read their shards
-    themselves. Were the callback renamed, it would run again, at that cost only."""
+    themselves. On a Ray instance this process started (`cluster.owns_ray`), it leaves out the placement
+    group cleaner too, a detached actor (another process, about 3 CPU-seconds) that frees the workers' CPUs
+    should the controller die while the instance lives on: this one ends with the process. Were either
+    callback renamed, it would run again, at that cost only."""
     from ray.train.torch import TorchTrainer
+
+    from orchestration import cluster
 
     class InterruptibleTrainer(TorchTrainer):
         interrupted = False
 
         def _create_default_callbacks(self) -> list:
             callbacks = super()._create_default_callbacks()
-            if self.datasets:
-                return callbacks
-            return [c for c in callbacks if type(c).__name__ != "DatasetsCallback"]
+            unneeded = {*(() if self.datasets else ("DatasetsCallback",)),
+                        *(("PlacementGroupCleanerCallback",) if cluster.owns_ray() else ())}
+            return [c for c in callbacks if type(c).__name__ not in unneeded]
 
         def _register_sigint_handler(self, controller) -> None:
             super()._register_sigint_handler(controller)
@@ -230,7 +235,7 @@ def _interruptible_trainer():
 
 def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
     """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
-    ensure_ray(job.config.runtime.ray_address)
+    ensure_ray(job.config.runtime.ray_address, dashboard=job.config.runtime.ray_dashboard)
     with live.shown(job.config.train.max_steps) as board:  # training's one progress line, on this process
         # the workers log at the command's level, rank 0 posts its progress to the board
         return _run_trainer(dataclasses.replace(job, verbosity=logs.verbosity(), progress_board=board), train_dir,

@@ -98,18 +98,22 @@ def test_shipped_embeddings_are_read_from_the_object_store_not_the_drivers_disk(
 
 @pytest.mark.ray
 def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(monkeypatch):
-    """The GCS, the raylet, the object manager, the agents and a worker of a command's own Ray instance bind no
-    address another host could reach."""
+    """The GCS, the raylet, the object manager, the agents, the dashboard (asked for: `runtime.ray_dashboard`)
+    and a worker of a command's own Ray instance bind no address another host could reach. The command owns
+    that instance (`owns_ray`: its training leaves out the placement group cleaner); another that joins it
+    does not."""
     import psutil
     import ray
 
-    from orchestration.cluster import ensure_ray
+    from orchestration.cluster import ensure_ray, owns_ray
     from tests.support.fixtures import reset_ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     reset_ray()  # the run's shared instance, if this process holds it: the next test that asks starts it again
-    ensure_ray(None)  # stopped after the test (tests/support/fixtures.py, _environment_restored)
+    ensure_ray(None, dashboard=True)  # stopped after the test (tests/support/fixtures.py, _environment_restored)
     assert ray.get(ray.remote(lambda: 1).remote()) == 1  # a worker is up, with its own server
+    assert owns_ray()
+    assert _dashboard_url().startswith("127.0.0.1:")
     tree = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}  # the driver too
     bound = [(c.pid, c.laddr) for c in psutil.net_connections(kind="inet")
              if c.pid in tree and c.laddr and (c.status == psutil.CONN_LISTEN or not c.raddr)]
@@ -119,10 +123,16 @@ def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(
     # another command joins it at its address (`runtime.ray_address=127.0.0.1:PORT`), as a driver on loopback
     address = ray.get_runtime_context().gcs_address
     assert address.startswith("127.0.0.1:")
-    join = subprocess.run([sys.executable, "-c", "import ray; from orchestration.cluster import ensure_ray; "
-                           f"ensure_ray({address!r}); print(ray.get(ray.remote(lambda: 2).remote()))"],
+    join = subprocess.run([sys.executable, "-c", "import ray; from orchestration.cluster import ensure_ray, owns_ray; "
+                           f"ensure_ray({address!r}); print(ray.get(ray.remote(lambda: 2).remote()), owns_ray())"],
                           capture_output=True, text=True, timeout=180, cwd=PACKAGE_ROOT)
-    assert join.stdout.strip() == "2", join.stderr[-3000:]
+    assert join.stdout.strip() == "2 False", join.stderr[-3000:]
+
+
+def _dashboard_url() -> str:
+    import ray
+
+    return ray._private.worker.global_worker.node.address_info["webui_url"] or ""
 
 
 class _DiesOnce:

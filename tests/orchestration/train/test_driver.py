@@ -124,3 +124,20 @@ def test_each_sources_dev_error_is_logged_beside_the_whole_dev_error(tmp_path, l
                  if key.startswith("dev/source_xsim_error/")}
     assert set(by_source) == {"old", "new"} and all(0.0 <= e <= 1.0 for e in by_source.values()), metrics
     assert [s for s, _ in tracking.metric_history(config.tracking.uri, result.run_id, "dev/source_xsim_error/new")] == [10]
+
+
+@pytest.mark.parametrize("owned", [False, True])
+def test_ray_trains_callbacks_leave_out_the_datasets_manager_and_on_an_owned_instance_the_cleaner(
+        owned, monkeypatch):
+    """No DatasetManager actor (the workers read their shards themselves); no placement group cleaner on an
+    instance that ends with this process (`cluster.owns_ray`), one on any other (a shared or a remote cluster)."""
+    from ray.train import ScalingConfig
+
+    from orchestration import cluster
+    from orchestration.train.driver import _interruptible_trainer
+
+    monkeypatch.setattr(cluster, "owns_ray", lambda: owned)
+    trainer = _interruptible_trainer()(lambda config: None, scaling_config=ScalingConfig(num_workers=1))
+    names = [type(c).__name__ for c in trainer._create_default_callbacks()]
+    assert "BackendSetupCallback" in names and "DatasetsCallback" not in names, names
+    assert ("PlacementGroupCleanerCallback" in names) is not owned, names
