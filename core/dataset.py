@@ -6,6 +6,7 @@ Layout of a dataset directory (`<run_dir>/data`):
     config.yaml           the resolved run config
     spm.model, spm.vocab  the joint BPE model
     train/part-00000-of-00004.parquet ...   dev/...   test/...
+    teacher/<fingerprint>/...   a teacher's embeddings of the training split, when one was used (`core.teacher`)
 
 A run builds everything in a sibling staging directory and renames it into
 place only when complete, so a crash never leaves a dataset that looks done.
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.errors import UserError
-from core import ownership, storage
+from core import ownership, storage, teacher
 
 FORMAT = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
@@ -145,8 +146,10 @@ def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> lis
     # a URI's attempt prefixes: the current dataset's files and those of crashed runs, each marked as staging
     # and holding only what a run writes there
     staged = {name for name in storage.subdirectories(data_dir) if ownership.is_staging(storage.join(data_dir, name))}
+    # and the teacher embeddings computed from it (`core.teacher`), which go with it
     return ownership.check_only_ours(
-        data_dir, lambda e: e in ours or (e.split("/")[0] in staged and _ATTEMPT_FILES.fullmatch(e) is not None),
+        data_dir, lambda e: e in ours or (e.split("/")[0] in staged and _ATTEMPT_FILES.fullmatch(e) is not None)
+        or teacher.ours(data_dir, e),
         what=what, advice="choose a new or empty directory for the dataset, or move those files away")
 
 

@@ -10,6 +10,10 @@ Each worker streams its own share of the training split and holds one window of 
              weight says: 0.5 half of them, 2 twice), a training path per draw, draws grouped by
              signature, length-bucketed by token budget, batches shuffled
 
+With a teacher (`core.teacher`), a window also holds the teacher's embeddings of its tuples, read from the
+same row groups of the teacher's files (tuples x languages x dimensions x 2 bytes: mind `window_tuples`), and
+each batch carries those of its sources and of its tuples' pivot sentences.
+
 The data position is (epoch, window, batch): a resumed worker reads the window it stopped in,
 rebuilds the same plan and skips the batches it had consumed, reading nothing before it.
 
@@ -31,6 +35,7 @@ import torch
 from model.training_paths import Signature, TrainingPath, sample_signatures
 from core import storage
 from core.dataset import EOS_ID, PAD_ID, source_of
+from core.teacher import TeacherInput, TeacherStore, read_row_group
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -94,6 +99,9 @@ class ParallelCorpus:
             self.offsets[lang] = offsets - offsets[0]
             self.lengths[lang] = np.diff(offsets).astype(np.int64)  # 0 where absent
         self.size = len(next(iter(self.lengths.values()))) if self.languages else 0
+        # a teacher's embeddings of the tuples, per language it has: (n, D) float16, and which rows have one
+        self.teacher: dict[str, np.ndarray] = {}
+        self.teacher_has: dict[str, np.ndarray] = {}
 
     @classmethod
     def from_table(cls, table: pa.Table, languages: Sequence[str]) -> ParallelCorpus:
@@ -145,6 +153,20 @@ class ParallelCorpus:
         targets = {lang: self._pad(lang, rows, eos=False) for lang in target_langs}
         return sources, targets
 
+    def teacher_batch(self, languages: Sequence[str], rows: np.ndarray, pivot: str | None) -> dict[str, Pair]:
+        """The teacher's embeddings of `rows` in each of `languages` it has, and in `pivot` under
+        `model.nmt.PIVOT`: (vectors (B, D) float32, which rows have one (B,))."""
+        from model.nmt import PIVOT
+
+        out = {lang: self._teacher(lang, rows) for lang in languages if lang in self.teacher}
+        if pivot in self.teacher:
+            out[PIVOT] = self._teacher(pivot, rows)
+        return out
+
+    def _teacher(self, lang: str, rows: np.ndarray) -> Pair:
+        return (torch.from_numpy(self.teacher[lang][rows].astype(np.float32)),
+                torch.from_numpy(self.teacher_has[lang][rows]))
+
     def _pad(self, lang: str, rows: np.ndarray, *, eos: bool) -> Pair:
         """`pad` of `rows` in `lang`, gathered from the flat values at once."""
         lengths = self.lengths[lang][rows]
@@ -190,6 +212,7 @@ class Batch:
     signature: Signature
     sources: dict[str, Pair]
     targets: dict[str, Pair]
+    teacher: dict[str, Pair] | None = None  # `ParallelCorpus.teacher_batch`, with a teacher
 
 
 def shard_units(files: Sequence[str | Path]) -> list[Unit]:
@@ -218,11 +241,24 @@ def epoch_windows(units: Sequence[Unit], *, seed: int, epoch: int, rank: int, wo
     return windows
 
 
-def read_units(units: Sequence[Unit], languages: Sequence[str], *, keys: bool = False) -> ParallelCorpus:
-    """The token ids of the units' tuples, in the given order (and their keys)."""
-    columns = [f"{lang}_ids" for lang in languages] + (["key"] if keys else [])
+def read_units(units: Sequence[Unit], languages: Sequence[str], *, keys: bool = False,
+               teacher: TeacherStore | None = None) -> ParallelCorpus:
+    """The token ids of the units' tuples, in the given order (and their keys); with `teacher`, its
+    embeddings of them, from the same row groups of its files (ValueError where their keys differ)."""
+    columns = [f"{lang}_ids" for lang in languages] + (["key"] if keys or teacher else [])
     tables = [storage.open_parquet(u.path).read_row_group(u.row_group, columns=columns) for u in units]
-    return ParallelCorpus.from_table(pa.concat_tables(tables), languages)
+    corpus = ParallelCorpus.from_table(pa.concat_tables(tables), languages)
+    if teacher is not None:
+        langs = [lang for lang in teacher.languages if lang in languages]
+        parts = [read_row_group(teacher.file_for(u.path), u.row_group, langs) for u in units]
+        for u, table, (keys_read, _, _) in zip(units, tables, parts):
+            if keys_read != table.column("key").to_pylist():
+                raise ValueError(f"{teacher.file_for(u.path)}: row group {u.row_group} does not hold the tuples of "
+                                 f"{u.path}'s: the teacher embeddings are not of this dataset")
+        for lang in langs:
+            corpus.teacher[lang] = np.concatenate([vectors[lang] for _, vectors, _ in parts])
+            corpus.teacher_has[lang] = np.concatenate([has[lang] for _, _, has in parts])
+    return corpus
 
 
 def plan_window(corpus: ParallelCorpus, paths: Sequence[TrainingPath], *, seed: int, epoch: int, rank: int,
@@ -256,7 +292,7 @@ class BatchStream:
     def __init__(self, units: Sequence[Unit], languages: Sequence[str], paths: Sequence[TrainingPath], *,
                  seed: int, rank: int, world: int, max_tokens: int, window_tuples: int,
                  monolingual: bool = False, source_weights: dict[str, float] | None = None,
-                 position: DataPosition | None = None, digest: str = "") -> None:
+                 position: DataPosition | None = None, digest: str = "", teacher: TeacherInput | None = None) -> None:
         if len(units) < world:
             raise ValueError(f"{len(units)} Parquet row groups cannot be shared by {world} workers: "
                              "prepare the dataset with more training shards (prepare.output.train_shards)")
@@ -264,6 +300,7 @@ class BatchStream:
         self.seed, self.rank, self.world = seed, rank, world
         self.max_tokens, self.window_tuples, self.monolingual = max_tokens, window_tuples, monolingual
         self.source_weights = dict(source_weights or {})
+        self.teacher = teacher
         self.position = position or DataPosition()
         if self.position.plan != PLAN:
             raise ValueError(f"data position {self.position} names a batch of plan {self.position.plan}, but this "
@@ -284,9 +321,11 @@ class BatchStream:
             if p.batch < len(self._plan):
                 signature, rows = self._plan[p.batch]
                 sources, targets = self._corpus.batch(signature, rows)
+                teacher = (self._corpus.teacher_batch(signature[0], rows, self.teacher.pivot)
+                           if self.teacher is not None else None)
                 self._chain(p, rows)
                 self.position = DataPosition(p.epoch, p.window, p.batch + 1)
-                return Batch(p.epoch, signature, sources, targets)
+                return Batch(p.epoch, signature, sources, targets, teacher)
             last = p.window + 1 >= len(self._windows)
             self.position = DataPosition(p.epoch + 1, 0, 0) if last else DataPosition(p.epoch, p.window + 1, 0)
         raise ValueError("no training batch can be formed: no tuple serves any training path")
@@ -297,7 +336,8 @@ class BatchStream:
         if self._loaded is None or self._loaded[0] != epoch:
             self._windows = epoch_windows(self.units, seed=self.seed, epoch=epoch, rank=self.rank,
                                           world=self.world, window_tuples=self.window_tuples)
-        self._corpus = read_units(self._windows[window], self.languages, keys=bool(self.source_weights))
+        self._corpus = read_units(self._windows[window], self.languages, keys=bool(self.source_weights),
+                                  teacher=self.teacher.store if self.teacher is not None else None)
         self._plan = plan_window(self._corpus, self.paths, seed=self.seed, epoch=epoch, rank=self.rank,
                                  window=window, max_tokens=self.max_tokens, monolingual=self.monolingual,
                                  source_weights=self.source_weights)
@@ -324,19 +364,22 @@ def sample_corpus(units: Sequence[Unit], languages: Sequence[str], max_tuples: i
 
 class _StreamSource(torch.utils.data.IterableDataset):
     """A `BatchStream`, rebuilt in a DataLoader worker process, as plain values the loader can pin:
-    (epoch, signature, sources, targets, the position after the batch, the digest after it)."""
+    (epoch, signature, sources, targets, the position after the batch, the digest after it, the teacher's
+    embeddings or None)."""
 
     def __init__(self, stream: BatchStream) -> None:
         self.args = dict(units=stream.units, languages=stream.languages, paths=stream.paths, seed=stream.seed,
                          rank=stream.rank, world=stream.world, max_tokens=stream.max_tokens,
                          window_tuples=stream.window_tuples, monolingual=stream.monolingual,
-                         position=stream.position, digest=stream.digest)
+                         source_weights=stream.source_weights, position=stream.position, digest=stream.digest,
+                         teacher=stream.teacher)
 
     def __iter__(self):
         stream = BatchStream(**self.args)
         for batch in stream:
             p = stream.position
-            yield batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch, p.plan), stream.digest
+            yield (batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch, p.plan),
+                   stream.digest, batch.teacher)
 
 
 class PrefetchedStream:
@@ -357,12 +400,13 @@ class PrefetchedStream:
         return self
 
     def __next__(self) -> Batch:
-        epoch, signature, sources, targets, position, digest = next(self._batches)
+        epoch, signature, sources, targets, position, digest, teacher = next(self._batches)
         self.position, self.digest = DataPosition(*position), digest
         # the loader hands tuples back as lists
         return Batch(epoch, (tuple(signature[0]), tuple(signature[1])),
                      {lang: tuple(pair) for lang, pair in sources.items()},
-                     {lang: tuple(pair) for lang, pair in targets.items()})
+                     {lang: tuple(pair) for lang, pair in targets.items()},
+                     {lang: tuple(pair) for lang, pair in teacher.items()} if teacher is not None else None)
 
     def close(self) -> None:
         """Stops the worker process (it also stops when this object is collected)."""

@@ -10,6 +10,10 @@ source embeddings are averaged (the paper's M:1), then decoded into each
 target. The optional ranking loss pulls a sentence's embedding towards its
 translation's against the other sentences of the batch (additive-margin
 softmax with in-batch negatives, the modern form of a margin ranking loss).
+The optional distillation loss (`distill_dim`) regresses each source sentence's
+embedding, through a learned linear map where the sizes differ, onto a
+teacher's embedding of the same sentence and of its tuple's pivot sentence
+(Reimers & Gurevych 2020; `forward`'s `teacher`).
 """
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ from model.decoder import SentenceDecoder
 from model.encoder import SentenceEncoder
 
 SHARED = "shared"
+PIVOT = "_pivot"  # `forward`'s teacher key of the pivot sentences' embeddings
 Pair = tuple[torch.Tensor, torch.Tensor]  # (ids (B, T), lengths (B,))
+Teacher = tuple[torch.Tensor, torch.Tensor]  # (the teacher's embeddings (B, D_teacher), which rows have one (B,))
 
 
 class Losses(NamedTuple):
@@ -34,6 +40,7 @@ class Losses(NamedTuple):
     nll: dict[str, torch.Tensor]  # target language -> () summed NLL ({} when nmt_weight is 0)
     tokens: dict[str, torch.Tensor]  # target language -> () target tokens ({} when nmt_weight is 0)
     ranking: torch.Tensor | None  # () the ranking loss, None without one
+    distill: torch.Tensor | None = None  # () the distillation loss, None without a teacher in the batch
 
 
 class MultilingualNMT(nn.Module):
@@ -57,6 +64,7 @@ class MultilingualNMT(nn.Module):
         ranking_margin: float = 0.3,
         nmt_weight: float = 1.0,
         ranking_pairs: str = "source",
+        distill_dim: int = 0,
     ) -> None:
         super().__init__()
         self.languages = list(languages)
@@ -89,6 +97,10 @@ class MultilingualNMT(nn.Module):
 
         names = [SHARED] if shared_decoder else self.languages
         self.decoders = nn.ModuleDict({name: decoder() for name in names})
+        # the student's embedding in the teacher's space: a map where the sizes differ, else the embedding itself
+        self.distill_dim = distill_dim
+        self.distill_map = (nn.Linear(self.embedding_dim, distill_dim, bias=False)
+                            if distill_dim and distill_dim != self.embedding_dim else None)
 
     def _module(self, modules: nn.ModuleDict, lang: str) -> nn.Module:
         if SHARED in modules:
@@ -125,9 +137,13 @@ class MultilingualNMT(nn.Module):
         return dict(zip(batches, out.split([len(lens) for _, lens in batches.values()])))
 
     def forward(
-        self, sources: dict[str, Pair], targets: dict[str, Pair], ranking_weight: float = 0.0
+        self, sources: dict[str, Pair], targets: dict[str, Pair], ranking_weight: float = 0.0,
+        teacher: dict[str, Teacher] | None = None, distill_weight: float = 0.0,
     ) -> Losses:
-        """Losses of one homogeneous batch: every source holds the same B tuples (`Losses`)."""
+        """Losses of one homogeneous batch: every source holds the same B tuples (`Losses`). `teacher`: per
+        language, the teacher's embeddings of the batch's sentences in it and which rows have one; each
+        source is regressed onto its own language's (where the teacher has it) and the pivot's
+        (`teacher[PIVOT]`), with `distill_weight`."""
         ranked = [lang for lang in targets if lang not in sources] if ranking_weight > 0 else []
         encoded = self.encode_many({**sources, **{lang: targets[lang] for lang in ranked}})
         sentence = torch.stack([encoded[lang] for lang in sources]).mean(dim=0)  # (B, D); M:1 averages
@@ -145,7 +161,28 @@ class MultilingualNMT(nn.Module):
             else:  # the (averaged) source against each target
                 ranking = sum(self.ranking_loss(sentence, encoded[lang]) for lang in ranked) / len(ranked)
             loss = loss + ranking_weight * ranking
-        return Losses(loss, nll, tokens, ranking)
+        distill = None
+        if teacher and distill_weight > 0:
+            distill = self.distill_loss({lang: encoded[lang] for lang in sources}, teacher)
+            loss = loss + distill_weight * distill
+        return Losses(loss, nll, tokens, ranking, distill)
+
+    def distill_loss(self, encoded: dict[str, torch.Tensor], teacher: dict[str, Teacher]) -> torch.Tensor:
+        """Mean squared error between each source's mapped embedding (B, D) and the teacher's embeddings of
+        the same sentence and of the pivot, over the rows the teacher has (a masked mean: nothing is read
+        back to the host)."""
+        if self.distill_dim == 0:
+            raise ValueError("this model has no distillation map: build it with distill_dim")
+        terms = []
+        for lang, embedding in encoded.items():
+            mapped = self.distill_map(embedding) if self.distill_map is not None else embedding
+            for key in dict.fromkeys((lang, PIVOT)):
+                if key in teacher:
+                    vectors, present = teacher[key]
+                    error = (mapped.float() - vectors.float()).pow(2).mean(dim=-1)  # (B,)
+                    weight = present.float()
+                    terms.append((error * weight).sum() / weight.sum().clamp(min=1))
+        return torch.stack(terms).mean() if terms else next(iter(encoded.values())).new_zeros(())
 
     def ranking_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Additive-margin softmax over in-batch negatives, both directions. a, b: (B, D)."""
@@ -197,6 +234,14 @@ def read_header(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
         return json.loads(header["args"]), json.loads(header["meta"])
     except (KeyError, json.JSONDecodeError) as exc:
         raise ModelFileError(f"its {FORMAT} header is not readable ({exc})") from None
+
+
+def embedding_size(args: dict[str, Any]) -> int:
+    """The sentence embedding's size of a model of these constructor arguments (`read_header`), unbuilt."""
+    pooling = args.get("pooling", "max")
+    if pooling == "mean":
+        return int(args.get("embed_dim", 128))
+    return int(args.get("encoder_hidden", 256)) * (2 if pooling == "max" else 1)
 
 
 def load_meta(path: str) -> dict[str, Any]:

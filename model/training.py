@@ -22,14 +22,18 @@ def train_step(
     ranking_weight: float,
     grad_clip: float | None,
     device: torch.device,
+    teacher: dict[str, Pair] | None = None,
+    distill_weight: float = 0.0,
 ) -> dict[str, Any]:
     """Forward one homogeneous batch, backward, clip, optimizer step; returns the model's outputs.
 
     `model` is a `MultilingualNMT`, possibly DDP-wrapped. Token ids go to `device`; lengths stay on
-    the host. On a GPU the forward pass runs under bf16 autocast.
+    the host. On a GPU the forward pass runs under bf16 autocast. `teacher`: the batch's teacher
+    embeddings (`MultilingualNMT.forward`), with `distill_weight`.
     """
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        out = model(to_device(sources, device), to_device(targets, device), ranking_weight=ranking_weight)
+        out = model(to_device(sources, device), to_device(targets, device), ranking_weight=ranking_weight,
+                    teacher=to_device(teacher, device) if teacher else None, distill_weight=distill_weight)
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
     if grad_clip:

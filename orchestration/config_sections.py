@@ -62,6 +62,18 @@ class ModelConfig(Schema):
         "every ordered pair of the batch's languages ('all': with a 1:N path, all L(L-1) pairs of a tuple).",
     )
 
+    teacher: str | None = Field(
+        default=None, description="A teacher to distil from: `use` (the offline multilingual USE, 16 languages) or "
+        "a model directory of ours (local or a URI). Its embeddings of the training split are computed once and "
+        "stored beside the dataset (<dataset_dir>/teacher/).")
+    distill_weight: float = Field(
+        default=0.0, ge=0, description="Weight of the distillation loss (with a teacher): each source sentence's "
+        "embedding, through a learned linear map where the sizes differ, regressed onto the teacher's embedding "
+        "of it and of its tuple's pivot sentence.")
+    distill_pivot: str = Field(
+        default="en", description="The language whose sentence of a tuple every other is also regressed onto "
+        "(the only target of a language the teacher lacks).")
+
     @model_validator(mode="after")
     def _some_loss(self) -> "ModelConfig":
         if self.nmt_weight == 0 and self.ranking_weight == 0:

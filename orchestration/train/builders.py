@@ -28,6 +28,7 @@ class WorkerJob:
     # a checkpoint of the run in another folder than this driver's (`train.folders`): where a worker group that
     # has no checkpoint of its own run yet starts from
     resume_from: str | None = None
+    teacher: Any = None  # `core.teacher.TeacherInput`: the teacher's embeddings the workers stream, with one
     verbosity: int | None = None  # `logs.verbosity()` on the driver; None: the default
     progress_board: Any = None  # `live.shown`'s board: rank 0 posts its progress there
 

@@ -32,10 +32,12 @@ from orchestration.lifecycle.lock import held_lease
 from orchestration.config import Config, ConfigError
 from orchestration.state import read_state, write_state
 from orchestration.train import builders, folders, live
+from orchestration.train import teacher as teachers
 from orchestration.train.builders import WorkerJob
 from core import ownership, storage
 from core.schema import dump_yaml
 from core.dataset import Dataset, fingerprint
+from core.teacher import TeacherInput
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +57,31 @@ class TrainResult:
     skipped: bool
 
 
-def train_fingerprint(config: Config, data: Dataset) -> str:
-    """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`)."""
-    return fingerprint({"data": data.fingerprint, "model": config.model.model_dump(),
-                        "train": config.train.model_dump()})
+_TEACHER_KEYS = {"teacher", "distill_weight", "distill_pivot"}
 
 
-def worker_job(config: Config, data: Dataset, run_id: str, uri: str) -> WorkerJob:
+def train_fingerprint(config: Config, data: Dataset, teacher: dict | None = None) -> str:
+    """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
+    teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out: the
+    fingerprint of a run of before they existed."""
+    model = config.model.model_dump(exclude=_TEACHER_KEYS if teacher is None else None)
+    return fingerprint({"data": data.fingerprint, "model": model, "train": config.train.model_dump(),
+                        **({"teacher": teacher} if teacher is not None else {})})
+
+
+def worker_job(config: Config, data: Dataset, run_id: str, uri: str,
+               teacher: teachers.TeacherSpec | None = None) -> WorkerJob:
     """Everything a worker needs (absolute paths: workers run elsewhere); checks the config against the
-    dataset first."""
+    dataset first. The teacher's embeddings are added when they are ready (`teachers.embeddings`)."""
     languages = builders.trained_languages(config, data.languages)
     builders.check_losses(config)
+    teachers.check(config, teacher, languages)
     data_dir = config.data_dir
     check_dev_tuples(config, builders.dev_languages(config, languages))
-    return WorkerJob(config=config, model_args=builders.model_args(config, languages, data.vocab_size),
+    args = builders.model_args(config, languages, data.vocab_size)
+    if teacher is not None:
+        args["distill_dim"] = teacher.dim
+    return WorkerJob(config=config, model_args=args,
                      languages=languages, dev_languages=builders.dev_languages(config, languages),
                      data_dir=data_dir, spm_model=data.spm_model,
                      train_dir=config.train_dir, mlflow_uri=uri, run_id=run_id, lease=held_lease())
@@ -144,8 +157,9 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     data = Dataset.open(config.data_dir)
     check_source_weights(config.train.source_weights, data)
+    teacher = teachers.resolve(config)
     train_dir = config.train_dir  # a local path or a URI: everything below goes through core.storage
-    fp = train_fingerprint(config, data)
+    fp = train_fingerprint(config, data, teacher.identity if teacher else None)
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work (or --force's)
     state_path = storage.join(train_dir, STATE_FILE)
@@ -168,12 +182,15 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
         return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
 
-    job = worker_job(config, data, "", uri)  # validates before anything starts
+    job = worker_job(config, data, "", uri, teacher)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
     ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
     # before the MLflow run: a store or folder the workers on other hosts cannot share is refused
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(train_dir))
+    if teacher is not None:  # computed once per dataset and teacher, before the MLflow run
+        job = dataclasses.replace(job, teacher=TeacherInput(teachers.embeddings(config, data, teacher),
+                                                           config.model.distill_pivot))
     from orchestration.train import checkpoint  # torch: imported only when training
 
     folder = folders.new_folder(job.lease)  # Ray Train's storage: a folder of this lease holder's own

@@ -151,7 +151,7 @@ def set_up(job: WorkerJob) -> Worker:
     position, digest = _stream_start(state, rank, world)
     stream = BatchStream(units, job.languages, training_paths(t), seed=t.seed, rank=rank, world=world,
                          max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
-                         source_weights=t.source_weights, position=position, digest=digest)
+                         source_weights=t.source_weights, position=position, digest=digest, teacher=job.teacher)
     ahead = config.runtime.prefetch_batches
     stream = prefetched(stream, 8 if ahead is None and config.runtime.use_gpu else ahead or 0,
                         pin_memory=device.type == "cuda")
@@ -180,7 +180,8 @@ def step(worker: Worker, window: Window) -> int:
     sources, targets = batch.sources, batch.targets
     ranking_weight = worker.config.model.ranking_weight
     out = train_step(worker.model, worker.optimizer, sources, targets, ranking_weight=ranking_weight,
-                     grad_clip=worker.config.train.grad_clip, device=worker.device)
+                     grad_clip=worker.config.train.grad_clip, device=worker.device, teacher=batch.teacher,
+                     distill_weight=worker.config.model.distill_weight)
     worker.progress.step += 1
     window.add(out, input_tokens(sources, targets, ranking_weight))
     return batch.epoch

@@ -34,7 +34,9 @@ from orchestration import tracking
 from orchestration.cluster import check_every_node_reaches, ensure_ray
 from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
 from core import ownership, storage
+from core.dataset import Dataset
 from core.schema import Schema, dump_yaml
+from orchestration.train import teacher as teachers
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +179,9 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     state = storage.read_json(state_path) if storage.exists(state_path) else {}
     ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(tune_dir))  # the trials' nodes
+    teacher = teachers.resolve(config)
+    if teacher is not None:  # once, here: concurrent trials would each compute the same embeddings
+        teachers.embeddings(config, Dataset.open(config.data_dir).verify(["train"]), teacher)
     with tracking.run(uri, config.tracking.experiment, f"{config.name}-tune",
                       {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
                       resume_run_id=state.get("run_id")) as run_id:

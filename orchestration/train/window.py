@@ -29,7 +29,7 @@ class Window:
     def reset(self) -> None:
         self.nll = dict.fromkeys(self.languages, 0.0)
         self.tokens = dict.fromkeys(self.languages, 0.0)
-        self.loss = self.ranking = self.steps = self.input_tokens = 0.0
+        self.loss = self.ranking = self.distill = self.steps = self.input_tokens = 0.0
         self.start, self.cpu_start = self.wall_clock(), self.cpu_clock()
 
     def add(self, out: Losses, input_tokens: int) -> None:
@@ -40,6 +40,8 @@ class Window:
         self.loss += out.loss.detach()
         if out.ranking is not None:
             self.ranking += out.ranking.detach()
+        if out.distill is not None:
+            self.distill += out.distill.detach()
         self.steps += 1
         self.input_tokens += input_tokens
 
@@ -55,10 +57,11 @@ class Window:
         cpu_seconds = self.cpu_clock() - self.cpu_start
         values = all_sum([float(v) for v in (
             [self.nll[k] for k in keys] + [self.tokens[k] for k in keys]
-            + [self.loss, self.ranking, self.steps, self.input_tokens, cpu_seconds]
+            + [self.loss, self.ranking, self.distill, self.steps, self.input_tokens, cpu_seconds]
         )], device)
         n = len(keys)
-        nll, tokens, (loss, ranking, steps, input_tokens, cpu_seconds) = values[:n], values[n:2 * n], values[2 * n:]
+        nll, tokens = values[:n], values[n:2 * n]
+        loss, ranking, distill, steps, input_tokens, cpu_seconds = values[2 * n:]
         seconds = max(self.wall_clock() - self.start, 1e-9)
         out = {
             "train/loss": loss / max(steps, 1),
@@ -69,6 +72,8 @@ class Window:
             out["train/nll_per_token"] = sum(nll) / sum(tokens)
         if ranking:
             out["train/ranking_loss"] = ranking / max(steps, 1)
+        if distill:
+            out["train/distill_loss"] = distill / max(steps, 1)
         for lang, s, t in zip(keys, nll, tokens):
             if t:
                 out[f"train/ppl/{lang}"] = math.exp(min(s / t, 50.0))
@@ -92,6 +97,8 @@ def log_progress(step: int, metrics: dict[str, float], elapsed: float, *, max_st
         columns.append(f"nll/token {metrics['train/nll_per_token']:.3f}")
     if "train/ranking_loss" in metrics:
         columns.append(f"ranking {metrics['train/ranking_loss']:.3f}")
+    if "train/distill_loss" in metrics:
+        columns.append(f"distill {metrics['train/distill_loss']:.4f}")
     eta = remaining_s(step, elapsed, max_steps=max_steps, max_minutes=max_minutes)
     columns += [f"{metrics['train/tokens_per_s']:.0f} tok/s", f"lr {metrics['train/lr']:.2g}",
                 f"elapsed {elapsed:.0f}s", f"ETA {eta:.0f}s"]

@@ -2,8 +2,11 @@
 disjoint workers, padding and token budgets (on the real Bible token ids of the test dataset)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
 from model.batching import (
@@ -28,9 +31,13 @@ def stream(units, **kwargs) -> BatchStream:
 
 
 def batch_ids(batch) -> list[tuple]:
-    """A batch as plain values: epoch, signature and every token id."""
-    tensors = [t for pair in (*batch.sources.values(), *batch.targets.values()) for t in pair]
-    return [batch.epoch, batch.signature, *[t.tolist() for t in tensors]]
+    """A batch as plain values: epoch, signature, every token id and the teacher's vectors."""
+    tensors = [t for pair in (*batch.sources.values(), *batch.targets.values(), *(batch.teacher or {}).values())
+               for t in pair]
+    return [batch.epoch, batch.signature, sorted(batch.teacher or {}), *[t.tolist() for t in tensors]]
+
+
+_stream = stream
 
 
 def test_units_are_the_row_groups_and_windows_are_bounded(units, small_dataset):
@@ -137,7 +144,17 @@ def test_a_corpus_batch_is_the_padding_of_its_rows(units):
         assert lengths.tolist() == (corpus.lengths[lang][rows] + eos).tolist()
 
 
-def test_a_prefetched_stream_gives_the_same_batches_and_positions(units):
+@pytest.mark.parametrize("extra", ["none", "weights and a teacher"])
+def test_a_prefetched_stream_gives_the_same_batches_and_positions(units, extra, teacher):
+    """Also with source weights and a teacher, which the loader's process rebuilds the stream with."""
+    from core.teacher import TeacherInput
+
+    if extra != "none":
+        source = read_units(units[:1], LANGS, keys=True).keys[0].split(":", 1)[0]
+        kwargs = dict(source_weights={source: 0.5}, teacher=TeacherInput(teacher, "en"))
+        stream = functools.partial(_stream, **kwargs)
+    else:
+        stream = _stream
     plain, ahead = stream(units), prefetched(stream(units), 4)
     try:
         for _ in range(25):
@@ -177,3 +194,42 @@ def test_source_weights_draw_each_tuple_as_often_as_its_source_says(units):
     assert fractions[0].tolist() != fractions[1].tolist()  # another half each epoch
     with pytest.raises(ValueError, match="keys"):
         plan_window(read_units(units[:1], LANGS), epoch=0, source_weights={"other": 2.0}, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def teacher(small_dataset, tmp_path_factory):
+    from tests.support.teachers import synthetic_store
+
+    # the teacher lacks "zh": such a language gets only the pivot's target
+    return synthetic_store(small_dataset.data_dir, tmp_path_factory.mktemp("teacher"), LANGS[:-1])
+
+
+def test_a_stream_with_a_teacher_hands_each_batch_its_sources_and_pivots_teacher_rows(units, teacher):
+    from core.teacher import TeacherInput
+    from model.nmt import PIVOT
+    from tests.support.teachers import key_vector
+
+    plain = stream(units, paths=[TrainingPath(kind="M:1", m=2)], teacher=TeacherInput(teacher, "en"))
+    keys = read_units(units, LANGS, keys=True).keys
+    seen = set()
+    for _ in range(40):
+        batch = next(plain)
+        corpus = plain._corpus
+        rows = plain._plan[plain.position.batch - 1][1]
+        assert set(batch.teacher) == {lang for lang in batch.signature[0] if lang != "zh"} | {PIVOT}
+        for lang, (vectors, has) in batch.teacher.items():
+            name = "en" if lang == PIVOT else lang
+            assert vectors.dtype == torch.float32 and has.tolist() == [corpus.lengths[name][r] > 0 for r in rows]
+            for row, vector, present in zip(rows, vectors, has):
+                expected = key_vector(corpus.keys[row], name, 8) if present else np.zeros(8, np.float16)
+                assert vector.tolist() == expected.astype(np.float32).tolist()
+        seen |= set(batch.signature[0])
+    assert "zh" in seen and len(keys) == sum(u.rows for u in units)
+
+
+def test_teacher_rows_that_are_not_the_shards_are_refused(units, small_dataset, tmp_path):
+    from tests.support.teachers import synthetic_store
+
+    wrong = synthetic_store(small_dataset.data_dir, tmp_path / "t", ["en"], reverse=True)
+    with pytest.raises(ValueError, match="not of this dataset"):
+        read_units(units[:1], LANGS, teacher=wrong)

