@@ -98,7 +98,7 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
     where = teacher_store.location(data.location, fp)
     if storage.exists(storage.join(where, teacher_store.MANIFEST)):
         store = TeacherStore.open(where).verify()
-        log.info("teacher embeddings: %d tuples x %d languages, found in %s", store.manifest["rows"],
+        log.info("teacher embeddings: %s tuples x %d languages, found in %s", f"{store.manifest['rows']:,}",
                  len(store.languages), where)
         return store
     if storage.exists(where) and not ownership.is_staging(where):
@@ -109,7 +109,7 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
     files = _compute(config, data, spec, languages, where)
     store = teacher_store.publish(where, files, teacher=spec.identity, languages=languages, dim=spec.dim,
                                   data=shards)
-    log.info("teacher embeddings: %d tuples x %d languages by %s in %.0f s -> %s", store.manifest["rows"],
+    log.info("teacher embeddings: %s tuples x %d languages by %s in %.0f s -> %s", f"{store.manifest['rows']:,}",
              len(languages), config.model.teacher, time.monotonic() - started, where)
     return store
 
@@ -126,21 +126,37 @@ def _compute(config: Config, data: Dataset, spec: TeacherSpec, languages: list[s
     shards = data.files("train")
     items = [{"shard": str(shard), "out": storage.join(where, "train", posixpath.basename(str(shard)))}
              for shard in shards]
-    rows = {str(shard): storage.open_parquet(shard).metadata.num_rows for shard in shards}
+    sentences = {str(shard): _sentences(shard, languages) for shard in shards}
     kwargs = {"kind": spec.kind, "model": ship_model(Path(spec.location)) if spec.location else None,
               "languages": languages, "dim": spec.dim, "max_tokens": config.evaluate.max_tokens,
               "threads": r.cpus_per_task, "storage_env": storage.environment()}
     with data_job():  # a shard whose node died under it is embedded again
         dataset = ray.data.from_items(items, override_num_blocks=len(items))
-        records = run_actors(dataset, ShardEmbedFn, kwargs, write=_record, rows=sum(rows.values()),
-                             rows_of=lambda record: record["rows"], actors=min(r.embed_actors, len(items)),
-                             cpus=r.cpus_per_task, use_gpu=False, batch_size=1)
+        records = run_actors(dataset, ShardEmbedFn, kwargs, write=_record, rows=sum(sentences.values()),
+                             rows_of=lambda record: sentences[record.pop("shard")],
+                             actors=min(r.embed_actors, len(items)), cpus=r.cpus_per_task, use_gpu=False,
+                             batch_size=1)
     return {f"train/{posixpath.basename(record.pop('out'))}": record for record in records}
 
 
+def _sentences(shard: str, languages: list[str]) -> int:
+    """The sentences of `languages` in a shard, from its footer's null counts (every row when it has none)."""
+    meta = storage.open_parquet(shard).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    total = 0
+    for lang in languages:
+        column = names.index(f"{lang}_text")
+        for group in range(meta.num_row_groups):
+            chunk = meta.row_group(group).column(column)
+            stats = chunk.statistics
+            total += meta.row_group(group).num_rows - (stats.null_count if stats is not None and stats.has_null_count
+                                                       else 0)
+    return total
+
+
 def _record(row: dict[str, Any]) -> dict[str, Any]:
-    return {"out": str(row["out"]), "rows": int(row["rows"]), "bytes": int(row["bytes"]),
-            "sha256": str(row["sha256"])}
+    return {"shard": str(row["shard"]), "out": str(row["out"]), "rows": int(row["rows"]),
+            "bytes": int(row["bytes"]), "sha256": str(row["sha256"])}
 
 
 class ShardEmbedFn:
@@ -185,5 +201,5 @@ class ShardEmbedFn:
                 full[has] = np.asarray(self.embed([t for t in texts if t is not None], lang), np.float32)
             vectors[lang], present[lang] = full, has
         record = teacher_store.write_shard(out, table.column("key").to_pylist(), vectors, present, row_groups)
-        return {"out": np.array([out]), **{k: np.array([v]) for k, v in record.items()}}
+        return {"shard": np.array([shard]), "out": np.array([out]), **{k: np.array([v]) for k, v in record.items()}}
 
