@@ -81,7 +81,8 @@ def read_row_group(where: storage.Location, row_group: int, languages: Sequence[
     vectors, present = {}, {}
     for lang in languages:
         column = table.column(lang).combine_chunks()
-        vectors[lang] = column.values.to_numpy(zero_copy_only=False).reshape(len(table), column.type.list_size)
+        # flatten(): the values of these rows (`.values` would ignore a slice's offset)
+        vectors[lang] = column.flatten().to_numpy(zero_copy_only=False).reshape(len(table), column.type.list_size)
         present[lang] = table.column(f"{lang}_has").to_numpy(zero_copy_only=False).astype(bool)
     return table.column("key").to_pylist(), vectors, present
 

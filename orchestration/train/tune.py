@@ -22,6 +22,7 @@ import os
 import posixpath
 import signal
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,9 +187,10 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                       {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
                       resume_run_id=state.get("run_id")) as run_id:
         storage.write_json(state_path, {"run_id": run_id})
+        interrupted = _Interruption()
         try:
             tuner = _tuner(config, space, domains, run_id, tune_dir)
-            with _graceful_sigint() as interrupted:
+            with _graceful_sigint(interrupted):
                 results = tuner.fit()
             if interrupted.is_set():  # Tune returns as from a finished search: the trials were stopped
                 raise KeyboardInterrupt
@@ -197,7 +199,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                 raise RuntimeError("no trial reported a dev error; see the trial logs in "
                                    f"{storage.join(tune_dir, 'ray')}")
         finally:  # those the scheduler stopped; on a failure, those whose actors are gone
-            _close_running_trials(uri, config.tracking.experiment, run_id)
+            _close_running_trials(uri, config.tracking.experiment, run_id, interrupted.at_ms)
         values = best.config["values"]
         path = storage.join(tune_dir, BEST_FILE)
         text = (f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
@@ -262,13 +264,22 @@ def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: 
     )
 
 
+class _Interruption(threading.Event):
+    """Set by Ctrl+C during the search (`_graceful_sigint`); `at_ms`: when, in MLflow's milliseconds."""
+
+    at_ms: int | None = None
+
+    def set(self) -> None:
+        self.at_ms = int(time.time() * 1000)
+        super().set()
+
+
 @contextmanager
-def _graceful_sigint() -> Iterator[threading.Event]:
+def _graceful_sigint(interrupted: _Interruption) -> Iterator[threading.Event]:
     """Ctrl+C during `Tuner.fit`: Tune stops the trials and saves the search's state (what a rerun resumes), and
     the event is set for the caller to report the interruption. Tune's own SIGINT handler stops as gracefully but
     then returns as if the search had ended, so ours asks Tune through its SIGUSR1 handler. A second Ctrl+C, or
     one before Tune listens, stops at once."""
-    interrupted = threading.Event()
 
     def on_sigint(signum, frame) -> None:
         tune_handler = signal.getsignal(signal.SIGUSR1)
@@ -298,9 +309,17 @@ def _example(domain: Domain) -> Any:
     return (domain.uniform or domain.loguniform or domain.randint)[0]
 
 
-def _close_running_trials(uri: str, experiment: str, tune_run_id: str) -> None:
+def _close_running_trials(uri: str, experiment: str, tune_run_id: str, interrupted_ms: int | None = None) -> None:
     """The search's trial runs still RUNNING (their actors stopped by the scheduler or an interruption, with no
-    chance to end their runs): marked KILLED. A rerun of the search resumes them and sets them RUNNING again."""
+    chance to end their runs): marked KILLED. After an interruption (at `interrupted_ms`), so are those that
+    ended FAILED since: a trial stopped while its training's workers were being torn down may see their end as
+    an error before its actor goes (a race: most are gone first). A rerun of the search resumes them and sets
+    them RUNNING again."""
     running = f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'RUNNING'"
     for run in tracking.search_runs(uri, experiment, running, 1000):
         tracking.end_run(uri, run.info.run_id, "KILLED")
+    if interrupted_ms is not None:
+        stopped = (f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'FAILED' "
+                   f"and attributes.end_time >= {interrupted_ms}")
+        for run in tracking.search_runs(uri, experiment, stopped, 1000):
+            tracking.end_run(uri, run.info.run_id, "KILLED")
