@@ -198,15 +198,10 @@ def verify(data_dir: str | Path, splits: list[str] | tuple[str, ...], *, spm: bo
 
 def _verify_file(data_dir: str | Path, relative: str, recorded: str | None) -> None:
     location = storage.join(data_dir, relative)
+    advice = "; run `interlingua prepare --force`"
     if not recorded:
-        raise DatasetError(f"{location}: no sha256 in {MANIFEST}; run `interlingua prepare --force`")
-    try:
-        actual = file_sha256(location)
-    except FileNotFoundError:
-        raise DatasetError(f"{location}: missing, named in {MANIFEST}; run `interlingua prepare --force`") from None
-    if actual != recorded:
-        raise DatasetError(f"{location}: sha256 {actual[:12]} differs from {recorded[:12]} in {MANIFEST}: the file "
-                           "is damaged or was replaced; run `interlingua prepare --force`")
+        raise DatasetError(f"{location}: no sha256 in {MANIFEST}{advice}")
+    storage.verify_sha256(location, recorded, named_in=MANIFEST, error=DatasetError, advice=advice)
 
 
 def recorded_sha256(manifest: dict[str, Any], splits: list[str] | tuple[str, ...], *,

@@ -259,6 +259,19 @@ def sha256(location: Location) -> str:
     return digest.hexdigest()
 
 
+def verify_sha256(location: Location, recorded: str, *, named_in: str, error: type[Exception],
+                  advice: str = "") -> None:
+    """Raise `error` when the file at `location` is missing or its SHA-256 is not `recorded` (as the manifest
+    `named_in` records it); `advice` (e.g. "; run ...") ends the message."""
+    try:
+        actual = sha256(location)
+    except FileNotFoundError:
+        raise error(f"{location}: missing, named in {named_in}{advice}") from None
+    if actual != recorded:
+        raise error(f"{location}: sha256 {actual[:12]} differs from {recorded[:12]} in {named_in}: the file is "
+                    f"damaged or was replaced{advice}")
+
+
 def delete_file(location: Location) -> None:
     """Delete one file. Raises FileNotFoundError if it is missing."""
     fs, path = resolve(location)

@@ -14,6 +14,7 @@ checks that their keys agree.
 """
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import re
 from dataclasses import dataclass
@@ -63,14 +64,15 @@ def write_shard(where: storage.Location, keys: Sequence[str], vectors: Mapping[s
         columns[lang] = pa.FixedSizeListArray.from_arrays(flat, dim)
         columns[f"{lang}_has"] = pa.array(np.asarray(present[lang], bool))
     table = pa.table(columns)
-    fs, path = storage.resolve(where)
-    fs.create_dir(posixpath.dirname(path), recursive=True)
-    with fs.open_output_stream(path) as sink, pq.ParquetWriter(sink, table.schema, compression="zstd") as writer:
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, table.schema, compression="zstd") as writer:
         start = 0
         for size in row_groups:
             writer.write_table(table.slice(start, size), row_group_size=max(size, 1))
             start += size
-    return {"rows": len(keys), "bytes": storage.size(where), "sha256": storage.sha256(where)}
+    data = sink.getvalue().to_pybytes()
+    storage.replace_bytes(where, data)
+    return {"rows": len(keys), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def read_row_group(where: storage.Location, row_group: int, languages: Sequence[str]
@@ -124,14 +126,8 @@ class TeacherStore:
         """This store, once every file matches the size and sha256 its manifest records; TeacherStoreError
         naming the first that does not."""
         for name, record in self.manifest["files"].items():
-            where = storage.join(self.location, name)
-            try:
-                actual = storage.sha256(where)
-            except FileNotFoundError:
-                raise TeacherStoreError(f"{where}: missing, named in {MANIFEST}") from None
-            if actual != record["sha256"]:
-                raise TeacherStoreError(f"{where}: sha256 {actual[:12]} differs from {record['sha256'][:12]} in "
-                                        f"{MANIFEST}: the file is damaged or was replaced")
+            storage.verify_sha256(storage.join(self.location, name), record["sha256"], named_in=MANIFEST,
+                                  error=TeacherStoreError)
         return self
 
 

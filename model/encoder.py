@@ -25,6 +25,14 @@ from core.dataset import PAD_ID
 Pooling = Literal["max", "last", "mean"]
 
 
+def output_size(pooling: str, embed_dim: int, hidden_size: int) -> int:
+    """The size of a sentence embedding: the token embeddings' for mean pooling, the LSTM's hidden size
+    (both directions for max pooling) otherwise."""
+    if pooling == "mean":
+        return embed_dim
+    return hidden_size * (2 if pooling == "max" else 1)
+
+
 class SentenceEncoder(nn.Module):
     def __init__(
         self,
@@ -44,9 +52,9 @@ class SentenceEncoder(nn.Module):
         bidirectional = pooling == "max"
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
+        self.output_dim = output_size(pooling, embed_dim, hidden_size)
         if pooling == "mean":
             self.lstm = None
-            self.output_dim = embed_dim
             return
         self.lstm = nn.LSTM(
             embed_dim,
@@ -56,7 +64,6 @@ class SentenceEncoder(nn.Module):
             bidirectional=bidirectional,
             dropout=dropout if num_layers > 1 else 0.0,
         )
-        self.output_dim = hidden_size * (2 if bidirectional else 1)
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """ids (B, T) right-padded, lengths (B,) all >= 1 -> (B, D)."""

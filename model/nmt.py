@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.decoder import SentenceDecoder
-from model.encoder import SentenceEncoder
+from model.encoder import SentenceEncoder, output_size
 
 SHARED = "shared"
 PIVOT = "_pivot"  # `forward`'s teacher key of the pivot sentences' embeddings
@@ -238,10 +238,7 @@ def read_header(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def embedding_size(args: dict[str, Any]) -> int:
     """The sentence embedding's size of a model of these constructor arguments (`read_header`), unbuilt."""
-    pooling = args.get("pooling", "max")
-    if pooling == "mean":
-        return int(args.get("embed_dim", 128))
-    return int(args.get("encoder_hidden", 256)) * (2 if pooling == "max" else 1)
+    return output_size(args["pooling"], args["embed_dim"], args["encoder_hidden"])
 
 
 def load_meta(path: str) -> dict[str, Any]:
