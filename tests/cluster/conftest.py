@@ -10,6 +10,8 @@ the folder's last test, so none of its processes runs beside the rest of the sui
     cluster_ray       (per test) RayCluster (started once): address, head, workers, node(name).kill_raylet();
                       a test that kills a node restarts it (`RayCluster.restart`)
     cluster_dask      DaskCluster: address, scheduler, workers (resources node_a, node_b)
+    tracked_ray       (per test) a local Ray instance of the test's own whose processes hold the tracking
+                      server's user, as a node of a cluster holds its own
 """
 from __future__ import annotations
 
@@ -61,6 +63,24 @@ def tracking_server(_tracking_server, monkeypatch) -> tracking.TrackingServer:
     for key, value in _tracking_server.env.items():
         monkeypatch.setenv(key, value)
     return _tracking_server
+
+
+@pytest.fixture
+def tracked_ray(tracking_server) -> Iterator[None]:
+    """A local Ray instance started with the tracking server's user in its environment, as every node of a
+    cluster has it: the shared local instance (`local_ray`) started without it, and its training workers were
+    refused by the server (401) whenever it was up before this test."""
+    import ray
+
+    from orchestration.cluster import loopback_only
+
+    reset_ray()
+    with loopback_only():  # as a command's own instance listens
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
+    try:
+        yield
+    finally:
+        reset_ray()
 
 
 @pytest.fixture(scope="package")

@@ -257,6 +257,31 @@ def _cache_home(tmp_path_factory) -> None:
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache-home"))
 
 
+class _CurrentStderr:
+    """Writes to whatever `sys.stderr` is at the time of writing."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+@pytest.fixture(autouse=True)
+def _ray_logs_to_the_current_stderr() -> None:
+    """Ray's console handler (`ray._private.log.PlainRayHandler`) keeps the `sys.stderr` of the moment Ray set
+    up its logging, though its docstring says it writes to the current one: in one test process that was an
+    earlier test's captured stream, closed since, and a later test's command printed "--- Logging error ---"
+    tracebacks (in one order of the tests, not in another). Each (Ray's and Ray Data's) is made to write to the
+    current one."""
+    if "ray" not in sys.modules:
+        return
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("ray")]
+    for handler in (h for logger in loggers for h in logger.handlers):  # "ray" and Ray Data's own among them
+        if type(handler).__name__ == "PlainRayHandler" and not isinstance(handler.stream, _CurrentStderr):
+            handler.stream = _CurrentStderr()  # not setStream: it flushes the old stream, which may be closed
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored() -> Iterator[None]:
     """A command run through `main` sets the object store's variables (`storage.configure`) and, as a CLI

@@ -43,6 +43,7 @@ FIXTURE_MARKERS = {
     "tracking_server": ("server", "cluster"),
     "cluster_network": ("cluster",),
     "cluster_ray": ("cluster", "ray"),
+    "tracked_ray": ("cluster", "ray"),
     "cluster_dask": ("cluster",),
     "serve_venv": ("venv",),
     "two_node_cluster": ("cluster", "ray"),
