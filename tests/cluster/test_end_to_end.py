@@ -81,7 +81,15 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     assert "eval/test/metrics.json" in found and "eval/test/embeddings/manifest.json" in found
     ranks = [storage.read_json(f"{run_dir}/train/workers/rank-{r}.json")["ip"] for r in (0, 1)]
     assert sorted(ranks) == sorted(n.ip for n in cluster_ray.workers)  # one worker on each worker node
-    assert storage.read_json(f"{run_dir}/train/run.json")["done"] is True
+    trained = storage.read_json(f"{run_dir}/train/run.json")
+    assert trained["done"] is True
+    # the training workers on the nodes logged to the server over the network, each step once (a node was
+    # killed and the training resumed: no step logged twice); once a test of its own (test_tracking_cluster.py)
+    run = tracking.get_run(tracking_server.uri, trained["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags[tracking.STAGE_TAG] == "train"
+    assert run.data.params["runtime.num_workers"] == "2"
+    assert sorted(step for step, _ in tracking.metric_history(tracking_server.uri, trained["run_id"],
+                                                              "dev/xsim_error")) == [20, 40, 60]
     assert any(f.startswith("mlflow/") for f in storage.files(bucket))  # the MLflow artifacts, in the bucket
     version = tracking.model_versions(tracking_server.uri, "e2e")
     assert len(version) == 1

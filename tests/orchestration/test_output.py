@@ -108,7 +108,10 @@ def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
 
 
 @pytest.mark.ray
-def test_train_shows_one_progress_line_no_colour_codes_and_the_worker_lines_with_v(small_dataset, tmp_path):
+def test_train_shows_one_progress_line_no_colour_codes_and_no_worker_lines(small_dataset, tmp_path):
+    """Without -v. The workers' lines that -v shows are asserted on a training that runs anyway
+    (train/test_fault_tolerance.py, `test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position`): a
+    second training here cost about 40 CPU-seconds."""
     args = ["train", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
             f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,
             "train.max_steps=20"]
@@ -119,11 +122,6 @@ def test_train_shows_one_progress_line_no_colour_codes_and_the_worker_lines_with
     # the driver's line like evaluate's (a line every 30 s and the last one): step, rate, ETA, dev error, tokens/s
     assert progress and re.search(r"trained 20/20 steps \(100 %\), [\d,]+ steps/s, ETA 0:00:00, "
                                   r"best dev error [\d.]+ %, [\d,]+ tokens/s$", progress[-1]), out.stderr
-    # the workers' step and dev lines: -v (no count of all lines: with another Ray instance on the machine,
+    # the workers' step and dev lines: -v only (no count of all lines: with another Ray instance on the machine,
     # Ray's placement-group cleaner prints a traceback of its own)
     assert not re.search(r"step \d+/20 loss|dev similarity error", out.stderr), out.stderr
-
-    verbose = interlingua("-v", *args, "--force")
-    assert "\x1b[" not in verbose.stdout + verbose.stderr
-    steps = re.findall(r"step \d+/20 loss [\d.]+ (\S+)", verbose.stderr)
-    assert len(steps) == 4 and set(steps) == {"ranking"}, verbose.stderr  # every 5 steps; no NMT column: it is off

@@ -194,6 +194,7 @@ def local_ray(_moto, monkeypatch) -> None:
     gets the variables its start set, as the process that started it had them."""
     import ray
 
+    from orchestration import cluster
     from orchestration.cluster import loopback_only
 
     if not _on_shared_ray(ray):
@@ -203,6 +204,10 @@ def local_ray(_moto, monkeypatch) -> None:
             ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": dict(_moto)})
         _LOCAL_RAY.update(address=ray.get_runtime_context().gcs_address,
                           env={k: v for k, v in os.environ.items() if before.get(k) != v})
+        # started by this process and ended with it, as a command's own instance (`cluster.ensure_ray`): the
+        # in-process trainings leave out Ray Train's placement group cleaner (a process, about 2 CPU-seconds,
+        # per training) as a command's do; a command in a child process that joins it keeps its own
+        cluster._started_here = _LOCAL_RAY["address"]
     for name, value in _LOCAL_RAY["env"].items():
         monkeypatch.setenv(name, value)
 

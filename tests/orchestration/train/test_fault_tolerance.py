@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,7 +144,9 @@ def final_state(train_dir: Path) -> dict:
 def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_dataset, tmp_path, local_ray):
     """The same run with and without a killed worker sees the same batches and ends with the same weights:
     the stream resumes at the checkpoint's data position (windows of 60 tuples: mid-epoch, mid-window),
-    also when the killed run's batches are built ahead by a worker process (runtime.prefetch_batches)."""
+    also when the killed run's batches are built ahead by a worker process (runtime.prefetch_batches).
+    The killed run's command runs with -v: its output holds the workers' step lines (once a second training
+    of test_output.py), without colour codes."""
     import ray
 
     from orchestration.train.driver import train
@@ -155,7 +158,7 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     train(straight)
 
     run_dir = tmp_path / "killed" / "run"
-    args = [str(Path(sys.executable).with_name("interlingua")), "train", f"run_dir={run_dir}",
+    args = [str(Path(sys.executable).with_name("interlingua")), "-v", "train", f"run_dir={run_dir}",
             f"dataset_dir={small_dataset.data_dir}", f"tracking.uri=sqlite:///{tmp_path / 'killed.db'}",
             "prepare.spm.vocab_size=2000", *TINY, *overrides,
             "runtime.prefetch_batches=2",  # batches built ahead by a worker process: the same batches
@@ -170,6 +173,11 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     finally:
         if driver.poll() is None:
             driver.kill()
+    printed = (tmp_path / "killed.log").read_text()
+    assert "\x1b[" not in printed  # a log file is no terminal
+    # -v: rank 0's line every 5 steps (runtime.log_every_steps), its loss columns those in use (no NMT column)
+    columns = re.findall(r"step \d+/120 loss [\d.]+ (\S+)", printed)
+    assert "step 120/120 loss" in printed and set(columns) == {"ranking"}, printed[-3000:]
     killed, clean = final_state(train_dir), final_state(Path(straight.train_dir))
     resumes = [h["resumed_at_step"] for h in killed["progress"]["history"]]
     assert resumes and 0 < resumes[0] < 120  # it was killed and resumed mid-run
