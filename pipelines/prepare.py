@@ -132,9 +132,9 @@ def run_prepare(
     _warn_unchecked_languages(config)
     staged = staging.stage(data_dir, print_)
     try:  # from the staging on: an interrupt anywhere leaves no staging behind
-        log.info("preparing %d records from %d sources in %d read tasks -> %s",
-                 plan.records, len(config.sources), len(plan.tasks), data_dir)
-        with _interrupt_is_keyboard_interrupt():
+        with _interrupt_is_keyboard_interrupt():  # before the first line: a Ctrl+C after it stops the job
+            log.info("preparing %d records from %d sources in %d read tasks -> %s",
+                     plan.records, len(config.sources), len(plan.tasks), data_dir)
             stats = _run_job(config, plan, staged.root, options)
         manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
         if resolved_config is not None:
@@ -151,7 +151,8 @@ def run_prepare(
 
 @contextmanager
 def _interrupt_is_keyboard_interrupt() -> Iterator[None]:
-    """A SIGINT stops the job as KeyboardInterrupt, even when Beam's runner re-raises it as another error."""
+    """A SIGINT stops the job as KeyboardInterrupt, even when Beam's runner re-raises it as another error or
+    lets the job finish (a thread of its own that caught it): nothing is published after a Ctrl+C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -170,6 +171,8 @@ def _interrupt_is_keyboard_interrupt() -> Iterator[None]:
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
+    if seen:
+        raise KeyboardInterrupt
 
 
 def warn_unchecked_scripts(config: PrepareConfig) -> list[str]:
