@@ -20,7 +20,7 @@ from typing import Iterator
 import pytest
 
 from tests.support import dask_nodes, network, ray_nodes, s3, tracking_server as tracking
-from tests.support.fixtures import reset_ray
+from tests.support.fixtures import own_ray, reset_ray
 
 NODES = ("a", "b")
 
@@ -70,17 +70,8 @@ def tracked_ray(tracking_server) -> Iterator[None]:
     """A local Ray instance started with the tracking server's user in its environment, as every node of a
     cluster has it: the shared local instance (`local_ray`) started without it, and its training workers were
     refused by the server (401) whenever it was up before this test."""
-    import ray
-
-    from orchestration.cluster import loopback_only
-
-    reset_ray()
-    with loopback_only():  # as a command's own instance listens
-        ray.init(address="local", num_cpus=2, include_dashboard=False)
-    try:
+    with own_ray(address="local", num_cpus=2, include_dashboard=False):
         yield
-    finally:
-        reset_ray()
 
 
 @pytest.fixture(scope="package")

@@ -3,7 +3,6 @@ allows namespaces): folders on the driver's disk are refused there, before any w
 them. That the workers log to the tracking server over the network is asserted by the end-to-end test."""
 from __future__ import annotations
 
-
 import pytest
 
 from core.errors import Exit

@@ -89,7 +89,7 @@ def test_a_sigint_that_the_job_swallows_or_turns_into_another_error_still_interr
     (then the job would finish and publish), or re-raise it as another error."""
     from pipelines.prepare import _interrupt_is_keyboard_interrupt
 
-    before = signal.getsignal(signal.SIGINT)  # in a pytest-xdist worker, at times SIG_IGN (set by a library)
+    before = signal.getsignal(signal.SIGINT)  # in a pytest-xdist worker, once SIG_IGN (set by something in that process)
     with pytest.raises(KeyboardInterrupt):
         with _interrupt_is_keyboard_interrupt():
             try:

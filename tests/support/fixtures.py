@@ -176,11 +176,15 @@ def reset_ray() -> None:
 def own_ray(**init) -> Iterator[None]:
     """A Ray instance of the test's own (`ray.init(**init)`), for a test that needs one started after it set
     something up (variables its workers must see, a dashboard); the shared one is shut down first and
-    started again by the next test that asks for it."""
+    started again by the next test that asks for it. A local instance listens on the loopback address only,
+    as a command's own does."""
     import ray
 
+    from orchestration.cluster import loopback_only
+
     reset_ray()
-    ray.init(**init)
+    with loopback_only() if init.get("address") == "local" else contextlib.nullcontext():
+        ray.init(**init)
     try:
         yield
     finally:
