@@ -16,3 +16,9 @@ os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
 # instance, most task workers were new processes. Idle workers are kept 5 minutes instead. Two tests, run
 # alone and alternating with and without it, twice (2026-11-27): 287 and 305 CPU-seconds against 317 and 317.
 os.environ.setdefault("RAY_idle_worker_killing_time_threshold_ms", "300000")
+# Ray starts its worker processes at niceness 15 (its drivers and its own servers keep 0). Beside the other
+# test process's work (a Beam job, a server, a command's driver: all at 0) they got a few percent of a core:
+# with two busy loops beside it, the tune test's first trial was still importing after 150 s and never reached
+# its first checkpoint in 300 s, a step that takes about 30 s at the same niceness (2026-11-28). Two tests
+# sharing two cores share them evenly when every process has the same niceness.
+os.environ.setdefault("RAY_worker_niceness", "0")

@@ -149,10 +149,10 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 
 def wait_for(predicate: Callable[[], T | None], timeout: float, what: str,
-             proc: subprocess.Popen | None = None, every_s: float = 0.2) -> T:
+             proc: subprocess.Popen | None = None, every_s: float = 0.2, log: Path | None = None) -> T:
     """Poll `predicate` until it returns something truthy (returned). AssertionError naming `what` when
     `timeout` passes or when `proc` (a command the test waits on) exits first, with its stderr's tail when
-    it was piped."""
+    it was piped, or `log`'s tail (where the command writes its output)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -160,10 +160,35 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str,
             return value
         if proc is not None and proc.poll() is not None:
             err = proc.stderr.read()[-3000:] if proc.stderr is not None else ""
-            raise AssertionError(f"the command exited ({proc.returncode}) before {what}" + (f": {err}" if err else ""))
+            raise AssertionError(f"the command exited ({proc.returncode}) before {what}"
+                                 + (f": {err}" if err else "") + (f"\n{log_tail(log)}" if log else ""))
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
+                                 + (f"\n{log_tail(log)}" if log else ""))
         time.sleep(every_s)
+
+
+def run_to_end(command: Sequence[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run` of a command with its output captured as text. Past `timeout`, an AssertionError that
+    ends with the command's last stderr lines (where a slow or stuck command was), not a bare TimeoutExpired."""
+    try:
+        return subprocess.run(list(command), capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        lines = err.splitlines()[-TAIL_LINES:]
+        raise AssertionError(f"{' '.join(command[:4])} ... ran past {timeout:.0f}s; the last {len(lines)} lines "
+                             "of its stderr:\n" + "\n".join(lines)) from None
+
+
+def kill_and_tail(proc: subprocess.Popen, chars: int = 3000) -> str:
+    """Kill a command whose stderr is piped and return that stderr's last `chars` characters (what it had
+    written, also when a child of it keeps the pipe open)."""
+    proc.kill()
+    try:
+        err = proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr or ""
+    return (err.decode("utf-8", "replace") if isinstance(err, bytes) else err)[-chars:]
 
 
 def stop(proc: subprocess.Popen, timeout: float = 120) -> None:

@@ -18,7 +18,7 @@ import pytest
 from core.errors import Exit
 from orchestration.cli import main
 from orchestration.lifecycle.lock import AlreadyRunning, LeaseLost, LockUnsupported, run_lock
-from tests.support.procs import wait_for
+from tests.support.procs import run_to_end, wait_for
 
 HOLD = textwrap.dedent("""
     import pathlib, sys, time
@@ -306,7 +306,7 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
         reached = max((step for key in tracking.get_run(uri, frozen_run).data.metrics
                        for step, _ in tracking.metric_history(uri, frozen_run, key)), default=0)
         time.sleep(4 + 2)  # the pause itself: past the lease's 4 s and the store's whole-second clock
-        taker = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        taker = run_to_end(command, 600, env=env)
         assert taker.returncode == 0, taker.stderr[-3000:]
         assert "taking it over" in taker.stderr, taker.stderr[-3000:]
         committed = {f: storage.sha256(storage.join(run_dir, f)) for f in storage.files(run_dir)}
@@ -335,7 +335,7 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
     changed = {f for f in {*now, *committed} if now.get(f) != committed.get(f)}
     assert all(f.startswith(f"train/{holder_folder}/") and f in now for f in changed), changed
     # the next command that trains there removes what the woken holder left (here: nothing to train)
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    rerun = run_to_end(command, 600, env=env)
     assert rerun.returncode == 0 and "already trained" in rerun.stdout, rerun.stderr[-3000:]
     assert {f: storage.sha256(storage.join(run_dir, f)) for f in storage.files(run_dir)} == committed
     again = tracking.get_run(uri, state["run_id"])

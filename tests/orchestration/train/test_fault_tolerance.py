@@ -15,7 +15,7 @@ import torch
 
 from model.nmt import load_model
 from orchestration import tracking
-from tests.support.procs import free_ports, own_output, wait_for
+from tests.support.procs import free_ports, own_output, run_to_end, wait_for
 from tests.support.runs import TINY, checkpoints, store_uri
 
 
@@ -113,7 +113,7 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
             driver.kill()
     assert not (train_dir / "model").exists()
 
-    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    rerun = run_to_end(args, 600, env=env)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     progress = json.loads((train_dir / "model" / "progress.json").read_text())
     assert progress["step"] == 120 and progress["done"]
@@ -166,7 +166,7 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     train_dir = run_dir / "train"
     driver = subprocess.Popen(args, stdout=open(tmp_path / "killed.log", "wb"), stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver)
+        wait_for(lambda: checkpoints(train_dir), 180, "the first checkpoint", driver, log=tmp_path / "killed.log")
         worker = json.loads((train_dir / "workers" / "rank-0.json").read_text())["pid"]
         os.kill(worker, signal.SIGKILL)
         assert driver.wait(300) == 0, (tmp_path / "killed.log").read_text()[-3000:]

@@ -13,7 +13,7 @@ from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError
 from orchestration.train.tune import load_space, trial_config, tune
-from tests.support.procs import own_output, wait_for
+from tests.support.procs import kill_and_tail, own_output, run_to_end, wait_for
 from tests.support.runs import TINY, config_for
 
 
@@ -144,7 +144,7 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
             try:
                 wait_for(training, 300, "a trial's first checkpoint", proc)
             except AssertionError as exc:
-                raise AssertionError(f"{exc}\n{proc.communicate(timeout=60)[1][-3000:]}") from None
+                raise AssertionError(f"{exc}\n{kill_and_tail(proc)}") from None
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=300)
         finally:
@@ -157,7 +157,7 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
     (killed,) = runs("train")
     assert tune_run.info.status == "KILLED" and killed.info.status == "KILLED", killed.info.status
 
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    finished = run_to_end(command, 600, cwd=tmp_path)
     assert finished.returncode == 0, finished.stderr
     out = finished.stdout
     assert f"best config: {run_dir}/tune/best.yaml  (MLflow tune run {tune_run.info.run_id})" in out  # resumed
@@ -166,7 +166,7 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
     assert killed.info.run_id in {r.info.run_id for r in trial_runs}  # the interrupted trial resumed into its run
     assert {r.info.status for r in trial_runs} == {"FINISHED"}
 
-    again = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    again = run_to_end(command, 600, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert f"(MLflow tune run {tune_run.info.run_id})" in again.stdout and "2 trials" in again.stdout
     rerun = runs("train")  # the finished search restored from the bucket: no trial trains again
