@@ -9,7 +9,7 @@ demo's encoder (configs/bible6-cpu.yaml: shared BLSTM-max, 128/128, 256-d)
 over a BPE vocabulary trained here on those verses, untrained: throughput does
 not depend on the weights.
 
-- "bare": `orchestration.serve.corpus.embed_in_process`, the `-o FILE.npy`
+- "bare": `orchestration.embed.corpus.embed_in_process`, the `-o FILE.npy`
   path: this process reads the files line by line and embeds them with
   `SentenceEmbedder` in chunks of `--block-rows`, torch on `--threads` threads.
 - "ray xA": `embed_corpus` (the job behind `interlingua embed -o DIR`) with A
@@ -90,8 +90,8 @@ def bare(model: Path, paths: list[Path], threads: int, block_rows: int) -> float
     """Seconds of the in-process loop over the files."""
     import torch
 
-    from orchestration.serve.corpus import embed_in_process
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.embed.corpus import embed_in_process
+    from orchestration.embed.embedder import SentenceEmbedder
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -102,7 +102,7 @@ def bare(model: Path, paths: list[Path], threads: int, block_rows: int) -> float
 
 def on_ray(model: Path, paths: list[Path], out: Path, actors: int, threads: int, block_rows: int) -> float:
     """Seconds of the Ray Data job into an empty folder."""
-    from orchestration.serve.corpus import embed_corpus
+    from orchestration.embed.corpus import embed_corpus
 
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()

@@ -35,8 +35,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.xsim import error_matrix  # noqa: E402
-from orchestration import tracking  # noqa: E402
-from orchestration import model_dir as model_files  # noqa: E402
+from orchestration.adapters import tracking  # noqa: E402
+from orchestration.adapters import model_dir as model_files  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.evaluate.job import evaluate  # noqa: E402
 from orchestration.train.driver import train  # noqa: E402
@@ -183,7 +183,7 @@ def main() -> None:
     finished = {r: v for r, v in record["rows"].items() if v.get("test")}
     best = min(finished, key=lambda r: finished[r]["test"]["all"]) if finished else None
     if args.paraphrase and best:
-        from orchestration.serve.embedder import SentenceEmbedder
+        from orchestration.embed.embedder import SentenceEmbedder
 
         keys = json.loads((Path(finished[best]["model_dir"]).parents[1] / "eval" / "test" / "embeddings"
                            / "keys.json").read_text())

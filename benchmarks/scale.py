@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestration import tracking  # noqa: E402
+from orchestration.adapters import tracking  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
 from core.dataset import MANIFEST, SPM_MODEL, SPM_VOCAB, file_sha256, load_manifest  # noqa: E402
 

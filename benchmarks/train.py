@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model.batching import BatchStream, sample_corpus, shard_units  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
 from model.training import input_tokens, make_optimizer, train_step  # noqa: E402
-from orchestration import tracking  # noqa: E402
+from orchestration.adapters import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.train.builders import model_args, training_paths  # noqa: E402
 from orchestration.train.driver import train  # noqa: E402

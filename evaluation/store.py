@@ -1,5 +1,5 @@
 """Embeddings on disk in blocks, each with its completion record: the one format that `evaluate`
-(`write_block` + `publish`), `embed` and `mine` (`save_block`, in `serve.corpus`) write and
+(`write_block` + `publish`), `embed` and `mine` (`save_block`, in `embed.corpus`) write and
 `StoredEmbeddings` reads, from a local folder or a URI.
 
     <folder>/<lang>/part-NNNNN.npy       (n, D) the rows [start, start + n) of each language

@@ -13,7 +13,7 @@ the dev error during training and the test error of `interlingua evaluate`:
 (`evaluation.store.StoredEmbeddings`). Each task searches one block of
 `query_block` queries against one of `shards` candidate shards, reading and
 normalizing only those rows; an executor runs the tasks, in this process
-(`LocalExecutor`) or as Ray tasks (`orchestration.cluster.RayExecutor`), and
+(`LocalExecutor`) or as Ray tasks (`orchestration.adapters.cluster.RayExecutor`), and
 the per-shard top-k lists are merged exactly, block by block. With
 `results_dir` the merged top-k go to disk as they come, so the caller holds a
 block of queries at a time, never a split. Plain functions over arrays.

@@ -29,11 +29,11 @@ from typing import Sequence
 
 from core import storage
 from core.errors import Exit, UserError
-from orchestration import logs
+from orchestration.adapters import logs
 from orchestration.cli import export, serve, stages, tools
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
-from orchestration.lifecycle.lock import AlreadyRunning, LeaseLost, lease_lost
+from orchestration.adapters.lock import AlreadyRunning, LeaseLost, lease_lost
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
@@ -91,11 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if location:
                 storage.check_reachable(location, key)  # one line and exit 1 in seconds, not a traceback later
         if args.writes:
-            from orchestration.state import check_writable
+            from orchestration.adapters.state import check_writable
 
             check_writable(config.run_location, "run_dir")  # before any work, not at its end
         if args.locks and _writes_in_run_dir(args.command, config):
-            from orchestration.lifecycle.lock import stage_lock
+            from orchestration.adapters.lock import stage_lock
 
             with stage_lock(config.run_location, args.command, ttl=config.runtime.lease_ttl_s):
                 return args.handler(config, args)

@@ -23,8 +23,8 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def export(config: Config, args: argparse.Namespace) -> int:
-    from orchestration import model_dir
-    from orchestration.serve.export import export_model
+    from orchestration.adapters import model_dir
+    from orchestration.embed.export import export_model
 
     from core import storage
     from orchestration.config import ConfigError
@@ -53,7 +53,7 @@ def add_upgrade_model(sub: argparse._SubParsersAction) -> None:
 
 
 def upgrade_model(config: Config, args: argparse.Namespace) -> int:
-    from orchestration import model_dir
+    from orchestration.adapters import model_dir
     from orchestration.config import ConfigError
 
     from core import storage

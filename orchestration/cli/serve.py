@@ -23,7 +23,7 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def serve(config: Config, args: argparse.Namespace) -> int:
-    from orchestration import tracking
+    from orchestration.adapters import tracking
     from orchestration.serve import app
     from orchestration.serve.models import ModelSource
 

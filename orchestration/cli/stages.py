@@ -97,8 +97,8 @@ def add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
-    from orchestration import tracking
-    from orchestration.lifecycle.lock import AlreadyRunning
+    from orchestration.adapters import tracking
+    from orchestration.adapters.lock import AlreadyRunning
     from orchestration.lifecycle.run import run_pipeline
 
     try:

@@ -44,7 +44,7 @@ def add_search(sub: argparse._SubParsersAction) -> None:
 
 def search(config: Config, args: argparse.Namespace) -> int:
     from core.dataset import Dataset
-    from orchestration.serve.nearest import nearest_sentences
+    from orchestration.embed.nearest import nearest_sentences
 
     if args.k < 1:
         raise ConfigError("-k must be at least 1")
@@ -83,7 +83,7 @@ def add_embed(sub: argparse._SubParsersAction) -> None:
 
 
 def embed(config: Config, args: argparse.Namespace) -> int:
-    from orchestration import model_dir
+    from orchestration.adapters import model_dir
     from core import storage
 
     model = args.model or model_dir.default(config.train_dir)
@@ -92,7 +92,7 @@ def embed(config: Config, args: argparse.Namespace) -> int:
         return _embed_small(model, args, config.runtime.backend)
     if "-" in args.input:
         raise ConfigError("stdin (-i -) is embedded in this process: give -o FILE.npy")
-    from orchestration.serve.corpus import embed_corpus
+    from orchestration.embed.corpus import embed_corpus
 
     r = config.runtime
     output = args.output if storage.is_uri(args.output) else Path(args.output)
@@ -166,9 +166,9 @@ def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> i
     import numpy as np
 
     from core import storage
-    from orchestration import model_dir
-    from orchestration.serve.corpus import embed_in_process
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.adapters import model_dir
+    from orchestration.embed.corpus import embed_in_process
+    from orchestration.embed.embedder import SentenceEmbedder
 
     check_npy_output(args.output, args.input, args.force)
     if any(name.endswith(".parquet") for name in args.input):

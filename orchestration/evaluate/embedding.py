@@ -1,4 +1,4 @@
-"""Embedding a held-out split (or a test set) to disk with the one embedding job (`serve.job`).
+"""Embedding a held-out split (or a test set) to disk with the one embedding job (`embed.job`).
 
 Ray Data reads the split's Parquet shards in key order (a distributed sort
 unless the shards are sorted key ranges already, as one shard is), keeps the
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from evaluation.store import StoredEmbeddings, publish
-from orchestration.cluster import data_job
+from orchestration.adapters.cluster import data_job
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
-from orchestration.serve.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, run_actors, ship_model, tuples_block
+from orchestration.embed.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, run_actors, ship_model, tuples_block
 from core import ownership
 from core.dataset import Dataset
 
@@ -166,8 +166,8 @@ def _staging(folder: Path) -> Path:
 
 def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | None, languages: list[str],
            folder: Path, batch_rows: int, backend: str) -> list[dict[str, Any]]:
-    """The block records of the `rows` `tuples` embedded by the one embedding job (`serve.job`) and written
-    into the staging folder here, the model on `backend` (resolved: `serve.backends`)."""
+    """The block records of the `rows` `tuples` embedded by the one embedding job (`embed.job`) and written
+    into the staging folder here, the model on `backend` (resolved: `embed.backends`)."""
     e, r = config.evaluate, config.runtime
     staging = _staging(folder)
     ownership.make_staging(staging)

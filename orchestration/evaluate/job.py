@@ -33,15 +33,15 @@ from evaluation.metrics import subset_averages
 from evaluation.report import FILES, check_output, format_matrix, write_report
 from evaluation.store import StoredEmbeddings
 from evaluation.xsim import approximate_recall, pair_metrics, search_pairs
-from orchestration import model_dir as model_files
-from orchestration import tracking
-from orchestration.cluster import RayExecutor, check_every_node_reaches, ensure_ray, shipped
+from orchestration.adapters import model_dir as model_files
+from orchestration.adapters import tracking
+from orchestration.adapters.cluster import RayExecutor, check_every_node_reaches, ensure_ray, shipped
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import embed_split, embed_texts
-from orchestration.progress import Progress
-from orchestration.serve import backends
-from orchestration.state import read_state, write_state
+from orchestration.adapters.progress import Progress
+from orchestration.embed import backends
+from orchestration.adapters.state import read_state, write_state
 from core import ownership, storage, transfer
 from core.dataset import Dataset, file_sha256, fingerprint
 
@@ -59,7 +59,7 @@ class Encoder:
     meta: dict[str, Any]  # the model's training progress (step, dev error)
     reencode: bool = False  # the dataset's token ids are of another tokenizer: the model reads the text
     known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
-    backend: str = "torch"  # the engine that runs it (`serve.backends`, resolved: never "auto")
+    backend: str = "torch"  # the engine that runs it (`embed.backends`, resolved: never "auto")
 
 
 @dataclass

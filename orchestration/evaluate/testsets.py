@@ -3,7 +3,7 @@
     testset = load_testset(spec, model_languages)   # Testset: name, table (key, <lang>_text...), identity
 
 Two kinds, both embedded from their text by each model with its own
-normalization and sentencepiece model (`serve.embedder.SentenceEmbedder`), so
+normalization and sentencepiece model (`embed.embedder.SentenceEmbedder`), so
 that models with different tokenizers are measured on the same input:
 
 - `files`: one line-aligned file per language (the xx-en similarity sets of
@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from core import storage
 from core.dataset import MANIFEST, Dataset, DatasetError, fingerprint
-from orchestration.config_sections import TestsetConfig
+from orchestration.config.stages import TestsetConfig
 from orchestration.evaluate import EvaluateError
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
 
 
 def _from_files(spec: TestsetConfig) -> Testset:
-    from orchestration.serve.inputs import CorpusError, read_lines
+    from orchestration.embed.inputs import CorpusError, read_lines
 
     columns, identity = {}, {}
     for lang, name in spec.files.items():

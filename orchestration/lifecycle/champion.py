@@ -20,7 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
-from orchestration import tracking
+from orchestration.adapters import tracking
+from orchestration.lifecycle import packaging
 from orchestration.config import Config
 
 log = logging.getLogger(__name__)
@@ -125,13 +126,13 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
     """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult on the split, or on the
     test set `registry.decide_on`); promote it when `decide` says so against the champion re-evaluated on
     the same data (RuntimeError if that data's fingerprint differs: numbers on different inputs)."""
-    from orchestration import model_dir as model_files
+    from orchestration.adapters import model_dir as model_files
     from orchestration.evaluate.job import evaluate
 
     local = model_files.fetch(trained.model_dir)  # a URI's model: a verified copy on this host
     dim = model_files.load(local / model_files.MODEL_FILE)[0].embedding_dim
     lineage = model_files.verify(local)
-    info = tracking.log_pyfunc_model(uri, trained.run_id, local, dim)
+    info = packaging.log_model(uri, trained.run_id, local, dim)
     version = tracking.register_model(uri, info.model_uri, name, {
         MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
         SPM_TAG: lineage["spm_sha256"], DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),

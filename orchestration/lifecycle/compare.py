@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from evaluation.report import grid
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.config import Config, ConfigError
 from core.ownership import ForeignDataError
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from core import storage
 from core.errors import Exit
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.config import Config
-from orchestration.lifecycle.lock import run_lock
+from orchestration.adapters.lock import run_lock
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     """prepare -> train -> evaluate -> register under the run dir's lock; the outcome and its exit code."""
     from orchestration.evaluate.job import evaluate
     from orchestration.lifecycle.champion import MODEL_TAG, register_and_decide
-    from orchestration.model_dir import MODEL_FILE
+    from orchestration.adapters.model_dir import MODEL_FILE
     from orchestration.train.driver import train
     from core.dataset import file_sha256
     from pipelines.prepare import run_prepare

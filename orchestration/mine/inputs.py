@@ -1,5 +1,5 @@
 """The monolingual sentences of one language, normalized as at training time and deduplicated; the
-files (local or URIs) are found and read by `serve.inputs`, the one input reader (that of `embed` and the
+files (local or URIs) are found and read by `embed.inputs`, the one input reader (that of `embed` and the
 test sets)."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from core import storage
-from orchestration.config_sections import MineConfig, MineInput
+from orchestration.config.stages import MineConfig, MineInput
 from orchestration.mine import MineError
-from orchestration.serve.inputs import CorpusError, read_column, read_lines, resolve_inputs
+from orchestration.embed.inputs import CorpusError, read_column, read_lines, resolve_inputs
 from core.normalize import Normalizer
 from core.normalize import NormalizeConfig
 
@@ -90,7 +90,7 @@ def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
 
 
 def _lines(path: str, spec: MineInput) -> Iterator[str]:
-    """The file's sentences, read by the one input reader of `embed` (`serve.inputs`): UTF-8 checked, line
+    """The file's sentences, read by the one input reader of `embed` (`embed.inputs`): UTF-8 checked, line
     ends and an opening BOM dropped, a null Parquet value as an empty sentence."""
     try:
         if spec.format == "parquet":

@@ -26,13 +26,13 @@ import numpy as np
 
 from evaluation.mining import calibrate, filter_pairs, hub_counts, knn, precision_recall_f1
 from evaluation.mining import mine as mine_pairs
-from orchestration import model_dir as model_files
-from orchestration import tracking
+from orchestration.adapters import model_dir as model_files
+from orchestration.adapters import tracking
 from orchestration.config import Config
 from orchestration.mine import MineError
 from orchestration.mine.inputs import Sentences, check_inputs, read_sentences
 from orchestration.mine.report import EMBEDDINGS, LanguagePair, check_output, write_outputs
-from orchestration.state import check_writable
+from orchestration.adapters.state import check_writable
 from core import storage
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ def check_k(k: int, sentences: dict[str, Sentences]) -> None:
 
 def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encoder, Any, dict[str, Any]]:
     """The embedding function of `mine.model`, the normalization it was trained with, and what it is.
-    A trained model embeds with the streaming Ray Data job (`serve.corpus.embed_corpus`) into
+    A trained model embeds with the streaming Ray Data job (`embed.corpus.embed_corpus`) into
     `embeddings_dir`/<lang>, which a rerun of the same sentences and model resumes; USE in this process."""
     from core.normalize import NormalizeConfig
 
@@ -141,7 +141,7 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encode
         use = USE()
         return (lambda texts, lang: np.asarray(use.encode(texts), dtype=np.float32)), NormalizeConfig(), {
             "model": "use"}
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.embed.embedder import SentenceEmbedder
     from core.dataset import file_sha256
 
     if choice == "run":
@@ -179,7 +179,7 @@ def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from orchestration.serve.corpus import embed_corpus, load_embeddings
+    from orchestration.embed.corpus import embed_corpus, load_embeddings
 
     source, body = storage.join(out, "sentences.parquet"), io.BytesIO()
     pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), body)
@@ -227,7 +227,7 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
 
 
 def _executor(config: Config):
-    from orchestration.cluster import RayExecutor, ensure_ray
+    from orchestration.adapters.cluster import RayExecutor, ensure_ray
 
     ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard)
     return RayExecutor(config.runtime.cpus_per_task)

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from evaluation.mining import Pairs
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.config import Config
 from core import ownership, storage
 from core.dataset import file_sha256
@@ -87,7 +87,7 @@ def check_output(out_dir: str | Path) -> list[str]:
     """The entries of `mine.output_dir` (local or a URI) once each is this product's mining output (what its
     manifest names, what a killed run recorded it was writing, the embeddings of the inputs);
     ForeignDataError naming the others, before any work: a user's folder is never written into."""
-    from orchestration.serve.corpus import own_entries as own_blocks
+    from orchestration.embed.corpus import own_entries as own_blocks
 
     listed = ownership.recorded_writes(out_dir) | {ownership.JOURNAL}
     try:

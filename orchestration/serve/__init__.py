@@ -1,10 +1,6 @@
-"""The shared embedding layer: the trained encoder on raw text, and the one Ray Data embedding job that
-`evaluate`, `embed` and `mine` run; `interlingua search` and the MLflow pyfunc model.
+"""`interlingua serve`: the HTTP endpoint on Ray Serve, built on the embedding layer (`orchestration.embed`).
 
-    embedder.py   SentenceEmbedder: a model directory -> embeddings of raw sentences
-    job.py        the one Ray Data embedding job: its actors (split, texts, USE, file blocks), run_actors
-    inputs.py     the inputs of `embed` and `mine`: text and Parquet files, checked and cut into blocks
-    corpus.py     `embed`: a Ray Data job, `evaluation.store` blocks, resumable (or small inputs in-process)
-    nearest.py    `search`: nearest sentences of the evaluation split to a query (its stored embeddings)
-    pyfunc.py     the registered MLflow model (sentences and languages in, embeddings out)
+    app.py        the deployment, its routes and its batching
+    request.py    a request checked against the limits (413, 422)
+    models.py     the served model: a model directory or the registry's champion, hot-swapped with a drain
 """

@@ -114,7 +114,7 @@ class EmbeddingServer:
         if served.store is None:
             return RequestRejected(422, f"model version {served.version} has no stored embedding set to search "
                                         "(`interlingua evaluate` writes it); ask without \"nearest\"")
-        from orchestration.serve.nearest import search_stored
+        from orchestration.embed.nearest import search_stored
 
         answer["nearest"] = [{} for _ in request.sentences]
         for target in request.nearest_in:
@@ -170,7 +170,7 @@ def application(config: Config, scratch: str | None = None):
 def start(config: Config, scratch: str | None = None) -> str:
     """Start the endpoint on the Ray cluster of `runtime.ray_address` (a local one when unset) and return its
     URL once it answers; `stop` ends it. `scratch`: see `application`."""
-    from orchestration.cluster import ensure_ray
+    from orchestration.adapters.cluster import ensure_ray
 
     ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
     serve.start(http_options={"host": config.serve.host, "port": config.serve.port})

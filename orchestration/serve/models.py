@@ -26,10 +26,10 @@ from typing import Any, Iterator
 from core import storage
 from core.dataset import file_sha256
 from core.errors import UserError
-from orchestration import model_dir as model_files
-from orchestration import tracking
+from orchestration.adapters import model_dir as model_files
+from orchestration.adapters import tracking
 from orchestration.config import Config
-from orchestration.serve.embedder import SentenceEmbedder
+from orchestration.embed.embedder import SentenceEmbedder
 
 # Ray Serve sends its replicas' "ray.serve" loggers to the replica log and the driver's stderr.
 log = logging.getLogger(f"ray.serve.{__name__}")
@@ -107,7 +107,7 @@ def _store(config: Config, folder: Path):
     Looked for before importing the search (faiss), which plain embedding does without."""
     if not storage.exists(storage.join(config.eval_dir, config.evaluate.split, "embeddings", "manifest.json")):
         return None
-    from orchestration.serve.nearest import stored_embeddings
+    from orchestration.embed.nearest import stored_embeddings
 
     try:
         return stored_embeddings(config, folder)

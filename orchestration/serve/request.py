@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from orchestration.config_sections import ServeConfig
+from orchestration.config.stages import ServeConfig
 
 
 class RequestRejected(Exception):

@@ -6,7 +6,7 @@ from typing import Any
 
 from model.training_paths import TrainingPath
 from orchestration.config import Config, ConfigError, evaluated_languages
-from orchestration.config_sections import TrainConfig
+from orchestration.config.training import TrainConfig
 
 
 @dataclass(frozen=True)

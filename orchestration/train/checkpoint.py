@@ -2,7 +2,7 @@
 
 A checkpoint directory (one per `runtime.checkpoint_every_steps`, reported to
 Ray Train, which keeps `runtime.keep_checkpoints` of them under
-`<run_dir>/train/ray`) is a model directory (`orchestration.model_dir`: the
+`<run_dir>/train/ray`) is a model directory (`orchestration.adapters.model_dir`: the
 best model so far, spm.model, config.yaml, progress.json) plus `state.pt`:
 the weights, optimizer, scheduler and progress; with the folder's model
 file (the best weights so far, not stored twice) everything a restarted
@@ -21,8 +21,8 @@ import torch
 
 from model.batching import DataPosition
 from model.nmt import MultilingualNMT, load_model, save_model
-from orchestration import model_dir as model_files
-from orchestration.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
+from orchestration.adapters import model_dir as model_files
+from orchestration.adapters.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
 from core import fencing, ownership, storage
 from core.schema import dump_yaml
 from core.dataset import file_sha256

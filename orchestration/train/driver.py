@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import UserError
-from orchestration import logs
-from orchestration import model_dir as model_files
-from orchestration import tracking
-from orchestration.cluster import check_every_node_reaches, ensure_ray
-from orchestration.lifecycle.lock import held_lease
+from orchestration.adapters import logs
+from orchestration.adapters import model_dir as model_files
+from orchestration.adapters import tracking
+from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
+from orchestration.adapters.lock import held_lease
 from orchestration.config import Config, ConfigError
-from orchestration.state import read_state, write_state
+from orchestration.adapters.state import read_state, write_state
 from orchestration.train import builders, folders, live
 from orchestration.train import teacher as teachers
 from orchestration.train.builders import WorkerJob
@@ -226,7 +226,7 @@ def _interruptible_trainer():
     callback renamed, it would run again, at that cost only."""
     from ray.train.torch import TorchTrainer
 
-    from orchestration import cluster
+    from orchestration.adapters import cluster
 
     class InterruptibleTrainer(TorchTrainer):
         interrupted = False

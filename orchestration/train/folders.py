@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from core import ownership, storage
-from orchestration import model_dir as model_files
+from orchestration.adapters import model_dir as model_files
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Training's progress on the driver: one line like evaluate's and embed's (steps, rate, ETA, the best dev
-error, tokens/s), a bar on a terminal and a line every 30 s elsewhere (`orchestration.progress`).
+error, tokens/s), a bar on a terminal and a line every 30 s elsewhere (`orchestration.adapters.progress`).
 
 Rank 0 posts its numbers after every log window to a `Board`, a Ray actor that takes no CPU (the calls
 do not wait); a thread of the driver reads the board every `poll_s` seconds while `trainer.fit()` holds
@@ -13,7 +13,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from orchestration.progress import Progress
+from orchestration.adapters.progress import Progress
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@
     checkpoint      every `runtime.checkpoint_every_steps`: `checkpoint.report`
 
 Its state is a `Worker`, where it stands a `checkpoint.TrainingProgress` (the line the driver draws
-is an `orchestration.progress.Progress`).
+is an `orchestration.adapters.progress.Progress`).
 """
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ from model.batching import (
 from model.inference import embed_rows
 from model.nmt import MultilingualNMT
 from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
-from orchestration import logs, tracking
+from orchestration.adapters import logs, tracking
 from orchestration.config import Config
-from orchestration.lifecycle.lock import worker_fence
+from orchestration.adapters.lock import worker_fence
 from orchestration.train import checkpoint, live
 from orchestration.train.builders import WorkerJob, schedule_args, training_paths
 from orchestration.train.checkpoint import TrainingProgress, TrainingState

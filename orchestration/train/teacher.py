@@ -56,7 +56,7 @@ def resolve(config: Config) -> TeacherSpec | None:
         return TeacherSpec("use", None, {"kind": "use", "package": package, "version": version(package)},
                            USE_LANGUAGES, USE_DIM)
     from model.nmt import ModelFileError, embedding_size, read_header
-    from orchestration import model_dir as model_files
+    from orchestration.adapters import model_dir as model_files
 
     where = name if storage.is_uri(name) else storage.absolute(name)
     try:
@@ -116,11 +116,11 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
 
 def _compute(config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
              ) -> dict[str, dict[str, Any]]:
-    """A shard per item, through `runtime.embed_actors` actors (`serve.job.run_actors`: our progress line)."""
+    """A shard per item, through `runtime.embed_actors` actors (`embed.job.run_actors`: our progress line)."""
     import ray.data
 
-    from orchestration.cluster import data_job
-    from orchestration.serve.job import run_actors, ship_model
+    from orchestration.adapters.cluster import data_job
+    from orchestration.embed.job import run_actors, ship_model
 
     r = config.runtime
     shards = data.files("train")
@@ -178,8 +178,8 @@ class ShardEmbedFn:
             encoder = USE(threads=threads)
             self.embed = lambda texts, lang: encoder.encode(texts)
         else:
-            from orchestration.serve.embedder import SentenceEmbedder
-            from orchestration.serve.job import landed_model
+            from orchestration.embed.embedder import SentenceEmbedder
+            from orchestration.embed.job import landed_model
 
             with landed_model(model) as model_dir:
                 embedder = SentenceEmbedder.load(model_dir, device="cpu", max_tokens=max_tokens, threads=threads)

@@ -31,8 +31,8 @@ from typing import Any, Iterator, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from orchestration import tracking
-from orchestration.cluster import check_every_node_reaches, ensure_ray
+from orchestration.adapters import tracking
+from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
 from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
 from core import ownership, storage
 from core.dataset import Dataset

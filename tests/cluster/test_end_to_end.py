@@ -16,7 +16,7 @@ import pytest
 
 from core import storage
 from core.errors import Exit
-from orchestration import tracking
+from orchestration.adapters import tracking
 from core.schema import dump_yaml
 from orchestration.config import load_config
 from tests.support.corpus import LANGS, SMALL_BOOKS, VERSIONS

@@ -81,7 +81,7 @@ def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket_
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from orchestration import tracking as client
+    from orchestration.adapters import tracking as client
     from orchestration.cli import main
 
     with monkeypatch.context() as stranger:  # no credentials, then a wrong password
@@ -154,7 +154,7 @@ def test_a_search_of_the_drivers_embeddings_runs_on_the_worker_nodes_of_a_head_w
     import ray
 
     from evaluation.xsim import search_pairs
-    from orchestration.cluster import RayExecutor, shipped
+    from orchestration.adapters.cluster import RayExecutor, shipped
     from tests.support.embeddings import aligned, store_of
 
     arrays = aligned(n=90)

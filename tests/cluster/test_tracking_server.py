@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.errors import Exit
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.cli import main
 from tests.support.corpus import LANGS, SMALL_BOOKS, VERSIONS, write_corpus
 from tests.support.runs import RETUNED, TINY
@@ -69,7 +69,7 @@ def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
     import mlflow
     import pandas as pd
 
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.embed.embedder import SentenceEmbedder
 
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")

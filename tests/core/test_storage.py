@@ -100,7 +100,7 @@ def test_a_foreign_object_under_a_prefix_is_never_removed(s3_bucket, verse):
 
 
 def test_check_writable_probes_a_uri_and_leaves_nothing(s3_bucket):
-    from orchestration.state import check_writable
+    from orchestration.adapters.state import check_writable
 
     check_writable(f"{s3_bucket}/runs/x", "run_dir")
     assert storage.entries(f"{s3_bucket}/runs/x") == []

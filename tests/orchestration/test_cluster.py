@@ -12,7 +12,7 @@ import pytest
 
 from evaluation.search import search
 from evaluation.xsim import LocalExecutor, pair_metrics, search_pairs
-from orchestration.cluster import RayExecutor
+from orchestration.adapters.cluster import RayExecutor
 from tests.support.embeddings import aligned, store_of
 from tests.support.procs import PACKAGE_ROOT
 
@@ -48,7 +48,7 @@ def test_ray_tasks_read_stored_embeddings_a_few_in_flight(local_ray, tmp_path):
 def test_a_tracking_file_or_a_local_folder_is_refused_on_a_cluster_of_several_hosts(monkeypatch, uri):
     import ray
 
-    from orchestration.cluster import check_every_node_reaches
+    from orchestration.adapters.cluster import check_every_node_reaches
     from orchestration.config import ConfigError
 
     hosts = [{"NodeManagerAddress": ip, "Alive": alive} for ip, alive in
@@ -76,7 +76,7 @@ def test_shipped_embeddings_are_read_from_the_object_store_not_the_drivers_disk(
 
     from evaluation.store import StoredEmbeddings
     from evaluation.xsim import search_pairs
-    from orchestration.cluster import RayExecutor, shipped
+    from orchestration.adapters.cluster import RayExecutor, shipped
     from tests.support.embeddings import aligned, store_of
 
     arrays = aligned(n=50)
@@ -105,7 +105,7 @@ def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(
     import psutil
     import ray
 
-    from orchestration.cluster import ensure_ray, owns_ray
+    from orchestration.adapters.cluster import ensure_ray, owns_ray
     from tests.support.fixtures import reset_ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -123,7 +123,7 @@ def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(
     # another command joins it at its address (`runtime.ray_address=127.0.0.1:PORT`), as a driver on loopback
     address = ray.get_runtime_context().gcs_address
     assert address.startswith("127.0.0.1:")
-    join = subprocess.run([sys.executable, "-c", "import ray; from orchestration.cluster import ensure_ray, owns_ray; "
+    join = subprocess.run([sys.executable, "-c", "import ray; from orchestration.adapters.cluster import ensure_ray, owns_ray; "
                            f"ensure_ray({address!r}); print(ray.get(ray.remote(lambda: 2).remote()), owns_ray())"],
                           capture_output=True, text=True, timeout=180, cwd=PACKAGE_ROOT)
     assert join.stdout.strip() == "2 False", join.stderr[-3000:]
@@ -157,7 +157,7 @@ def test_a_ray_data_task_that_a_dead_node_failed_runs_again_and_any_other_error_
                                                                                      under_data_job):
     import ray.data
 
-    from orchestration.cluster import data_job
+    from orchestration.adapters.cluster import data_job
 
     def run():
         dataset = ray.data.range(4, override_num_blocks=2)

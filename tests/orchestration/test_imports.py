@@ -2,8 +2,10 @@
 GCS and BigQuery client libraries, which an `embed` or a `search` has no use for."""
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 
 # What train, evaluate, search, embed, mine, compare and tune import, at module level and in their functions.
@@ -15,17 +17,17 @@ BEAM_FREE = [
     "orchestration.train.tune",
     "orchestration.evaluate.job",
     "orchestration.evaluate.embedding",
-    "orchestration.serve.embedder",
-    "orchestration.serve.corpus",
-    "orchestration.serve.job",
-    "orchestration.serve.inputs",
-    "orchestration.serve.nearest",
-    "orchestration.serve.pyfunc",
+    "orchestration.embed.embedder",
+    "orchestration.embed.corpus",
+    "orchestration.embed.job",
+    "orchestration.embed.inputs",
+    "orchestration.embed.nearest",
+    "orchestration.embed.pyfunc",
     "orchestration.serve.app",
     "orchestration.mine.job",
     "orchestration.mine.inputs",
     "orchestration.lifecycle.compare",
-    "orchestration.tracking",
+    "orchestration.adapters.tracking",
     "pipelines.clean",
     "pipelines.sources",
     "core.dataset",
@@ -48,13 +50,13 @@ def test_the_commands_that_run_no_beam_job_do_not_import_beam():
 
 # What the served model imports: the Beam-free core, the model and the embedder.
 SERVING = ["core.dataset", "core.storage", "core.normalize", "core.schema", "core.errors", "model.nmt",
-           "model.inference", "orchestration.serve.embedder", "orchestration.serve.pyfunc"]
+           "model.inference", "orchestration.embed.embedder", "orchestration.embed.pyfunc"]
 
 
 def test_the_model_the_embedder_and_the_pyfunc_need_neither_beam_nor_ray_train():
     assert loaded(SERVING, ("apache_beam", "ray.train")) == set()
     assert loaded(["ray.train.torch"], ("apache_beam", "ray.train")) == {"ray.train"}  # the check can fail
-    from orchestration.serve.pyfunc import REQUIREMENTS
+    from orchestration.embed.pyfunc import REQUIREMENTS
 
     assert not {"apache-beam", "ray", "faiss-cpu"} & set(REQUIREMENTS)
 
@@ -66,9 +68,6 @@ def test_the_http_server_needs_neither_beam_nor_ray_train_nor_faiss():
 
 
 def test_model_and_evaluation_import_nothing_of_the_beam_job():
-    import ast
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[2]
     for package in ("core", "model", "evaluation"):
         for path in (root / package).glob("*.py"):
@@ -78,17 +77,16 @@ def test_model_and_evaluation_import_nothing_of_the_beam_job():
                 assert not [n for n in names if n.split(".")[0] in ("pipelines", "orchestration")], (path, names)
 
 
-def test_no_module_of_the_product_imports_itself_back():
-    """No circle in the product's import graph, read from the sources (imports in functions too): a module
-    that two others need in turn belongs in a room of its own (serve/job.py once imported serve/corpus.py,
-    which imported it)."""
-    import ast
-    from pathlib import Path
+PRODUCT = ("core", "model", "pipelines", "orchestration", "evaluation")
 
+
+def import_graph() -> tuple[dict[str, Path], dict[str, set[str]]]:
+    """The product's modules (name -> file) and which of them each imports, read from the sources (imports in
+    functions too; `from a import b` counts as an import of `a.b` when that is a module)."""
     from tests.support.procs import PACKAGE_ROOT
 
     modules = {}
-    for package in ("core", "model", "pipelines", "orchestration", "evaluation"):
+    for package in PRODUCT:
         for path in (PACKAGE_ROOT / package).rglob("*.py"):
             parts = path.relative_to(PACKAGE_ROOT).with_suffix("").parts
             modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
@@ -110,6 +108,13 @@ def test_no_module_of_the_product_imports_itself_back():
                 target = target.rpartition(".")[0]
             if target and target != name:
                 graph.setdefault(name, set()).add(target)
+    return modules, graph
+
+
+def test_no_module_of_the_product_imports_itself_back():
+    """No circle in the product's import graph: a module that two others need in turn belongs in a room of
+    its own (the embedding job once imported the corpus module, which imported it)."""
+    modules, graph = import_graph()
 
     def reaches(start: str) -> set[str]:
         seen, todo = set(), [start]
@@ -122,4 +127,48 @@ def test_no_module_of_the_product_imports_itself_back():
 
     circles = sorted(name for name in modules if name in reaches(name))
     assert circles == [], f"modules that import themselves back: {circles}"
-    assert "orchestration.serve.job" in graph and len(graph) > 50  # the graph was read
+    assert "orchestration.embed.job" in graph and len(graph) > 50  # the graph was read
+
+
+# The rooms of the product, lowest first: a room imports only from rooms of a lower rank, never from one of
+# its own rank or above (docs/layout.md). The stages (train, evaluate, mine, serve) share a rank: none
+# imports another; what two of them need lives below them.
+RANKS = {
+    "core": 0,
+    "model": 1, "evaluation": 1, "pipelines": 1,
+    "orchestration.config": 2,
+    "orchestration.adapters": 3,
+    "orchestration.embed": 4,
+    "orchestration.train": 5, "orchestration.evaluate": 5, "orchestration.mine": 5, "orchestration.serve": 5,
+    "orchestration.lifecycle": 6,
+    "orchestration.cli": 7,
+}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "orchestration" and len(parts) > 1 else parts[0]
+
+
+def running_up(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of `graph` into a room of the importer's rank or above."""
+    return sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
+                  if room(target) not in (room(name), "orchestration") and RANKS[room(target)] >= RANKS[room(name)])
+
+
+def test_every_import_runs_down_the_rooms_and_the_root_of_orchestration_holds_only_rooms():
+    from tests.support.procs import PACKAGE_ROOT
+
+    modules, graph = import_graph()
+    assert {room(m) for m in modules} - {"orchestration"} == set(RANKS), "a room without a rank, or a rank left over"
+    assert running_up(graph) == []
+    root = PACKAGE_ROOT / "orchestration"
+    assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py"], "a module at the root of orchestration/"
+    # the check can fail: tracking once imported the registry's packaging from the serving package, and
+    # training the run lock from lifecycle (which imports training)
+    assert running_up({"orchestration.adapters.tracking": {"orchestration.lifecycle.packaging"},
+                       "orchestration.train.loop": {"orchestration.lifecycle.run", "orchestration.adapters.lock"},
+                       "orchestration.serve.app": {"orchestration.mine.job"}}) == [
+        "orchestration.adapters.tracking -> orchestration.lifecycle.packaging",
+        "orchestration.serve.app -> orchestration.mine.job",
+        "orchestration.train.loop -> orchestration.lifecycle.run"]

@@ -10,9 +10,9 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from orchestration import model_dir as model_files
+from orchestration.adapters import model_dir as model_files
 from orchestration.cli import main
-from orchestration.serve.embedder import SentenceEmbedder
+from orchestration.embed.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
 from core.dataset import Dataset, load_manifest
 from pipelines.tokenizer import train_bpe

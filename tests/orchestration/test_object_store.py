@@ -51,7 +51,7 @@ def bucket_model(s3_bucket, small_dataset, tmp_path_factory):
 def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(s3_bucket, bucket_model, small_dataset, tmp_path,
                                                                monkeypatch, book_lines, capsys):
     from evaluation.store import StoredEmbeddings
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.embed.embedder import SentenceEmbedder
 
     monkeypatch.chdir(tmp_path)
     local_model, model = bucket_model
@@ -184,7 +184,7 @@ def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit
 
 
 def test_inputs_in_the_bucket_by_prefix_and_glob_are_read_as_local_files_are(s3_bucket, tmp_path, book_lines):
-    from orchestration.serve.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
+    from orchestration.embed.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
     from tests.support.corpus import write_lines
 
     fr = book_lines({"fr": "l"}, [8, 31])["fr"]
@@ -209,7 +209,7 @@ def test_inputs_in_the_bucket_by_prefix_and_glob_are_read_as_local_files_are(s3_
 
 
 def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, capsys, monkeypatch):
-    from orchestration import model_dir as model_files
+    from orchestration.adapters import model_dir as model_files
     from tests.support.runs import untrained_model_dir
 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
@@ -228,7 +228,7 @@ def test_a_model_in_the_bucket_is_found_by_its_lineage_a_replaced_model_is_refus
     import shutil
 
     from core.dataset import Dataset
-    from orchestration import model_dir as model_files
+    from orchestration.adapters import model_dir as model_files
     from tests.support.runs import other_weights, untrained_model_dir
 
     local, model = bucket_model

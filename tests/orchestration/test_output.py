@@ -64,7 +64,7 @@ def test_prepare_prints_its_stages_and_result_and_quiet_only_the_result(tmp_path
 @pytest.mark.ray
 def test_evaluate_prints_no_library_chatter_and_the_use_baseline_runs_through_the_same_job(small_dataset, tmp_path):
     """The command's output, and the baseline encoder's evaluation it ran (what a test of the job's own did)."""
-    from orchestration import tracking
+    from orchestration.adapters import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = ["evaluate", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
@@ -88,7 +88,7 @@ def test_evaluate_prints_no_library_chatter_and_the_use_baseline_runs_through_th
 def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
     from ray._private import ray_logging
 
-    from orchestration import logs
+    from orchestration.adapters import logs
 
     monkeypatch.setenv(logs.ENV, str(logs.DEFAULT))  # both restored after the test
     monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
@@ -118,7 +118,7 @@ def test_train_shows_one_progress_line_no_colour_codes_and_no_worker_lines(small
     out = interlingua(*args)
     assert_no_noise(out)
     assert "\x1b[" not in out.stdout + out.stderr  # captured output is no terminal
-    progress = [line for line in lines(out.stderr) if "INFO orchestration.progress: trained " in line]
+    progress = [line for line in lines(out.stderr) if "INFO orchestration.adapters.progress: trained " in line]
     # the driver's line like evaluate's (a line every 30 s and the last one): step, rate, ETA, dev error, tokens/s
     assert progress and re.search(r"trained 20/20 steps \(100 %\), [\d,]+ steps/s, ETA 0:00:00, "
                                   r"best dev error [\d.]+ %, [\d,]+ tokens/s$", progress[-1]), out.stderr

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from orchestration import logs
-from orchestration.progress import Progress, duration
+from orchestration.adapters import logs
+from orchestration.adapters.progress import Progress, duration
 
 
 class Terminal(io.StringIO):
@@ -62,7 +62,7 @@ def test_a_resumed_count_a_given_eta_and_the_last_update_of_unfinished_work(leve
     level(logs.DEFAULT)
     caplog.set_level(logging.INFO)
     now = [100.0]
-    monkeypatch.setattr("orchestration.progress.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("orchestration.adapters.progress.time.monotonic", lambda: now[0])
     progress = Progress(1000, verb="trained", unit="steps", every_s=3600, done=400)  # resumed at step 400
     now[0] = 110.0
     progress.update(50, note="best dev error 40.0 %", eta_s=125)  # a time budget that ends first

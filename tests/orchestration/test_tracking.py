@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import orchestration
-from orchestration import tracking
-from orchestration.serve import packaging
+from orchestration.adapters import tracking
+from orchestration.lifecycle import packaging
 from orchestration.lifecycle.champion import MODEL_TAG
 from tests.support.procs import free_ports
 from tests.support.runs import untrained_model_dir
@@ -75,7 +75,7 @@ def test_an_unreachable_server_fails_fast_with_its_address(monkeypatch):
 def test_registry_versions_champion_alias_and_download(uri, small_dataset, tmp_path):
     model_dir = untrained_model_dir(small_dataset, tmp_path / "model")
     run = tracking.start_run(uri, "exp", "train", {})
-    info = tracking.log_pyfunc_model(uri, run, model_dir, embedding_dim=32)
+    info = packaging.log_model(uri, run, model_dir, embedding_dim=32)
     assert tracking.champion(uri, "m") is None
     version = tracking.register_model(uri, info.model_uri, "m", {MODEL_TAG: "abc"})
     assert version == "1" and tracking.find_version(uri, "m", MODEL_TAG, "abc") == "1"

@@ -180,7 +180,7 @@ def own_ray(**init) -> Iterator[None]:
     as a command's own does."""
     import ray
 
-    from orchestration.cluster import loopback_only
+    from orchestration.adapters.cluster import loopback_only
 
     reset_ray()
     with loopback_only() if init.get("address") == "local" else contextlib.nullcontext():
@@ -198,8 +198,8 @@ def local_ray(_moto, monkeypatch) -> None:
     gets the variables its start set, as the process that started it had them."""
     import ray
 
-    from orchestration import cluster
-    from orchestration.cluster import loopback_only
+    from orchestration.adapters import cluster
+    from orchestration.adapters.cluster import loopback_only
 
     if not _on_shared_ray(ray):
         reset_ray()

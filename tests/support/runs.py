@@ -71,12 +71,12 @@ def checkpoints(train_dir: Path) -> list[dict]:
 
 
 def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
-    """A model directory (`orchestration.model_dir`) holding an untrained shared-encoder model over the
+    """A model directory (`orchestration.adapters.model_dir`) holding an untrained shared-encoder model over the
     dataset's sentencepiece vocabulary: what `interlingua train` exports, without the training."""
     import torch
 
     from model.nmt import MultilingualNMT, save_model
-    from orchestration import model_dir as files
+    from orchestration.adapters import model_dir as files
     from core.schema import dump_yaml
     from core.dataset import SPM_MODEL, load_manifest
 
@@ -114,7 +114,7 @@ def other_weights(model_dir: Path) -> Path:
     import torch
 
     from model.nmt import save_model
-    from orchestration import model_dir as files
+    from orchestration.adapters import model_dir as files
 
     model, meta = files.load(model_dir / files.MODEL_FILE)
     torch.manual_seed(1)

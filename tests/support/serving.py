@@ -6,7 +6,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from orchestration import tracking
+from orchestration.adapters import tracking
+from orchestration.lifecycle import packaging
 
 
 NAME = "served"
@@ -56,7 +57,7 @@ def register(uri: str, model_dir: Path, embedder) -> str:
     """Log `model_dir` (with its loaded `SentenceEmbedder`) as the pyfunc model of a new run, register it as
     `NAME` and promote it; its version."""
     run = tracking.start_run(uri, "exp", "train", {})
-    info = tracking.log_pyfunc_model(uri, run, model_dir, embedder.model.embedding_dim)
+    info = packaging.log_model(uri, run, model_dir, embedder.model.embedding_dim)
     version = tracking.register_model(uri, info.model_uri, NAME, {})
     tracking.promote(uri, NAME, version)
     return version

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from orchestration import tracking
+from orchestration.adapters import tracking
 from tests.support.procs import ClusterStartError, free_port, spawn, wait_until
 from tests.support.s3 import S3Server
 

@@ -13,9 +13,9 @@ import pytest
 
 from evaluation.store import StoredEmbeddings
 from evaluation.xsim import pair_metrics, search_pairs
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.evaluate import EvaluateError
-from orchestration.cluster import data_job
+from orchestration.adapters.cluster import data_job
 from orchestration.evaluate.embedding import complete_tuples, embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
 from core.dataset import file_sha256, read_split

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.cli import main
 from orchestration.config import ConfigError, load_config
 from orchestration.evaluate import EvaluateError

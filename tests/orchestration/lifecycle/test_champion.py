@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.lifecycle.champion import (
     PairRegression, Verdict, beats, decide, explain, log_decision, pair_regressions,
 )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.lifecycle.compare import compare_runs

@@ -17,12 +17,12 @@ import pytest
 
 from core.errors import Exit
 from orchestration.cli import main
-from orchestration.lifecycle.lock import AlreadyRunning, LeaseLost, LockUnsupported, run_lock
+from orchestration.adapters.lock import AlreadyRunning, LeaseLost, LockUnsupported, run_lock
 from tests.support.procs import run_to_end, wait_for
 
 HOLD = textwrap.dedent("""
     import pathlib, sys, time
-    from orchestration.lifecycle.lock import AlreadyRunning, run_lock
+    from orchestration.adapters.lock import AlreadyRunning, run_lock
     run_dir, go, out = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
     while not go.exists():  # start together: the race is the point
         time.sleep(0.01)
@@ -82,7 +82,7 @@ def test_a_dead_holders_lease_is_taken_over_once_it_is_not_renewed(s3_bucket, tm
 def test_the_lease_of_a_command_killed_on_this_host_is_taken_over_at_once(s3_bucket, tmp_path):
     """A lease naming a process of this host (boot id, pid namespace) that has exited, or whose pid a later
     process has, is taken over without waiting out its ttl; one naming a live process is not."""
-    from orchestration.lifecycle.lock import _process
+    from orchestration.adapters.lock import _process
 
     go, out = tmp_path / "go", tmp_path / "held"
     go.touch()
@@ -218,7 +218,7 @@ def test_a_stage_command_on_a_run_dir_in_use_exits_5_naming_the_holder(tmp_path,
 
 def test_a_holder_whose_lease_was_taken_over_commits_nothing_more(s3_bucket, tmp_path):
     """The fence: every commit looks at the lease first, before any renewal would notice (ttl 60 s)."""
-    from orchestration.state import write_state
+    from orchestration.adapters.state import write_state
 
     client = boto3.client("s3")
     with pytest.raises(LeaseLost, match="taken over by another host"):
@@ -280,7 +280,7 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
     import psutil
 
     from core import storage
-    from orchestration import tracking
+    from orchestration.adapters import tracking
     from tests.support.procs import family
     from tests.support.runs import TINY
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from core.errors import Exit
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.cli import main
 from orchestration.config import load_config
-from orchestration.lifecycle.lock import run_lock
+from orchestration.adapters.lock import run_lock
 from orchestration.lifecycle.run import run_pipeline
 from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
 from tests.support.procs import free_port, free_ports, own_output, wait_for

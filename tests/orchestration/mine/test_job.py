@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.mine import MineError
@@ -79,7 +79,7 @@ def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ra
 
 
 def test_a_model_directory_embeds_with_the_corpus_job_and_a_rerun_reuses_its_blocks(bucc, small_dataset, local_ray):
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.embed.embedder import SentenceEmbedder
     from tests.support.runs import untrained_model_dir
 
     folder, _ = bucc

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestration.serve.embedder import SentenceEmbedder
+from orchestration.embed.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
 from tests.support.runs import untrained_model_dir
 from tests.support.serving import NAME, get, post, register
@@ -23,7 +23,7 @@ def serve_venv(tmp_path_factory) -> Path:
     """A fresh venv holding torch and the project's wheel with the `serve` extra, nothing else, installed
     from wheels on this machine (tests/support/venvs.py; the first run on a machine fills them from the
     package index)."""
-    from orchestration.serve.packaging import build_project_wheel
+    from orchestration.lifecycle.packaging import build_project_wheel
 
     tmp = tmp_path_factory.mktemp("install")
     wheel = build_project_wheel(tmp / "wheel")  # from a copy of the sources: the checkout gets no build/

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.config_sections import ServeConfig
+from orchestration.config.stages import ServeConfig
 from orchestration.serve.models import ModelSlot, ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
 from tests.support.serving import any_body

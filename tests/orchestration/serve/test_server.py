@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from orchestration.config import load_config
-from orchestration.serve.embedder import SentenceEmbedder
+from orchestration.embed.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
 from tests.support.runs import other_weights, store_uri, untrained_model_dir
 from tests.support.serving import NAME, any_body, get, post, register
@@ -33,7 +33,7 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
     `model_dir` in <run_dir>/eval/test/embeddings."""
     from core.dataset import Dataset, file_sha256
     from evaluation import store
-    from orchestration import model_dir as files
+    from orchestration.adapters import model_dir as files
 
     table = Dataset.open(config.data_dir).read("test", ["key", "en_text", "fr_text"]).sort_by("key")
     keys = table["key"].to_pylist()

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from orchestration.config import load_config
-from orchestration.config_sections import ModelConfig, TrainConfig
+from orchestration.config.training import ModelConfig, TrainConfig
 from orchestration.train.driver import train
 from tests.support.corpus import SMALL_BOOKS
 from tests.support.runs import store_uri

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from model.nmt import load_model
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.config import load_config
 from orchestration.train.driver import TrainError, train
 from tests.support.runs import config_for, store_uri
@@ -144,7 +144,7 @@ def test_ray_trains_callbacks_leave_out_the_datasets_manager_and_on_an_owned_ins
     instance that ends with this process (`cluster.owns_ray`), one on any other (a shared or a remote cluster)."""
     from ray.train import ScalingConfig
 
-    from orchestration import cluster
+    from orchestration.adapters import cluster
     from orchestration.train.driver import _interruptible_trainer
 
     monkeypatch.setattr(cluster, "owns_ray", lambda: owned)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from model.nmt import load_model
-from orchestration import tracking
+from orchestration.adapters import tracking
 from tests.support.procs import free_ports, own_output, run_to_end, wait_for
 from tests.support.runs import TINY, checkpoints, store_uri
 

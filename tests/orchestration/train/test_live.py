@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from orchestration import logs
+from orchestration.adapters import logs
 from orchestration.train.live import Follower
 
 

@@ -76,8 +76,8 @@ def test_a_model_of_ours_teaches_a_smaller_student_and_its_embeddings_are_stored
     are found, not computed; the dataset with them is still one `prepare --force` may replace, and a user's
     file among them is not."""
     from model.nmt import load_model
-    from orchestration import tracking
-    from orchestration.serve.embedder import SentenceEmbedder
+    from orchestration.adapters import tracking
+    from orchestration.embed.embedder import SentenceEmbedder
     from orchestration.train.driver import train
 
     data_dir = tmp_path / "data"

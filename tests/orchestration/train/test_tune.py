@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from orchestration import tracking
+from orchestration.adapters import tracking
 from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError

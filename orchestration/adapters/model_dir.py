@@ -110,7 +110,7 @@ def publish(local: Path, location: str | Path) -> None:
 def training_run_id(train_dir: str | Path) -> str | None:
     """The MLflow run of the training in `train_dir` (what exported `default(train_dir)`), from the training
     state `interlingua train` keeps beside the model (`TRAIN_STATE`); None before any training."""
-    from orchestration.state import read_state
+    from orchestration.adapters.state import read_state
 
     return read_state(storage.join(train_dir, TRAIN_STATE)).get("run_id")
 

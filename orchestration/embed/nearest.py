@@ -17,9 +17,9 @@ import numpy as np
 
 from evaluation.search import search, search_blocks
 from evaluation.store import MANIFEST, StoredEmbeddings
-from orchestration import model_dir as model_files
+from orchestration.adapters import model_dir as model_files
 from orchestration.config import Config, ConfigError
-from orchestration.serve.embedder import SentenceEmbedder
+from orchestration.embed.embedder import SentenceEmbedder
 from core import storage, transfer
 from core.dataset import Dataset, file_sha256
 

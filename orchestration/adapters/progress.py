@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 
-from orchestration import logs
+from orchestration.adapters import logs
 
 log = logging.getLogger(__name__)
 

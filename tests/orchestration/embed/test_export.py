@@ -14,8 +14,8 @@ from evaluation.xsim import average_error, error_matrix
 from model.batching import pad
 from model.inference import embed
 from orchestration.cli import main
-from orchestration.serve import backends, export
-from orchestration.serve.embedder import SentenceEmbedder
+from orchestration.embed import backends, export
+from orchestration.embed.embedder import SentenceEmbedder
 from tests.support.runs import untrained_model_dir
 
 LANGS = ("fr", "en")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from orchestration.cli import main
-from orchestration.serve import corpus
+from orchestration.embed import corpus
 from core.ownership import ForeignDataError
 from evaluation.store import save_block
 from tests.support.runs import untrained_model_dir

@@ -10,7 +10,7 @@ The actors:
     SplitEmbedFn    a split's stored token ids, every language (`evaluate`)
     TextEmbedFn     texts, every language, by a model directory's own tokenizer (`evaluate`: test sets, -reencode)
     UseEmbedFn      texts, every language, by the offline multilingual USE baseline (`evaluate`)
-    BlockEmbedFn    a block of an input file, one language (`embed`, `mine`: `serve.corpus`)
+    BlockEmbedFn    a block of an input file, one language (`embed`, `mine`: `embed.corpus`)
 
 Nothing ties an actor to the driver's host, whose disk the other hosts of a cluster cannot see (and which may
 have no CPUs: a head started with `--num-cpus 0`): the model's files come through the object store
@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from orchestration import logs
-from orchestration.progress import Progress
+from orchestration.adapters import logs
+from orchestration.adapters.progress import Progress
 
 
 def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, write: Callable[[dict], dict], rows: int,
@@ -70,8 +70,8 @@ def ship_model(model_dir: Path | None, backend: str = "torch") -> list[dict[str,
         return None
     import ray
 
-    from orchestration import model_dir as model_files
-    from orchestration.serve import export
+    from orchestration.adapters import model_dir as model_files
+    from orchestration.embed import export
 
     files = [name for name in model_files.FILES
              if name != model_files.LEGACY_MODEL_FILE and (Path(model_dir) / name).is_file()]
@@ -90,7 +90,7 @@ def landed_model(shipped: list[dict[str, Any]]) -> Iterator[Path]:
     context ends (the loaders hold what they read in memory)."""
     import ray
 
-    from orchestration import model_dir as model_files
+    from orchestration.adapters import model_dir as model_files
 
     with tempfile.TemporaryDirectory(prefix="interlingua-model-") as tmp:
         for name, ref in shipped[0].items():
@@ -154,11 +154,11 @@ class SplitEmbedFn(_TuplesFn):
                  backend: str = "torch", threads: int | None = None) -> None:
         import torch
 
-        from orchestration.serve.backends import load_encoder
+        from orchestration.embed.backends import load_encoder
 
         super().__init__(languages, dtype)
         self.device = torch.device("cuda" if use_gpu else "cpu")
-        # the backend the driver resolved (`serve.backends`): every actor runs the same one
+        # the backend the driver resolved (`embed.backends`): every actor runs the same one
         with landed_model(model) as model_dir:
             self.model = load_encoder(model_dir, backend=backend, device=str(self.device), threads=threads)
         self.max_tokens = max_tokens
@@ -177,7 +177,7 @@ class TextEmbedFn(_TuplesFn):
 
     def __init__(self, model: list[dict[str, Any]], languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
                  backend: str = "torch", threads: int | None = None) -> None:
-        from orchestration.serve.embedder import SentenceEmbedder
+        from orchestration.embed.embedder import SentenceEmbedder
 
         super().__init__(languages, dtype)
         with landed_model(model) as model_dir:
@@ -202,7 +202,7 @@ class UseEmbedFn(_TuplesFn):
 
 
 class BlockEmbedFn:
-    """Block specs (`serve.inputs.BlockSpec`) in; each block read from its file (a URI, or a path every node
+    """Block specs (`embed.inputs.BlockSpec`) in; each block read from its file (a URI, or a path every node
     reaches), embedded by the shipped model directory; out, one row per block: `index`, `rows`, `empty`, `dim`
     and `vectors` (`vectors_cell`), which the driver writes (`save_input_block`)."""
 
@@ -212,7 +212,7 @@ class BlockEmbedFn:
 
         import torch
 
-        from orchestration.serve.embedder import SentenceEmbedder
+        from orchestration.embed.embedder import SentenceEmbedder
 
         # The driver's object store settings: its inputs may be URIs, and a worker process started before
         # the driver set them (or on another node) would otherwise reach another store or none.
@@ -225,7 +225,7 @@ class BlockEmbedFn:
         self.lang, self.column, self.dtype = lang, column, dtype
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from orchestration.serve.inputs import BlockSpec, read_block
+        from orchestration.embed.inputs import BlockSpec, read_block
 
         out: dict[str, list] = {"index": [], "rows": [], "empty": [], "dim": [], "vectors": []}
         for i in range(len(batch["index"])):

@@ -14,8 +14,9 @@ import mlflow
 import numpy as np
 import pytest
 
-from orchestration import tracking
-from orchestration.serve.embedder import SentenceEmbedder
+from orchestration.adapters import tracking
+from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.lifecycle import packaging
 from tests.support.runs import untrained_model_dir
 
 pytestmark = pytest.mark.venv
@@ -46,7 +47,7 @@ def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_co
     model_dir = untrained_model_dir(small_dataset, tmp_path / "model")
     run = tracking.start_run(uri, "exp", "train", {})
     embedder = SentenceEmbedder.load(model_dir)
-    info = tracking.log_pyfunc_model(uri, run, model_dir, embedder.model.embedding_dim)
+    info = packaging.log_model(uri, run, model_dir, embedder.model.embedding_dim)
 
     mlflow.set_tracking_uri(uri)
     local = Path(mlflow.artifacts.download_artifacts(artifact_uri=info.model_uri, dst_path=str(tmp_path / "dl")))
@@ -72,7 +73,7 @@ def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_co
         f"mlflow.set_tracking_uri({uri!r})\n"
         f"m = mlflow.pyfunc.load_model({info.model_uri!r})\n"
         f"out = m.predict(pd.DataFrame({{'sentence': {sentences!r}, 'lang': {langs!r}}}))\n"
-        "import orchestration, orchestration.serve.embedder as e\n"
+        "import orchestration, orchestration.embed.embedder as e\n"
         "print(json.dumps({'code': [orchestration.__file__, e.__file__], 'out': out.tolist()}))\n"
     )
     elsewhere = tmp_path / "elsewhere"  # not the checkout, so '' on sys.path finds no project code
@@ -94,8 +95,6 @@ def test_the_server_loads_and_embeds_where_neither_apache_beam_nor_faiss_is_inst
     """The project's wheel (without its dependencies: its metadata still names the training stack) in a
     virtualenv that lacks apache-beam and faiss: the deployment module imports, and its model source loads a
     model directory and embeds as here."""
-    from orchestration.serve import packaging
-
     model_dir = untrained_model_dir(small_dataset, tmp_path / "model")
     venv = fresh_venv(tmp_path / "env", without=("apache_beam", "faiss"))
     python = str(venv / "bin" / "python")

@@ -21,7 +21,7 @@ from typing import Any
 
 from core import ownership, storage
 from core.dataset import file_sha256
-from orchestration import model_dir as model_files
+from orchestration.adapters import model_dir as model_files
 
 log = logging.getLogger(__name__)
 

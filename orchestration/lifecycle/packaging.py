@@ -1,5 +1,6 @@
-"""The project as a wheel inside the MLflow model, and the pinned requirements beside it
-(`tracking.log_pyfunc_model` logs `orchestration/serve/pyfunc.py` with both)."""
+"""What a registered model carries: the project as a wheel inside the MLflow model, and the pinned
+requirements beside it; `log_model` logs `orchestration/embed/pyfunc.py` with both
+(`tracking.log_pyfunc_model`)."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,21 @@ BUILD_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README
 # process that registers several models (a test run, a loop of `run`s) builds each version of the code once.
 _BUILT: dict[str, Path] = {}
 _BUILT_DIR: list[Path] = []
+
+
+def log_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim: int):
+    """Log the model directory as the project's pyfunc model (`embed.pyfunc`) in `run_id`, with a wheel of
+    the project and the third-party distributions the pyfunc imports (`pyfunc.REQUIREMENTS`) pinned to the
+    versions installed here; returns mlflow's ModelInfo."""
+    import tempfile
+
+    from orchestration.adapters import tracking
+    from orchestration.embed import pyfunc
+
+    with tempfile.TemporaryDirectory(prefix="interlingua-wheel-") as tmp:
+        wheel = build_project_wheel(tmp)  # before the run is entered: a failed build leaves its status alone
+        return tracking.log_pyfunc_model(uri, run_id, model_dir, embedding_dim, code=pyfunc.__file__, wheel=wheel,
+                                         requirements=pinned(pyfunc.REQUIREMENTS))
 
 
 def build_project_wheel(dst: str | os.PathLike) -> Path:

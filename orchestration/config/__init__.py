@@ -21,10 +21,10 @@ from pydantic import Field, ValidationError, model_validator
 
 from core import storage
 from core.errors import UserError
-from orchestration.config_sections import (
-    EvaluateConfig, MineConfig, ModelConfig, RegistryConfig, RuntimeConfig, ServeConfig, StorageConfig,
-    TrackingConfig, TrainConfig,
+from orchestration.config.stages import (
+    EvaluateConfig, MineConfig, RegistryConfig, ServeConfig, StorageConfig, TrackingConfig,
 )
+from orchestration.config.training import ModelConfig, RuntimeConfig, TrainConfig
 from pipelines.config import PrepareConfig, Source
 from core.schema import Schema
 

@@ -213,34 +213,28 @@ def artifacts(uri: str, run_id: str, path: str | None = None) -> list[str]:
 CHAMPION = "champion"
 
 
-def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim: int):
-    """Log the model directory as a pyfunc model in `run_id`; returns mlflow's ModelInfo.
-
-    The model carries the project as a wheel (`code/interlingua-*.whl`) that its requirements.txt names,
-    beside the third-party distributions the pyfunc imports (`pyfunc.REQUIREMENTS`) pinned to the versions
-    installed here, so that it installs where the project is not (`mlflow models serve`, a fresh venv).
-    """
-    import tempfile
-
+def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim: int, *,
+                     code: str | os.PathLike, wheel: Path, requirements: list[str]):
+    """Log the model directory as a pyfunc model in `run_id`, its code the file `code` (MLflow's models from
+    code: nothing is pickled); returns mlflow's ModelInfo. The project's `wheel` goes into the model's `code/`
+    folder and its requirements.txt names it, beside `requirements` (pinned distributions), so that it
+    installs where the project is not (`mlflow models serve`, a fresh venv): `lifecycle.packaging.log_model`
+    builds both."""
     import mlflow
     import numpy as np
     import pandas as pd
     from mlflow.models import infer_signature
 
-    from orchestration.serve import packaging, pyfunc
-
     mlflow.set_tracking_uri(uri)
     example = pd.DataFrame({"sentence": ["in the beginning god created the heaven and the earth."], "lang": ["en"]})
     signature = infer_signature(example, np.zeros((1, embedding_dim), dtype=np.float32))
-    with tempfile.TemporaryDirectory(prefix="interlingua-wheel-") as tmp:
-        wheel = packaging.build_project_wheel(tmp)  # before the run is entered: a failed build leaves its status alone
-        with mlflow.start_run(run_id=run_id):
-            return mlflow.pyfunc.log_model(
-                name="pyfunc", python_model=pyfunc.__file__, artifacts={"model_dir": str(model_dir)},
-                code_paths=[str(wheel)], signature=signature, input_example=example,
-                # relative to the model's folder, where MLflow's environment managers run pip
-                pip_requirements=[f"code/{wheel.name}", *packaging.pinned(pyfunc.REQUIREMENTS)],
-            )
+    with mlflow.start_run(run_id=run_id):
+        return mlflow.pyfunc.log_model(
+            name="pyfunc", python_model=str(code), artifacts={"model_dir": str(model_dir)},
+            code_paths=[str(wheel)], signature=signature, input_example=example,
+            # relative to the model's folder, where MLflow's environment managers run pip
+            pip_requirements=[f"code/{wheel.name}", *requirements],
+        )
 
 
 def register_model(uri: str, model_uri: str, name: str, tags: Mapping[str, str]) -> str:
@@ -293,7 +287,7 @@ def download_model_dir(uri: str, name: str, version: str, dst: str | os.PathLike
 
     mlflow.set_tracking_uri(uri)
     local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst))
-    from orchestration.model_dir import MODEL_FILE
+    from orchestration.adapters.model_dir import MODEL_FILE
 
     found = [p.parent for p in Path(local).rglob(MODEL_FILE)]
     if not found:

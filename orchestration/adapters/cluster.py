@@ -24,7 +24,7 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True, dashboard: bo
     command's own progress line makes unneeded. A cluster's head decides for itself."""
     import ray
 
-    from orchestration import logs
+    from orchestration.adapters import logs
 
     global _started_here
     logs.plain_ray_output()

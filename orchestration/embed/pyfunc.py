@@ -4,11 +4,11 @@
     vectors = model.predict(pd.DataFrame({"sentence": ["Dieu est amour."], "lang": ["fr"]}))  # (1, D)
 
 The model directory (model.safetensors, spm.model, config.yaml) travels inside the
-MLflow model as an artifact; `orchestration.serve.embedder.SentenceEmbedder` does
+MLflow model as an artifact; `orchestration.embed.embedder.SentenceEmbedder` does
 the work, so the pyfunc gives exactly the training code's embeddings. The
 project travels with it too, as a wheel in the model's `code/` folder that its
 requirements.txt names, beside the pinned `REQUIREMENTS`
-(`tracking.log_pyfunc_model`): MLflow's environment managers install both.
+(`lifecycle.packaging.log_model`): MLflow's environment managers install both.
 
 MLflow logs this file as the model's code (models from code: nothing is
 pickled); `set_model` at the end names the model it defines.
@@ -22,7 +22,7 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 
-# The third-party distributions imported when the model loads (`orchestration.serve.embedder` and what it
+# The third-party distributions imported when the model loads (`orchestration.embed.embedder` and what it
 # imports: the Beam-free `core`, `model`), pinned at logging time to the versions installed then; neither
 # Apache Beam nor Ray (tests/orchestration/test_imports.py). mlflow pins itself.
 REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex",
@@ -31,7 +31,7 @@ REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyY
 
 class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context: Any) -> None:
-        from orchestration.serve.embedder import SentenceEmbedder
+        from orchestration.embed.embedder import SentenceEmbedder
 
         self.embedder = SentenceEmbedder.load(context.artifacts["model_dir"])
 

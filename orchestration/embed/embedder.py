@@ -21,7 +21,7 @@ import torch
 from core.errors import UserError
 from model.inference import embed
 from model.nmt import MultilingualNMT
-from orchestration import model_dir as model_files
+from orchestration.adapters import model_dir as model_files
 from orchestration.config import load_config
 from core.normalize import Normalizer
 
@@ -39,9 +39,9 @@ class SentenceEmbedder:
     @classmethod
     def load(cls, model_dir: str | Path, *, device: str = "cpu", max_tokens: int = 8000,
              backend: str = "auto", threads: int | None = None) -> SentenceEmbedder:
-        """`backend`: runtime.backend (`serve.backends`); its encoder stands in for the model in `embed`
+        """`backend`: runtime.backend (`embed.backends`); its encoder stands in for the model in `embed`
         (`threads`: an ONNX backend's intra-op threads)."""
-        from orchestration.serve.backends import load_encoder
+        from orchestration.embed.backends import load_encoder
 
         model_dir = model_files.check(Path(model_dir))
         model_files.verify(model_dir)  # model.safetensors and spm.model as exported (ModelDirError otherwise)

@@ -11,7 +11,7 @@
 
 The one block format of `evaluation.store`, without rows files: `StoredEmbeddings.open(out)` reads it,
 locally or at a URI. The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
-checks UTF-8), then the one embedding job (`serve.job`) hands the blocks to
+checks UTF-8), then the one embedding job (`embed.job`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
@@ -41,10 +41,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from evaluation import store
-from orchestration import model_dir as model_files
-from orchestration.cluster import check_every_node_reaches, data_job, ensure_ray
-from orchestration.serve.job import BlockEmbedFn, cell_vectors, run_actors, save_input_block, ship_model
-from orchestration.serve.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
+from orchestration.adapters import model_dir as model_files
+from orchestration.adapters.cluster import check_every_node_reaches, data_job, ensure_ray
+from orchestration.embed.job import BlockEmbedFn, cell_vectors, run_actors, save_input_block, ship_model
+from orchestration.embed.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
                                         resolve_inputs)
 from core import ownership, storage
 from core.dataset import file_sha256, fingerprint
@@ -74,11 +74,11 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
                  dashboard: bool = False) -> CorpusResult:
     """Embed every sentence of `inputs` (files, directories, globs; local or URIs) into blocks in `out_dir`
     (a local folder or a URI; see the module) by the model directory `model_dir` (local or a URI), on the
-    Ray cluster at `ray_address` (`orchestration.cluster.ensure_ray`) when blocks are left to do;
+    Ray cluster at `ray_address` (`orchestration.adapters.cluster.ensure_ray`) when blocks are left to do;
     CorpusError on bad input or an `out_dir` holding other embeddings (without `force`). `backend`:
-    runtime.backend, resolved here once (`serve.backends.resolve`) for every actor; the engine that ran is in
+    runtime.backend, resolved here once (`embed.backends.resolve`) for every actor; the engine that ran is in
     the manifest and the fingerprint (another engine's blocks are never taken for this one's)."""
-    from orchestration.serve.backends import resolve
+    from orchestration.embed.backends import resolve
 
     started = time.monotonic()
     local_model = model_files.fetch(model_dir)
@@ -157,7 +157,7 @@ def warn_empty(empty: int, total: int) -> None:
 
 def _run(pending: list[BlockSpec], out_dir: Location, fp: str, model_dir: Path, job: dict[str, Any], actors: int,
          cpus: int, use_gpu: bool) -> None:
-    """The blocks still to do, through the one embedding job (`serve.job`), a block per batch, each written
+    """The blocks still to do, through the one embedding job (`embed.job`), a block per batch, each written
     into `out_dir` (local or a URI) as it comes, its record after it."""
     import ray.data
 

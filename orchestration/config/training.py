@@ -1,0 +1,165 @@
+"""The sections of a training, below `prepare` (pipelines.config): what is learned (`model`, `train`) and how
+it runs (`runtime`). Defaults live here and only here."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from core.schema import Schema
+
+
+class PathConfig(Schema):
+    """One training path (Schwenk & Douze, Table 3); a tuple's path is drawn by `weight`."""
+
+    kind: Literal["1:1", "1:N", "M:1", "M:N"]
+    weight: float = Field(default=1.0, gt=0)
+    sources: list[str] | None = Field(default=None, description="Allowed source languages; all when unset.")
+    targets: list[str] | None = Field(default=None, description="Allowed targets, e.g. [en] for a fixed target.")
+    m: int = Field(default=2, ge=2, description="Number of averaged sources of M:1 and M:N.")
+
+
+class ModelConfig(Schema):
+    """What is learned. The defaults are the recipe that learns in minutes on a CPU (the demo's,
+    benchmarks/RESULTS.md): one BLSTM-max encoder shared by every language, its token embeddings
+    initialized by cross-language LSI, trained by the ranking loss alone over every ordered language
+    pair of a tuple. The paper's recipe (per-language modules, NMT loss only) is configs/paper.yaml."""
+
+    encoder: Literal["blstm_max", "lstm_last", "bow_mean"] = Field(
+        default="blstm_max",
+        description="BLSTM + max-pool over time (the paper's best), LSTM last state, or the mean of the "
+        "subword embeddings (a bag-of-subwords baseline).",
+    )
+    embed_dim: int = Field(default=128, gt=0, description="Token embedding size.")
+    embed_init: Literal["random", "lsi"] = Field(
+        default="lsi", description="Encoder token embeddings: random, or cross-language LSI of the training "
+        "data (a truncated SVD of the token x tuple matrix, seconds; translations start close together).",
+    )
+    encoder_hidden: int = Field(default=128, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
+    encoder_layers: int = Field(default=1, ge=1)
+    decoder_hidden: int = Field(default=256, gt=0)
+    decoder_layers: int = Field(default=1, ge=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    shared_encoder: bool = Field(default=True, description="One encoder for every language (LASER).")
+    shared_decoder: bool = Field(default=False, description="One decoder told the target language (LASER).")
+    output: Literal["softmax", "adaptive"] = Field(
+        default="softmax", description="Full softmax, or torch's adaptive softmax (cheaper on CPU)."
+    )
+    adaptive_cutoffs: list[int] | None = Field(
+        default=None, description="Frequency-rank cutoffs of the adaptive softmax; [V/16, V/4] when unset."
+    )
+    ranking_weight: float = Field(
+        default=1.0, ge=0, description="Weight of the in-batch ranking loss on the embeddings; 0 = off."
+    )
+    ranking_scale: float = Field(default=20.0, gt=0)
+    ranking_margin: float = Field(default=0.3, ge=0)
+    nmt_weight: float = Field(default=0.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
+    ranking_pairs: Literal["source", "all"] = Field(
+        default="all",
+        description="Ranking loss between the (averaged) source and each target ('source'), or between "
+        "every ordered pair of the batch's languages ('all': with a 1:N path, all L(L-1) pairs of a tuple).",
+    )
+
+    teacher: str | None = Field(
+        default=None, description="A teacher to distil from: `use` (the offline multilingual USE, 16 languages) or "
+        "a model directory of ours (local or a URI). Its embeddings of the training split are computed once and "
+        "stored beside the dataset (<dataset_dir>/teacher/).")
+    distill_weight: float = Field(
+        default=0.0, ge=0, description="Weight of the distillation loss (with a teacher): each source sentence's "
+        "embedding, through a learned linear map where the sizes differ, regressed onto the teacher's embedding "
+        "of it and of its tuple's pivot sentence.")
+    distill_pivot: str = Field(
+        default="en", description="The language whose sentence of a tuple every other is also regressed onto "
+        "(the only target of a language the teacher lacks).")
+
+    @model_validator(mode="after")
+    def _some_loss(self) -> "ModelConfig":
+        if self.nmt_weight == 0 and self.ranking_weight == 0:
+            raise ValueError("nmt_weight and ranking_weight are both 0: nothing would be trained")
+        return self
+
+
+class TrainConfig(Schema):
+    """How it is learned; the defaults go with ModelConfig's: one 1:N path (a tuple's every language at
+    once), small batches, a high peak learning rate after a short warmup, cosine decay."""
+
+    paths: list[PathConfig] = Field(default_factory=lambda: [PathConfig(kind="1:N")], min_length=1)
+    monolingual: bool = Field(default=False, description="Allow auto-encoding paths (target = source).")
+    languages: list[str] | None = Field(default=None, description="Train on these; all of the dataset's when unset.")
+    max_tokens: int = Field(default=1500, gt=0, description="Batch budget: sentences x longest length.")
+    window_tuples: int = Field(
+        default=200_000, gt=0, description="Tuples a worker holds at once: its batches are planned (shuffled, "
+        "length-bucketed) within windows of this many tuples (or one Parquet row group, if larger).",
+    )
+    source_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="A source's name (prepare.sources) -> how often each of its tuples is "
+        "drawn per epoch, against 1 for the others: 0.25 a quarter of them (a different quarter each epoch), "
+        "3 each three times; so a small book and many short messages can both shape the model.",
+    )
+    sample_tuples: int = Field(
+        default=200_000, gt=0, description="Training tuples (the first, in shard order) that corpus "
+        "statistics are computed from: the LSI initialization and the adaptive softmax's token order.",
+    )
+    max_steps: int = Field(default=20000, gt=0)
+    max_minutes: float | None = Field(default=None, gt=0, description="Stop after this much training time.")
+    seed: int = 0
+    lr: float = Field(default=6e-3, gt=0, description="Peak learning rate (after warmup).")
+    warmup_steps: int = Field(default=100, ge=0, description="Linear warmup from 0 to `lr` over these steps.")
+    schedule: Literal["plateau", "cosine", "inverse_sqrt", "constant"] = Field(
+        default="cosine",
+        description="After warmup: decay by `lr_decay` when the dev error stalls; cosine to `min_lr` over "
+        "the budget (the nearer of max_steps and max_minutes, so with a time budget it follows the clock); "
+        "inverse square root of the step; or constant.",
+    )
+    weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay (AdamW); 0 = Adam.")
+    grad_clip: float | None = Field(default=5.0, gt=0)
+    lr_decay: float = Field(default=0.5, gt=0, lt=1, description="LR factor when the dev error stalls.")
+    lr_patience_evals: int = Field(default=1, ge=0)
+    early_stop_patience_evals: int | None = Field(default=4, ge=1)
+    min_lr: float = Field(default=1e-4, ge=0)
+    eval_every_steps: int = Field(default=200, gt=0)
+    dev_max_sentences: int | None = Field(default=1000, gt=1, description="Dev tuples used for the error.")
+
+
+class RuntimeConfig(Schema):
+    """How a run executes: the cluster, workers, devices, fault tolerance, the cadence of logs and
+    checkpoints. None of it changes what is learned or measured, so no fingerprint reads it: changing
+    it never invalidates a dataset, a checkpoint or an evaluation."""
+
+    ray_address: str | None = Field(default=None, description="An existing Ray cluster; a local one when unset.")
+    ray_dashboard: bool = Field(
+        default=False, description="Start Ray's dashboard (127.0.0.1:8265) with the local instance a command "
+        "starts; a cluster's head decides for itself.")
+    num_workers: int = Field(default=1, ge=1, description="Ray Train workers (DDP).")
+    cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
+    use_gpu: bool = Field(default=False, description="A GPU per training worker and per embedding actor.")
+    train_resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each training worker needs besides its CPUs "
+        "(e.g. {trainer: 1} to keep training on the nodes started with that resource).")
+    max_failures: int = Field(default=3, ge=0, description="Worker-group restarts from the last checkpoint.")
+    worker_env: dict[str, str] = Field(
+        # Ray Train runs the loop in a thread of its worker actor; glibc gives such a
+        # thread its own malloc arena, which it trims after every step: 1.8x the page
+        # faults of the same loop in a main thread and ~15 % fewer tokens/s on CPU.
+        # One arena that keeps what it freed removes that (benchmarks/train.py).
+        default_factory=lambda: {"MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                                 "MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(1 << 28)},
+        description="Environment variables of every Ray Train worker process.",
+    )
+    prefetch_batches: int | None = Field(
+        default=None, ge=0, description="Training batches a worker process builds ahead of the step "
+        "(0: built in the step's own process); unset: 8 with use_gpu, else 0 (on a CPU it would take a core "
+        "from the training threads).")
+    log_every_steps: int = Field(default=20, gt=0)
+    checkpoint_every_steps: int = Field(default=200, gt=0)
+    keep_checkpoints: int = Field(default=2, ge=1)
+    lease_ttl_s: float = Field(
+        default=60.0, ge=3, description="A run dir in a bucket is locked by a lease renewed every third of this; "
+        "a lease not renewed this long is taken over by the next command (its holder paused or gone), and the "
+        "old holder, should it wake, commits nothing more.")
+    embed_actors: int = Field(default=1, ge=1, description="Ray Data actors embedding in parallel.")
+    cpus_per_task: int = Field(default=1, ge=1, description="CPUs of each embedding actor and search task.")
+    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        # auto: an ONNX export runs only once `interlingua export` wrote it for this very model file, so the
+        # default changes nothing until a user exports; then int8 is the fastest on a CPU (embed.backends)
+        default="auto", description="The encoder's engine: torch, onnx, onnx-int8, or auto (the fastest present).")
