@@ -6,11 +6,10 @@ values from the config, `benchmarks/train.py` with the same values outside Ray.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
-from model.nmt import Pair
+from model.nmt import Losses, Pair
 
 
 def train_step(
@@ -24,7 +23,7 @@ def train_step(
     device: torch.device,
     teacher: dict[str, Pair] | None = None,
     distill_weight: float = 0.0,
-) -> dict[str, Any]:
+) -> Losses:
     """Forward one homogeneous batch, backward, clip, optimizer step; returns the model's outputs.
 
     `model` is a `MultilingualNMT`, possibly DDP-wrapped. Token ids go to `device`; lengths stay on

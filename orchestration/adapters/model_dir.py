@@ -110,9 +110,10 @@ def publish(local: Path, location: str | Path) -> None:
 def training_run_id(train_dir: str | Path) -> str | None:
     """The MLflow run of the training in `train_dir` (what exported `default(train_dir)`), from the training
     state `interlingua train` keeps beside the model (`TRAIN_STATE`); None before any training."""
-    from orchestration.adapters.state import read_state
+    from orchestration.adapters.state import StageRecord, read_state
 
-    return read_state(storage.join(train_dir, TRAIN_STATE)).get("run_id")
+    record = read_state(storage.join(train_dir, TRAIN_STATE), StageRecord)  # the part every stage's record has
+    return record.run_id if record else None
 
 
 def check(model_dir: str | Path) -> str | Path:

@@ -1,31 +1,60 @@
 """The state file of a cached stage: what its output was made from, written atomically beside it.
 
-`train` keeps `<run_dir>/train/run.json` (fingerprint, MLflow run, done, best
-step); `evaluate` keeps `state.json` in its output folder (fingerprint, MLflow
-run). The dataset's manifest plays this part for `prepare`. A stage whose
-recorded fingerprint (`core.dataset.fingerprint`) equals the current one
+Each is a model of `StageRecord`, owned by its stage: `train` keeps
+`<run_dir>/train/run.json` (`train.record.TrainRecord`: fingerprint, MLflow run,
+done, its Ray folder, the progress at the end); `evaluate` keeps `state.json` in
+its output folder (`evaluate.job.EvaluationRecord`: fingerprint, MLflow run, the
+data searched). The dataset's manifest plays this part for `prepare`. A stage
+whose recorded fingerprint (`core.dataset.fingerprint`) equals the current one
 is up to date.
 """
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import pyarrow.fs as pafs
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import fencing, storage
+from core.errors import UserError
+
+R = TypeVar("R", bound="StageRecord")
 
 
-def read_state(path: str | Path) -> dict[str, Any]:
-    """The recorded state, {} when there is none (`path`: a local path or a URI)."""
-    return storage.read_json(path) if storage.exists(path) else {}
+class StageRecord(BaseModel):
+    """What every stage's record holds: what its output was made from (`fingerprint`) and its MLflow run. Read
+    as this base class, any stage's record gives these two (the rest is left to the stage's own model)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    fingerprint: str
+    run_id: str
 
 
-def write_state(path: str | Path, state: dict[str, Any]) -> None:
+class StateError(UserError):
+    """A stage's record that is not one: damaged, or of another kind."""
+
+
+def read_state(path: str | Path, record: type[R]) -> R | None:
+    """The record at `path` (a local path or a URI) as `record`, None when there is none; StateError naming
+    the file and the field when it does not hold one."""
+    if not storage.exists(path):
+        return None
+    try:
+        return record.model_validate_json(storage.read_bytes(path))
+    except ValidationError as exc:
+        found = "; ".join(f"{'.'.join(str(part) for part in error['loc']) or 'the whole file'}: {error['msg']}"
+                          for error in exc.errors()[:3])
+        raise StateError(f"{path}: not a {record.__name__} ({found}); interlingua keeps its record of what the "
+                         "stage's output was made from there: move the file away, or start the stage over with --force") from None
+
+
+def write_state(path: str | Path, state: StageRecord) -> None:
     """Replace the state file whole (a crash leaves the old one or the new one, never half of one)."""
     fencing.check()
-    storage.write_json(path, state)
+    storage.write_json(path, state.model_dump(mode="json", exclude_none=True))
 
 
 def check_writable(folder: str | Path, what: str) -> None:

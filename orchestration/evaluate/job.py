@@ -37,7 +37,7 @@ from orchestration.adapters import model_dir as model_files
 from orchestration.adapters import tracking
 from orchestration.adapters.cluster import RayExecutor, check_every_node_reaches, ensure_ray, shipped
 from orchestration.config import Config, ConfigError, evaluated_languages
-from orchestration.evaluate import EvaluateError
+from orchestration.evaluate import EvaluateError, EvaluationRecord
 from orchestration.evaluate.embedding import embed_split, embed_texts
 from orchestration.adapters.progress import Progress
 from orchestration.embed import backends
@@ -122,10 +122,10 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
     check_output(out_dir, record=STATE_FILE)  # a user's file there is never overwritten
     data, verified = _verified_data(config, texts)  # before the cache: it must not answer for changed files
     fp = eval_fingerprint(config, encoder, data, verified)
-    state = read_state(out_dir / STATE_FILE)
-    if not force and state.get("fingerprint") == fp and (out_dir / "metrics.json").is_file():
+    state = read_state(out_dir / STATE_FILE, EvaluationRecord) if not force else None
+    if state and state.fingerprint == fp and (out_dir / "metrics.json").is_file():
         log.info("%s: this model was evaluated on this data already", out_dir)
-        return _cached(out_dir, languages, state["run_id"], data)
+        return _cached(out_dir, languages, state.run_id, data)
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
     tracking.check_reachable(tracking.resolve_uri(config.tracking.uri))
     ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard)
@@ -148,7 +148,7 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
     tags = {tracking.DATA_TAG: data, tracking.BACKEND_TAG: encoder.backend,
             **({tracking.TESTSET_TAG: testset} if testset else {})}
     run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id, name, tags)
-    write_state(out_dir / STATE_FILE, {"fingerprint": fp, "run_id": run_id, "data": data})
+    write_state(out_dir / STATE_FILE, EvaluationRecord(fingerprint=fp, run_id=run_id, data=data))
     ownership.end_writes(out_dir)  # the state file vouches for the report now
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
 

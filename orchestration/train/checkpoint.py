@@ -134,7 +134,7 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
                      checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
 
 
-def export(checkpoint, model_dir: str | Path, data=None) -> dict[str, Any]:
+def export(checkpoint, model_dir: str | Path, data=None) -> TrainingProgress:
     """Copy the model directory out of a checkpoint (without the training state) to `model_dir` (a local
     path or a URI), whole (`model_files.publish`), with its lineage when the dataset `data` is given;
     returns its progress."""
@@ -146,7 +146,7 @@ def export(checkpoint, model_dir: str | Path, data=None) -> dict[str, Any]:
     try:
         with checkpoint.as_directory() as src:
             shutil.copytree(src, staging, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
-            meta = json.loads((Path(src) / PROGRESS_FILE).read_text())
+            progress = TrainingProgress.from_dict(json.loads((Path(src) / PROGRESS_FILE).read_text()))
         if data is not None:
             model_files.record_lineage(staging, data)
         model_files.publish(staging, model_dir)  # locally two renames: the old model is never half-deleted
@@ -154,4 +154,4 @@ def export(checkpoint, model_dir: str | Path, data=None) -> dict[str, Any]:
         ownership.remove_staging(staging)
         if storage.is_uri(model_dir):
             shutil.rmtree(local, ignore_errors=True)
-    return meta
+    return progress

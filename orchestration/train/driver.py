@@ -31,6 +31,7 @@ from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
 from orchestration.adapters.lock import held_lease
 from orchestration.config import Config, ConfigError
 from orchestration.adapters.state import read_state, write_state
+from orchestration.train.record import TrainRecord
 from orchestration.train import builders, folders, live
 from orchestration.train import teacher as teachers
 from orchestration.train.builders import WorkerJob
@@ -163,11 +164,11 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     uri = tracking.resolve_uri(config.tracking.uri)
     tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work (or --force's)
     state_path = storage.join(train_dir, STATE_FILE)
-    state = read_state(state_path)
-    if state and state.get("fingerprint") != fp and restart_stale:
+    state = read_state(state_path, TrainRecord) if not force else None  # --force starts over whatever it holds
+    if state and state.fingerprint != fp and restart_stale:
         log.info("%s was trained on another dataset or config; training again", train_dir)
         force = True
-    if state and state.get("fingerprint") != fp and not force:
+    if state and state.fingerprint != fp and not force:
         raise TrainError(
             f"{train_dir} holds a run of another dataset or model/train config; resuming it would mix "
             "them. Use --force to start over, or another run_dir."
@@ -175,12 +176,12 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     found = check_train_dir(train_dir)  # a user's file there: refused, with or without --force
     if force and found:
         start_over(train_dir, found)
-        state = {}
+        state = None
     model_dir = model_files.default(train_dir)
-    if state.get("done") and storage.exists(storage.join(model_dir, model_files.MODEL_FILE)):
+    if state and state.done and storage.exists(storage.join(model_dir, model_files.MODEL_FILE)):
         folders.remove_others(train_dir, keep={folders.current(state)})  # a late upload after the last removal
-        log.info("%s is trained already (step %s); nothing to do", model_dir, state.get("step"))
-        return TrainResult(model_dir, state["run_id"], state["step"], state.get("dev_error"), skipped=True)
+        log.info("%s is trained already (step %s); nothing to do", model_dir, state.step)
+        return TrainResult(model_dir, state.run_id, state.step, state.dev_error, skipped=True)
 
     job = worker_job(config, data, "", uri, teacher)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
@@ -196,21 +197,21 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     folder = folders.new_folder(job.lease)  # Ray Train's storage: a folder of this lease holder's own
     resume = folders.last_checkpoint(train_dir, state) if state and folder != folders.SHARED else None
     folders.remove_others(train_dir, keep={folder, folders.current(state), *([resume.split("/")[0]] if resume else [])})
-    where = {"ray_dir": folder, **({"resumed_from": resume} if resume else {})}  # in run.json: `train.folders`
 
     # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
     with tracking.run(uri, config.tracking.experiment, config.name, config.to_dict(), stage="train",
-                      resume_run_id=state.get("run_id"), parent_run_id=parent_run_id, tags=tags) as run_id:
-        write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": False, **where})
+                      resume_run_id=state.run_id if state else None, parent_run_id=parent_run_id, tags=tags) as run_id:
+        record = TrainRecord(fingerprint=fp, run_id=run_id, ray_dir=folder, resumed_from=resume)  # `train.folders`
+        write_state(state_path, record)
         storage.write_bytes(storage.join(train_dir, model_files.CONFIG_FILE), dump_yaml(config.to_dict()).encode())
         job = dataclasses.replace(job, run_id=run_id, resume_from=storage.join(train_dir, resume) if resume else None)
-        meta = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
+        progress = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
         tracking.log_artifacts(uri, run_id, model_files.fetch(model_dir), "model")
-        if meta.get("dev_error") is not None:  # one value per run, what `compare --stage train` sorts by
-            tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": meta["dev_error"]}, meta["step"])
-    write_state(state_path, {"fingerprint": fp, "run_id": run_id, "done": True, **where, **meta})
+        if progress.dev_error is not None:  # one value per run, what `compare --stage train` sorts by
+            tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": progress.dev_error}, progress.step)
+    write_state(state_path, record.finished(progress))
     folders.remove_others(train_dir, keep={folder})  # a woken holder's late upload among them
-    return TrainResult(model_dir, run_id, meta["step"], meta.get("dev_error"), skipped=False)
+    return TrainResult(model_dir, run_id, progress.step, progress.dev_error, skipped=False)
 
 
 def _interruptible_trainer():

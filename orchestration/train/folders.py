@@ -19,10 +19,10 @@ from typing import Any
 
 from core import ownership, storage
 from orchestration.adapters import model_dir as model_files
+from orchestration.train.record import SHARED, TrainRecord
 
 log = logging.getLogger(__name__)
 
-SHARED = "ray"  # the one folder of a run dir no other host writes
 _FOLDER = re.compile(r"ray(-[0-9a-f]{12})?")
 SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of the checkpoints it registered
 # Ray Train's layout in its folder: its storage marker, its snapshot, the checkpoints' folders and the files a
@@ -42,12 +42,12 @@ def new_folder(lease: dict | None) -> str:
     return SHARED if lease is None else f"ray-{uuid.uuid4().hex[:12]}"
 
 
-def current(state: dict[str, Any]) -> str:
+def current(state: TrainRecord | None) -> str:
     """The folder the run recorded in `run.json` last wrote (`ray` for a run recorded without one)."""
-    return state.get("ray_dir") or SHARED
+    return state.ray_dir if state is not None else SHARED
 
 
-def last_checkpoint(train_dir: storage.Location, state: dict[str, Any]) -> str | None:
+def last_checkpoint(train_dir: storage.Location, state: TrainRecord) -> str | None:
     """The last checkpoint the run committed, as a path under `train_dir`: the newest that Ray registered in the
     folder `run.json` names, else (that run died before its first) the one that folder's run resumed from."""
     folder = current(state)
@@ -55,7 +55,7 @@ def last_checkpoint(train_dir: storage.Location, state: dict[str, Any]) -> str |
         newest = max(_registered(storage.join(train_dir, folder)), key=lambda result: result["metrics"]["step"])
         return f"{folder}/{newest['checkpoint_dir_name']}"
     except (OSError, ValueError, KeyError, TypeError):  # none written, or not Ray's record
-        return state.get("resumed_from")
+        return state.resumed_from
 
 
 def _registered(ray_dir: storage.Location) -> list[dict[str, Any]]:

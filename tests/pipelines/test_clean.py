@@ -141,3 +141,24 @@ def test_clean_tuple_reports_every_drop(verse):
     assert set(kept) == {"en", "fr"}
     assert dropped == {"ru": T.WRONG_SCRIPT, "ar": T.INVALID_UTF8, "zh": T.TOO_LONG}
     assert matched == {"fr": ["inline_reference"]}
+
+
+def test_the_filters_are_the_configs_in_order_and_a_new_one_is_a_class_of_its_own(verse, normalize):
+    """What the config turns off is not in the list (no check per sentence); the first filter that rejects a
+    sentence names the reason, so a filter added to the list counts its drops under its own."""
+    names = lambda config: [type(f).__name__ for f in T.filters_for(config)]  # noqa: E731
+    assert names(FilterConfig()) == ["NoWords", "TooShort", "TooLong", "UrlOrEmail", "WrongScript"]
+    assert names(FilterConfig(drop_urls=False, min_script_fraction=0.0)) == ["NoWords", "TooShort", "TooLong"]
+
+    class NoDigits(T.Filter):
+        reason = "digits"
+
+        def rejects(self, text, lang, units, cjk):
+            return any(c.isdigit() for c in text)
+
+    text, _ = normalize(verse("l", *PSALM_3_2), "fr")
+    keep = T.SentenceFilter(FilterConfig())
+    assert keep.reason(text, "fr") is None
+    keep.filters.append(NoDigits())
+    assert keep.reason(text + " 1", "fr") == "digits"
+    assert keep.reason(text + " www.example.org 1", "fr") == T.URL_EMAIL  # the first that rejects it

@@ -44,8 +44,8 @@ def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, 
     assert {p.name: p.read_text() for p in model_dir.iterdir()} == old  # the previous model, whole
 
     monkeypatch.setattr(shutil, "copyfile", real_copy)  # space freed: the rerun's export replaces it
-    meta = checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
-    assert meta["step"] == 20 and (model_dir / "model.safetensors").read_text() == "new weights"
+    progress = checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
+    assert (progress.step, progress.dev_error) == (20, 0.5) and (model_dir / "model.safetensors").read_text() == "new weights"
     assert not (model_dir / "state.pt").exists()
     assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # no staging or previous copies left
 

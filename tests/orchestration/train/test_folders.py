@@ -12,6 +12,7 @@ import pytest
 from core import ownership
 from orchestration.train import folders
 from orchestration.train.driver import check_train_dir
+from orchestration.train.record import TrainRecord
 
 SENTINEL = "a user's file: never delete me\n"
 A, B = "ray-0123456789ab", "ray-ba9876543210"
@@ -23,6 +24,11 @@ def _tree(root: Path, files: dict[str, str]) -> None:
         (root / name).write_text(text)
 
 
+def _record(**values) -> TrainRecord:
+    """run.json as it reads back."""
+    return TrainRecord.model_validate_json(json.dumps({"fingerprint": "0f", "run_id": "r", **values}))
+
+
 def _snapshot(*steps: int) -> str:
     return json.dumps({"checkpoint_results": [
         {"checkpoint_dir_name": f"checkpoint_{step:06d}", "metrics": {"step": step}} for step in steps]})
@@ -32,19 +38,20 @@ def test_a_lease_holder_writes_a_folder_of_its_own_and_a_local_run_the_shared_on
     assert folders.new_folder(None) == "ray"
     mine, theirs = (folders.new_folder({"holder": "h", "process": {}}) for _ in range(2))
     assert re.fullmatch(r"ray-[0-9a-f]{12}", mine) and mine != theirs
-    assert folders.current({}) == "ray" and folders.current({"ray_dir": A}) == A  # run.json without one: ray/
+    assert folders.current(None) == "ray" and folders.current(_record(ray_dir=A)) == A
+    assert folders.current(_record()) == "ray"  # run.json without one
 
 
 def test_the_last_checkpoint_is_the_newest_registered_in_the_recorded_folder_else_the_one_it_resumed_from(tmp_path):
     # the snapshot's order is not the steps' (Ray lists them by score when it keeps the best)
     _tree(tmp_path, {f"{A}/checkpoint_manager_snapshot.json": _snapshot(30, 10, 20)})
-    assert folders.last_checkpoint(tmp_path, {"ray_dir": A}) == f"{A}/checkpoint_000030"
+    assert folders.last_checkpoint(tmp_path, _record(ray_dir=A)) == f"{A}/checkpoint_000030"
     # the folder's driver died before its first checkpoint: the one it had resumed from is still the last
-    assert folders.last_checkpoint(tmp_path, {"ray_dir": B, "resumed_from": f"{A}/checkpoint_000030"}) == \
+    assert folders.last_checkpoint(tmp_path, _record(ray_dir=B, resumed_from=f"{A}/checkpoint_000030")) == \
         f"{A}/checkpoint_000030"
-    assert folders.last_checkpoint(tmp_path, {"ray_dir": B}) is None
+    assert folders.last_checkpoint(tmp_path, _record(ray_dir=B)) is None
     _tree(tmp_path, {"ray/checkpoint_manager_snapshot.json": _snapshot(5)})  # a run recorded before the folders
-    assert folders.last_checkpoint(tmp_path, {"fingerprint": "0f"}) == "ray/checkpoint_000005"
+    assert folders.last_checkpoint(tmp_path, _record()) == "ray/checkpoint_000005"
 
 
 def test_the_other_ray_folders_are_removed_when_they_hold_rays_layout_only(tmp_path, caplog):

@@ -1,0 +1,59 @@
+"""The stage records (`adapters.state`): `train`'s run.json and `evaluate`'s state.json as typed models, written
+and read back the same, read as they were written before they had a model, and a damaged one named."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from model.batching import DataPosition
+from orchestration.adapters import model_dir
+from orchestration.adapters.state import StateError, read_state, write_state
+from orchestration.evaluate import EvaluationRecord
+from orchestration.train.checkpoint import TrainingProgress
+from orchestration.train.record import TrainRecord
+
+
+def test_a_training_record_started_then_finished_reads_back_the_same_and_flat(tmp_path):
+    path = tmp_path / "run.json"
+    started = TrainRecord(fingerprint="0f", run_id="r1", ray_dir="ray-0123456789ab", resumed_from="ray/checkpoint_1")
+    write_state(path, started)
+    assert read_state(path, TrainRecord) == started and not started.done
+    progress = TrainingProgress(step=120, elapsed_s=3.5, dev_error=0.25, best_step=100, bad_evals=1,
+                                history=[{"resumed_at_step": 40, "world": 2}], done=True, world=2,
+                                data=DataPosition(1, 2, 3), data_digest="ab")
+    finished = started.finished(progress)
+    write_state(path, finished)
+    assert read_state(path, TrainRecord) == finished
+    on_disk = json.loads(path.read_text())  # flat, as `interlingua train` always wrote it
+    assert on_disk["done"] is True and on_disk["step"] == 120 and on_disk["ray_dir"] == "ray-0123456789ab"
+    assert on_disk["data"] == {"epoch": 1, "window": 2, "batch": 3, "plan": progress.data.plan}
+    assert model_dir.training_run_id(tmp_path) == "r1"  # any stage's record read for what they all hold
+
+
+def test_records_written_before_the_models_read_back(tmp_path):
+    """run.json as the driver wrote it as a dict (a null dev error, no ray_dir before the folders had names)."""
+    (tmp_path / "run.json").write_text(json.dumps({
+        "fingerprint": "0f", "run_id": "r", "done": True, "step": 20, "elapsed_s": 1.0, "dev_error": None,
+        "best_step": None, "bad_evals": 0, "history": [], "world": 1,
+        "data": {"epoch": 0, "window": 1, "batch": 0, "plan": 2}, "data_digest": ""}))
+    record = read_state(tmp_path / "run.json", TrainRecord)
+    assert record.done and record.step == 20 and record.dev_error is None and record.ray_dir == "ray"
+    (tmp_path / "state.json").write_text('{"fingerprint": "0f", "run_id": "r", "data": "1a"}')
+    assert read_state(tmp_path / "state.json", EvaluationRecord) == EvaluationRecord(fingerprint="0f", run_id="r",
+                                                                                     data="1a")
+    assert read_state(tmp_path / "none.json", EvaluationRecord) is None
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{"fingerprint": 3, "run_id": "r", "data": "1a"}', "fingerprint: Input should be a valid string"),
+    # a misspelt key is named, not dropped
+    ('{"fingerprint": "0f", "run_id": "r", "dta": "1a"}', "data: Field required; dta: Extra inputs"),
+    ("not json", "the whole file: Invalid JSON"),
+])
+def test_a_damaged_record_is_named_with_its_fields(tmp_path, text, where):
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(StateError, match=re.escape(f"state.json: not a EvaluationRecord ({where}")) as caught:
+        read_state(tmp_path / "state.json", EvaluationRecord)
+    assert "move the file away" in str(caught.value)
