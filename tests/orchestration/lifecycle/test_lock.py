@@ -218,16 +218,17 @@ def test_a_stage_command_on_a_run_dir_in_use_exits_5_naming_the_holder(tmp_path,
 
 def test_a_holder_whose_lease_was_taken_over_commits_nothing_more(s3_bucket, tmp_path):
     """The fence: every commit looks at the lease first, before any renewal would notice (ttl 60 s)."""
-    from orchestration.adapters.state import write_state
+    from orchestration.adapters.state import StageRecord, write_state
 
     client = boto3.client("s3")
+    first, second = StageRecord(fingerprint="0f", run_id="r1"), StageRecord(fingerprint="1a", run_id="r2")
     with pytest.raises(LeaseLost, match="taken over by another host"):
         with run_lock(f"{s3_bucket}/runs/x"):
-            write_state(tmp_path / "before.json", {"step": 1})  # its own lease: committed
+            write_state(tmp_path / "before.json", first)  # its own lease: committed
             client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=b'{"holder": "other"}')
-            write_state(tmp_path / "after.json", {"step": 2})
+            write_state(tmp_path / "after.json", second)
     assert (tmp_path / "before.json").is_file() and not (tmp_path / "after.json").exists()
-    write_state(tmp_path / "after.json", {"step": 2})  # no lease held: nothing to fence
+    write_state(tmp_path / "after.json", second)  # no lease held: nothing to fence
 
 
 def test_a_local_lock_leaves_no_file_and_a_waiter_locks_the_file_that_is_there(tmp_path):
