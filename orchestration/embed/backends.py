@@ -87,9 +87,9 @@ def load_encoder(model_dir: Path, *, backend: str = "auto", device: str = "cpu",
     folder = Path(export_dir) if export_dir else export.default_dir(model_dir)
     manifest = export.read_manifest(folder)
     sessions = {name: session(folder / export.file_name(name, chosen), threads=threads)
-                for name in manifest["encoders"]}
+                for name in manifest.encoders}
     log.info("encoder backend %s (%s)", chosen, folder)
-    return OnnxEncoder(sessions, languages=manifest["languages"], embedding_dim=manifest["embedding_dim"])
+    return OnnxEncoder(sessions, languages=manifest.languages, embedding_dim=manifest.embedding_dim)
 
 
 def resolve(model_dir: Path, backend: str, *, device: str = "cpu", export_dir: Path | None = None,
@@ -123,11 +123,11 @@ def _unusable(model_dir: Path, folder: Path, device: str) -> str | None:
     if manifest is None:
         return f"no export at {folder}; write it with `interlingua export --model {model_dir}`"
     model_sha = file_sha256(Path(model_dir) / model_files.MODEL_FILE)
-    if manifest["model"]["model_sha256"] != model_sha:
+    if manifest.model.model_sha256 != model_sha:
         return (f"the export at {folder} is of another model.safetensors "
-                f"(sha256 {manifest['model']['model_sha256'][:12]}, not {model_sha[:12]}); export this model again "
+                f"(sha256 {manifest.model.model_sha256[:12]}, not {model_sha[:12]}); export this model again "
                 f"with `interlingua export --model {model_dir}`")
-    for name, recorded in manifest["files"].items():
+    for name, recorded in manifest.files.items():
         path = folder / name
         if not path.is_file() or file_sha256(path) != recorded:
             return f"{path}: missing or not the file its manifest records; export the model again"

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import ownership, storage
 from core.dataset import file_sha256
@@ -29,6 +31,32 @@ FORMAT = "interlingua-onnx-export"  # the marker that makes a folder ours to rep
 VERSION = 1
 MANIFEST = "manifest.json"
 BACKENDS = ("onnx", "onnx-int8")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ExportedModel(_Record):
+    """The model directory an export came from."""
+
+    dir: str
+    model_sha256: str
+    spm_sha256: str | None = None
+
+
+class ExportManifest(_Record):
+    """`manifest.json` of an export: what makes the folder ours to replace, and what the backends check."""
+
+    format: Literal["interlingua-onnx-export"] = FORMAT
+    version: int = VERSION
+    model: ExportedModel
+    languages: list[str]
+    encoders: list[str]  # "shared", or a language each
+    embedding_dim: int
+    quantized_ops: list[str]
+    files: dict[str, str]  # name -> sha256
+    versions: dict[str, str]  # onnx, onnxruntime, torch
 
 
 @dataclass(frozen=True)
@@ -52,13 +80,12 @@ def file_name(encoder: str, backend: str) -> str:
     return f"encoder-{encoder}.int8.onnx" if backend == "onnx-int8" else f"encoder-{encoder}.onnx"
 
 
-def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+def read_manifest(out_dir: Path) -> ExportManifest | None:
     """The export's manifest; None when `out_dir` holds none, or one that is not an export's."""
     try:
-        manifest = storage.read_json(out_dir / MANIFEST)
-    except (FileNotFoundError, ValueError):
+        return ExportManifest.model_validate_json(storage.read_bytes(out_dir / MANIFEST))
+    except (FileNotFoundError, ValidationError):
         return None
-    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
 
 
 def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
@@ -73,15 +100,12 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
     ownership.make_staging(staging)
     model, _ = model_files.load(model_dir / model_files.MODEL_FILE)
     files, quantized = _write_graphs(model, staging)
-    manifest = {
-        "format": FORMAT, "version": VERSION,
-        "model": {"dir": str(model_dir), "model_sha256": lineage["model_sha256"],
-                  "spm_sha256": lineage.get("spm_sha256")},
-        "languages": model.languages, "encoders": sorted(model.encoders),
-        "embedding_dim": model.embedding_dim, "quantized_ops": quantized,
-        "files": files, "versions": _versions(),
-    }
-    storage.write_json(staging / MANIFEST, manifest)  # written last: a folder without it is no export
+    manifest = ExportManifest(
+        model=ExportedModel(dir=str(model_dir), model_sha256=lineage["model_sha256"],
+                            spm_sha256=lineage.get("spm_sha256")),
+        languages=list(model.languages), encoders=sorted(model.encoders), embedding_dim=model.embedding_dim,
+        quantized_ops=quantized, files=files, versions=_versions())
+    storage.write_json(staging / MANIFEST, manifest.model_dump(mode="json"))  # last: a folder without it is no export
     ownership.swap_in(staging, out_dir, previous)
     log.info("exported %s to %s (%s)", model_dir, out_dir, ", ".join(files))
     return Exported(out_dir, files, quantized)
@@ -91,8 +115,8 @@ def _replaceable(out_dir: Path) -> list[str] | None:
     """The entries of an earlier export at `out_dir` (None: nothing there); ForeignDataError otherwise."""
     if not out_dir.exists():
         return None
-    manifest = read_manifest(out_dir) or {}
-    ours = set(manifest.get("files", {})) | ({MANIFEST} if manifest else set())
+    manifest = read_manifest(out_dir)
+    ours = {*manifest.files, MANIFEST} if manifest else set()
     return ownership.check_only_ours(out_dir, lambda e: e in ours, what=f"-o {out_dir}",
                                    advice="give an empty or new directory; interlingua replaces only its own export")
 

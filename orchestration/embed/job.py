@@ -78,7 +78,7 @@ def ship_model(model_dir: Path | None, backend: str = "torch") -> list[dict[str,
     folders = {"model": (Path(model_dir), files)}
     if backend != "torch":
         folder = export.default_dir(Path(model_dir))
-        folders["model-onnx"] = (folder, [export.MANIFEST, *export.read_manifest(folder)["files"]])
+        folders["model-onnx"] = (folder, [export.MANIFEST, *export.read_manifest(folder).files])
     return [{f"{name}/{file}": ray.put((folder / file).read_bytes()) for name, (folder, files) in folders.items()
              for file in files}]
 

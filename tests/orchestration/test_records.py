@@ -57,3 +57,19 @@ def test_a_damaged_record_is_named_with_its_fields(tmp_path, text, where):
     with pytest.raises(StateError, match=re.escape(f"state.json: not a EvaluationRecord ({where}")) as caught:
         read_state(tmp_path / "state.json", EvaluationRecord)
     assert "move the file away" in str(caught.value)
+
+
+def test_an_export_manifest_reads_back_and_a_folder_of_another_kind_has_none(tmp_path):
+    from orchestration.embed import export
+
+    manifest = export.ExportManifest(
+        model=export.ExportedModel(dir="/m", model_sha256="ab", spm_sha256=None), languages=["en", "fr"],
+        encoders=["shared"], embedding_dim=32, quantized_ops=["DynamicQuantizeLSTM"],
+        files={"encoder-shared.onnx": "cd", "encoder-shared.int8.onnx": "ef"},
+        versions={"onnx": "1", "onnxruntime": "1", "torch": "2"})
+    (tmp_path / export.MANIFEST).write_text(manifest.model_dump_json())
+    assert export.read_manifest(tmp_path) == manifest
+    on_disk = json.loads((tmp_path / export.MANIFEST).read_text())
+    for other in ({**on_disk, "format": "someone-elses"}, {k: v for k, v in on_disk.items() if k != "files"}):
+        (tmp_path / export.MANIFEST).write_text(json.dumps(other))
+        assert export.read_manifest(tmp_path) is None  # not ours: never replaced, never used as a backend

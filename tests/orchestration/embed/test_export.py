@@ -126,4 +126,5 @@ def test_export_replaces_its_own_output_and_records_where_it_came_from(trained, 
     assert sorted(p.name for p in out.iterdir()) == sorted([*manifest["files"], "manifest.json"])
     assert manifest["files"] == first["files"]  # the same model gives the same bytes
     assert manifest["model"]["dir"] == str(trained.resolve()) and "DynamicQuantizeLSTM" in manifest["quantized_ops"]
+    assert export.read_manifest(out) == export.ExportManifest.model_validate(manifest)  # the file, as written
     assert not list(tmp_path.glob(".*partial*"))
