@@ -33,9 +33,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import ownership, storage
 from evaluation.npy import NpyFile, save_array
@@ -45,6 +46,60 @@ FORMATS = ("interlingua-stored-embeddings/1", FORMAT)  # /1: evaluate's, before 
 MANIFEST = "manifest.json"
 ROWS = "rows"
 KEYS = "keys.json"
+
+
+class BlockRecord(BaseModel):
+    """`<folder>/<name>.json`: one block's completion record, written after its arrays. Beside what every block
+    has, the writer's own fields (evaluate's `start`, `first_key`, `last_key`; embed's `index`, `source`, `kind`,
+    `first_line`, `empty`, `fingerprint`), left out of the file when unset."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str
+    rows: int
+    sha256: dict[str, str]  # lang -> the sha256 of <lang>/<name>.npy
+    start: int | None = None
+    first_key: str | None = None
+    last_key: str | None = None
+    index: int | None = None
+    source: str | None = None
+    kind: str | None = None
+    first_line: int | None = None
+    empty: int | None = None
+    fingerprint: str | None = None
+
+
+class BlockEntry(BaseModel):
+    """A block as the manifest lists it (format /1's had no checksums)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    start: int
+    rows: int
+    sha256: dict[str, str] | None = None
+
+
+class StoreManifest(BaseModel):
+    """`<folder>/manifest.json`, written last. `meta` is the writer's own section, typed by the writer
+    (evaluate: the model and the data searched; embed: `embed.corpus.EmbedMeta`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["interlingua-stored-embeddings/1", "interlingua-stored-embeddings/2"] = FORMATS[0]
+    languages: list[str]
+    dim: int
+    dtype: str
+    rows: int
+    columns: list[str] | None = None  # of the rows files ([]: none); absent in format /1, which always had them
+    blocks: list[BlockEntry]
+    meta: dict[str, Any] = {}
+
+    def rows_columns(self) -> list[str]:
+        """The columns of the rows files ([] for a store of vectors only)."""
+        if self.columns is not None:
+            return list(self.columns)
+        return ["key", *(f"{lang}_{c}" for lang in self.languages for c in ("text", "hash"))]
 
 
 def block_name(index: int) -> str:
@@ -65,32 +120,44 @@ def save_arrays(folder: storage.Location, name: str, arrays: Mapping[str, np.nda
             for lang, array in arrays.items()}
 
 
-def write_record(folder: storage.Location, record: dict[str, Any]) -> dict[str, Any]:
+def write_record(folder: storage.Location, record: BlockRecord) -> BlockRecord:
     """The block's record `<folder>/<name>.json`, replaced whole: the completion marker, written after the
     block's arrays (a reader or a rerun trusts a block only once its record is there)."""
-    storage.write_json(storage.join(folder, f"{record['name']}.json"), record, indent=1)
+    storage.write_json(storage.join(folder, f"{record.name}.json"), record.model_dump(exclude_none=True), indent=1)
     return record
 
 
-def save_block(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> dict[str, Any]:
+def read_record(path: storage.Location) -> BlockRecord | None:
+    """The block record at `path`; None when it is missing or not one (a block without its record is not done)."""
+    try:
+        return BlockRecord.model_validate_json(storage.read_bytes(path))
+    except (OSError, ValidationError):
+        return None
+
+
+def save_block(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> BlockRecord:
     """One block written in place (a local folder or a URI): its arrays (`save_arrays`), then its record
-    {name, rows, sha256, **fields}."""
+    (name, rows, sha256 and the writer's `fields`)."""
     rows = {len(array) for array in arrays.values()}
     assert len(rows) == 1, f"block {name}: languages of unequal rows {rows}"
-    return write_record(folder, {"name": name, "rows": rows.pop(), "sha256": save_arrays(folder, name, arrays),
-                                 **fields})
+    return write_record(folder, BlockRecord(name=name, rows=rows.pop(), sha256=save_arrays(folder, name, arrays),
+                                            **fields))
 
 
-def make_manifest(records: Sequence[Mapping[str, Any]], *, languages: list[str], dim: int, dtype: str,
-                  columns: Sequence[str] = (), meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def make_manifest(records: Sequence[BlockRecord], *, languages: list[str], dim: int, dtype: str,
+                  columns: Sequence[str] = (), meta: dict[str, Any] | None = None) -> StoreManifest:
     """The manifest of the blocks `records` (in row order): each block's start is the rows before it."""
     blocks, start = [], 0
     for record in records:
-        blocks.append({"name": record["name"], "start": start, "rows": int(record["rows"]),
-                       "sha256": record["sha256"]})
-        start += int(record["rows"])
-    return {"format": FORMAT, "languages": list(languages), "dim": int(dim), "dtype": str(dtype), "rows": start,
-            "columns": list(columns), "blocks": blocks, "meta": meta or {}}
+        blocks.append(BlockEntry(name=record.name, start=start, rows=record.rows, sha256=record.sha256))
+        start += record.rows
+    return StoreManifest(format=FORMAT, languages=list(languages), dim=int(dim), dtype=str(dtype), rows=start,
+                         columns=list(columns), blocks=blocks, meta=meta or {})
+
+
+def write_manifest(folder: storage.Location, manifest: StoreManifest) -> None:
+    """The manifest, written last (replaced whole): the folder is a published store from then on."""
+    storage.write_json(storage.join(folder, MANIFEST), manifest.model_dump(mode="json", exclude_none=True), indent=1)
 
 
 def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = False) -> set[str]:
@@ -103,9 +170,9 @@ def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = 
 
 
 def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray],
-                texts: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+                texts: Mapping[str, Sequence[str]]) -> BlockRecord:
     """Write one batch of tuples (any order; sorted here by key) into `staging`; returns its record
-    {name, rows, sha256, first_key, last_key} for `publish`. Rewriting the same batch gives the same files."""
+    (name, rows, sha256, first_key, last_key) for `publish`. Rewriting the same batch gives the same files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -122,43 +189,39 @@ def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(columns), path.with_suffix(".tmp"))
     os.replace(path.with_suffix(".tmp"), path)
-    return {"name": name, "rows": len(keys), "sha256": sha256, "first_key": keys[0], "last_key": keys[-1]}
+    return BlockRecord(name=name, rows=len(keys), sha256=sha256, first_key=keys[0], last_key=keys[-1])
 
 
-def publish(staging: Path, folder: Path, records: list[dict[str, Any]], *, languages: list[str],
+def publish(staging: Path, folder: Path, records: list[BlockRecord], *, languages: list[str],
             meta: dict[str, Any] | None = None) -> StoredEmbeddings:
     """Order the written blocks by key, name them part-NNNNN, write their records and the manifest and swap
     `staging` into `folder` (a previous folder stays whole until then). AssertionError if blocks overlap."""
-    records = sorted(records, key=lambda r: r["first_key"])
+    records = sorted(records, key=lambda r: r.first_key)
     for before, after in zip(records, records[1:]):
-        assert before["last_key"] < after["first_key"], f"blocks overlap: {before} {after}"
+        assert before.last_key < after.first_key, f"blocks overlap: {before} {after}"
     named, start = [], 0
     for i, record in enumerate(records):
         new = block_name(i)
         for sub in [*languages, ROWS]:
             suffix = ".parquet" if sub == ROWS else ".npy"
-            os.replace(staging / sub / f"{record['name']}{suffix}", staging / sub / f"{new}{suffix}")
-        named.append(write_record(staging, {**record, "name": new, "start": start}))
-        start += record["rows"]
-    first = np.load(staging / languages[0] / f"{named[0]['name']}.npy", mmap_mode="r")
+            os.replace(staging / sub / f"{record.name}{suffix}", staging / sub / f"{new}{suffix}")
+        named.append(write_record(staging, record.model_copy(update={"name": new, "start": start})))
+        start += record.rows
+    first = np.load(staging / languages[0] / f"{named[0].name}.npy", mmap_mode="r")
     columns = ["key", *(f"{lang}_{c}" for lang in languages for c in ("text", "hash"))]
-    manifest = make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype, columns=columns,
-                             meta=meta)
-    (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    _write_keys(staging, [r["name"] for r in named])
+    write_manifest(staging, make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype,
+                                          columns=columns, meta=meta))
+    _write_keys(staging, [r.name for r in named])
     ownership.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
     return StoredEmbeddings.open(folder)
 
 
-def read_manifest(folder: storage.Location) -> dict[str, Any] | None:
+def read_manifest(folder: storage.Location) -> StoreManifest | None:
     """The folder's manifest when it is a stored-embeddings manifest (either format), else None."""
     try:
-        manifest = storage.read_json(storage.join(folder, MANIFEST))
-    except (OSError, ValueError):
+        return StoreManifest.model_validate_json(storage.read_bytes(storage.join(folder, MANIFEST)))
+    except (OSError, ValidationError):
         return None
-    if isinstance(manifest, dict) and manifest.get("format", FORMATS[0]) in FORMATS and "blocks" in manifest:
-        return manifest
-    return None
 
 
 def check_replaceable(folder: Path) -> list[str]:
@@ -167,8 +230,7 @@ def check_replaceable(folder: Path) -> list[str]:
     ours = {ownership.STAGING_MARKER}
     manifest = read_manifest(folder)
     if manifest is not None:
-        ours |= {MANIFEST, KEYS} | block_files([b["name"] for b in manifest["blocks"]],
-                                               manifest.get("languages", []), rows=True)
+        ours |= {MANIFEST, KEYS} | block_files([b.name for b in manifest.blocks], manifest.languages, rows=True)
     return ownership.check_only_ours(folder, lambda e: e in ours, what="embeddings folder",
                                    advice="move those files out of it; interlingua replaces only its own embeddings")
 
@@ -193,14 +255,19 @@ class StoredEmbeddings:
 
     @classmethod
     def open(cls, folder: str | Path) -> StoredEmbeddings:
-        """FileNotFoundError when `folder` holds no published embeddings."""
+        """FileNotFoundError when `folder` holds no published embeddings; ValueError naming the manifest's
+        fields when it is not a stored-embeddings manifest."""
         folder = str(folder) if storage.is_uri(folder) else Path(folder)
-        manifest = storage.read_json(storage.join(folder, MANIFEST))
-        blocks, languages = manifest["blocks"], manifest["languages"]
-        columns = manifest.get("columns", ["key", *(f"{lang}_{c}" for lang in languages for c in ("text", "hash"))])
-        return cls(folder, languages, manifest["dim"], manifest["dtype"],
-                   tuple(b["start"] for b in blocks) + (manifest["rows"],), tuple(b["name"] for b in blocks),
-                   manifest.get("meta", {}), tuple(columns))
+        path = storage.join(folder, MANIFEST)
+        try:
+            manifest = StoreManifest.model_validate_json(storage.read_bytes(path))
+        except ValidationError as exc:
+            raise ValueError(f"{path}: not a stored-embeddings manifest ({exc.errors()[0]['loc']}: "
+                             f"{exc.errors()[0]['msg']})") from None
+        blocks = manifest.blocks
+        return cls(folder, list(manifest.languages), manifest.dim, manifest.dtype,
+                   tuple(b.start for b in blocks) + (manifest.rows,), tuple(b.name for b in blocks),
+                   dict(manifest.meta), tuple(manifest.rows_columns()))
 
     def __len__(self) -> int:
         return self.starts[-1]

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterator
 
-from core import storage
+from core import mined, storage
 from core.dataset import file_sha256
 from pipelines.config import MinedSource, TableSource, TextSource
 from pipelines.errors import SourceError
@@ -119,21 +119,22 @@ def _first_line(path: str) -> str:
 def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
     """Read tasks over the rows of a mined pair file, checked against its mining manifest."""
     folder = source.path.rstrip("/")
-    manifest_path = storage.join(folder, "manifest.json")
+    manifest_path = storage.join(folder, mined.MANIFEST)
     try:
-        manifest = storage.read_json(manifest_path)
+        manifest = mined.read_manifest(folder)
     except FileNotFoundError:
         raise SourceError(f"{manifest_path}: no mining manifest: not a finished `interlingua mine` output") from None
-    entry = next((e for e in manifest.get("pairs", {}).values() if sorted(e["languages"]) == sorted(source.languages)),
-                 None)
+    except mined.MinedManifestError as exc:
+        raise SourceError(f"{exc}; point the source at a folder `interlingua mine` wrote") from None
+    entry = next((e for e in manifest.pairs.values() if sorted(e.languages) == sorted(source.languages)), None)
     if entry is None:
         raise SourceError(f"{manifest_path}: no mined pair of {source.languages}; it has "
-                          f"{[e['languages'] for e in manifest.get('pairs', {}).values()]}")
-    path = storage.join(folder, entry["file"])
+                          f"{[e.languages for e in manifest.pairs.values()]}")
+    path = storage.join(folder, entry.file)
     digest = file_sha256(path)
-    if digest != entry["sha256"]:
+    if digest != entry.sha256:
         raise SourceError(f"{path}: its sha256 differs from the mining manifest's: the file changed after mining")
-    rows = entry["rows"]
+    rows = entry.rows
     tasks = [ReadTask(source=name, kind="mined", languages=tuple(source.languages), start_line=start + 1,
                       n_lines=min(chunk_lines, rows - start), paths={"": path}, score=source.min_score)
              for start in range(0, rows, chunk_lines)]

@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -110,13 +110,13 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
                    threads=cpus_per_actor, backend=engine,
                    storage_env=storage.environment())  # the actors read URI inputs from the same store
         _run(pending, out_dir, fp, local_model, job, actors, cpus_per_actor, use_gpu)
-    _, records = _scan(out_dir)
+    records = _scan(out_dir).records
     records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
                               use_gpu=use_gpu, max_tokens=max_tokens, backend=engine))
-    storage.write_json(storage.join(out_dir, MANIFEST), manifest)
-    return CorpusResult(out_dir, manifest["rows"], manifest["meta"]["empty"], len(blocks), len(pending),
+    store.write_manifest(out_dir, manifest)
+    return CorpusResult(out_dir, manifest.rows, manifest.meta["empty"], len(blocks), len(pending),
                         time.monotonic() - started)
 
 
@@ -165,7 +165,7 @@ def _run(pending: list[BlockSpec], out_dir: Location, fp: str, model_dir: Path, 
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     specs = {b.index: b for b in pending}
 
-    def write(row: dict[str, Any]) -> dict[str, Any]:
+    def write(row: dict[str, Any]) -> store.BlockRecord:
         spec = specs[int(row["index"])]
         vectors = cell_vectors(row["vectors"], row["rows"], row["dim"], job["dtype"])
         return save_input_block(out_dir, spec, job["lang"], vectors, int(row["empty"]), fp)
@@ -173,7 +173,7 @@ def _run(pending: list[BlockSpec], out_dir: Location, fp: str, model_dir: Path, 
     with data_job():  # a task that a dying node failed is run again
         dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
     run_actors(dataset, BlockEmbedFn, {**job, "model": ship_model(model_dir, job["backend"])}, write=write,
-               rows=sum(b.rows for b in pending), rows_of=lambda r: int(r["rows"]),
+               rows=sum(b.rows for b in pending), rows_of=lambda r: r.rows,
                actors=min(actors, len(pending)), cpus=cpus, use_gpu=use_gpu, batch_size=1)
 
 
@@ -181,11 +181,11 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
     """The blocks of this plan already written. ForeignDataError when the folder holds anything but
     embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
     model or options, or in the earlier layout, unless `force`, which removes those (its own files alone)."""
-    files, records = _scan(out_dir)  # each record read once
+    scan = _scan(out_dir)  # each record read once
     manifest = _read_manifest(out_dir)
-    found = check_output(out_dir, ours=_owned(files, records, manifest))
-    stale = [name for name, record in records.items() if _legacy(record) or record.get("fingerprint") != fp]
-    if manifest is not None and (manifest.get("format") != store.FORMAT or manifest["meta"].get("fingerprint") != fp):
+    found = check_output(out_dir, ours=_owned(scan, manifest))
+    stale = [*sorted(scan.legacy), *(name for name, record in scan.records.items() if record.fingerprint != fp)]
+    if manifest.legacy or (manifest.current is not None and manifest.current.meta.get("fingerprint") != fp):
         stale.append(MANIFEST)
     if stale and not force:
         raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
@@ -197,8 +197,8 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
         if _TMP_BLOCK.fullmatch(name):
             storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
     wanted = {store.block_name(b.index): b for b in blocks}
-    return {wanted[record["name"]].index for record in records.values() if record["name"] in wanted
-            and all(f"{lang}/{record['name']}.npy" in found for lang in record["sha256"])}
+    return {wanted[record.name].index for record in scan.records.values() if record.name in wanted
+            and all(f"{lang}/{record.name}.npy" in found for lang in record.sha256)}
 
 
 _RECORD = re.compile(r"part-\d{5}\.json")
@@ -217,56 +217,69 @@ def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], b
 def own_entries(out_dir: Location) -> Callable[[str], bool]:
     """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
     blocks and their records (this layout or the earlier one), a killed run's temporary files."""
-    return _owned(*_scan(out_dir), _read_manifest(out_dir))
+    return _owned(_scan(out_dir), _read_manifest(out_dir))
 
 
-def _owned(files: list[str], records: dict[str, dict[str, Any]], manifest: dict[str, Any] | None
-           ) -> Callable[[str], bool]:
-    ours = ownership.with_parents(f for f in files if _TMP_BLOCK.fullmatch(f))
-    for name, record in records.items():
-        ours |= {name, record["name"]} if _legacy(record) else store.block_files([record["name"]], record["sha256"])
-    if manifest is not None:
-        names = [b["name"] for b in manifest["blocks"]]
-        ours |= {MANIFEST, *names, *(n.removesuffix(".npy") + ".json" for n in names)} if _legacy(manifest) else {
-            MANIFEST, *store.block_files(names, manifest["languages"])}
-    return ours.__contains__
+class _Scan(NamedTuple):
+    files: list[str]
+    records: dict[str, store.BlockRecord]  # part-NNNNN.json -> embed's record of that block
+    legacy: dict[str, set[str]]  # an earlier layout's record -> what it and its block consist of
 
 
-def _legacy(written: dict[str, Any]) -> bool:  # a record or manifest of the earlier layout
-    return "languages" not in written if "blocks" in written else str(written["name"]).endswith(".npy")
+class _Manifest(NamedTuple):
+    current: store.StoreManifest | None  # the manifest embed writes, with its fingerprint under meta
+    legacy: set[str]  # what an earlier layout's manifest names (with it); empty otherwise
 
 
-def _scan(out_dir: Location) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """The folder's files, and part-NNNNN.json -> its record for every block record embed wrote (a JSON object
-    with its name, fingerprint, index and, in this layout, {lang: sha256}); other such files are not records."""
-    files, found = storage.files(out_dir), {}
+def _owned(scan: _Scan, manifest: _Manifest) -> Callable[[str], bool]:
+    ours = ownership.with_parents(f for f in scan.files if _TMP_BLOCK.fullmatch(f))
+    for name, record in scan.records.items():
+        ours |= {name} | store.block_files([record.name], record.sha256)
+    for entries in scan.legacy.values():
+        ours |= entries
+    if manifest.current is not None:
+        ours |= {MANIFEST, *store.block_files([b.name for b in manifest.current.blocks], manifest.current.languages)}
+    return (ours | manifest.legacy).__contains__
+
+
+def _scan(out_dir: Location) -> _Scan:
+    """The folder's files, and every block record embed wrote: part-NNNNN.json with its name, fingerprint, index
+    and {lang: sha256}; or, in the earlier layout, a record of `part-N.npy` beside it. Other such files are not
+    records."""
+    files, records, legacy = storage.files(out_dir), {}, {}
     for name in files:
         if not _RECORD.fullmatch(name):
             continue
         try:
-            record = storage.read_json(storage.join(out_dir, name))
+            raw = storage.read_json(storage.join(out_dir, name))
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and {"name", "fingerprint", "index"} <= record.keys() and (
-                _legacy(record) or isinstance(record.get("sha256"), dict)):
-            found[name] = record
-    return files, found
+        if not isinstance(raw, dict) or not {"name", "fingerprint", "index"} <= raw.keys():
+            continue
+        if str(raw["name"]).endswith(".npy"):  # the earlier layout: the block beside its record
+            legacy[name] = {name, str(raw["name"])}
+        elif (record := store.read_record(storage.join(out_dir, name))) is not None:
+            records[name] = record
+    return _Scan(files, records, legacy)
 
 
-def _read_manifest(out_dir: Location) -> dict[str, Any] | None:
+def _read_manifest(out_dir: Location) -> _Manifest:
     """The folder's manifest if this product's embed wrote it (the stored-embeddings format with a
     fingerprint, or the earlier layout's: its format marker or, before the marker existed, its fields)."""
+    current = store.read_manifest(out_dir)
+    if current is not None:
+        return _Manifest(current if current.format == store.FORMAT and "fingerprint" in current.meta else None, set())
     try:
-        manifest = storage.read_json(storage.join(out_dir, MANIFEST))
+        raw = storage.read_json(storage.join(out_dir, MANIFEST))
     except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("blocks"), list):
-        return None
-    meta, form = manifest.get("meta"), manifest.get("format")
-    if form == store.FORMAT and isinstance(meta, dict) and "fingerprint" in meta and "languages" in manifest:
-        return manifest
-    legacy = form == LEGACY_FORMAT or (not form and {"fingerprint", "lang", "model"} <= manifest.keys())
-    return manifest if legacy else None
+        return _Manifest(None, set())
+    if not isinstance(raw, dict) or not isinstance(raw.get("blocks"), list):
+        return _Manifest(None, set())
+    form = raw.get("format")
+    if form == LEGACY_FORMAT or (not form and {"fingerprint", "lang", "model"} <= raw.keys()):
+        names = [str(b["name"]) for b in raw["blocks"] if isinstance(b, dict) and "name" in b]
+        return _Manifest(None, {MANIFEST, *names, *(n.removesuffix(".npy") + ".json" for n in names)})
+    return _Manifest(None, set())
 
 
 def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
@@ -282,15 +295,15 @@ def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
                           "write the embeddings to a directory of their own")
 
 
-def _manifest(files: list[InputFile], records: list[dict], model: dict, lang: str, dtype: str, dim: int,
-              config: dict[str, Any], fp: str, job: dict[str, Any]) -> dict[str, Any]:
+def _manifest(files: list[InputFile], records: list[store.BlockRecord], model: dict, lang: str, dtype: str,
+              dim: int, config: dict[str, Any], fp: str, job: dict[str, Any]) -> store.StoreManifest:
     """The manifest (`store.make_manifest`, this job's under `meta`), once every block's rows and empty lines
     add up to the inputs'."""
-    rows, empty = sum(r["rows"] for r in records), sum(r["empty"] for r in records)
+    rows, empty = sum(r.rows for r in records), sum(r.empty or 0 for r in records)
     if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
         raise AssertionError(f"blocks hold {rows} sentences ({empty} empty), the inputs "
                              f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})")
-    sources = [{k: r[k] for k in ("name", "source", "first_line", "rows", "empty")} for r in records]
+    sources = [r.model_dump(include={"name", "source", "first_line", "rows", "empty"}) for r in records]
     meta = {"fingerprint": fp, "lang": lang, "empty": empty, "inputs": [dataclasses.asdict(f) for f in files],
             "model": model, "sources": sources, "job": job, "config": config}
     return store.make_manifest(records, languages=[lang], dim=dim, dtype=dtype, meta=meta)

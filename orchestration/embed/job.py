@@ -28,17 +28,21 @@ import dataclasses
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 import numpy as np
 
 from orchestration.adapters import logs
 from orchestration.adapters.progress import Progress
 
+if TYPE_CHECKING:
+    from evaluation.store import BlockRecord
 
-def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, write: Callable[[dict], dict], rows: int,
-               rows_of: Callable[[dict], int], actors: int, cpus: int, use_gpu: bool, batch_size: int
-               ) -> list[dict[str, Any]]:
+T = TypeVar("T")
+
+
+def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, write: Callable[[dict], T], rows: int,
+               rows_of: Callable[[T], int], actors: int, cpus: int, use_gpu: bool, batch_size: int) -> list[T]:
     """Map `dataset` (made under `cluster.data_job`: its settings are the dataset's) through a pool of `actors`
     actors of `actor` (`kwargs` to its constructor, `cpus` CPUs or a GPU each, on any node) in batches of
     `batch_size`; each row an actor returns goes to `write` on the driver as it comes, and what `write` returns
@@ -137,7 +141,7 @@ class _TuplesFn:
         return out
 
 
-def tuples_block(staging: Path, row: dict[str, Any], languages: list[str], dtype: str) -> dict[str, Any]:
+def tuples_block(staging: Path, row: dict[str, Any], languages: list[str], dtype: str) -> BlockRecord:
     """A `_TuplesFn` row written by the driver as a block of `staging` (`store.write_block`); its record."""
     from evaluation.store import write_block
 
@@ -244,7 +248,7 @@ def _plain(value: Any) -> Any:
 
 
 def save_input_block(out_dir: Path | str, spec: Any, lang: str, vectors: np.ndarray, empty: int, fp: str
-                     ) -> dict[str, Any]:
+                     ) -> BlockRecord:
     """An input file's block (`inputs.BlockSpec`) in `out_dir` (local or a URI): <lang>/part-NNNNN.npy whole
     or not at all, then its record part-NNNNN.json: the completion marker a rerun looks for (`store.save_block`)."""
     from evaluation import store

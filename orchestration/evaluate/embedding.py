@@ -19,7 +19,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from evaluation.store import StoredEmbeddings, publish
+from evaluation.store import BlockRecord, StoredEmbeddings, publish
 from orchestration.adapters.cluster import data_job
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
@@ -138,7 +138,7 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
                                  read_here_rows).materialize()
         records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows,
                          backend)
-    rows = sum(int(record["rows"]) for record in records)
+    rows = sum(record.rows for record in records)
     if rows < 2:
         ownership.remove_staging(_staging(folder))
         raise EvaluateError(f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2")
@@ -165,7 +165,7 @@ def _staging(folder: Path) -> Path:
 
 
 def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | None, languages: list[str],
-           folder: Path, batch_rows: int, backend: str) -> list[dict[str, Any]]:
+           folder: Path, batch_rows: int, backend: str) -> list[BlockRecord]:
     """The block records of the `rows` `tuples` embedded by the one embedding job (`embed.job`) and written
     into the staging folder here, the model on `backend` (resolved: `embed.backends`)."""
     e, r = config.evaluate, config.runtime
@@ -175,7 +175,7 @@ def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | No
     kwargs = dict(model=shipped, languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu, dtype=e.dtype,
                   backend=backend, threads=r.cpus_per_task)
     return run_actors(tuples, actor, kwargs, write=lambda row: tuples_block(staging, row, languages, e.dtype),
-                      rows=rows * len(languages), rows_of=lambda record: int(record["rows"]) * len(languages),
+                      rows=rows * len(languages), rows_of=lambda record: record.rows * len(languages),
                       actors=r.embed_actors, cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,11 +21,10 @@ import pyarrow.parquet as pq
 from evaluation.mining import Pairs
 from orchestration.adapters import tracking
 from orchestration.config import Config
-from core import ownership, storage
+from core import mined, ownership, storage
 from core.dataset import file_sha256
 
-FORMAT = "interlingua-mined/1"
-MANIFEST = "manifest.json"
+MANIFEST = mined.MANIFEST
 REPORT = "report.png"
 EMBEDDINGS = "embeddings"  # <lang>/sentences.parquet and <lang>/blocks/: the corpus embedding job's output
 
@@ -65,18 +63,15 @@ def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePai
         work.mkdir(parents=True, exist_ok=True)
         entries = {r.name: _write_pairs(work, r, sentences) for r in results}
         _figure(work / REPORT, results)
-        manifest = {
-            "format": FORMAT,
-            "model": model,
-            "inputs": {lang: {"read": s.read, "distinct": len(s.texts), "dropped": s.dropped}
-                       for lang, s in sentences.items()},
-            "pairs": entries,
-            "config": config.to_dict(),
-        }
+        manifest = mined.MinedManifest(
+            model=mined.MinedModel(**model),
+            inputs={lang: mined.InputCounts(read=s.read, distinct=len(s.texts), dropped=s.dropped)
+                    for lang, s in sentences.items()},
+            pairs=entries, config=config.to_dict())
         if storage.is_uri(out_dir):
             for name in names:
                 storage.write_bytes(storage.join(out_dir, name), (work / name).read_bytes())
-        storage.write_json(work / MANIFEST, manifest)
+        mined.write_manifest(work, manifest)
         if storage.is_uri(out_dir):
             storage.write_bytes(storage.join(out_dir, MANIFEST), (work / MANIFEST).read_bytes())
         ownership.end_writes(out_dir)
@@ -91,11 +86,11 @@ def check_output(out_dir: str | Path) -> list[str]:
 
     listed = ownership.recorded_writes(out_dir) | {ownership.JOURNAL}
     try:
-        manifest = storage.read_json(storage.join(out_dir, MANIFEST))
-    except (OSError, ValueError):
-        manifest = None
-    if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
-        listed |= {MANIFEST, REPORT, *(entry["file"] for entry in manifest.get("pairs", {}).values())}
+        manifest = mined.read_manifest(out_dir)
+    except (OSError, mined.MinedManifestError):
+        manifest = None  # none, or not ours: nothing in the folder is taken for ours by it
+    if manifest is not None:
+        listed |= {MANIFEST, REPORT, *(entry.file for entry in manifest.pairs.values())}
     embeddings = storage.join(out_dir, EMBEDDINGS)
     blocks = {lang: own_blocks(storage.join(embeddings, lang, "blocks")) for lang in storage.subdirectories(embeddings)}
 
@@ -111,7 +106,7 @@ def check_output(out_dir: str | Path) -> list[str]:
                                    advice="give mine.output_dir a new or empty directory of its own")
 
 
-def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict) -> dict[str, Any]:
+def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict) -> mined.MinedPair:
     src, trg = sentences[r.src].raw, sentences[r.trg].raw
     table = pa.table({
         f"{r.src}_text": pa.array([src[i] for i in r.kept.src], pa.string()),
@@ -123,12 +118,10 @@ def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict) -> dict[str, A
     path = out_dir / f"pairs-{r.name}.parquet"
     pq.write_table(table, path, compression="zstd")
     grid = np.round(np.linspace(1.0, 1.5, 11), 2)
-    return {
-        "file": path.name, "rows": len(table), "sha256": file_sha256(path), "languages": [r.src, r.trg],
-        "index": r.index, "candidates": r.candidates, "threshold": r.threshold, "dropped": r.dropped,
-        "gold": r.scores,
-        "kept_per_threshold": {f"{t:.2f}": int((r.filtered_scores >= t).sum()) for t in grid},
-    }
+    return mined.MinedPair(
+        file=path.name, rows=len(table), sha256=file_sha256(path), languages=[r.src, r.trg], index=r.index,
+        candidates=r.candidates, threshold=r.threshold, dropped=r.dropped, gold=r.scores,
+        kept_per_threshold={f"{t:.2f}": int((r.filtered_scores >= t).sum()) for t in grid})
 
 
 def _figure(path: Path, results: list[LanguagePair]) -> None:

@@ -73,3 +73,24 @@ def test_an_export_manifest_reads_back_and_a_folder_of_another_kind_has_none(tmp
     for other in ({**on_disk, "format": "someone-elses"}, {k: v for k, v in on_disk.items() if k != "files"}):
         (tmp_path / export.MANIFEST).write_text(json.dumps(other))
         assert export.read_manifest(tmp_path) is None  # not ours: never replaced, never used as a backend
+
+
+def test_a_mining_manifest_reads_back_and_a_wrong_one_is_named_with_its_field(tmp_path):
+    from core import mined
+
+    manifest = mined.MinedManifest(
+        model=mined.MinedModel(model="/m", model_sha256="ab"),
+        inputs={"fr": mined.InputCounts(read=10, distinct=8, dropped={"empty": 1, "duplicate": 1}),
+                "en": mined.InputCounts(read=9, distinct=9, dropped={})},
+        pairs={"fr-en": mined.MinedPair(file="pairs-fr-en.parquet", rows=5, sha256="cd", languages=["fr", "en"],
+                                        index="flat", candidates=7, threshold=1.06, dropped={"length_ratio": 2},
+                                        gold={"precision": 1.0, "recall": 0.5, "f1": 0.667},
+                                        kept_per_threshold={"1.00": 7, "1.05": 5})},
+        config={"name": "x"})
+    mined.write_manifest(tmp_path, manifest)
+    assert mined.read_manifest(tmp_path) == manifest
+    (tmp_path / mined.MANIFEST).write_text(json.dumps({**manifest.model_dump(), "format": "interlingua-mined/0"}))
+    with pytest.raises(mined.MinedManifestError, match=r"manifest.json: not a mining manifest \(format"):
+        mined.read_manifest(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        mined.read_manifest(tmp_path / "nothing")

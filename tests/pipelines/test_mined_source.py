@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestration.config import load_config
-from core.dataset import file_sha256
 from pipelines.errors import SourceError
 from pipelines.sources import BELOW_MIN_SCORE, plan_reads, read_task
+from tests.support.runs import mined_manifest
 
 
 @pytest.fixture
@@ -21,10 +21,7 @@ def mined(tmp_path, book_lines):
     scores = [1.3 - 0.3 * i / n for i in range(n)]  # 1.3 down to 1.0
     pq.write_table(pa.table({"fr_text": lines["fr"], "en_text": lines["en"], "score": pa.array(scores, pa.float32()),
                              "fwd_rank": [0] * n, "bwd_rank": [0] * n}), tmp_path / "pairs-fr-en.parquet")
-    manifest = {"format": "interlingua-mined/1", "pairs": {"fr-en": {
-        "file": "pairs-fr-en.parquet", "rows": n, "languages": ["fr", "en"],
-        "sha256": file_sha256(tmp_path / "pairs-fr-en.parquet")}}}
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    mined_manifest(tmp_path, {"pairs-fr-en.parquet": ["fr", "en"]})
     return tmp_path, scores
 
 
@@ -51,6 +48,10 @@ def test_a_changed_or_unfinished_mining_output_is_refused(mined):
                    .prepare)
     (folder / "pairs-fr-en.parquet").write_bytes(b"changed")
     with pytest.raises(SourceError, match="changed after mining"):
+        plan_reads(mined_config(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "pairs": {"fr-en": {"file": "pairs-fr-en.parquet"}}}))
+    with pytest.raises(SourceError, match=r"manifest.json: not a mining manifest \(pairs.fr-en.rows: Field required"):
         plan_reads(mined_config(folder))
     (folder / "manifest.json").unlink()
     with pytest.raises(SourceError, match="not a finished `interlingua mine` output"):

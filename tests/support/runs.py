@@ -123,3 +123,30 @@ def other_weights(model_dir: Path) -> Path:
             parameter.add_(0.5 * torch.randn_like(parameter))
     save_model(model, str(model_dir / files.MODEL_FILE), **meta)
     return model_dir
+
+
+def mined_manifest(folder: Path, files: dict[str, list[str]]) -> None:
+    """A mining output's manifest.json in `folder` naming the pair files `files` (name -> [src, trg]) already
+    there, as `interlingua mine` writes it (`core.mined`), with made-up counts."""
+    from core import mined
+    from core.dataset import file_sha256
+
+    pairs = {"-".join(languages): mined.MinedPair(
+        file=name, rows=pq_rows(folder / name), sha256=file_sha256(folder / name), languages=languages,
+        index="flat", candidates=0, threshold=1.0, dropped={}, gold=None, kept_per_threshold={})
+        for name, languages in files.items()}
+    mined.write_manifest(folder, mined.MinedManifest(
+        model=mined.MinedModel(model="/models/m", model_sha256="0" * 64),
+        inputs={lang: mined.InputCounts(read=0, distinct=0, dropped={}) for langs in files.values() for lang in langs},
+        pairs=pairs, config={}))
+
+
+def pq_rows(path: Path) -> int:
+    """The rows of a Parquet file; 0 for a file that is not one (a test's stand-in bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except pa.ArrowInvalid:
+        return 0

@@ -3,17 +3,16 @@
 a killed run was writing) is rewritten on a rerun."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
 from orchestration.cli import main
-from orchestration.mine.report import FORMAT, check_output
+from orchestration.mine.report import check_output
 from core import ownership
 from evaluation.store import save_block
 from tests.support.corpus import write_lines
-from tests.support.runs import store_uri
+from tests.support.runs import mined_manifest, store_uri
 
 SENTINEL = b"a user's file: never overwrite me\n"
 
@@ -48,7 +47,7 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     ownership.begin_writes(folder, ["manifest.json", "report.png", "pairs-fr-en.parquet"])
     (folder / "pairs-fr-en.parquet").write_bytes(b"half")  # killed before its manifest
     assert "pairs-fr-en.parquet" in check_output(folder)
-    (folder / "manifest.json").write_text(json.dumps({"format": FORMAT, "pairs": {"fr-en": {"file": "pairs-fr-en.parquet"}}}))
+    mined_manifest(folder, {"pairs-fr-en.parquet": ["fr", "en"]})
     ownership.end_writes(folder)
     (folder / "report.png").write_bytes(b"png")
     assert set(check_output(folder)) >= {"manifest.json", "report.png", "pairs-fr-en.parquet"}

@@ -1,0 +1,77 @@
+"""The manifest of `interlingua mine`'s output, the format that `mine` writes (`orchestration.mine.report`)
+and a `kind: mined` source reads (`pipelines.source_files.plan_mined`): one model for both, here in the core
+because the pipeline may not import the orchestration.
+
+    <output>/manifest.json   written last: the model, what each language's input gave, each mined pair's file
+                             (rows, sha256, languages), its search, threshold, drops by reason, P/R/F1 on gold,
+                             the pairs it would keep at each threshold, and the resolved config
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from core import storage
+
+FORMAT = "interlingua-mined/1"
+MANIFEST = "manifest.json"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MinedModel(_Record):
+    model: str  # the model directory, absolute (or its URI)
+    model_sha256: str
+
+
+class InputCounts(_Record):
+    read: int  # lines
+    distinct: int  # sentences left to mine
+    dropped: dict[str, int]  # reason -> lines
+
+
+class MinedPair(_Record):
+    """One pair of languages' mined file, `pairs-<src>-<trg>.parquet`."""
+
+    file: str
+    rows: int
+    sha256: str
+    languages: list[str]  # [src, trg]
+    index: str  # flat or ivfpq
+    candidates: int
+    threshold: float
+    dropped: dict[str, int]
+    gold: dict[str, float] | None  # precision, recall, f1 against gold pairs, when given
+    kept_per_threshold: dict[str, int]
+
+
+class MinedManifest(_Record):
+    format: Literal["interlingua-mined/1"] = FORMAT
+    model: MinedModel
+    inputs: dict[str, InputCounts]  # lang -> its counts
+    pairs: dict[str, MinedPair]  # "<src>-<trg>" -> its file
+    config: dict[str, Any]  # the resolved run config: what `mine` was run with, for a rerun
+
+
+class MinedManifestError(ValueError):
+    """A folder whose manifest.json is not `mine`'s."""
+
+
+def read_manifest(folder: storage.Location) -> MinedManifest:
+    """The manifest of the mining output at `folder` (local or a URI). FileNotFoundError when there is none;
+    MinedManifestError naming the file and its first wrong field when it is not a mining manifest."""
+    path = storage.join(folder, MANIFEST)
+    try:
+        return MinedManifest.model_validate_json(storage.read_bytes(path))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "the whole file"
+        raise MinedManifestError(f"{path}: not a mining manifest ({where}: {error['msg']})") from None
+
+
+def write_manifest(folder: storage.Location, manifest: MinedManifest) -> None:
+    """The manifest, replaced whole."""
+    storage.write_json(storage.join(folder, MANIFEST), manifest.model_dump(mode="json"))
