@@ -60,9 +60,9 @@ def _setup(args, overrides: list[str]):
     torch.set_num_threads(config.runtime.cpus_per_worker)  # as a training worker does
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     manifest = load_manifest(config.data_dir)
-    languages = manifest["languages"]
+    languages = manifest.languages
     torch.manual_seed(config.train.seed)
-    model = MultilingualNMT(**model_args(config, languages, manifest["spm"]["vocab_size"])).to(device)
+    model = MultilingualNMT(**model_args(config, languages, manifest.spm.vocab_size)).to(device)
     t = config.train
     stream = BatchStream(shard_units(split_files(config.data_dir, "train")), languages, training_paths(t),
                          seed=t.seed, rank=0, world=1, max_tokens=t.max_tokens, window_tuples=t.window_tuples,

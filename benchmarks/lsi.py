@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config)
     manifest = load_manifest(config.data_dir)
-    langs, vocab = manifest["languages"], manifest["spm"]["vocab_size"]
+    langs, vocab = manifest.languages, manifest.spm.vocab_size
     train = ParallelCorpus.read(config.data_dir, "train", langs)
     held = ParallelCorpus.read(config.data_dir, args.split, langs)
     rows = held.complete_rows()

@@ -72,7 +72,7 @@ def beam_job(config, workers: int, out: Path) -> tuple[float, int]:
     started = time.perf_counter()
     result = run_prepare(config.prepare, out, options=pipeline_options([], workers=workers),
                          resolved_config=config.to_dict(), force=True)
-    return time.perf_counter() - started, result.manifest["counts"]["tuples"]["in"]
+    return time.perf_counter() - started, result.manifest.counts.tuples.read
 
 
 def fixed_cost_config(config):
@@ -97,11 +97,11 @@ def dask_side_by_side(config, repeats: int, workers: int = 2) -> None:
                 result = run_prepare(config.prepare, Path(tmp) / name, options=pipeline_options(args[name]),
                                      resolved_config=config.to_dict(), force=True)
                 times[name].append(time.perf_counter() - started)
-                files[name] = {f["path"]: f["sha256"] for s in result.manifest["splits"].values()
-                               for f in s["files"]} | {"spm.model": result.manifest["spm"]["sha256"]}
+                files[name] = {f.path: f.sha256 for s in result.manifest.splits.values()
+                               for f in s.files} | {"spm.model": result.manifest.spm.sha256}
             print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items()), flush=True)
     same = files["dask"] == files["in-process"]
-    tuples = result.manifest["counts"]["tuples"]["in"]
+    tuples = result.manifest.counts.tuples.read
     print(f"\n{config.prepare.languages} Bible: {tuples:,} tuples; medians of {repeats}, interleaved; "
           f"{'identical' if same else 'DIFFERENT'} files")
     for name, label in names.items():

@@ -46,7 +46,7 @@ def grown_dataset(base: Path, factor: int, out: Path) -> Path:
     """The dataset at `base` with every train and test tuple repeated `factor` times under new keys."""
     if (out / MANIFEST).is_file():
         return out
-    manifest = load_manifest(base)
+    manifest = load_manifest(base).dump()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     for name in (SPM_MODEL, SPM_VOCAB):
@@ -113,7 +113,7 @@ def main() -> None:
             run(["train", *common, *where])
             worker_rss, rate = train_figures(uri, run_dir)
             driver_rss = run(["evaluate", *common, *where]) if name == "streaming" else float("nan")
-            rows.append((factor, name, load_manifest(data)["splits"]["train"]["tuples"], worker_rss, rate, driver_rss))
+            rows.append((factor, name, load_manifest(data).splits["train"].tuples, worker_rss, rate, driver_rss))
             print(f"x{factor:<3} {name:<10} train tuples {rows[-1][2]:>8,}  worker peak {worker_rss:7.0f} MB  "
                   f"{rate:8.0f} tok/s  evaluate driver peak {driver_rss:7.0f} MB", flush=True)
     stream = {r[0]: r for r in rows if r[1] == "streaming"}

@@ -113,9 +113,9 @@ def prepare_rows(args) -> list[dict]:
             seconds = time.perf_counter() - started
             if cluster:
                 cluster.close()
-            tuples = result.manifest["counts"]["tuples"]["in"]
-            outputs.add(json.dumps(sorted([f["sha256"] for s in result.manifest["splits"].values() for f in s["files"]]
-                                          + [result.manifest["spm"]["sha256"]])))
+            tuples = result.manifest.counts.tuples.read
+            outputs.add(json.dumps(sorted([f.sha256 for s in result.manifest.splits.values() for f in s.files]
+                                          + [result.manifest.spm.sha256])))
             rows.append({"what": f"prepare ({runner})", "count": n, "cpus_each": 1, "unit": "tuples/s",
                          "throughput": tuples / seconds, "tuples": tuples, "run_s": round(seconds, 2)})
             print(json.dumps(rows[-1]), flush=True)

@@ -122,10 +122,10 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
     torch.set_num_threads(config.runtime.cpus_per_worker)
     device = torch.device("cuda" if config.runtime.use_gpu else "cpu")
     manifest = load_manifest(config.data_dir)
-    languages = config.train.languages or manifest["languages"]
+    languages = config.train.languages or manifest.languages
     units = shard_units(split_files(config.data_dir, "train"))
     torch.manual_seed(config.train.seed)
-    model = MultilingualNMT(**model_args(config, languages, manifest["spm"]["vocab_size"]))
+    model = MultilingualNMT(**model_args(config, languages, manifest.spm.vocab_size))
     if model.output == "adaptive":
         sample = sample_corpus(units, languages, config.train.sample_tuples)
         model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))

@@ -23,10 +23,11 @@ import posixpath
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import UserError
 from core import ownership, storage, teacher
@@ -49,6 +50,96 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 class DatasetError(UserError, RuntimeError):
     """A dataset directory that is missing, incomplete or of another format."""
+
+
+class _Part(BaseModel):
+    # extra keys ignored: a dataset an earlier version wrote, with a field since dropped, still reads
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True, protected_namespaces=())
+
+
+class ShardFile(_Part):
+    path: str  # relative to the dataset (under its attempt prefix at a URI)
+    rows: int
+    bytes: int
+    sha256: str | None = None  # None only in a dataset of an early version: `verify` refuses it
+
+
+class SplitFiles(_Part):
+    tuples: int
+    files: list[ShardFile]
+
+
+class SpmFiles(_Part):
+    """The joint BPE model and the ids it reserves."""
+
+    model: str = SPM_MODEL
+    vocab: str | None = None
+    model_type: str = "bpe"
+    vocab_size: int
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+    sha256: str | None = None
+    sample_sentences: int = 0  # the training sentences it was learned from
+
+
+class Tally(_Part):
+    """Tuples, or one language's sentences: read, written per split, dropped per reason."""
+
+    read: int = Field(0, alias="in")
+    out: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+
+
+class SourceTally(_Part):
+    read: int = Field(0, alias="in")
+    out: dict[str, int] = {}
+
+
+class Counts(_Part):
+    """What `prepare` read, wrote and dropped (`pipelines.accounting.count_table`)."""
+
+    tuples: Tally
+    sentences: dict[str, Tally] = {}  # lang -> its sentences
+    sources: dict[str, SourceTally] = {}  # source name -> its tuples
+    normalized: dict[str, dict[str, int]] = {}  # lang -> pattern -> sentences changed by it
+
+
+class InputRecord(_Part):
+    """One input a source read, with its checksum (`pipelines.read_task.SourcePlan.fingerprints`)."""
+
+    source: str | None = None
+    path: str
+    sha256: str
+    bytes: int | None = None
+    lines: int | None = None
+    lang: str | None = None
+    versions: dict[str, str] | None = None  # the Bible's: lang -> version
+    books: list[int] | None = None
+
+
+class DatasetManifest(_Part):
+    """`manifest.json`, written last: a directory without it is not a dataset."""
+
+    format: Literal["interlingua-dataset/1"] = FORMAT
+    fingerprint: str  # of the config and inputs it was made from
+    languages: list[str]
+    splits: dict[str, SplitFiles]
+    table_schema: list[str] = Field([], alias="schema")  # the Parquet schema, for people
+    spm: SpmFiles
+    counts: Counts
+    inputs: list[InputRecord] = []
+    config: dict[str, Any] = {}  # the resolved run config (older: {"prepare": ...})
+
+    @property
+    def config_name(self) -> str | None:
+        """The `name` of the config that prepared it (None before the resolved config was recorded)."""
+        return self.config.get("name")
+
+    def dump(self) -> dict[str, Any]:
+        """As the file holds it."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def schema(languages: list[str]) -> pa.Schema:
@@ -110,23 +201,28 @@ def staging_dir(data_dir: Path, fingerprint: str) -> Path:
     return data_dir.with_name(f".{data_dir.name}.partial-{fingerprint[:16]}")
 
 
-def publish(staging: Path, data_dir: Path, manifest: dict[str, Any]) -> None:
+def write_manifest(data_dir: str | Path, manifest: DatasetManifest) -> None:
+    """The manifest, replaced whole: from then on `data_dir` (local or a URI) is the dataset it names."""
+    storage.write_json(storage.join(data_dir, MANIFEST), manifest.dump())
+
+
+def publish(staging: Path, data_dir: Path, manifest: DatasetManifest) -> None:
     """Write the manifest into `staging`, then swap it into `data_dir` atomically. The previous dataset stays
     whole until the new one is in; then only its own files are removed. ForeignDataError, before anything
     moves, if `data_dir` holds anything but a dataset's files (`check_replaceable`)."""
-    storage.write_json(staging / MANIFEST, manifest)
+    write_manifest(staging, manifest)
     ownership.swap_in(staging, data_dir, check_replaceable(data_dir) if data_dir.exists() else None)
 
 
-def own_entries(manifest: dict[str, Any] | None) -> set[str]:
+def own_entries(manifest: DatasetManifest | None) -> set[str]:
     """What a dataset consists of, as paths relative to its directory: the files its manifest names, the
     manifest, config.yaml and spm.vocab beside them, and their directories."""
     if manifest is None:
         return set()
-    names = [f["path"] for split in manifest["splits"].values() for f in split["files"]]
-    spm = manifest["spm"]
-    prefix = posixpath.dirname(spm["model"])  # "" for a local dataset, `attempt-.../` under a URI
-    names += [spm["model"], spm.get("vocab", posixpath.join(prefix, SPM_VOCAB)),
+    names = [f.path for split in manifest.splits.values() for f in split.files]
+    spm = manifest.spm
+    prefix = posixpath.dirname(spm.model)  # "" for a local dataset, `attempt-.../` under a URI
+    names += [spm.model, spm.vocab or posixpath.join(prefix, SPM_VOCAB),
               posixpath.join(prefix, CONFIG_FILE), MANIFEST, ownership.STAGING_MARKER]
     return ownership.with_parents(names)
 
@@ -153,8 +249,9 @@ def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> lis
         what=what, advice="choose a new or empty directory for the dataset, or move those files away")
 
 
-def load_manifest(data_dir: str | Path) -> dict[str, Any]:
-    """The manifest of a complete dataset (a local directory or a URI). Raises DatasetError otherwise."""
+def load_manifest(data_dir: str | Path) -> DatasetManifest:
+    """The manifest of a complete dataset (a local directory or a URI). Raises DatasetError otherwise, naming
+    the file and, for a manifest of this format that does not hold one, its first wrong field."""
     path = storage.join(data_dir, MANIFEST)
     try:
         manifest = json.loads(storage.read_bytes(path))
@@ -164,33 +261,40 @@ def load_manifest(data_dir: str | Path) -> dict[str, Any]:
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: not a readable manifest ({exc}); run `interlingua prepare --force`") from exc
-    if manifest.get("format") != FORMAT:
-        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
-    return manifest
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+        raise DatasetError(f"{path}: format {found!r}, expected {FORMAT!r}")
+    try:
+        return DatasetManifest.model_validate(manifest)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise DatasetError(f"{path}: not a dataset manifest ({where}: {error['msg']}); run "
+                           "`interlingua prepare --force`") from None
 
 
 def split_files(data_dir: str | Path, split: str) -> list[Path] | list[str]:
     """The Parquet shards of one split of a complete dataset: Paths under a local directory, URIs under a URI."""
     manifest = load_manifest(data_dir)
-    if split not in manifest["splits"]:
-        raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest['splits'])}")
-    paths = [f["path"] for f in manifest["splits"][split]["files"]]
+    if split not in manifest.splits:
+        raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest.splits)}")
+    paths = [f.path for f in manifest.splits[split].files]
     if storage.is_uri(data_dir):
         return [storage.join(data_dir, p) for p in paths]
     return [Path(data_dir) / p for p in paths]
 
 
-def verify(data_dir: str | Path, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, Any]:
+def verify(data_dir: str | Path, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> DatasetManifest:
     """Check the shards of `splits` (and spm.model) against the size and sha256 the manifest recorded, before
     a stage reads them; the manifest. DatasetError naming the first file that is missing or differs."""
     manifest = load_manifest(data_dir)
     files = []
     for split in splits:
-        if split not in manifest["splits"]:
-            raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest['splits'])}")
-        files += [(f["path"], f.get("sha256")) for f in manifest["splits"][split]["files"]]
+        if split not in manifest.splits:
+            raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest.splits)}")
+        files += [(f.path, f.sha256) for f in manifest.splits[split].files]
     if spm:
-        files.append((manifest["spm"]["model"], manifest["spm"].get("sha256")))
+        files.append((manifest.spm.model, manifest.spm.sha256))
     for relative, recorded in files:
         _verify_file(data_dir, relative, recorded)
     return manifest
@@ -204,13 +308,13 @@ def _verify_file(data_dir: str | Path, relative: str, recorded: str | None) -> N
     storage.verify_sha256(location, recorded, named_in=MANIFEST, error=DatasetError, advice=advice)
 
 
-def recorded_sha256(manifest: dict[str, Any], splits: list[str] | tuple[str, ...], *,
-                    spm: bool = True) -> dict[str, str]:
+def recorded_sha256(manifest: DatasetManifest, splits: list[str] | tuple[str, ...], *,
+                    spm: bool = True) -> dict[str, str | None]:
     """{relative path: sha256} of the shards of `splits` (and spm.model) as `manifest` records them: what
     `verify` checked, for a cache key that changes with the data read."""
-    files = {f["path"]: f["sha256"] for split in splits for f in manifest["splits"][split]["files"]}
+    files = {f.path: f.sha256 for split in splits for f in manifest.splits[split].files}
     if spm:
-        files[manifest["spm"]["model"]] = manifest["spm"]["sha256"]
+        files[manifest.spm.model] = manifest.spm.sha256
     return files
 
 
@@ -234,7 +338,7 @@ class Dataset:
     """
 
     location: str | Path  # a local directory or a URI
-    manifest: Mapping[str, Any] = field(repr=False)
+    manifest: DatasetManifest = field(repr=False)
 
     @classmethod
     def open(cls, location: str | Path) -> Dataset:
@@ -243,29 +347,29 @@ class Dataset:
 
     @property
     def fingerprint(self) -> str:
-        return self.manifest["fingerprint"]
+        return self.manifest.fingerprint
 
     @property
     def languages(self) -> list[str]:
-        return list(self.manifest["languages"])
+        return list(self.manifest.languages)
 
     @property
     def vocab_size(self) -> int:
-        return int(self.manifest["spm"]["vocab_size"])
+        return self.manifest.spm.vocab_size
 
     @property
     def spm_model(self) -> str:
         """The location of its sentencepiece model (inside its attempt's prefix at a URI)."""
-        return storage.join(self.location, self.manifest["spm"].get("model", SPM_MODEL))
+        return storage.join(self.location, self.manifest.spm.model)
 
     @property
     def spm_sha256(self) -> str | None:
-        return self.manifest["spm"].get("sha256")
+        return self.manifest.spm.sha256
 
     @property
     def config_name(self) -> str | None:
         """The `name` of the config that prepared it (None before the resolved config was recorded)."""
-        return (self.manifest.get("config") or {}).get("name")
+        return self.manifest.config_name
 
     def files(self, split: str) -> list[Path] | list[str]:
         """The split's Parquet shards (`split_files`)."""
@@ -278,7 +382,7 @@ class Dataset:
 
     def sha256(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, str]:
         """{relative path: sha256} of what `verify` checks (`recorded_sha256`): a cache key of the data read."""
-        return recorded_sha256(dict(self.manifest), splits, spm=spm)
+        return recorded_sha256(self.manifest, splits, spm=spm)
 
     def read(self, split: str, columns: list[str] | None = None) -> pa.Table:
         """One split as a pyarrow Table (`read_split`)."""

@@ -83,7 +83,7 @@ class PrepareCorpus(beam.PTransform):
 
 @dataclass
 class PrepareResult:
-    manifest: dict[str, Any]
+    manifest: dataset.DatasetManifest
     skipped: bool  # the dataset was already up to date
     seconds: float
 
@@ -124,7 +124,7 @@ def run_prepare(
     print_ = fingerprint(config, plan.fingerprints)
     if not force and storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         old = dataset.load_manifest(data_dir)
-        if old.get("fingerprint") == print_:
+        if old.fingerprint == print_:
             dataset.verify(data_dir, dataset.SPLITS)  # up to date only if whole: DatasetError names a damaged file
             log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
             return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
@@ -217,7 +217,7 @@ def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,
     return stats
 
 
-def _shard_files(staged: staging.Staging, split: str, count: int, languages: list[str]) -> list[dict]:
+def _shard_files(staged: staging.Staging, split: str, count: int, languages: list[str]) -> list[dataset.ShardFile]:
     """Every shard of a split (an empty one written where no row fell), with its checksum."""
     files = []
     for i in range(count):
@@ -225,13 +225,13 @@ def _shard_files(staged: staging.Staging, split: str, count: int, languages: lis
         location = staged.location(name)
         if not storage.exists(location):
             dataset.write_shard(location, [], languages)
-        files.append({"path": staged.prefix + name, "rows": dataset.shard_rows(location),
-                      "bytes": storage.size(location), "sha256": dataset.file_sha256(location)})
+        files.append(dataset.ShardFile(path=staged.prefix + name, rows=dataset.shard_rows(location),
+                                       bytes=storage.size(location), sha256=dataset.file_sha256(location)))
     return files
 
 
 def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, int], plan: sources.SourcePlan,
-              print_: str, resolved: dict[str, Any] | None) -> dict[str, Any]:
+              print_: str, resolved: dict[str, Any] | None) -> dataset.DatasetManifest:
     import sentencepiece as spm
 
     counts = count_table(stats, config.languages)
@@ -244,44 +244,40 @@ def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, i
     splits = {}
     for split, count in shards.items():
         files = _shard_files(staged, split, count, config.languages)
-        splits[split] = {"tuples": sum(f["rows"] for f in files), "files": files}
-        if splits[split]["tuples"] != counts["tuples"]["out"][split]:
-            raise RuntimeError(f"{split}: shards hold {splits[split]['tuples']} rows, "
+        splits[split] = dataset.SplitFiles(tuples=sum(f.rows for f in files), files=files)
+        if splits[split].tuples != counts["tuples"]["out"][split]:
+            raise RuntimeError(f"{split}: shards hold {splits[split].tuples} rows, "
                                f"{counts['tuples']['out'][split]} were encoded")
     model = staged.location(dataset.SPM_MODEL)
     if not storage.exists(model):
         raise RuntimeError(f"{model}: no BPE model was trained: no training sentence was left after cleaning, "
                            "dedup and the split; check prepare.sources, prepare.filters and prepare.split")
     sp = spm.SentencePieceProcessor(model_proto=storage.read_bytes(model))
-    return {
-        "format": dataset.FORMAT,
-        "fingerprint": print_,
-        "languages": config.languages,
-        "splits": splits,
-        "schema": dataset.schema(config.languages).to_string(show_schema_metadata=False).splitlines(),
-        "spm": {"model": staged.prefix + dataset.SPM_MODEL, "vocab": staged.prefix + dataset.SPM_VOCAB,
-                "model_type": "bpe",
-                "vocab_size": sp.get_piece_size(), "pad_id": dataset.PAD_ID, "unk_id": dataset.UNK_ID,
-                "bos_id": dataset.BOS_ID, "eos_id": dataset.EOS_ID,
-                "sha256": dataset.file_sha256(model),
-                "sample_sentences": stats.get(SAMPLE_STAT, 0)},
-        "counts": counts,
-        "inputs": plan.fingerprints,
-        "config": resolved if resolved is not None else {"prepare": config.model_dump(mode="json")},
-    }
+    return dataset.DatasetManifest(
+        fingerprint=print_,
+        languages=config.languages,
+        splits=splits,
+        table_schema=dataset.schema(config.languages).to_string(show_schema_metadata=False).splitlines(),
+        spm=dataset.SpmFiles(model=staged.prefix + dataset.SPM_MODEL, vocab=staged.prefix + dataset.SPM_VOCAB,
+                             vocab_size=sp.get_piece_size(), sha256=dataset.file_sha256(model),
+                             sample_sentences=stats.get(SAMPLE_STAT, 0)),
+        counts=dataset.Counts.model_validate(counts),
+        inputs=plan.fingerprints,
+        config=resolved if resolved is not None else {"prepare": config.model_dump(mode="json")},
+    )
 
 
 def summary(result: PrepareResult) -> str:
     """A few lines for people: tuples in and out, drops by reason, time."""
     m = result.manifest
-    t = m["counts"]["tuples"]
+    t = m.counts.tuples
     lines = [
-        f"tuples read {t['in']:,}; written " + ", ".join(f"{s} {n:,}" for s, n in t["out"].items()),
-        "tuples dropped: " + (", ".join(f"{r} {n:,}" for r, n in t["dropped"].items()) or "none"),
+        f"tuples read {t.read:,}; written " + ", ".join(f"{s} {n:,}" for s, n in t.out.items()),
+        "tuples dropped: " + (", ".join(f"{r} {n:,}" for r, n in t.dropped.items()) or "none"),
     ]
-    for lang, b in m["counts"]["sentences"].items():
-        drops = ", ".join(f"{r} {n:,}" for r, n in b["dropped"].items()) or "none"
-        lines.append(f"  {lang}: read {b['in']:,}, written {sum(b['out'].values()):,}; dropped: {drops}")
-    lines.append(f"vocabulary {m['spm']['vocab_size']:,} BPE pieces; "
+    for lang, b in m.counts.sentences.items():
+        drops = ", ".join(f"{r} {n:,}" for r, n in b.dropped.items()) or "none"
+        lines.append(f"  {lang}: read {b.read:,}, written {sum(b.out.values()):,}; dropped: {drops}")
+    lines.append(f"vocabulary {m.spm.vocab_size:,} BPE pieces; "
                  + ("already up to date" if result.skipped else f"done in {result.seconds:.1f}s"))
     return "\n".join(lines)

@@ -30,7 +30,7 @@ refuse to replace an existing manifest), and the cost of pyarrow resolving the
 filesystem for every file. One writer per dataset location at a time: a
 commit deletes every other attempt prefix, a concurrent run's included; a
 reader still on the previous manifest loses its files then (as with the
-rename). Consumers follow the manifest's paths (`manifest["spm"]["model"]`
+rename). Consumers follow the manifest's paths (`manifest.spm.model`
 is `attempt-.../spm.model` here), not `<data_dir>/spm.model`.
 """
 from __future__ import annotations
@@ -39,7 +39,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from core import dataset, fencing, ownership, storage
 
@@ -79,15 +78,15 @@ def check_destination(data_dir: str | Path, name: str | None, fingerprint: str, 
     if not storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         return
     old = dataset.load_manifest(data_dir)
-    owner = (old.get("config") or {}).get("name")
-    if not force and name and owner and owner != name and old.get("fingerprint") != fingerprint:
+    owner = old.config_name
+    if not force and name and owner and owner != name and old.fingerprint != fingerprint:
         raise dataset.DatasetError(
-            f"{data_dir} holds the dataset of config {owner!r} (fingerprint {old.get('fingerprint', '?')[:12]}), "
+            f"{data_dir} holds the dataset of config {owner!r} (fingerprint {old.fingerprint[:12]}), "
             f"not this one of {name!r} (fingerprint {fingerprint[:12]}); replacing it would strand {owner!r}'s "
             "models: give this config its own dataset_dir, or pass --force to replace it")
 
 
-def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> None:
+def commit(staging: Staging, data_dir: str | Path, manifest: dataset.DatasetManifest) -> None:
     """Make the staged files the dataset at `data_dir`, then drop the previous one.
 
     Raises DatasetError, before committing, if a file the manifest names is missing or of another size.
@@ -97,19 +96,19 @@ def commit(staging: Staging, data_dir: str | Path, manifest: dict[str, Any]) -> 
         dataset.publish(Path(staging.root), Path(data_dir), manifest)
         return
     _check_members(data_dir, manifest)
-    storage.write_json(storage.join(data_dir, dataset.MANIFEST), manifest)
+    dataset.write_manifest(data_dir, manifest)
     for name in storage.subdirectories(data_dir):
         if name.startswith(ATTEMPT) and name + "/" != staging.prefix:
             ownership.remove_staging(storage.join(data_dir, name))  # only prefixes marked as the product's
 
 
-def _check_members(data_dir: str | Path, manifest: dict[str, Any]) -> None:
-    for split in manifest["splits"].values():
-        for f in split["files"]:
-            location = storage.join(data_dir, f["path"])
-            if not storage.exists(location) or storage.size(location) != f["bytes"]:
+def _check_members(data_dir: str | Path, manifest: dataset.DatasetManifest) -> None:
+    for split in manifest.splits.values():
+        for f in split.files:
+            location = storage.join(data_dir, f.path)
+            if not storage.exists(location) or storage.size(location) != f.bytes:
                 raise dataset.DatasetError(
-                    f"{location}: missing or not {f['bytes']} bytes as its manifest says; "
+                    f"{location}: missing or not {f.bytes} bytes as its manifest says; "
                     "nothing was committed: run `interlingua prepare --force` again")
-    if not storage.exists(storage.join(data_dir, manifest["spm"]["model"])):
-        raise dataset.DatasetError(f"{data_dir}: {manifest['spm']['model']} is missing; nothing was committed")
+    if not storage.exists(storage.join(data_dir, manifest.spm.model)):
+        raise dataset.DatasetError(f"{data_dir}: {manifest.spm.model} is missing; nothing was committed")

@@ -23,11 +23,14 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
 from core import fencing, ownership, storage, transfer
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
+
+if TYPE_CHECKING:
+    from core.normalize import NormalizeConfig
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +117,27 @@ def training_run_id(train_dir: str | Path) -> str | None:
 
     record = read_state(storage.join(train_dir, TRAIN_STATE), StageRecord)  # the part every stage's record has
     return record.run_id if record else None
+
+
+def normalization(model_dir: Path) -> NormalizeConfig:
+    """How the model's sentences were normalized: `prepare.normalize` of its config.yaml, read alone (safe
+    YAML, validated by `core.normalize.NormalizeConfig`). A served model reads no more of its run config: the
+    other sections, and today's schema of them, have no say in how it embeds. ModelDirError naming the file
+    when that section does not hold a normalization."""
+    import yaml
+    from pydantic import ValidationError
+
+    from core.normalize import NormalizeConfig
+
+    path = Path(model_dir) / CONFIG_FILE
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        section = (config.get("prepare") or {}).get("normalize") or {}
+        return NormalizeConfig.model_validate(section)
+    except (yaml.YAMLError, UnicodeDecodeError, AttributeError, ValidationError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelDirError(f"{path}: prepare.normalize is not a normalization ({first}); the model directory "
+                            "is damaged: export it again (`interlingua train`)") from None
 
 
 def check(model_dir: str | Path) -> str | Path:

@@ -5,7 +5,7 @@
 
 A model directory (`interlingua train` exports it) holds model.safetensors, spm.model
 and config.yaml; the text goes through the same normalization as `prepare`
-(config.prepare.normalize) and the same sentencepiece model, then
+(its config's prepare.normalize alone: `model_dir.normalization`) and the same sentencepiece model, then
 `model.inference.embed`. `interlingua embed`, `interlingua search` and the
 MLflow pyfunc model use this one class.
 """
@@ -22,13 +22,12 @@ from core.errors import UserError
 from model.inference import embed
 from model.nmt import MultilingualNMT
 from orchestration.adapters import model_dir as model_files
-from orchestration.config import load_config
 from core.normalize import Normalizer
-
 
 
 class UnknownLanguage(UserError, ValueError):
     """A language the model has no encoder input for."""
+
 
 class SentenceEmbedder:
     def __init__(self, model: MultilingualNMT, processor: spm.SentencePieceProcessor, normalizer: Normalizer,
@@ -47,8 +46,7 @@ class SentenceEmbedder:
         model_files.verify(model_dir)  # model.safetensors and spm.model as exported (ModelDirError otherwise)
         model = load_encoder(model_dir, backend=backend, device=device, threads=threads)
         processor = model_files.load_tokenizer(model_dir / model_files.SPM_FILE)
-        config = load_config(model_dir / model_files.CONFIG_FILE)
-        return cls(model.to(device), processor, Normalizer(config.prepare.normalize),
+        return cls(model.to(device), processor, Normalizer(model_files.normalization(model_dir)),
                    max_tokens=max_tokens, device=device)
 
     @property

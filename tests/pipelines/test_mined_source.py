@@ -67,7 +67,7 @@ def test_prepare_on_mined_pairs_accounts_for_every_pair(mined, tmp_path):
     config = mined_config(folder, "prepare.split.dev_size=5", "prepare.split.test_size=5",
                           "prepare.spm.vocab_size=300")
     result = run_prepare(config, tmp_path / "data", options=pipeline_options([]))
-    tuples = result.manifest["counts"]["tuples"]
+    tuples = result.manifest.dump()["counts"]["tuples"]
     assert tuples["in"] == len(scores)
     assert tuples["dropped"][BELOW_MIN_SCORE] == sum(s < 1.15 for s in scores)
     assert sum(tuples["out"].values()) + sum(tuples["dropped"].values()) == len(scores)

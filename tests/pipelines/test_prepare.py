@@ -24,7 +24,8 @@ def prepare(config, **kwargs):
     return run_prepare(config.prepare, config.data_dir, resolved_config=config.to_dict(), **kwargs)
 
 
-def file_hashes(manifest: dict) -> dict[str, str]:
+def file_hashes(manifest: dataset.DatasetManifest) -> dict[str, str]:
+    manifest = manifest.dump()
     out = {f["path"]: f["sha256"] for s in manifest["splits"].values() for f in s["files"]}
     out["spm.model"] = manifest["spm"]["sha256"]
     return out
@@ -39,7 +40,7 @@ def prepared(tmp_path_factory):
 
 def test_counts_add_up_and_match_the_files(prepared):
     config, result = prepared
-    m = result.manifest
+    m = result.manifest.dump()
     t = m["counts"]["tuples"]
     assert t["in"] == 231  # every verse of the seven books
     assert t["in"] == sum(t["out"].values()) + sum(t["dropped"].values())
@@ -80,7 +81,7 @@ def test_parquet_schema_tokens_and_spm_model(prepared):
     assert [f.name for f in files] == [f"part-0000{i}-of-00003.parquet" for i in range(3)]
     assert pq.read_schema(files[0]).remove_metadata() == dataset.schema(LANGS)
     sp = spm.SentencePieceProcessor(model_file=str(Path(config.data_dir) / dataset.SPM_MODEL))
-    assert sp.get_piece_size() == result.manifest["spm"]["vocab_size"] <= 2000
+    assert sp.get_piece_size() == result.manifest.dump()["spm"]["vocab_size"] <= 2000
     rows = dataset.read_split(config.data_dir, "dev").to_pylist()
     pairs = [(r[f"{lang}_text"], r[f"{lang}_ids"], r[f"{lang}_len"]) for r in rows for lang in LANGS]
     assert all(len(ids) == n > 0 and dataset.BOS_ID not in ids for _, ids, n in pairs)
@@ -92,17 +93,17 @@ def test_parquet_schema_tokens_and_spm_model(prepared):
     train_zh = [i for r in dataset.read_split(config.data_dir, "train").to_pylist() for i in r["zh_ids"] or []]
     assert train_zh.count(dataset.UNK_ID) < 0.02 * len(train_zh)
     written = yaml_config(Path(config.data_dir) / "config.yaml")
-    assert written == config.to_dict() == result.manifest["config"]
+    assert written == config.to_dict() == result.manifest.dump()["config"]
 
 
 def test_bpe_sample_follows_the_temperature_rates(prepared):
     """The sample: each training sentence drawn rates[lang] times in expectation, rates from the pool."""
     config, result = prepared
-    sentences = result.manifest["counts"]["sentences"]
+    sentences = result.manifest.dump()["counts"]["sentences"]
     pool = {lang: sum(b["out"].values()) + b["dropped"].get(CONTAMINATED, 0) for lang, b in sentences.items()}
     rates = tokenizer.sampling_rates(pool, config.prepare.spm)
     expected = sum(rates[lang] * b["out"]["train"] for lang, b in sentences.items())
-    assert result.manifest["spm"]["sample_sentences"] == pytest.approx(expected, rel=0.03)
+    assert result.manifest.dump()["spm"]["sample_sentences"] == pytest.approx(expected, rel=0.03)
 
 
 def yaml_config(path: Path) -> dict:
@@ -121,7 +122,7 @@ def test_rerun_is_a_no_op_and_forced_rerun_gives_identical_files(prepared, tmp_p
     rebuilt = prepare(other, force=True)
     assert not rebuilt.skipped
     assert file_hashes(rebuilt.manifest) == file_hashes(result.manifest)
-    assert rebuilt.manifest["fingerprint"] == result.manifest["fingerprint"]
+    assert rebuilt.manifest.dump()["fingerprint"] == result.manifest.dump()["fingerprint"]
 
 
 def test_split_depends_on_the_seed_only(prepared, tmp_path):
@@ -159,8 +160,8 @@ def test_crash_mid_write_keeps_the_previous_dataset(prepared, tmp_path, monkeypa
     assert file_hashes(dataset.load_manifest(config.data_dir)) == file_hashes(result.manifest)
     monkeypatch.setattr(dataset, "write_shard", real)
     done = prepare(changed)
-    assert done.manifest["spm"]["vocab_size"] <= 1500
-    assert dataset.load_manifest(config.data_dir)["fingerprint"] != result.manifest["fingerprint"]
+    assert done.manifest.dump()["spm"]["vocab_size"] <= 1500
+    assert dataset.load_manifest(config.data_dir).dump()["fingerprint"] != result.manifest.dump()["fingerprint"]
     assert not list(Path(config.run_dir).glob(".data.partial-*"))
 
 
@@ -202,7 +203,7 @@ def test_bitexts_give_tuples_with_some_languages(bitexts):
     with pytest.raises(HeldOutError, match="heldout_complete=false"):
         prepare(load_config(None, bitexts))
     config = load_config(None, bitexts + ["prepare.split.heldout_complete=false"])
-    m = prepare(config).manifest
+    m = prepare(config).manifest.dump()
     assert m["languages"] == ["en", "fr", "es"]
     assert m["counts"]["tuples"]["in"] == 85 + 5 + 48 + 1
     assert m["counts"]["tuples"]["dropped"]["duplicate"] == 5
@@ -213,7 +214,7 @@ def test_bitexts_give_tuples_with_some_languages(bitexts):
 
     near = load_config(None, bitexts + ["prepare.split.heldout_complete=false",
                                         "prepare.dedup.near_duplicates=true", "prepare.dedup.threshold=0.7"])
-    m = prepare(near, force=True).manifest
+    m = prepare(near, force=True).manifest.dump()
     assert m["counts"]["tuples"]["dropped"]["near_duplicate"] == 1
 
 
@@ -251,7 +252,7 @@ def test_catalogs_and_a_translation_memory_prepare_into_one_dataset(tmp_path, bo
         "prepare.sources=[{kind: gettext, path: '/usr/share/locale/{lang}/LC_MESSAGES/*.mo', languages: [en, fr, es],"
         " catalogs: [Linux-PAM, apt], name: deb},"
         f" {{kind: tmx, path: '{tmp_path}/bible.tmx', languages: [en, fr, es], name: bible}}]"])
-    m = prepare(config).manifest
+    m = prepare(config).manifest.dump()
     t = m["counts"]["tuples"]
     from pipelines.sources import plan_reads
 

@@ -85,7 +85,7 @@ def test_a_shared_dataset_dir_of_another_config_needs_force_and_names_both_finge
     assert dataset.load_manifest(shared) == first  # the first config's dataset is still there, whole
     dataset.verify(shared, dataset.SPLITS)
     assert main(["prepare", *other, "--force"]) == 0
-    assert dataset.load_manifest(shared)["fingerprint"] != first["fingerprint"]
+    assert dataset.load_manifest(shared).fingerprint != first.fingerprint
     assert main(["prepare", *corpus, f"dataset_dir={shared}", "name=first"]) == 2  # now it is second's
     # the same dataset under another name: shared, not replaced (up to date)
     assert main(["prepare", *corpus, f"dataset_dir={shared}", "name=third", "prepare.spm.vocab_size=250"]) == 0

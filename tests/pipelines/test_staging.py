@@ -25,17 +25,18 @@ def rows(book_lines) -> list[dict]:
             for i, (en, fr) in enumerate(zip(lines["en"], lines["fr"]))]
 
 
-def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[staging.Staging, dict]:
+def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[staging.Staging, dataset.DatasetManifest]:
     """A staged one-shard dataset and the manifest that would commit it."""
     staged = staging.stage(data_dir, tag * 16)
     name = dataset.shard_name("train", 0, 1)
     dataset.write_shard(staged.location(name), rows, LANGS)
     storage.write_bytes(staged.location(dataset.SPM_MODEL), f"model {tag}".encode())
-    shard = {"path": staged.prefix + name, "rows": len(rows), "bytes": storage.size(staged.location(name)),
-             "sha256": dataset.file_sha256(staged.location(name))}
-    manifest = {"format": dataset.FORMAT, "fingerprint": tag, "languages": LANGS,
-                "splits": {"train": {"tuples": len(rows), "files": [shard]}},
-                "spm": {"model": staged.prefix + dataset.SPM_MODEL}}
+    shard = dataset.ShardFile(path=staged.prefix + name, rows=len(rows), bytes=storage.size(staged.location(name)),
+                              sha256=dataset.file_sha256(staged.location(name)))
+    manifest = dataset.DatasetManifest(
+        fingerprint=tag, languages=LANGS, splits={"train": dataset.SplitFiles(tuples=len(rows), files=[shard])},
+        spm=dataset.SpmFiles(model=staged.prefix + dataset.SPM_MODEL, vocab_size=8),
+        counts=dataset.Counts(tuples=dataset.Tally(read=len(rows), out={"train": len(rows)})))
     return staged, manifest
 
 
@@ -66,7 +67,7 @@ def test_an_unfinished_run_is_never_read_and_the_next_commit_cleans_up(tmp_path,
     crashed, _ = stage_dataset(uri, rows[3:9], "b")  # every file written, then the run died
     assert dataset.load_manifest(uri) == manifest
     assert keys(uri) == ["b:00", "b:01", "b:02"]
-    shard = manifest["splits"]["train"]["files"][0]
+    shard = manifest.dump()["splits"]["train"]["files"][0]
     assert dataset.file_sha256(f"{uri}/{shard['path']}") == shard["sha256"]
     assert len(attempts(tmp_path)) == 2
     last, newest = stage_dataset(uri, rows[9:], "c")
@@ -107,7 +108,9 @@ def test_a_crash_while_writing_the_manifest_keeps_the_previous_one(tmp_path, row
 def test_commit_refuses_a_manifest_that_names_a_missing_or_changed_file(tmp_path, rows):
     uri = f"file://{tmp_path}/data"
     staged, manifest = stage_dataset(uri, rows, "a")
-    manifest["splits"]["train"]["files"][0]["bytes"] += 1
+    shard = manifest.splits["train"].files[0]
+    manifest = manifest.model_copy(update={"splits": {"train": manifest.splits["train"].model_copy(update={
+        "files": [shard.model_copy(update={"bytes": shard.bytes + 1})]})}})
     with pytest.raises(dataset.DatasetError, match="nothing was committed"):
         staging.commit(staged, uri, manifest)
     with pytest.raises(dataset.DatasetError, match="not a finished dataset"):
@@ -132,11 +135,11 @@ def test_prepare_to_a_uri_keeps_the_previous_dataset_through_a_crash(tmp_path, m
         run_prepare(changed.prepare, uri, options=pipeline_options([]))
     assert dataset.load_manifest(uri) == first
     for split in dataset.SPLITS:
-        for f, location in zip(first["splits"][split]["files"], dataset.split_files(uri, split)):
-            assert dataset.file_sha256(location) == f["sha256"]
+        for f, location in zip(first.splits[split].files, dataset.split_files(uri, split)):
+            assert dataset.file_sha256(location) == f.sha256
     assert dataset.read_split(uri, "dev").num_rows == 40
     monkeypatch.setattr(dataset, "write_shard", real)
     done = run_prepare(changed.prepare, uri, options=pipeline_options([])).manifest
-    assert dataset.load_manifest(uri)["fingerprint"] == done["fingerprint"] != first["fingerprint"]
-    assert attempts(tmp_path) == [done["spm"]["model"].split("/")[0]]
+    assert dataset.load_manifest(uri).fingerprint == done.fingerprint != first.fingerprint
+    assert attempts(tmp_path) == [done.spm.model.split("/")[0]]
     assert not list(tmp_path.glob(".data.partial-*"))  # a URI never stages beside the dataset

@@ -82,7 +82,7 @@ def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
 
     manifest = load_manifest(small_dataset.data_dir)
     torch.manual_seed(0)
-    model = MultilingualNMT(languages=manifest["languages"], vocab_size=manifest["spm"]["vocab_size"],
+    model = MultilingualNMT(languages=manifest.languages, vocab_size=manifest.spm.vocab_size,
                             embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
     folder.mkdir(parents=True, exist_ok=True)
     save_model(model, str(folder / files.MODEL_FILE), step=0, dev_error=None)
@@ -99,7 +99,7 @@ def rotate_french(data, rows: int = 20):
 
     from core.dataset import load_manifest
 
-    shard = data / load_manifest(data)["splits"]["test"]["files"][0]["path"]
+    shard = data / load_manifest(data).dump()["splits"]["test"]["files"][0]["path"]
     table = pq.read_table(shard)
     french = table["fr_text"].to_pylist()
     french[:rows] = french[1:rows] + french[:1]

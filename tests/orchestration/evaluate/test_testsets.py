@@ -67,7 +67,7 @@ def test_bad_test_sets_are_refused_naming_the_file(ruth, tmp_path):
 
 def test_a_pinned_dataset_is_refused_when_it_changed_or_is_not_pinned(small_dataset, tmp_path):
     data = Path(small_dataset.data_dir)
-    current = load_manifest(data)["fingerprint"]
+    current = load_manifest(data).dump()["fingerprint"]
     with pytest.raises(EvaluateError, match=f"pin the dataset with fingerprint: {current}"):
         load_testset(spec(name="p", dataset=str(data)), ["fr", "en"])
     with pytest.raises(EvaluateError, match=f"has fingerprint {current}, pinned 0123: the pinned set changed"):
@@ -82,7 +82,7 @@ def config_with_testsets(small_dataset, tmp_path, files, *overrides, data=None):
     """Ruth's files as the test set `ruth` and a prepared dataset (`data`, else the session's) pinned as
     `pinned`, its test split; a run on that dataset."""
     data = data or small_dataset.data_dir
-    pinned = {"name": "pinned", "dataset": str(data), "fingerprint": load_manifest(data)["fingerprint"]}
+    pinned = {"name": "pinned", "dataset": str(data), "fingerprint": load_manifest(data).dump()["fingerprint"]}
     testsets = json.dumps([{"name": "ruth", "files": files}, pinned])
     return config_for(small_dataset, tmp_path, f"dataset_dir={data}", f"evaluate.testsets={testsets}",
                       "evaluate.shards=2", *overrides)
@@ -103,7 +103,7 @@ def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refuse
     # the pinned split, re-tokenized from its text by the model's own sentencepiece model, gives exactly the
     # numbers of the split's stored token ids
     assert pinned.matrix == split.matrix and pinned.out_dir.name == "testset-pinned"
-    assert pinned.data == f"{split.data}/test" and split.data == load_manifest(data)["fingerprint"]
+    assert pinned.data == f"{split.data}/test" and split.data == load_manifest(data).dump()["fingerprint"]
     result = evaluate(config, model_dir=model, testset="ruth")
     assert set(result.matrix) == {("fr", "en"), ("en", "fr")} and result.languages == ["fr", "en"]
     assert all(0 <= e <= 1 for e in result.matrix.values()) and result.data != split.data
@@ -179,7 +179,7 @@ def test_the_champion_decision_on_a_pinned_test_set(small_dataset, ruth, tmp_pat
         decisions.append(register_and_decide(config, uri, "pin", f"sha{i}", trained, challenger, parent))
         tags = tracking.get_run(uri, parent).data.tags
         assert tags["register.evaluation_set"] == "pinned"
-        assert tags["register.evaluation_data"] == load_manifest(small_dataset.data_dir)["fingerprint"] + "/test"
+        assert tags["register.evaluation_data"] == load_manifest(small_dataset.data_dir).dump()["fingerprint"] + "/test"
     first, second = decisions
     assert first.promoted and first.champion_error is None
     # the champion (model a) was measured again on the pinned set, as the challenger was
