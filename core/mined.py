@@ -23,8 +23,8 @@ class _Record(BaseModel):
 
 
 class MinedModel(_Record):
-    model: str  # the model directory, absolute (or its URI)
-    model_sha256: str
+    model: str  # the model directory, absolute (or its URI); "use" for the offline USE
+    model_sha256: str | None = None  # of its model.safetensors (none for "use")
 
 
 class InputCounts(_Record):

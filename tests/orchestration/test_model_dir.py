@@ -14,7 +14,7 @@ from orchestration.adapters import model_dir as model_files
 from orchestration.cli import main
 from orchestration.embed.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
-from core.dataset import Dataset, load_manifest
+from core.dataset import Dataset, DatasetManifest, load_manifest
 from pipelines.tokenizer import train_bpe
 from tests.support.corpus import VERSIONS
 from tests.support.runs import config_for, untrained_model_dir
@@ -54,7 +54,8 @@ def test_evaluate_refuses_a_model_of_another_tokenizer_naming_both(small_dataset
     assert model_sha[:12] in line and data_sha[:12] in line and "tokenizer" in line
     assert not (tmp_path / "run" / "eval").exists()  # refused before any work
 
-    model_files.record_lineage(model, Dataset("elsewhere", {"fingerprint": "other"}))  # a model that records its lineage
+    elsewhere = Dataset("elsewhere", DatasetManifest.model_construct(fingerprint="other"))
+    model_files.record_lineage(model, elsewhere)  # a model that records its lineage
     assert main(["evaluate", "--model", str(model), *where]) == 2
     assert model_sha[:12] in one_line(capsys.readouterr().err)
 

@@ -81,7 +81,7 @@ def test_a_shared_dataset_dir_of_another_config_needs_force_and_names_both_finge
     other = [*corpus, f"dataset_dir={shared}", "name=second", "prepare.spm.vocab_size=250"]
     assert main(["prepare", *other]) == 2
     line = error_line(capsys)
-    assert "'first'" in line and "'second'" in line and first["fingerprint"][:12] in line and "--force" in line
+    assert "'first'" in line and "'second'" in line and first.fingerprint[:12] in line and "--force" in line
     assert dataset.load_manifest(shared) == first  # the first config's dataset is still there, whole
     dataset.verify(shared, dataset.SPLITS)
     assert main(["prepare", *other, "--force"]) == 0
@@ -94,9 +94,9 @@ def test_a_shared_dataset_dir_of_another_config_needs_force_and_names_both_finge
 @pytest.mark.beam
 def test_a_changed_config_of_the_same_name_rebuilds_its_own_dataset(tmp_path, corpus):
     assert main(["prepare", *corpus]) == 0
-    first = dataset.load_manifest(tmp_path / "run" / "data")["fingerprint"]
+    first = dataset.load_manifest(tmp_path / "run" / "data").fingerprint
     assert main(["prepare", *corpus, "prepare.spm.vocab_size=250"]) == 0  # scheduled retraining on new data
-    assert dataset.load_manifest(tmp_path / "run" / "data")["fingerprint"] != first
+    assert dataset.load_manifest(tmp_path / "run" / "data").fingerprint != first
 
 
 def test_a_staging_path_the_product_did_not_make_is_never_deleted(tmp_path):
