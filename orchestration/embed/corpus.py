@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
+from pydantic import ValidationError
 
 from evaluation import store
 from orchestration.adapters import model_dir as model_files
@@ -258,8 +259,11 @@ def _scan(out_dir: Location) -> _Scan:
             continue
         if str(raw["name"]).endswith(".npy"):  # the earlier layout: the block beside its record
             legacy[name] = {name, str(raw["name"])}
-        elif (record := store.read_record(storage.join(out_dir, name))) is not None:
-            records[name] = record
+        else:
+            try:
+                records[name] = store.BlockRecord.model_validate(raw)  # read once: a GET each at a URI
+            except ValidationError:
+                continue  # not a block record of this layout: not ours by it
     return _Scan(files, records, legacy)
 
 
