@@ -6,9 +6,9 @@
 For each candidate count S: S random unit vectors (a translation pair is a
 noisy copy, so the top-1 is meaningful), `--queries` queries, exact cosine
 top-5. "single" is one faiss IndexFlatIP search over all S in this process;
-"ray" is `orchestration.evaluate.search_pairs`' path: the candidates put in the
-object store in `--shards` shards, one Ray task per shard, results merged
-with faiss ResultHeap (object-store transfer and merge included). Both give
+"ray" is the path of `evaluation.xsim.search_pairs` on a `RayExecutor`, from its parts: the candidates put
+in the object store in `--shards` shards, one Ray task per shard (`search_shard`), results merged
+(`merge`; object-store transfer and merge included). Both give
 the same ids (checked). Peak memory: the highest sum of resident memory of
 this process and the Ray workers, sampled every 50 ms, above the idle
 baseline. Medians of `--repeats`, interleaved.
