@@ -141,19 +141,11 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encode
         use = USE()
         return (lambda texts, lang: np.asarray(use.encode(texts), dtype=np.float32)), NormalizeConfig(), {
             "model": "use"}
-    from orchestration.embed.embedder import SentenceEmbedder
     from core.dataset import file_sha256
+    from orchestration.adapters.model_choice import choose_model
+    from orchestration.embed.embedder import SentenceEmbedder
 
-    if choice == "run":
-        location = model_files.default(config.train_dir)
-    elif choice == "champion":
-        name = config.registry.model_name or config.name
-        version = tracking.champion(tracking.resolve_uri(config.tracking.uri), name)
-        if version is None:
-            raise MineError(f"mine.model=champion: registered model {name!r} has no champion yet")
-        location = tracking.download_model_dir(config.tracking.uri, name, version.version, tmp)
-    else:
-        location = storage.check_location(choice, "mine.model")
+    location = choose_model(config, choice, tmp, key="mine.model").location
     try:
         folder = model_files.fetch(location)  # a verified local copy of a model at a URI
         embedder = SentenceEmbedder.load(folder)

@@ -28,15 +28,12 @@ from core.dataset import file_sha256
 from core.errors import UserError
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters import tracking
+from orchestration.adapters.model_choice import champion_version, choose_model, registered_name
 from orchestration.config import Config
 from orchestration.embed.embedder import SentenceEmbedder
 
 # Ray Serve sends its replicas' "ray.serve" loggers to the replica log and the driver's stderr.
 log = logging.getLogger(f"ray.serve.{__name__}")
-
-
-class NoChampion(UserError, LookupError):
-    """serve.model=champion while the registered model has no version holding the alias."""
 
 
 @dataclass(eq=False)
@@ -66,8 +63,8 @@ class ModelSource:
         self.config = config
         self.scratch = scratch  # where champions are downloaded (None: the temp folder)
         self.follows = config.serve.model == "champion"
-        self.uri = tracking.resolve_uri(config.tracking.uri)
-        self.name = config.registry.model_name or config.name
+        self.uri = tracking.resolve_uri(config.tracking.uri)  # the registry followed
+        self.name = registered_name(config)
 
     def current_version(self) -> str:
         """The version to serve now; NoChampion when the alias is on no version."""
@@ -77,18 +74,14 @@ class ModelSource:
             except model_files.ModelMissing as exc:
                 raise model_files.ModelMissing(f"serve.model: {exc}") from None
             return file_sha256(folder / model_files.MODEL_FILE)[:12]
-        found = tracking.champion(self.uri, self.name)
-        if found is None:
-            raise NoChampion(f"serve.model=champion: registered model {self.name!r} in {self.uri} has no champion "
-                             "yet; promote one (`interlingua run`) or set serve.model to a model directory")
-        return str(found.version)
+        return champion_version(self.config, key="serve.model")
 
     def load(self, version: str) -> ServedModel:
         """The model of `version`, loaded (a champion's directory downloaded to a folder of its own)."""
         download = None
         if self.follows:
             download = tempfile.TemporaryDirectory(prefix=f"interlingua-serve-v{version}-", dir=self.scratch)
-            folder = tracking.download_model_dir(self.uri, self.name, version, download.name)
+            folder = choose_model(self.config, "champion", download.name, key="serve.model", version=version).location
         else:
             folder = model_files.fetch(self.config.serve.model)  # a URI: a verified local copy
         try:

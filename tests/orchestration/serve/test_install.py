@@ -63,7 +63,8 @@ def test_the_fresh_venv_serves_the_champion(serve_venv, small_dataset, tmp_path,
         cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
+        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc,
+                 log=tmp_path / "server.log")
         sentences = [verse("l", 8, 1, 1), verse("l", 8, 1, 2)]  # Ruth 1:1-2 in French
         status, body = post(f"{url}/embed", {"sentences": sentences, "lang": "fr"})
         assert status == 200 and body["model_version"] == "1", body

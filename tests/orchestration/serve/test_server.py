@@ -68,7 +68,7 @@ def server(small_dataset, tmp_path_factory):
         env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)})
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc)
+        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc, log=tmp / "server.log")
         yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second,
                "proc": proc, "tmp": scratch, "stored": tmp / "run" / "eval" / "test" / "embeddings"}
     finally:
