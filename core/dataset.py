@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import UserError
 from core import ownership, storage, teacher
+from core.schema import wrong_fields
 
 FORMAT = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
@@ -267,9 +268,7 @@ def load_manifest(data_dir: str | Path) -> DatasetManifest:
     try:
         return DatasetManifest.model_validate(manifest)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise DatasetError(f"{path}: not a dataset manifest ({where}: {error['msg']}); run "
+        raise DatasetError(f"{path}: not a dataset manifest ({wrong_fields(exc)}); run "
                            "`interlingua prepare --force`") from None
 
 

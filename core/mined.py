@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import storage
+from core.schema import wrong_fields
 
 FORMAT = "interlingua-mined/1"
 MANIFEST = "manifest.json"
@@ -67,9 +68,7 @@ def read_manifest(folder: storage.Location) -> MinedManifest:
     try:
         return MinedManifest.model_validate_json(storage.read_bytes(path))
     except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"]) or "the whole file"
-        raise MinedManifestError(f"{path}: not a mining manifest ({where}: {error['msg']})") from None
+        raise MinedManifestError(f"{path}: not a mining manifest ({wrong_fields(exc)})") from None
 
 
 def write_manifest(folder: storage.Location, manifest: MinedManifest) -> None:

@@ -1,10 +1,10 @@
-"""The base of every config section, and the resolved config as YAML."""
+"""The base of every config section, the resolved config as YAML, and a file's wrong fields in one line."""
 from __future__ import annotations
 
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class Schema(BaseModel):
@@ -12,6 +12,13 @@ class Schema(BaseModel):
 
     # no inf/nan: the resolved config is written as JSON and YAML, and must load back the same
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+def wrong_fields(exc: ValidationError, limit: int = 1) -> str:
+    """The first `limit` errors of a file read as a model, each as `field.path: message` ("the whole file"
+    when the file is not an object at all), joined by "; ": what a damaged file's one-line error names."""
+    return "; ".join(f"{'.'.join(str(part) for part in error['loc']) or 'the whole file'}: {error['msg']}"
+                     for error in exc.errors()[:limit])
 
 
 def dump_yaml(config: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import ownership, storage
+from core.schema import wrong_fields
 from evaluation.npy import NpyFile, save_array
 
 FORMAT = "interlingua-stored-embeddings/2"
@@ -262,8 +263,7 @@ class StoredEmbeddings:
         try:
             manifest = StoreManifest.model_validate_json(storage.read_bytes(path))
         except ValidationError as exc:
-            raise ValueError(f"{path}: not a stored-embeddings manifest ({exc.errors()[0]['loc']}: "
-                             f"{exc.errors()[0]['msg']})") from None
+            raise ValueError(f"{path}: not a stored-embeddings manifest ({wrong_fields(exc)})") from None
         blocks = manifest.blocks
         return cls(folder, list(manifest.languages), manifest.dim, manifest.dtype,
                    tuple(b.start for b in blocks) + (manifest.rows,), tuple(b.name for b in blocks),

@@ -23,9 +23,6 @@ from orchestration.adapters import tracking
 if TYPE_CHECKING:
     from orchestration.config import Config
 
-CHOICES = ("run", "champion")  # or a model directory
-
-
 class NoChampion(UserError, LookupError):
     """A choice of "champion" while the registered model has no version holding the alias."""
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import fencing, storage
 from core.errors import UserError
+from core.schema import wrong_fields
 
 R = TypeVar("R", bound="StageRecord")
 
@@ -45,9 +46,7 @@ def read_state(path: str | Path, record: type[R]) -> R | None:
     try:
         return record.model_validate_json(storage.read_bytes(path))
     except ValidationError as exc:
-        found = "; ".join(f"{'.'.join(str(part) for part in error['loc']) or 'the whole file'}: {error['msg']}"
-                          for error in exc.errors()[:3])
-        raise StateError(f"{path}: not a {record.__name__} ({found}); interlingua keeps its record of what the "
+        raise StateError(f"{path}: not a {record.__name__} ({wrong_fields(exc, 3)}); interlingua keeps its record of what the "
                          "stage's output was made from there: move the file away, or start the stage over with --force") from None
 
 

@@ -270,15 +270,18 @@ def _scan(out_dir: Location) -> _Scan:
 def _read_manifest(out_dir: Location) -> _Manifest:
     """The folder's manifest if this product's embed wrote it (the stored-embeddings format with a
     fingerprint, or the earlier layout's: its format marker or, before the marker existed, its fields)."""
-    current = store.read_manifest(out_dir)
-    if current is not None:
-        return _Manifest(current if current.format == store.FORMAT and "fingerprint" in current.meta else None, set())
     try:
-        raw = storage.read_json(storage.join(out_dir, MANIFEST))
+        raw = storage.read_json(storage.join(out_dir, MANIFEST))  # read once: a GET at a URI
     except (OSError, ValueError):
         return _Manifest(None, set())
     if not isinstance(raw, dict) or not isinstance(raw.get("blocks"), list):
         return _Manifest(None, set())
+    try:
+        current = store.StoreManifest.model_validate(raw)
+    except ValidationError:
+        current = None
+    if current is not None:
+        return _Manifest(current if current.format == store.FORMAT and "fingerprint" in current.meta else None, set())
     form = raw.get("format")
     if form == LEGACY_FORMAT or (not form and {"fingerprint", "lang", "model"} <= raw.keys()):
         names = [str(b["name"]) for b in raw["blocks"] if isinstance(b, dict) and "name" in b]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from core import storage
 from core.errors import Exit
 from orchestration.adapters import tracking
+from orchestration.adapters.model_choice import registered_name
 from orchestration.config import Config
 from orchestration.adapters.lock import run_lock
 
@@ -67,7 +68,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             if config.registry.decide_on:  # the decision on a test set (e.g. a pinned one), not the split
                 challenger = tested[config.registry.decide_on]
             sha = file_sha256(storage.join(trained.model_dir, MODEL_FILE))
-            name = config.registry.model_name or config.name
+            name = registered_name(config)
             if tracking.find_version(uri, name, MODEL_TAG, sha) is not None:
                 outcome.stages["register"] = "skipped"
                 outcome.code, outcome.message = Exit.NOTHING_TO_DO, "nothing to do: this model was registered already"
