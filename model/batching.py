@@ -8,7 +8,9 @@ Each worker streams its own share of the training split and holds one window of 
     window   consecutive units of the share, up to `window_tuples` tuples (at least one unit)
     plan     within a window: a seeded permutation of its tuples (each drawn as often as its source's
              weight says: 0.5 half of them, 2 twice), a training path per draw, draws grouped by
-             signature, length-bucketed by token budget, batches shuffled
+             signature and by copy (a tuple's second draw never shares a batch with its first: it
+             would be its own negative in the ranking loss), length-bucketed by token budget,
+             batches shuffled
 
 With a teacher (`core.teacher`), a window also holds the teacher's embeddings of its tuples, read from the
 same row groups of the teacher's files (tuples x languages x dimensions x 2 bytes: mind `window_tuples`), and
@@ -186,8 +188,10 @@ class Unit:
 
 
 # The version of `plan_window`'s draws: a position names a batch of one plan, so a stream resumes only
-# positions of its own plan. 1: one tuple at a time (until 2026-11); 2: a window's draws at once.
-PLAN = 2
+# positions of its own plan. 1: one tuple at a time (until 2026-11); 2: a window's draws at once;
+# 3: a tuple drawn several times is batched once per copy (under 2, length bucketing put a tuple's two
+# draws side by side: with source weight 2, over half of the batches held a tuple twice).
+PLAN = 3
 
 
 @dataclass
@@ -272,16 +276,29 @@ def plan_window(corpus: ParallelCorpus, paths: Sequence[TrainingPath], *, seed: 
         order = rng.permutation(np.repeat(np.arange(corpus.size), draws))
     else:
         order = rng.permutation(corpus.size)
+    copy = _copy_index(order)
     present = np.stack([corpus.lengths[lang][order] > 0 for lang in corpus.languages], axis=1)
     signatures, drawn = sample_signatures(paths, corpus.languages, present, rng, monolingual=monolingual)
     batches = []
     for k in sorted(range(len(signatures)), key=signatures.__getitem__):
-        members = order[drawn == k]  # in the window's permuted order
         langs = signatures[k][0] + signatures[k][1]
-        costs = np.max([corpus.lengths[lang][members] for lang in langs], axis=0) + 1
-        batches += [(signatures[k], members[chunk]) for chunk in token_budget_batches(costs, max_tokens)]
+        for c in range(int(copy.max(initial=0)) + 1):
+            members = order[(drawn == k) & (copy == c)]  # in the window's permuted order; each tuple once
+            costs = np.max([corpus.lengths[lang][members] for lang in langs], axis=0) + 1
+            batches += [(signatures[k], members[chunk]) for chunk in token_budget_batches(costs, max_tokens)]
     shuffled = rng.permutation(len(batches))
     return [batches[i] for i in shuffled]
+
+
+def _copy_index(order: np.ndarray) -> np.ndarray:
+    """For each draw in `order`, how many draws of the same tuple come before it (0 for the first)."""
+    by_tuple = np.argsort(order, kind="stable")
+    ranked = order[by_tuple]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])  # where each tuple's run begins
+    runs = np.diff(np.r_[starts, len(order)])
+    copy = np.empty(len(order), np.int64)
+    copy[by_tuple] = np.arange(len(order)) - np.repeat(starts, runs)
+    return copy
 
 
 class BatchStream:

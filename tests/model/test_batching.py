@@ -186,6 +186,10 @@ def test_source_weights_draw_each_tuple_as_often_as_its_source_says(units):
         [r.tolist() for _, r in plan_window(corpus, epoch=0, source_weights={}, **kwargs)]  # the plan of before
     counts = drawn({source: 3.0, "other": 0.0})
     assert set(counts[:half]) == {0} and set(counts[half:]) == {3}
+    # a tuple drawn three times is in three batches: in one batch it would be its own ranking negative
+    batches = [r for _, r in plan_window(corpus, epoch=0, source_weights={source: 3.0}, **kwargs)]
+    assert all(len(set(r.tolist())) == len(r) for r in batches)
+    assert sum(map(len, batches)) == 3 * (corpus.size - half) + half
     fractions = [drawn({"other": 0.5}, epoch) for epoch in range(2)]
     for counts in fractions:
         assert set(counts[half:]) == {1} and set(counts[:half]) <= {0, 1}
