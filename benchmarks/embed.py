@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestration.config import load_config  # noqa: E402
-from pipelines.config import BibleSource  # noqa: E402
+from pipelines.source_config import BibleSource  # noqa: E402
 from core.schema import dump_yaml  # noqa: E402
 from pipelines.sources import bible_db_path  # noqa: E402
 

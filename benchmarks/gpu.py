@@ -5,7 +5,7 @@ minutes, embedding sentences/s.
 
 Built for a lent GPU machine that has torch but not Ray or MLflow: `benchmarks/gpu_setup.sh` builds
 what it lacks and prints the command that runs this there. Every loop here is the product's own
-parts (`model.batching` streams, `model.training.train_step`, `make_optimizer`, `scheduled_lr`,
+parts (`model.stream` streams, `model.training.train_step`, `make_optimizer`, `scheduled_lr`,
 `model.lsi`, `model.inference.embed`, `evaluation.xsim`) driven by a bare loop in one process, as
 `benchmarks/train.py`'s bare loop is: Ray Train's worker runs the same step (its overhead is measured
 by `benchmarks/train.py`, where Ray is installed).
@@ -51,7 +51,8 @@ def _setup(args, overrides: list[str]):
     import torch
 
     from core.dataset import load_manifest, split_files
-    from model.batching import BatchStream, shard_units
+    from model.batching import shard_units
+    from model.stream import BatchStream
     from model.nmt import MultilingualNMT
     from orchestration.config import load_config
     from orchestration.train.builders import model_args, training_paths
@@ -110,7 +111,7 @@ def feed(args) -> dict:
     if args.before:  # the optimizer and stream as the older loop built them
         optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     else:
-        from model.batching import prefetched
+        from model.stream import prefetched
         from model.training import make_optimizer
 
         optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=device)
@@ -214,7 +215,8 @@ def quality(args) -> dict:
     import torch
 
     from evaluation.xsim import average_error, error_matrix
-    from model.batching import ParallelCorpus, prefetched, sample_corpus
+    from model.batching import ParallelCorpus, sample_corpus
+    from model.stream import prefetched
     from model.inference import embed_rows
     from model.lsi import cooccurrence_matrix, lsi_embeddings
     from model.training import input_tokens, make_optimizer, scheduled_lr, train_step

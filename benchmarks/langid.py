@@ -19,7 +19,8 @@ import numpy as np
 
 from core.normalize import Normalizer
 from pipelines.clean import SentenceFilter
-from pipelines.config import BibleSource, FilterConfig, LanguageIdConfig
+from pipelines.config import FilterConfig, LanguageIdConfig
+from pipelines.source_config import BibleSource
 from core.normalize import NormalizeConfig
 from pipelines.langid import LanguageCheck
 from pipelines.sources import bible_db_path

@@ -40,7 +40,7 @@ from orchestration.adapters import model_dir as model_files  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.evaluate.job import evaluate  # noqa: E402
 from orchestration.train.driver import train  # noqa: E402
-from pipelines.config import BibleSource  # noqa: E402
+from pipelines.source_config import BibleSource  # noqa: E402
 from pipelines.sources import bible_db_path  # noqa: E402
 
 PAPER_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"

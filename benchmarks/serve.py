@@ -42,7 +42,7 @@ BACKENDS = ("torch", "onnx", "onnx-int8")
 def bible(version: str, start: int, n: int) -> list[str]:
     import sqlite3
 
-    from pipelines.config import BibleSource
+    from pipelines.source_config import BibleSource
     from pipelines.sources import bible_db_path
 
     db = sqlite3.connect(f"file:{bible_db_path(BibleSource(kind='bible'))}?mode=ro", uri=True)

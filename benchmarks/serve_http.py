@@ -147,15 +147,15 @@ class Memory:
 
 
 def register(uri: str, model_dir: Path) -> str:
-    from orchestration.adapters import tracking
+    from orchestration.adapters import registry, tracking
     from orchestration.lifecycle import packaging
     from orchestration.embed.embedder import SentenceEmbedder
 
     run = tracking.start_run(uri, "bench", "model", {})
     dim = SentenceEmbedder.load(model_dir).model.embedding_dim
     info = packaging.log_model(uri, run, model_dir, dim)
-    version = tracking.register_model(uri, info.model_uri, NAME, {})
-    tracking.promote(uri, NAME, version)
+    version = registry.register_model(uri, info.model_uri, NAME, {})
+    registry.promote(uri, NAME, version)
     return version
 
 

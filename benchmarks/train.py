@@ -44,7 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model.batching import BatchStream, sample_corpus, shard_units  # noqa: E402
+from model.batching import sample_corpus, shard_units  # noqa: E402
+from model.stream import BatchStream
 from model.nmt import MultilingualNMT  # noqa: E402
 from model.training import input_tokens, make_optimizer, train_step  # noqa: E402
 from orchestration.adapters import tracking  # noqa: E402

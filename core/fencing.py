@@ -1,4 +1,4 @@
-"""The fence of a run's commits. A command that holds the run dir's lease (`orchestration.adapters.lock`)
+"""The fence of a run's commits. A command that holds the run dir's lease (`orchestration.adapters.lease`)
 registers a check here for as long as it holds it; every commit (a published dataset, model, evaluation or
 state file, a model registered, the champion alias moved) calls `check()` first, so that a holder whose lease
 another host took over stops at its next commit, whatever its renewal thread has noticed yet, and writes

@@ -1,6 +1,6 @@
 """Embeddings on disk in blocks, each with its completion record: the one format that `evaluate`
-(`write_block` + `publish`), `embed` and `mine` (`save_block`, in `embed.corpus`) write and
-`StoredEmbeddings` reads, from a local folder or a URI.
+(`write_block` + `publish`), `embed` and `mine` (`save_block`, in `embed.corpus`) write
+(`evaluation.store_writer`) and `StoredEmbeddings` reads, from a local folder or a URI.
 
     <folder>/<lang>/part-NNNNN.npy       (n, D) the rows [start, start + n) of each language
     <folder>/part-NNNNN.json             the block's record, written after its arrays: name, rows, the sha256
@@ -27,20 +27,17 @@ each) read only the blocks they need. A folder in the earlier format
 """
 from __future__ import annotations
 
-import hashlib
 import io
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Literal, Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import ownership, storage
 from core.schema import wrong_fields
-from evaluation.npy import NpyFile, save_array
+from evaluation.npy import NpyFile
 
 FORMAT = "interlingua-stored-embeddings/2"
 FORMATS = ("interlingua-stored-embeddings/1", FORMAT)  # /1: evaluate's, before block records
@@ -82,8 +79,8 @@ class BlockEntry(BaseModel):
 
 
 class StoreManifest(BaseModel):
-    """`<folder>/manifest.json`, written last. `meta` is the writer's own section, typed by the writer
-    (evaluate: the model and the data searched; embed: `embed.corpus.EmbedMeta`)."""
+    """`<folder>/manifest.json`, written last. `meta` is the writer's own section, typed by the writer:
+    evaluate's `EmbeddingsMeta`, embed's `orchestration.embed.folder.EmbedMeta`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -103,29 +100,21 @@ class StoreManifest(BaseModel):
         return ["key", *(f"{lang}_{c}" for lang in self.languages for c in ("text", "hash"))]
 
 
+class EmbeddingsMeta(BaseModel):
+    """evaluate's section (`meta`) of the manifest of the embeddings it stores: which model embedded which data,
+    so that `embed.nearest` knows them for its model's or another's."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    model: str  # the model file's sha256, or the baseline's name (`job.model_identity`)
+    split: str  # the split or test set embedded
+    data: str  # what was embedded: the dataset's fingerprint, or the test set's
+    backend: str = "torch"  # the engine that ran the model (absent before engines were chosen: torch)
+
+
 def block_name(index: int) -> str:
     """The name of the block `index` (0-based, in row order): its files are `<lang>/<name>.npy`, `<name>.json`."""
     return f"part-{index:05d}"
-
-
-def text_hashes(texts: Sequence[str]) -> np.ndarray:
-    """A 64-bit hash of each text (n,) uint64: equal texts, equal hashes (for `text_error`)."""
-    return np.array([int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little")
-                     for t in texts], dtype=np.uint64)
-
-
-def save_arrays(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
-    """Each language's (n, D) array as `<folder>/<lang>/<name>.npy` (local or a URI), whole or not at all
-    (`save_array`); {lang: sha256}."""
-    return {lang: save_array(storage.join(folder, lang, f"{name}.npy"), np.ascontiguousarray(array))
-            for lang, array in arrays.items()}
-
-
-def write_record(folder: storage.Location, record: BlockRecord) -> BlockRecord:
-    """The block's record `<folder>/<name>.json`, replaced whole: the completion marker, written after the
-    block's arrays (a reader or a rerun trusts a block only once its record is there)."""
-    storage.write_json(storage.join(folder, f"{record.name}.json"), record.model_dump(exclude_none=True), indent=1)
-    return record
 
 
 def read_record(path: storage.Location) -> BlockRecord | None:
@@ -134,31 +123,6 @@ def read_record(path: storage.Location) -> BlockRecord | None:
         return BlockRecord.model_validate_json(storage.read_bytes(path))
     except (OSError, ValidationError):
         return None
-
-
-def save_block(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> BlockRecord:
-    """One block written in place (a local folder or a URI): its arrays (`save_arrays`), then its record
-    (name, rows, sha256 and the writer's `fields`)."""
-    rows = {len(array) for array in arrays.values()}
-    assert len(rows) == 1, f"block {name}: languages of unequal rows {rows}"
-    return write_record(folder, BlockRecord(name=name, rows=rows.pop(), sha256=save_arrays(folder, name, arrays),
-                                            **fields))
-
-
-def make_manifest(records: Sequence[BlockRecord], *, languages: list[str], dim: int, dtype: str,
-                  columns: Sequence[str] = (), meta: dict[str, Any] | None = None) -> StoreManifest:
-    """The manifest of the blocks `records` (in row order): each block's start is the rows before it."""
-    blocks, start = [], 0
-    for record in records:
-        blocks.append(BlockEntry(name=record.name, start=start, rows=record.rows, sha256=record.sha256))
-        start += record.rows
-    return StoreManifest(format=FORMAT, languages=list(languages), dim=int(dim), dtype=str(dtype), rows=start,
-                         columns=list(columns), blocks=blocks, meta=meta or {})
-
-
-def write_manifest(folder: storage.Location, manifest: StoreManifest) -> None:
-    """The manifest, written last (replaced whole): the folder is a published store from then on."""
-    storage.write_json(storage.join(folder, MANIFEST), manifest.model_dump(mode="json", exclude_none=True), indent=1)
 
 
 def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = False) -> set[str]:
@@ -170,70 +134,12 @@ def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = 
                                  *((f"{ROWS}/{n}.parquet" for n in names) if rows else ())])
 
 
-def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray],
-                texts: Mapping[str, Sequence[str]]) -> BlockRecord:
-    """Write one batch of tuples (any order; sorted here by key) into `staging`; returns its record
-    (name, rows, sha256, first_key, last_key) for `publish`. Rewriting the same batch gives the same files."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    order = np.argsort(np.asarray(keys, dtype=object), kind="stable")
-    keys = [keys[i] for i in order]
-    name = "block-" + hashlib.blake2b(keys[0].encode("utf-8"), digest_size=8).hexdigest()
-    sha256 = save_arrays(staging, name, {lang: emb[order] for lang, emb in embeddings.items()})
-    columns: dict[str, Any] = {"key": pa.array(keys, pa.string())}
-    for lang, values in texts.items():
-        ordered = [values[i] for i in order]
-        columns[f"{lang}_text"] = pa.array(ordered, pa.string())
-        columns[f"{lang}_hash"] = pa.array(text_hashes(ordered), pa.uint64())
-    path = staging / ROWS / f"{name}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(columns), path.with_suffix(".tmp"))
-    os.replace(path.with_suffix(".tmp"), path)
-    return BlockRecord(name=name, rows=len(keys), sha256=sha256, first_key=keys[0], last_key=keys[-1])
-
-
-def publish(staging: Path, folder: Path, records: list[BlockRecord], *, languages: list[str],
-            meta: dict[str, Any] | None = None) -> StoredEmbeddings:
-    """Order the written blocks by key, name them part-NNNNN, write their records and the manifest and swap
-    `staging` into `folder` (a previous folder stays whole until then). AssertionError if blocks overlap."""
-    records = sorted(records, key=lambda r: r.first_key)
-    for before, after in zip(records, records[1:]):
-        assert before.last_key < after.first_key, f"blocks overlap: {before} {after}"
-    named, start = [], 0
-    for i, record in enumerate(records):
-        new = block_name(i)
-        for sub in [*languages, ROWS]:
-            suffix = ".parquet" if sub == ROWS else ".npy"
-            os.replace(staging / sub / f"{record.name}{suffix}", staging / sub / f"{new}{suffix}")
-        named.append(write_record(staging, record.model_copy(update={"name": new, "start": start})))
-        start += record.rows
-    first = np.load(staging / languages[0] / f"{named[0].name}.npy", mmap_mode="r")
-    columns = ["key", *(f"{lang}_{c}" for lang in languages for c in ("text", "hash"))]
-    write_manifest(staging, make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype,
-                                          columns=columns, meta=meta))
-    _write_keys(staging, [r.name for r in named])
-    ownership.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
-    return StoredEmbeddings.open(folder)
-
-
 def read_manifest(folder: storage.Location) -> StoreManifest | None:
     """The folder's manifest when it is a stored-embeddings manifest (either format), else None."""
     try:
         return StoreManifest.model_validate_json(storage.read_bytes(storage.join(folder, MANIFEST)))
     except (OSError, ValidationError):
         return None
-
-
-def check_replaceable(folder: Path) -> list[str]:
-    """The entries of an embeddings folder once each is one `publish` wrote (what its manifest names);
-    ForeignDataError naming the others, which are never removed."""
-    ours = {ownership.STAGING_MARKER}
-    manifest = read_manifest(folder)
-    if manifest is not None:
-        ours |= {MANIFEST, KEYS} | block_files([b.name for b in manifest.blocks], manifest.languages, rows=True)
-    return ownership.check_only_ours(folder, lambda e: e in ours, what="embeddings folder",
-                                   advice="move those files out of it; interlingua replaces only its own embeddings")
 
 
 class NoRowsError(LookupError):
@@ -332,15 +238,3 @@ class _HashColumns(Mapping):
 
     def __len__(self) -> int:
         return len(self.store.languages)
-
-
-def _write_keys(folder: Path, names: list[str]) -> None:
-    """keys.json, a JSON list of every key, written one block at a time."""
-    import pyarrow.parquet as pq
-
-    with open(folder / KEYS, "w") as out:
-        out.write("[")
-        for i, name in enumerate(names):
-            keys = pq.read_table(folder / ROWS / f"{name}.parquet", columns=["key"])["key"].to_pylist()
-            out.write(("," if i else "") + json.dumps(keys)[1:-1])
-        out.write("]\n")

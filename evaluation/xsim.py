@@ -170,7 +170,7 @@ class _Sink:
 def pair_metrics(results: dict[Pair, PairResult], texts: Mapping[str, Sequence] | None, *, metric: str,
                  margin_k: int, block: int = QUERY_BLOCK) -> dict[Pair, dict[str, float]]:
     """Every pair's metrics (`evaluation.metrics`), read `block` queries at a time; `texts` {lang: (S,)}
-    holds the texts or their hashes (`evaluation.store.text_hashes`). The ratio-margin error needs
+    holds the texts or their hashes (`evaluation.store_writer.text_hashes`). The ratio-margin error needs
     cosine and the backward search of the same pair."""
     out = {}
     for (p, q), r in results.items():

@@ -1,23 +1,12 @@
-"""Training batches streamed from the Parquet shards: bounded windows, per-window plans, padded tensors.
+"""Token ids in memory: what a training worker, the dev error and embedding read from the Parquet shards.
 
-Each worker streams its own share of the training split and holds one window of it at a time:
+    Unit            one row group of one training shard, read whole (`shard_units`)
+    ParallelCorpus  the token ids of some tuples, per language (flat values + offsets), with their keys
+                    and, with a teacher (`core.teacher`), the teacher's embeddings of them read from the
+                    same row groups of its files (`read_units`; tuples x languages x dimensions x 2 bytes)
+    pad             right-padded id tensors; `token_budget_batches` cuts length buckets by token budget
 
-    units    the row groups of the split's Parquet shards (`shard_units`), each read whole
-    epoch    a seeded permutation of the units; this worker's share is [rank::world], so the
-             workers never see the same tuple in one epoch
-    window   consecutive units of the share, up to `window_tuples` tuples (at least one unit)
-    plan     within a window: a seeded permutation of its tuples (each drawn as often as its source's
-             weight says: 0.5 half of them, 2 twice), a training path per draw, draws grouped by
-             signature and by copy (a tuple's second draw never shares a batch with its first: it
-             would be its own negative in the ranking loss), length-bucketed by token budget,
-             batches shuffled
-
-With a teacher (`core.teacher`), a window also holds the teacher's embeddings of its tuples, read from the
-same row groups of the teacher's files (tuples x languages x dimensions x 2 bytes: mind `window_tuples`), and
-each batch carries those of its sources and of its tuples' pivot sentences.
-
-The data position is (epoch, window, batch): a resumed worker reads the window it stopped in,
-rebuilds the same plan and skips the batches it had consumed, reading nothing before it.
+How a worker streams its share of the units, a window at a time, is `model.stream`.
 
 The one convention every caller shares: an encoder input ends with EOS
 (as in LASER), a decoder target holds the bare ids (the decoder adds BOS/EOS).
@@ -25,19 +14,18 @@ The one convention every caller shares: an encoder input ends with EOS
 from __future__ import annotations
 
 import bisect
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from model.training_paths import Signature, TrainingPath, sample_signatures
 from core import storage
 from core.dataset import EOS_ID, PAD_ID, source_of
-from core.teacher import TeacherInput, TeacherStore, read_row_group
+from core.teacher import TeacherStore, read_row_group
+from model.training_paths import Signature
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -176,8 +164,6 @@ class ParallelCorpus:
         return _padded(self.values[lang][starts + np.arange(int(lengths.sum()))], lengths, eos=eos)
 
 
-# --- the stream -----------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Unit:
     """One row group of one Parquet shard: what a worker reads at once."""
@@ -185,38 +171,6 @@ class Unit:
     path: str
     row_group: int
     rows: int
-
-
-# The version of `plan_window`'s draws: a position names a batch of one plan, so a stream resumes only
-# positions of its own plan. 1: one tuple at a time (until 2026-11); 2: a window's draws at once;
-# 3: a tuple drawn several times is batched once per copy (under 2, length bucketing put a tuple's two
-# draws side by side: with source weight 2, over half of the batches held a tuple twice).
-PLAN = 3
-
-
-@dataclass
-class DataPosition:
-    """Where a worker's stream stands: the next batch is batch `batch` of window `window` of `epoch`,
-    in windows planned by plan version `plan`."""
-
-    epoch: int = 0
-    window: int = 0
-    batch: int = 0
-    plan: int = PLAN
-
-    @classmethod
-    def from_dict(cls, values: dict) -> DataPosition:
-        """A saved position; one saved before plans had versions is plan 1's."""
-        return cls(**{"plan": 1, **values})
-
-
-@dataclass
-class Batch:
-    epoch: int
-    signature: Signature
-    sources: dict[str, Pair]
-    targets: dict[str, Pair]
-    teacher: dict[str, Pair] | None = None  # `ParallelCorpus.teacher_batch`, with a teacher
 
 
 def shard_units(files: Sequence[str | Path]) -> list[Unit]:
@@ -227,22 +181,6 @@ def shard_units(files: Sequence[str | Path]) -> list[Unit]:
         units += [Unit(str(path), i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
                   if meta.row_group(i).num_rows]
     return units
-
-
-def epoch_windows(units: Sequence[Unit], *, seed: int, epoch: int, rank: int, world: int,
-                  window_tuples: int) -> list[list[Unit]]:
-    """This worker's windows of one epoch: its share of a seeded permutation of the units, cut into
-    runs of up to `window_tuples` tuples (a larger unit is a window of its own)."""
-    order = np.random.default_rng([seed, epoch]).permutation(len(units))[rank::world]
-    windows: list[list[Unit]] = []
-    size = 0
-    for i in order.tolist():
-        if not windows or size + units[i].rows > window_tuples:
-            windows.append([])
-            size = 0
-        windows[-1].append(units[i])
-        size += units[i].rows
-    return windows
 
 
 def read_units(units: Sequence[Unit], languages: Sequence[str], *, keys: bool = False,
@@ -265,108 +203,6 @@ def read_units(units: Sequence[Unit], languages: Sequence[str], *, keys: bool = 
     return corpus
 
 
-def plan_window(corpus: ParallelCorpus, paths: Sequence[TrainingPath], *, seed: int, epoch: int, rank: int,
-                window: int, max_tokens: int, monolingual: bool = False,
-                source_weights: dict[str, float] | None = None) -> list[tuple[Signature, np.ndarray]]:
-    """The batches of one window (see the module docstring); the same for the same inputs and `PLAN`. Without
-    source weights every tuple is drawn once (the plan is the one before weights existed)."""
-    rng = np.random.default_rng([seed, epoch, rank, window])
-    if source_weights:
-        draws = corpus.draws(source_weights, np.random.default_rng([seed, epoch, rank, window, 1]))
-        order = rng.permutation(np.repeat(np.arange(corpus.size), draws))
-    else:
-        order = rng.permutation(corpus.size)
-    copy = _copy_index(order)
-    present = np.stack([corpus.lengths[lang][order] > 0 for lang in corpus.languages], axis=1)
-    signatures, drawn = sample_signatures(paths, corpus.languages, present, rng, monolingual=monolingual)
-    batches = []
-    for k in sorted(range(len(signatures)), key=signatures.__getitem__):
-        langs = signatures[k][0] + signatures[k][1]
-        for c in range(int(copy.max(initial=0)) + 1):
-            members = order[(drawn == k) & (copy == c)]  # in the window's permuted order; each tuple once
-            costs = np.max([corpus.lengths[lang][members] for lang in langs], axis=0) + 1
-            batches += [(signatures[k], members[chunk]) for chunk in token_budget_batches(costs, max_tokens)]
-    shuffled = rng.permutation(len(batches))
-    return [batches[i] for i in shuffled]
-
-
-def _copy_index(order: np.ndarray) -> np.ndarray:
-    """For each draw in `order`, how many draws of the same tuple come before it (0 for the first)."""
-    by_tuple = np.argsort(order, kind="stable")
-    ranked = order[by_tuple]
-    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])  # where each tuple's run begins
-    runs = np.diff(np.r_[starts, len(order)])
-    copy = np.empty(len(order), np.int64)
-    copy[by_tuple] = np.arange(len(order)) - np.repeat(starts, runs)
-    return copy
-
-
-class BatchStream:
-    """A worker's endless batches, epoch after epoch, from `position` on; `position` always names the
-    next batch, so saving it with a checkpoint resumes the stream exactly. `digest` chains every batch
-    handed out (its epoch, window and tuples): two streams that gave the same batches agree on it."""
-
-    def __init__(self, units: Sequence[Unit], languages: Sequence[str], paths: Sequence[TrainingPath], *,
-                 seed: int, rank: int, world: int, max_tokens: int, window_tuples: int,
-                 monolingual: bool = False, source_weights: dict[str, float] | None = None,
-                 position: DataPosition | None = None, digest: str = "", teacher: TeacherInput | None = None) -> None:
-        if len(units) < world:
-            raise ValueError(f"{len(units)} Parquet row groups cannot be shared by {world} workers: "
-                             "prepare the dataset with more training shards (prepare.output.train_shards)")
-        self.units, self.languages, self.paths = list(units), list(languages), list(paths)
-        self.seed, self.rank, self.world = seed, rank, world
-        self.max_tokens, self.window_tuples, self.monolingual = max_tokens, window_tuples, monolingual
-        self.source_weights = dict(source_weights or {})
-        self.teacher = teacher
-        self.position = position or DataPosition()
-        if self.position.plan != PLAN:
-            raise ValueError(f"data position {self.position} names a batch of plan {self.position.plan}, but this "
-                             f"version plans windows with plan {PLAN}: start a new epoch instead")
-        self.digest = digest
-        self._loaded: tuple[int, int] | None = None
-        self._corpus: ParallelCorpus | None = None
-        self._plan: list[tuple[Signature, np.ndarray]] = []
-        self._windows: list[list[Unit]] = []
-
-    def __iter__(self) -> Iterator[Batch]:
-        return self
-
-    def __next__(self) -> Batch:
-        for _ in range(2 * len(self.units) + 2):  # windows that give no batch are skipped
-            p = self.position
-            self._load(p.epoch, p.window)
-            if p.batch < len(self._plan):
-                signature, rows = self._plan[p.batch]
-                sources, targets = self._corpus.batch(signature, rows)
-                teacher = (self._corpus.teacher_batch(signature[0], rows, self.teacher.pivot)
-                           if self.teacher is not None else None)
-                self._chain(p, rows)
-                self.position = DataPosition(p.epoch, p.window, p.batch + 1)
-                return Batch(p.epoch, signature, sources, targets, teacher)
-            last = p.window + 1 >= len(self._windows)
-            self.position = DataPosition(p.epoch + 1, 0, 0) if last else DataPosition(p.epoch, p.window + 1, 0)
-        raise ValueError("no training batch can be formed: no tuple serves any training path")
-
-    def _load(self, epoch: int, window: int) -> None:
-        if self._loaded == (epoch, window):
-            return
-        if self._loaded is None or self._loaded[0] != epoch:
-            self._windows = epoch_windows(self.units, seed=self.seed, epoch=epoch, rank=self.rank,
-                                          world=self.world, window_tuples=self.window_tuples)
-        self._corpus = read_units(self._windows[window], self.languages, keys=bool(self.source_weights),
-                                  teacher=self.teacher.store if self.teacher is not None else None)
-        self._plan = plan_window(self._corpus, self.paths, seed=self.seed, epoch=epoch, rank=self.rank,
-                                 window=window, max_tokens=self.max_tokens, monolingual=self.monolingual,
-                                 source_weights=self.source_weights)
-        self._loaded = (epoch, window)
-
-    def _chain(self, p: DataPosition, rows: np.ndarray) -> None:
-        h = hashlib.blake2b(self.digest.encode(), digest_size=16)
-        h.update(f"{p.epoch}/{p.window}/{p.batch}".encode())
-        h.update(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
-        self.digest = h.hexdigest()
-
-
 def sample_corpus(units: Sequence[Unit], languages: Sequence[str], max_tuples: int) -> ParallelCorpus:
     """The first units in file order up to `max_tuples` tuples (at least one unit): the bounded sample
     that corpus statistics (LSI, token frequencies) are computed from."""
@@ -379,57 +215,22 @@ def sample_corpus(units: Sequence[Unit], languages: Sequence[str], max_tuples: i
     return read_units(chosen, languages)
 
 
-class _StreamSource(torch.utils.data.IterableDataset):
-    """A `BatchStream`, rebuilt in a DataLoader worker process, as plain values the loader can pin:
-    (epoch, signature, sources, targets, the position after the batch, the digest after it, the teacher's
-    embeddings or None)."""
-
-    def __init__(self, stream: BatchStream) -> None:
-        self.args = dict(units=stream.units, languages=stream.languages, paths=stream.paths, seed=stream.seed,
-                         rank=stream.rank, world=stream.world, max_tokens=stream.max_tokens,
-                         window_tuples=stream.window_tuples, monolingual=stream.monolingual,
-                         source_weights=stream.source_weights, position=stream.position, digest=stream.digest,
-                         teacher=stream.teacher)
-
-    def __iter__(self):
-        stream = BatchStream(**self.args)
-        for batch in stream:
-            p = stream.position
-            yield (batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch, p.plan),
-                   stream.digest, batch.teacher)
-
-
-class PrefetchedStream:
-    """A `BatchStream` whose next `ahead` batches are built by a worker process (torch's DataLoader)
-    while the model trains on the current one, in pinned memory when `pin_memory` (for a GPU's
-    asynchronous copies). The batches, `position` and `digest` are the stream's own: `position`
-    names the batch after the last one handed out, so a checkpoint resumes exactly as without it."""
-
-    def __init__(self, stream: BatchStream, *, ahead: int, pin_memory: bool = False) -> None:
-        self.position, self.digest = stream.position, stream.digest
-        loader = torch.utils.data.DataLoader(
-            _StreamSource(stream), batch_size=None, num_workers=1, prefetch_factor=ahead, pin_memory=pin_memory,
-            multiprocessing_context="spawn",  # a fork of a Ray worker (threads, gRPC) is not safe
-        )
-        self._batches = iter(loader)
-
-    def __iter__(self) -> Iterator[Batch]:
-        return self
-
-    def __next__(self) -> Batch:
-        epoch, signature, sources, targets, position, digest, teacher = next(self._batches)
-        self.position, self.digest = DataPosition(*position), digest
-        # the loader hands tuples back as lists
-        return Batch(epoch, (tuple(signature[0]), tuple(signature[1])),
-                     {lang: tuple(pair) for lang, pair in sources.items()},
-                     {lang: tuple(pair) for lang, pair in targets.items()},
-                     {lang: tuple(pair) for lang, pair in teacher.items()} if teacher is not None else None)
-
-    def close(self) -> None:
-        """Stops the worker process (it also stops when this object is collected)."""
-        self._batches._shutdown_workers()
-
-
-def prefetched(stream: BatchStream, ahead: int, *, pin_memory: bool = False) -> BatchStream | PrefetchedStream:
-    """`stream` with `ahead` batches built in a worker process; `stream` itself when `ahead` is 0."""
-    return PrefetchedStream(stream, ahead=ahead, pin_memory=pin_memory) if ahead else stream
+def dev_rows_by_source(dev: ParallelCorpus, limit: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The dev rows the error is computed on: the complete ones, at most `limit` (None: all) shared evenly
+    among the sources (the split is sorted by key, so by source: its first rows would all be the first
+    source's; a source with fewer leaves its share to the others), and {source: positions among those rows}
+    when there are several sources (none for one: its error is the dev error)."""
+    rows = dev.complete_rows()
+    names = dev.source_names()[rows]
+    groups = {name: rows[names == name] for name in sorted(set(names.tolist()))}
+    if limit is not None and len(rows) > limit:
+        take, left = dict.fromkeys(groups, 0), limit
+        while left:
+            short = [name for name in groups if take[name] < len(groups[name])]
+            share = max(1, left // len(short))
+            for name in short:
+                add = min(share, len(groups[name]) - take[name], left)
+                take[name], left = take[name] + add, left - add
+        groups = {name: g[: take[name]] for name, g in groups.items() if take[name]}
+        rows = np.sort(np.concatenate(list(groups.values())))
+    return rows, ({name: np.searchsorted(rows, g) for name, g in groups.items()} if len(groups) > 1 else {})

@@ -7,7 +7,7 @@ import sqlite3
 from typing import Iterator
 
 from core.dataset import file_sha256
-from pipelines.config import BibleSource
+from pipelines.source_config import BibleSource
 from pipelines.errors import SourceError
 from pipelines.read_task import ReadTask, SourcePlan
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from core.dataset import file_sha256
-from pipelines.config import GettextSource
+from pipelines.source_config import GettextSource
 from pipelines.errors import SourceError
 from pipelines.read_task import ReadTask, SourcePlan
 

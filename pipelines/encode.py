@@ -8,7 +8,7 @@ from typing import Any, Iterable, Iterator
 import apache_beam as beam
 import sentencepiece as spm
 
-from core import dataset, storage
+from core import dataset, dataset_writer, storage
 from pipelines import tokenizer
 from pipelines.config import SpmConfig
 from pipelines.counting import STATS, CountedParDo, Tally
@@ -155,8 +155,8 @@ class WriteShardFn(beam.DoFn):
             rows.append(row)
             tally.add(f"sources/{key.split(':', 1)[0]}/out/{split}")  # every key starts with its source's name
         tally.add(f"tuples/out/{split}", len(rows))
-        name = dataset.shard_name(split, shard, self.shards[split])
-        dataset.write_shard(storage.join(self.root, name), rows, self.languages)
+        name = dataset_writer.shard_name(split, shard, self.shards[split])
+        dataset_writer.write_shard(storage.join(self.root, name), rows, self.languages)
         log.debug("wrote %s: %d rows", name, len(rows))  # one line per shard: for -v
         yield from tally.flush()
 

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from core import dataset, ownership, storage
+from core import dataset, dataset_writer, ownership, storage
 from core.schema import dump_yaml
 from pipelines import sources, staging
 from pipelines.accounting import check_accounting, check_not_empty, check_splits_not_empty, count_table
@@ -221,11 +221,11 @@ def _shard_files(staged: staging.Staging, split: str, count: int, languages: lis
     """Every shard of a split (an empty one written where no row fell), with its checksum."""
     files = []
     for i in range(count):
-        name = dataset.shard_name(split, i, count)
+        name = dataset_writer.shard_name(split, i, count)
         location = staged.location(name)
         if not storage.exists(location):
-            dataset.write_shard(location, [], languages)
-        files.append(dataset.ShardFile(path=staged.prefix + name, rows=dataset.shard_rows(location),
+            dataset_writer.write_shard(location, [], languages)
+        files.append(dataset.ShardFile(path=staged.prefix + name, rows=dataset_writer.shard_rows(location),
                                        bytes=storage.size(location), sha256=dataset.file_sha256(location)))
     return files
 
@@ -257,7 +257,7 @@ def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, i
         fingerprint=print_,
         languages=config.languages,
         splits=splits,
-        table_schema=dataset.schema(config.languages).to_string(show_schema_metadata=False).splitlines(),
+        table_schema=dataset_writer.schema(config.languages).to_string(show_schema_metadata=False).splitlines(),
         spm=dataset.SpmFiles(model=staged.prefix + dataset.SPM_MODEL, vocab=staged.prefix + dataset.SPM_VOCAB,
                              vocab_size=sp.get_piece_size(), sha256=dataset.file_sha256(model),
                              sample_sentences=stats.get(SAMPLE_STAT, 0)),

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from core import mined, storage
 from core.dataset import file_sha256
-from pipelines.config import MinedSource, TableSource, TextSource
+from pipelines.source_config import MinedSource, TableSource, TextSource
 from pipelines.errors import SourceError
 from pipelines.read_task import BELOW_MIN_SCORE, MALFORMED, ReadTask, SourcePlan
 

@@ -21,7 +21,8 @@ from typing import Iterator
 from pipelines import bible, catalogs, source_files, tmx
 from pipelines.bible import bible_db_path
 from pipelines.catalogs import Skip
-from pipelines.config import GettextSource, MinedSource, PrepareConfig, TableSource, TextSource, TmxSource, source_name
+from pipelines.config import PrepareConfig
+from pipelines.source_config import GettextSource, MinedSource, TableSource, TextSource, TmxSource, source_name
 from pipelines.errors import SourceError
 from pipelines.read_task import BELOW_MIN_SCORE, MALFORMED, ReadTask, SourcePlan
 

@@ -2,7 +2,7 @@
 
 A local directory (`run/data`, no scheme) is published by renaming: the run
 writes a sibling `.data.partial-<fingerprint>` and swaps it into place when
-complete (`dataset.publish`). The layout is flat (`data/spm.model`,
+complete (`dataset_writer.publish`). The layout is flat (`data/spm.model`,
 `data/train/part-...`), which the training code reads directly.
 
 A URI (`s3://`, `gs://`, `hdfs://`, `file://`) is committed by its manifest,
@@ -40,7 +40,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from core import dataset, fencing, ownership, storage
+from core import dataset, dataset_writer, fencing, ownership, storage
 
 ATTEMPT = dataset.ATTEMPT
 
@@ -61,7 +61,7 @@ class Staging:
 def stage(data_dir: str | Path, fingerprint: str) -> Staging:
     """An empty place for a new run's files: a staging directory, or a fresh prefix under a URI."""
     if not storage.is_uri(data_dir):
-        path = dataset.staging_dir(Path(data_dir), fingerprint)
+        path = dataset_writer.staging_dir(Path(data_dir), fingerprint)
         ownership.make_staging(path)  # one left by a crashed run of the same config is replaced
         return Staging(str(path), "")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -71,10 +71,10 @@ def stage(data_dir: str | Path, fingerprint: str) -> Staging:
 
 
 def check_destination(data_dir: str | Path, name: str | None, fingerprint: str, force: bool) -> None:
-    """Before any work: ForeignDataError if `data_dir` holds anything but a dataset (`dataset.check_replaceable`);
+    """Before any work: ForeignDataError if `data_dir` holds anything but a dataset (`dataset_writer.check_replaceable`);
     DatasetError if it holds the dataset of another config (by its `name`), unless `force`: a shared
     `dataset_dir` is never replaced under another config's models without being asked."""
-    dataset.check_replaceable(data_dir)
+    dataset_writer.check_replaceable(data_dir)
     if not storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         return
     old = dataset.load_manifest(data_dir)
@@ -93,10 +93,10 @@ def commit(staging: Staging, data_dir: str | Path, manifest: dataset.DatasetMani
     """
     fencing.check()
     if not storage.is_uri(data_dir):
-        dataset.publish(Path(staging.root), Path(data_dir), manifest)
+        dataset_writer.publish(Path(staging.root), Path(data_dir), manifest)
         return
     _check_members(data_dir, manifest)
-    dataset.write_manifest(data_dir, manifest)
+    dataset_writer.write_manifest(data_dir, manifest)
     for name in storage.subdirectories(data_dir):
         if name.startswith(ATTEMPT) and name + "/" != staging.prefix:
             ownership.remove_staging(storage.join(data_dir, name))  # only prefixes marked as the product's

@@ -14,7 +14,7 @@ import os
 from typing import Iterator
 
 from core.dataset import file_sha256
-from pipelines.config import TmxSource
+from pipelines.source_config import TmxSource
 from pipelines.errors import SourceError
 from pipelines.read_task import ReadTask, SourcePlan
 

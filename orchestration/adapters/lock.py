@@ -2,55 +2,29 @@
 
 A local run dir is locked with `flock` on `<run_dir>/.lock`: the OS releases it when the process dies.
 
-An `s3://` run dir is locked by creating `<run_dir>/.lock` with a conditional PUT (`If-None-Match: *`):
-exactly one of two hosts racing for it succeeds. The holder renews its lease every `ttl / 3` seconds with a
-PUT conditional on its own ETag (`If-Match`); a holder that dies stops renewing. A waiting host takes over a
-lock only once it has not been renewed for `ttl` seconds, by the store's own clock (the object's
-Last-Modified against the response's Date: no two hosts' clocks are compared), or at once when the lease names
-a process of its own host (boot id and pid namespace) that has exited, as after a killed command; either way
-with a DELETE conditional on the ETag it read, so two hosts that take it over at once cannot both have it. A holder that finds its lease
-taken over (a renewal refused) interrupts its own run, which then exits 130 with its MLflow runs KILLED:
-two hosts never both write the run dir.
+An `s3://` run dir is locked by a lease object, `<run_dir>/.lock`, created with a conditional PUT and renewed
+while the command runs; a holder whose lease was taken over stops (`orchestration.adapters.lease`).
 
 Other schemes (gs://, hdfs://) have no conditional create through pyarrow: `run` refuses them, naming the
 alternatives; every other command works there.
 """
 from __future__ import annotations
 
-import _thread
 import errno
 import fcntl
-import json
-import logging
 import os
-import re
-import signal
-import socket
-import threading
 import time
-import uuid
 from contextlib import contextmanager
-from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
-from core import fencing, storage
+from core import storage
 from core.errors import UserError
 from core.ownership import ForeignDataError
-
-log = logging.getLogger(__name__)
+from orchestration.adapters.lease import HOLDER, S3Lease, holder_name
 
 LOCK_FILE = ".lock"
 TTL_SECONDS = 60.0  # a dead holder's lock is taken over after this long without a renewal
-
-
-class LeaseLost(KeyboardInterrupt):
-    """This run's lease was taken over by another host: the run stops here (exit 130), as on Ctrl+C."""
-
-    REASON = "the run lock's lease was taken over by another host"
-
-
-LEASE_SIGNAL = signal.SIGUSR2  # how the renewing thread stops the main one; SIGINT may be ignored (`cmd &`)
 
 
 class AlreadyRunning(RuntimeError):
@@ -75,7 +49,13 @@ def run_lock(run_dir: str | Path, wait: bool = False, *, ttl: float = TTL_SECOND
         with _flock(Path(local), wait, hint):
             yield
     elif kind == "s3":
-        with _S3Lock(storage.join(run_dir, LOCK_FILE), ttl).held(wait, poll, hint):
+        lease = S3Lease(storage.join(run_dir, LOCK_FILE), ttl)
+        while not lease.acquire():
+            if not wait:
+                raise AlreadyRunning(f"{lease.location} is held by another interlingua command "
+                                     f"({lease.describe()}); {hint}")
+            time.sleep(poll)  # polling the store: there is nothing to wait on but its answer
+        with lease.held():
             yield
     else:
         raise LockUnsupported(f"run_dir: {run_dir}: `interlingua run` locks its run dir with a conditional "
@@ -123,281 +103,14 @@ def _flock(run_dir: Path, wait: bool, hint: str = WAIT_HINT) -> Iterator[None]:
     with handle:
         handle.seek(0)
         found = handle.read()
-        if found.strip() and not _HOLDER.fullmatch(found.strip()):
+        if found.strip() and not HOLDER.fullmatch(found.strip()):
             raise ForeignDataError(f"{path}: interlingua locks the run dir with this file, but it holds what "
                                    "interlingua did not write; it never overwrites such a file: move it away")
         handle.truncate(0)
-        handle.write(_holder())
+        handle.write(holder_name())
         handle.flush()
         try:
             yield
         finally:
             path.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-_HOLDER = re.compile(r"pid \d+ on \S+")  # what `_holder` writes in a local lock file: anything else is a user's
-
-
-def _holder() -> str:
-    return f"pid {os.getpid()} on {socket.gethostname()}"
-
-
-def _process(pid: int) -> dict | None:
-    """What tells this process apart from every other on any host, ever: the kernel's boot id, its pid
-    namespace, its pid and its start time (clock ticks since boot). None where /proc does not say (not Linux)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the fields after the command name (in parentheses, which may hold anything): state is field 3,
-    # the start time field 22
-    return {"boot": boot, "pidns": namespace, "pid": pid, "start": int(stat.rsplit(")", 1)[1].split()[19])}
-
-
-def _is_gone(holder: object) -> bool:
-    """True only when `holder` (a lease's `process`) is certainly dead: a process of this kernel's boot and
-    this pid namespace whose pid is free or belongs to a later process. A holder on another host or in
-    another container, or a lease that does not say, is alive as far as this process can tell."""
-    me = _process(os.getpid())
-    if me is None or not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
-        return False
-    if (holder.get("boot"), holder.get("pidns")) != (me["boot"], me["pidns"]):
-        return False
-    now = _process(holder["pid"])
-    return now is None or now["start"] != holder.get("start")
-
-
-class _S3Lock:
-    """The lease object at `location` (an s3:// URI), through boto3: pyarrow exposes no conditional PUT."""
-
-    def __init__(self, location: str, ttl: float) -> None:
-        import boto3
-
-        self.bucket, self.key = _bucket_key(location)
-        self.location, self.ttl = location, ttl
-        self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`storage.configure`)
-        self.etag: str | None = None
-        self.holder = _holder()
-        self.process = _process(os.getpid())
-        self.writing = threading.Lock()  # a renewal (PUT, then its ETag kept) against the fence's look
-
-    @contextmanager
-    def held(self, wait: bool, poll: float, hint: str = WAIT_HINT) -> Iterator[None]:
-        while not self._acquire():
-            if not wait:
-                raise AlreadyRunning(f"{self.location} is held by another interlingua command "
-                                     f"({self._describe()}); {hint}")
-            time.sleep(poll)  # polling the store: there is nothing to wait on but its answer
-        stop = threading.Event()
-        # A lost lease stops the main thread through a signal handler of its own: `_thread.interrupt_main()`
-        # alone does nothing where SIGINT is ignored, as it is for `interlingua run &` from a script.
-        on_main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(LEASE_SIGNAL, _lease_lost) if on_main else None
-        renewer = threading.Thread(target=self._renew, args=(stop, on_main), name="run-lock-lease", daemon=True)
-        renewer.start()
-        _HELD.append(self.lease())
-        try:
-            with fencing.fenced(self._still_held):
-                yield
-        finally:
-            _HELD.pop()
-            stop.set()
-            renewer.join()
-            if on_main:
-                signal.signal(LEASE_SIGNAL, previous)
-            self._release()
-
-    def lease(self) -> dict:
-        """What tells this holder's lease from any other's whatever its renewals: for `worker_fence`."""
-        return {"location": self.location, "holder": self.holder, "process": self.process}
-
-    def _body(self) -> bytes:
-        """The lease's content: who holds it and a token of this write alone, so that every acquisition and
-        renewal has an ETag of its own (a renewal between another host's HEAD and its conditional DELETE
-        makes that DELETE fail, and a lease another process wrote never has this one's ETag)."""
-        return json.dumps({"holder": self.holder, "token": uuid.uuid4().hex, "process": self.process}).encode()
-
-    def _acquire(self) -> bool:
-        from botocore.exceptions import ClientError
-
-        for _ in range(2):  # once more after a lease found dead was deleted: a rerun need not --wait
-            try:
-                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                                   IfNoneMatch="*")["ETag"]
-                return True
-            except ClientError as exc:
-                if _code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
-                    raise
-            if not self._take_over_stale():
-                return False
-        return False
-
-    def _take_over_stale(self) -> bool:
-        """Delete a lease whose holder is gone (conditional on its ETag): True when there is none now, so that
-        the caller races for it again."""
-        from botocore.exceptions import ClientError
-
-        try:
-            head = self.client.head_object(Bucket=self.bucket, Key=self.key)
-        except ClientError as exc:
-            if _code(exc) in MISSING:
-                return True  # released meanwhile
-            raise
-        now = parsedate_to_datetime(head["ResponseMetadata"]["HTTPHeaders"]["date"])
-        # Both times are whole seconds: one more second, so that a lease renewed in time is never stale.
-        stale = (now - head["LastModified"]).total_seconds() >= self.ttl + 1
-        try:
-            lease = self._check_is_lease(head["ETag"])
-        except ClientError as exc:
-            if _code(exc) in ("PreconditionFailed", *MISSING):
-                return False  # renewed or released meanwhile: not stale
-            raise
-        if stale:
-            log.warning("%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
-                        self.location, head["LastModified"], self.ttl)
-        elif _is_gone(lease.get("process")):  # a command of this host killed a moment ago: no need to wait
-            log.warning("%s is held by %s, a process of this host that has exited: taking it over",
-                        self.location, lease["holder"])
-        else:
-            return False
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=head["ETag"])
-        except ClientError as exc:
-            if _code(exc) == "PreconditionFailed":
-                return False  # renewed meanwhile: alive after all
-            if _code(exc) not in MISSING:
-                raise
-        return True  # gone: the caller creates it, or sees who did
-
-    def _renew(self, stop: threading.Event, signalled: bool) -> None:
-        from botocore.exceptions import ClientError
-
-        while not stop.wait(self.ttl / 3):
-            try:
-                with self.writing:
-                    self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                                       IfMatch=self.etag)["ETag"]
-            except ClientError as exc:
-                if _code(exc) not in ("PreconditionFailed", *MISSING):
-                    log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
-                    continue
-                log.error("%s: the lease was taken over by another host; stopping this run", self.location)
-                _LOST.append(self.location)
-                _thread.interrupt_main(LEASE_SIGNAL if signalled else signal.SIGINT)
-                return
-
-    def _still_held(self) -> None:
-        """The fence (`core.fencing`): LeaseLost unless the lease object is still the one this holder wrote
-        last (one HEAD); a holder whose lease was taken over commits nothing more."""
-        from botocore.exceptions import ClientError
-
-        with self.writing:
-            try:
-                current = self.client.head_object(Bucket=self.bucket, Key=self.key)["ETag"]
-            except ClientError as exc:
-                if _code(exc) not in MISSING:
-                    raise
-                current = None
-            if current != self.etag:
-                log.error("%s: the lease was taken over by another host; this run commits nothing more",
-                          self.location)
-                _LOST.append(self.location)
-                raise LeaseLost(LeaseLost.REASON)
-
-    def _release(self) -> None:
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
-        except ClientError as exc:  # taken over: it is not ours to delete
-            log.warning("%s: not released (%s)", self.location, _code(exc))
-
-    def _check_is_lease(self, etag: str) -> dict:
-        """The lease (this version of the object), or ForeignDataError unless it is one that interlingua wrote:
-        a user's file of that name is never taken over, however old. (A lease without `process` is of an
-        earlier version.)"""
-        body = self.client.get_object(Bucket=self.bucket, Key=self.key, IfMatch=etag)["Body"].read()
-        try:
-            lease = json.loads(body)
-            ours = (isinstance(lease, dict) and set(lease) - {"process"} == {"holder", "token"}
-                    and _HOLDER.fullmatch(lease["holder"]))
-        except (ValueError, TypeError):
-            ours = False
-        if not ours:
-            raise ForeignDataError(f"{self.location}: interlingua locks the run dir with this object, but it holds "
-                                   "what interlingua did not write; it never replaces such a file: move it away")
-        return lease
-
-    def _describe(self) -> str:
-        try:
-            return json.loads(self.client.get_object(Bucket=self.bucket, Key=self.key)["Body"].read())["holder"]
-        except Exception:  # noqa: BLE001 - only for the message; released meanwhile, or not ours
-            return "holder unknown"
-
-
-_HELD: list[dict] = []  # the leases this process holds (`_S3Lock.lease`), innermost last
-_LOST: list[str] = []  # the leases this process found taken over
-
-
-def lease_lost() -> bool:
-    """Whether this process found a lease of its own taken over since the last call (which forgets it): an
-    interrupt that reaches the command's top as a plain KeyboardInterrupt (through Ray's handler) is then that.
-    The CLI calls it once before a command and once after an interrupt."""
-    lost = bool(_LOST)
-    _LOST.clear()
-    return lost
-
-
-def held_lease() -> dict | None:
-    """The lease this process holds on its run dir in a bucket, if any: handed to the processes that commit
-    for it (the training workers), which fence their commits with `worker_fence`."""
-    return _HELD[-1] if _HELD else None
-
-
-class LeaseTakenOver(RuntimeError):
-    """In a process working for a lease holder (a training worker): the lease is another's now; commit nothing."""
-
-
-def worker_fence(lease: dict) -> Callable[[], None]:
-    """A `core.fencing` check for a process that works for the holder of `lease` (`held_lease`) on another
-    process or host: LeaseTakenOver unless the lease object is still that holder's (one GET). The holder's own
-    renewals change the object but not its holder and process, which a taker's differ in."""
-    import boto3
-    from botocore.exceptions import ClientError
-
-    bucket, key = _bucket_key(lease["location"])
-    client = boto3.client("s3")  # this node's endpoint and credentials
-
-    def check() -> None:
-        try:
-            current = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-        except ClientError as exc:
-            if _code(exc) not in MISSING:
-                raise
-            current = None
-        if not isinstance(current, dict) or (current.get("holder"), current.get("process")) != (
-                lease["holder"], lease["process"]):
-            raise LeaseTakenOver(f"{lease['location']}: the lease of the command this process works for "
-                                 f"({lease['holder']}) was taken over; it commits nothing more")
-
-    return check
-
-
-def _bucket_key(location: str) -> tuple[str, str]:
-    """The bucket and key of an s3:// URI."""
-    bucket, _, key = location[len("s3://"):].partition("/")
-    return bucket, key
-
-
-def _lease_lost(signum: int, frame) -> None:
-    raise LeaseLost(LeaseLost.REASON)
-
-
-MISSING = ("404", "NoSuchKey", "NotFound")  # the codes of a lease object that is not there (GET, HEAD, DELETE)
-
-
-def _code(exc) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 from core import storage
 from core.errors import UserError
 from orchestration.adapters import model_dir as model_files
-from orchestration.adapters import tracking
+from orchestration.adapters import registry
+from orchestration.adapters.tracker import Tracker
 
 if TYPE_CHECKING:
     from orchestration.config import Config
+
 
 class NoChampion(UserError, LookupError):
     """A choice of "champion" while the registered model has no version holding the alias."""
@@ -33,18 +35,13 @@ class ChosenModel:
     version: str | None = None  # the registered version, for a champion
 
 
-def registered_name(config: Config) -> str:
-    """The registered model of `config`: `registry.model_name`, or the config's name."""
-    return config.registry.model_name or config.name
-
-
 def champion_version(config: Config, *, key: str) -> str:
     """The registered version holding the champion alias; NoChampion naming `key` when none does."""
-    uri, name = tracking.resolve_uri(config.tracking.uri), registered_name(config)
-    found = tracking.champion(uri, name)
+    tracker = Tracker.of(config)
+    found = tracker.champion()
     if found is None:
-        raise NoChampion(f"{key}=champion: registered model {name!r} in {uri} has no champion yet; promote one "
-                         f"(`interlingua run`) or set {key} to a model directory")
+        raise NoChampion(f"{key}=champion: registered model {tracker.model_name!r} in {tracker.uri} has no champion "
+                         f"yet; promote one (`interlingua run`) or set {key} to a model directory")
     return str(found.version)
 
 
@@ -56,7 +53,7 @@ def choose_model(config: Config, choice: str, scratch: str | Path, *, key: str,
         return ChosenModel(model_files.default(config.train_dir))
     if choice == "champion":
         version = version or champion_version(config, key=key)
-        folder = tracking.download_model_dir(tracking.resolve_uri(config.tracking.uri), registered_name(config),
-                                             version, scratch)
+        tracker = Tracker.of(config)
+        folder = registry.download_model_dir(tracker.uri, tracker.model_name, version, scratch)
         return ChosenModel(folder, version)
     return ChosenModel(storage.check_location(choice, key))

@@ -10,7 +10,7 @@
                         model.safetensors
     (model.safetensors also records the sha256 of the spm.model it was trained with, since lineage.json is
     optional). A directory of an older version holds model.pt (a torch pickle) instead: readers refuse it,
-    naming `interlingua upgrade-model` (`upgrade`), which converts it once.
+    naming `interlingua upgrade-model` (`embed.export.upgrade_model_dir`), which converts it once.
 
 `interlingua train` writes it (from a checkpoint), `evaluate`, `search`,
 `embed` and the MLflow pyfunc model read it; a registered model carries it.
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.safetensors"
-LEGACY_MODEL_FILE = "model.pt"  # the older versions' torch pickle: converted by `upgrade`, never loaded as such
+LEGACY_MODEL_FILE = "model.pt"  # the older versions' torch pickle: converted by `upgrade-model`, never loaded as such
 SPM_FILE = SPM_MODEL
 PROGRESS_FILE = "progress.json"
 LINEAGE_FILE = "lineage.json"
@@ -299,36 +299,3 @@ def check_readable(model_dir: Path) -> Path:
     load(model_dir / MODEL_FILE)  # the whole file: a truncated one fails only when read to its end
     load_tokenizer(model_dir / SPM_FILE)
     return model_dir / MODEL_FILE
-
-
-def upgrade(model_dir: Path) -> Path:
-    """Convert the model directory of an older version in place: its model.pt (a torch pickle) is read with
-    `weights_only=True` (tensors and plain values only: torch refuses a file that holds code), checked first
-    against the sha256 its lineage.json records, and written as model.safetensors; lineage.json then records
-    the new file. model.pt is left where it was (remove it once no older version needs it). Returns the new
-    file; ModelDirError when there is nothing to convert or the file is refused."""
-    import pickle
-
-    from model.nmt import load_legacy_model, save_model
-
-    legacy, target = model_dir / LEGACY_MODEL_FILE, model_dir / MODEL_FILE
-    if target.exists():
-        raise ModelDirError(f"{target} exists: {model_dir} is of this version already")
-    if not legacy.is_file():
-        raise ModelDirError(f"{model_dir}: no {LEGACY_MODEL_FILE} to convert")
-    recorded = lineage(model_dir)
-    if "model_sha256" in recorded and recorded["model_sha256"] != file_sha256(legacy):
-        raise ModelDirError(f"{legacy}: sha256 differs from the one recorded in {LINEAGE_FILE}: the file is "
-                            "damaged or was replaced; not converted")
-    try:
-        model, meta = load_legacy_model(str(legacy))
-    except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise ModelDirError(f"{legacy}: refused ({type(exc).__name__}: {first}); "
-                            "only a file of tensors and plain values is converted") from None
-    partial = model_dir / f".{MODEL_FILE}.partial"
-    save_model(model, str(partial), **meta)
-    partial.rename(target)
-    if recorded:
-        storage.write_json(model_dir / LINEAGE_FILE, {**recorded, "model_sha256": file_sha256(target)})
-    return target

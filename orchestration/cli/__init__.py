@@ -33,7 +33,8 @@ from orchestration.adapters import logs
 from orchestration.cli import export, serve, stages, tools
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
-from orchestration.adapters.lock import AlreadyRunning, LeaseLost, lease_lost
+from orchestration.adapters.lease import LeaseLost, lease_lost
+from orchestration.adapters.lock import AlreadyRunning
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
 COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # not a package of an extra: a broken install, which a traceback shows best
         return _fail(args.command, f"error: this command needs {exc.name}, which the {extra!r} extra installs: "
                                    f"pip install 'interlingua[{extra}]'", Exit.USER_ERROR)
-    except KeyboardInterrupt as exc:  # Ctrl+C, or the run lock's lease lost (`lifecycle.lock.LeaseLost`, its reason)
+    except KeyboardInterrupt as exc:  # Ctrl+C, or the run lock's lease lost (`adapters.lease.LeaseLost`, its reason)
         if isinstance(exc, LeaseLost) or lease_lost():  # another command holds the run dir now and goes on
             return _fail(args.command, f"stopped: {LeaseLost.REASON}; this command commits nothing more",
                          Exit.INTERRUPTED)

@@ -61,6 +61,8 @@ def upgrade_model(config: Config, args: argparse.Namespace) -> int:
     if storage.is_uri(args.model):
         raise ConfigError(f"{args.model}: upgrade-model converts a local model directory; download it, convert "
                           "it and upload model.safetensors and lineage.json back")
-    target = model_dir.upgrade(Path(args.model))
+    from orchestration.embed.export import upgrade_model_dir
+
+    target = upgrade_model_dir(Path(args.model))
     print(f"{args.model}: wrote {target.name} (from {model_dir.LEGACY_MODEL_FILE}, kept)")
     return Exit.OK

@@ -128,7 +128,8 @@ def add_tune(sub: argparse._SubParsersAction) -> None:
 
 
 def tune(config: Config, args: argparse.Namespace) -> int:
-    from orchestration.train.tune import load_space, tune as tune_search
+    from orchestration.train.search_space import load_space
+    from orchestration.train.tune import tune as tune_search
 
     result = tune_search(config, load_space(args.space), space_path=args.space)
     print(f"{result.trials} trials; best dev similarity error {result.best_error:.4f}")

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from core import storage
-from core.errors import UserError
 from orchestration.config.stages import (
     EvaluateConfig, MineConfig, RegistryConfig, ServeConfig, StorageConfig, TrackingConfig,
 )
 from orchestration.config.training import ModelConfig, RuntimeConfig, TrainConfig
-from pipelines.config import PrepareConfig, Source
+from orchestration.config.yaml_file import ConfigError, apply_override, read_yaml
+from pipelines.config import PrepareConfig
+from pipelines.source_config import Source
 from core.schema import Schema
 
 log = logging.getLogger(__name__)
@@ -47,10 +46,6 @@ MOVED_KEYS = {
 # a source's `kind` values: pydantic puts the one it tried into an error's location
 SOURCE_KINDS = frozenset(kind for member in get_args(get_args(Source)[0])
                          for kind in get_args(member.model_fields["kind"].annotation))
-
-
-class ConfigError(UserError, ValueError):
-    """A configuration the user must fix; the message says where and what."""
 
 
 class Config(Schema):
@@ -132,7 +127,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data, lines = read_yaml(Path(path))
     given = {}
     for override in overrides:
-        given[_apply_override(data, override)] = "command line"
+        given[apply_override(data, override)] = "command line"
     moved = _move_old_keys(data)
     lines = {**lines, **{_new_path(path): line for path, line in lines.items()}}
     given = {_new_path(path): origin for path, origin in given.items()}
@@ -165,26 +160,6 @@ def with_values(config: Config, values: dict[str, Any], origins: dict[str, str] 
         raise ConfigError(_describe(exc, "the base config", {}, given)) from None
 
 
-class YamlLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading floats as YAML 1.2 does: `3e-4` is a number, not a string."""
-
-
-YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
-
-
-def load_yaml(text: str):
-    """YAML text as Python values (`YamlLoader`)."""
-    return yaml.load(text, Loader=YamlLoader)
-
-
 def _move_old_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
     """Move every key of MOVED_KEYS found in `data` to its new place; returns the (old, new) moved.
     A value already set at the new place wins."""
@@ -206,66 +181,6 @@ def _new_path(path: tuple[str, ...]) -> tuple[str, ...]:
     """A key path under its MOVED_KEYS name, where errors locate it."""
     new = MOVED_KEYS.get(".".join(path[:2]))
     return tuple(new.split(".")) + path[2:] if new else path
-
-
-def read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """A YAML mapping file and the line of every key path in it (`_index_lines`); ConfigError names the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc}") from None
-    try:
-        node = yaml.compose(text, Loader=YamlLoader)
-        data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if data is None:
-        return {}, {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
-    lines: dict[tuple[str, ...], int] = {}
-    _index_lines(node, (), lines)
-    return data, lines
-
-
-def _index_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, ...], int]) -> None:
-    """Map every key path (('prepare', 'spm', 'vocab_size'), list items as '0', '1') to its line."""
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            path = prefix + (str(key_node.value),)
-            out[path] = key_node.start_mark.line + 1
-            _index_lines(value_node, path, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            path = prefix + (str(i),)
-            out[path] = item.start_mark.line + 1
-            _index_lines(item, path, out)
-
-
-def _apply_override(data: dict[str, Any], override: str) -> tuple[str, ...]:
-    """Set `section.key=value` in `data`; returns the key path it set."""
-    key, sep, raw = override.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {override!r}: write it as section.key=value")
-    try:
-        value = load_yaml(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override {override!r}: value is not valid YAML: {exc}") from None
-    node = data
-    parts = key.split(".")
-    for depth, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(
-                f"override {override!r}: {'.'.join(parts[: depth + 1])} is not a section"
-            )
-        node = child
-    node[parts[-1]] = value
-    return tuple(parts)
 
 
 def _describe(exc: ValidationError, where: str, lines: dict[tuple[str, ...], int],

@@ -15,7 +15,7 @@ checks UTF-8), then the one embedding job (`embed.job`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
-file and embeds it; the driver writes it (`job.save_input_block`: `store.save_block`) whole or not at
+file and embeds it; the driver writes it (`job.save_input_block`: `store_writer.save_block`) whole or not at
 all, then its record. A rerun of the same inputs, model and
 options skips every block whose record is there, so a killed job resumes; other
 inputs in the same folder, or an output of the earlier layout (`part-N.npy` beside
@@ -31,19 +31,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-from pydantic import ValidationError
 
-from evaluation import store
+from evaluation import store, store_writer
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.cluster import check_every_node_reaches, data_job, ensure_ray
+from orchestration.embed.folder import (
+    MANIFEST, TMP_BLOCK, BlockSource, EmbedJob, EmbedMeta, EmbedModel, check_not_inside, check_output, owned,
+    read_manifest, scan,
+)
 from orchestration.embed.job import BlockEmbedFn, cell_vectors, run_actors, save_input_block, ship_model
 from orchestration.embed.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
                                         resolve_inputs)
@@ -54,8 +56,6 @@ Location = str | Path
 
 log = logging.getLogger(__name__)
 
-MANIFEST = store.MANIFEST
-LEGACY_FORMAT = "interlingua-embeddings/1"  # blocks at the top (part-N.npy): recognised as ours, never resumed
 
 
 @dataclass
@@ -92,8 +92,8 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     check_output(out_dir)  # before the inputs are read: a user's folder is refused at once
     files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows)
     check_not_inside(out_dir, files)
-    model = {"dir": storage.absolute(model_dir), "model_sha256": file_sha256(model_path)}
-    fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model["model_sha256"],
+    model = EmbedModel(dir=str(storage.absolute(model_dir)), model_sha256=file_sha256(model_path))
+    fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model.model_sha256,
                       "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows,
                       **({"backend": engine} if engine != "torch" else {})})  # torch: the fingerprint of before
     done = _completed(out_dir, fp, blocks, force)
@@ -111,13 +111,13 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
                    threads=cpus_per_actor, backend=engine,
                    storage_env=storage.environment())  # the actors read URI inputs from the same store
         _run(pending, out_dir, fp, local_model, job, actors, cpus_per_actor, use_gpu)
-    records = _scan(out_dir).records
+    records = scan(out_dir).records
     records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
-                         dict(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
-                              use_gpu=use_gpu, max_tokens=max_tokens, backend=engine))
-    store.write_manifest(out_dir, manifest)
-    return CorpusResult(out_dir, manifest.rows, manifest.meta["empty"], len(blocks), len(pending),
+                         EmbedJob(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
+                                  use_gpu=use_gpu, max_tokens=max_tokens, backend=engine))
+    store_writer.write_manifest(out_dir, manifest)
+    return CorpusResult(out_dir, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending),
                         time.monotonic() - started)
 
 
@@ -182,10 +182,10 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
     """The blocks of this plan already written. ForeignDataError when the folder holds anything but
     embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
     model or options, or in the earlier layout, unless `force`, which removes those (its own files alone)."""
-    scan = _scan(out_dir)  # each record read once
-    manifest = _read_manifest(out_dir)
-    found = check_output(out_dir, ours=_owned(scan, manifest))
-    stale = [*sorted(scan.legacy), *(name for name, record in scan.records.items() if record.fingerprint != fp)]
+    scanned = scan(out_dir)  # each record read once
+    manifest = read_manifest(out_dir)
+    found = check_output(out_dir, ours=owned(scanned, manifest))
+    stale = [*sorted(scanned.legacy), *(name for name, record in scanned.records.items() if record.fingerprint != fp)]
     if manifest.legacy or (manifest.current is not None and manifest.current.meta.get("fingerprint") != fp):
         stale.append(MANIFEST)
     if stale and not force:
@@ -195,125 +195,25 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
         ownership.remove_ours(out_dir, found, keep_root=True)
         return set()
     for name in found:
-        if _TMP_BLOCK.fullmatch(name):
+        if TMP_BLOCK.fullmatch(name):
             storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
     wanted = {store.block_name(b.index): b for b in blocks}
-    return {wanted[record.name].index for record in scan.records.values() if record.name in wanted
+    return {wanted[record.name].index for record in scanned.records.values() if record.name in wanted
             and all(f"{lang}/{record.name}.npy" in found for lang in record.sha256)}
 
 
-_RECORD = re.compile(r"part-\d{5}\.json")
-_TMP_BLOCK = re.compile(r"([^/]+/)?part-\d{5}\.tmp\.npy")  # a block being written (a record's: storage.write_json's)
-
-
-def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], bool] | None = None) -> list[str]:
-    """The entries of an embeddings folder once each is this product's (`own_entries`, or `ours` when the
-    caller has read the folder's records already); ForeignDataError naming the others (a user's files, or
-    the inputs themselves when the output is their folder)."""
-    return ownership.check_only_ours(
-        out_dir, ours or own_entries(out_dir), what=what,
-        advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)")
-
-
-def own_entries(out_dir: Location) -> Callable[[str], bool]:
-    """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
-    blocks and their records (this layout or the earlier one), a killed run's temporary files."""
-    return _owned(_scan(out_dir), _read_manifest(out_dir))
-
-
-class _Scan(NamedTuple):
-    files: list[str]
-    records: dict[str, store.BlockRecord]  # part-NNNNN.json -> embed's record of that block
-    legacy: dict[str, set[str]]  # an earlier layout's record -> what it and its block consist of
-
-
-class _Manifest(NamedTuple):
-    current: store.StoreManifest | None  # the manifest embed writes, with its fingerprint under meta
-    legacy: set[str]  # what an earlier layout's manifest names (with it); empty otherwise
-
-
-def _owned(scan: _Scan, manifest: _Manifest) -> Callable[[str], bool]:
-    ours = ownership.with_parents(f for f in scan.files if _TMP_BLOCK.fullmatch(f))
-    for name, record in scan.records.items():
-        ours |= {name} | store.block_files([record.name], record.sha256)
-    for entries in scan.legacy.values():
-        ours |= entries
-    if manifest.current is not None:
-        ours |= {MANIFEST, *store.block_files([b.name for b in manifest.current.blocks], manifest.current.languages)}
-    return (ours | manifest.legacy).__contains__
-
-
-def _scan(out_dir: Location) -> _Scan:
-    """The folder's files, and every block record embed wrote: part-NNNNN.json with its name, fingerprint, index
-    and {lang: sha256}; or, in the earlier layout, a record of `part-N.npy` beside it. Other such files are not
-    records."""
-    files, records, legacy = storage.files(out_dir), {}, {}
-    for name in files:
-        if not _RECORD.fullmatch(name):
-            continue
-        try:
-            raw = storage.read_json(storage.join(out_dir, name))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(raw, dict) or not {"name", "fingerprint", "index"} <= raw.keys():
-            continue
-        if str(raw["name"]).endswith(".npy"):  # the earlier layout: the block beside its record
-            legacy[name] = {name, str(raw["name"])}
-        else:
-            try:
-                records[name] = store.BlockRecord.model_validate(raw)  # read once: a GET each at a URI
-            except ValidationError:
-                continue  # not a block record of this layout: not ours by it
-    return _Scan(files, records, legacy)
-
-
-def _read_manifest(out_dir: Location) -> _Manifest:
-    """The folder's manifest if this product's embed wrote it (the stored-embeddings format with a
-    fingerprint, or the earlier layout's: its format marker or, before the marker existed, its fields)."""
-    try:
-        raw = storage.read_json(storage.join(out_dir, MANIFEST))  # read once: a GET at a URI
-    except (OSError, ValueError):
-        return _Manifest(None, set())
-    if not isinstance(raw, dict) or not isinstance(raw.get("blocks"), list):
-        return _Manifest(None, set())
-    try:
-        current = store.StoreManifest.model_validate(raw)
-    except ValidationError:
-        current = None
-    if current is not None:
-        return _Manifest(current if current.format == store.FORMAT and "fingerprint" in current.meta else None, set())
-    form = raw.get("format")
-    if form == LEGACY_FORMAT or (not form and {"fingerprint", "lang", "model"} <= raw.keys()):
-        names = [str(b["name"]) for b in raw["blocks"] if isinstance(b, dict) and "name" in b]
-        return _Manifest(None, {MANIFEST, *names, *(n.removesuffix(".npy") + ".json" for n in names)})
-    return _Manifest(None, set())
-
-
-def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
-    """CorpusError when an input lies inside the output folder: its blocks would be read as input next time."""
-    if storage.is_uri(out_dir):
-        root = str(out_dir).rstrip("/") + "/"
-        inside = [f.path for f in files if f.path.startswith(root)]
-    else:
-        inside = [f.path for f in files if not storage.is_uri(f.path)
-                  and Path(out_dir).resolve() in Path(f.path).resolve().parents]
-    if inside:
-        raise CorpusError(f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
-                          "write the embeddings to a directory of their own")
-
-
-def _manifest(files: list[InputFile], records: list[store.BlockRecord], model: dict, lang: str, dtype: str,
-              dim: int, config: dict[str, Any], fp: str, job: dict[str, Any]) -> store.StoreManifest:
-    """The manifest (`store.make_manifest`, this job's under `meta`), once every block's rows and empty lines
+def _manifest(files: list[InputFile], records: list[store.BlockRecord], model: EmbedModel, lang: str, dtype: str,
+              dim: int, config: dict[str, Any], fp: str, job: EmbedJob) -> store.StoreManifest:
+    """The manifest (`store_writer.make_manifest`, this job's under `meta`), once every block's rows and empty lines
     add up to the inputs'."""
     rows, empty = sum(r.rows for r in records), sum(r.empty or 0 for r in records)
     if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
         raise AssertionError(f"blocks hold {rows} sentences ({empty} empty), the inputs "
                              f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})")
-    sources = [r.model_dump(include={"name", "source", "first_line", "rows", "empty"}) for r in records]
-    meta = {"fingerprint": fp, "lang": lang, "empty": empty, "inputs": [dataclasses.asdict(f) for f in files],
-            "model": model, "sources": sources, "job": job, "config": config}
-    return store.make_manifest(records, languages=[lang], dim=dim, dtype=dtype, meta=meta)
+    sources = [BlockSource.model_validate(r.model_dump()) for r in records]
+    meta = EmbedMeta(fingerprint=fp, lang=lang, empty=empty, inputs=files, model=model, sources=sources, job=job,
+                     config=config)
+    return store_writer.make_manifest(records, languages=[lang], dim=dim, dtype=dtype, meta=meta.model_dump(mode="json"))
 
 
 def _model_languages(model_path: Path) -> tuple[list[str], int]:

@@ -142,3 +142,36 @@ def _versions() -> dict[str, str]:
     import torch
 
     return {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__}
+
+
+def upgrade_model_dir(model_dir: Path) -> Path:
+    """Convert the model directory of an older version in place: its model.pt (a torch pickle) is read with
+    `weights_only=True` (tensors and plain values only: torch refuses a file that holds code), checked first
+    against the sha256 its lineage.json records, and written as model.safetensors; lineage.json then records
+    the new file. model.pt is left where it was (remove it once no older version needs it). Returns the new
+    file; ModelDirError when there is nothing to convert or the file is refused."""
+    import pickle
+
+    from model.nmt import load_legacy_model, save_model
+
+    legacy, target = model_dir / model_files.LEGACY_MODEL_FILE, model_dir / model_files.MODEL_FILE
+    if target.exists():
+        raise model_files.ModelDirError(f"{target} exists: {model_dir} is of this version already")
+    if not legacy.is_file():
+        raise model_files.ModelDirError(f"{model_dir}: no {model_files.LEGACY_MODEL_FILE} to convert")
+    recorded = model_files.lineage(model_dir)
+    if "model_sha256" in recorded and recorded["model_sha256"] != file_sha256(legacy):
+        raise model_files.ModelDirError(f"{legacy}: sha256 differs from the one recorded in "
+                                        f"{model_files.LINEAGE_FILE}: the file is damaged or was replaced; not converted")
+    try:
+        model, meta = load_legacy_model(str(legacy))
+    except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise model_files.ModelDirError(f"{legacy}: refused ({type(exc).__name__}: {first}); "
+                                        "only a file of tensors and plain values is converted") from None
+    partial = model_dir / f".{model_files.MODEL_FILE}.partial"
+    save_model(model, str(partial), **meta)
+    partial.rename(target)
+    if recorded:
+        storage.write_json(model_dir / model_files.LINEAGE_FILE, {**recorded, "model_sha256": file_sha256(target)})
+    return target

@@ -17,8 +17,8 @@ have no CPUs: a head started with `--num-cpus 0`): the model's files come throug
 (`ship_model`; each actor lands a private copy, verifies it as every reader does and loads it), and an actor
 returns its vectors instead of writing them. The driver writes each block as it comes, in the one format of
 `evaluation.store`: the first three's key-ordered blocks into a staging folder, published as one folder
-(`store.write_block`, `store.publish`); `BlockEmbedFn`'s input-ordered blocks in place, locally or at a URI,
-each with its record, the completion marker a rerun looks for (`save_input_block`, `store.save_block`).
+(`store_writer.write_block`, `store_writer.publish`); `BlockEmbedFn`'s input-ordered blocks in place, locally or at a URI,
+each with its record, the completion marker a rerun looks for (`save_input_block`, `store_writer.save_block`).
 Every array is written whole or not at all (`evaluation.npy.save_array`, or one PUT).
 """
 from __future__ import annotations
@@ -142,8 +142,8 @@ class _TuplesFn:
 
 
 def tuples_block(staging: Path, row: dict[str, Any], languages: list[str], dtype: str) -> BlockRecord:
-    """A `_TuplesFn` row written by the driver as a block of `staging` (`store.write_block`); its record."""
-    from evaluation.store import write_block
+    """A `_TuplesFn` row written by the driver as a block of `staging` (`store_writer.write_block`); its record."""
+    from evaluation.store_writer import write_block
 
     return write_block(staging, json.loads(row["keys"]),
                        {lang: cell_vectors(row[f"{lang}_vectors"], row["rows"], row["dim"], dtype)
@@ -250,9 +250,9 @@ def _plain(value: Any) -> Any:
 def save_input_block(out_dir: Path | str, spec: Any, lang: str, vectors: np.ndarray, empty: int, fp: str
                      ) -> BlockRecord:
     """An input file's block (`inputs.BlockSpec`) in `out_dir` (local or a URI): <lang>/part-NNNNN.npy whole
-    or not at all, then its record part-NNNNN.json: the completion marker a rerun looks for (`store.save_block`)."""
-    from evaluation import store
+    or not at all, then its record part-NNNNN.json: the completion marker a rerun looks for (`store_writer.save_block`)."""
+    from evaluation import store, store_writer
 
     assert len(vectors) == spec.rows, (spec, vectors.shape)
-    return store.save_block(out_dir, store.block_name(spec.index), {lang: vectors}, index=spec.index,
+    return store_writer.save_block(out_dir, store.block_name(spec.index), {lang: vectors}, index=spec.index,
                             source=spec.path, kind=spec.kind, first_line=spec.first + 1, empty=empty, fingerprint=fp)

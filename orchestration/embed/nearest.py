@@ -14,9 +14,10 @@ import logging
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from evaluation.search import search, search_blocks
-from evaluation.store import MANIFEST, StoredEmbeddings
+from evaluation.store import MANIFEST, EmbeddingsMeta, StoredEmbeddings
 from orchestration.adapters import model_dir as model_files
 from orchestration.config import Config, ConfigError
 from orchestration.embed.embedder import SentenceEmbedder
@@ -82,7 +83,11 @@ def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | Non
     if folder is None:
         return None
     store = StoredEmbeddings.open(folder)
-    if store.meta.get("model") != file_sha256(model_dir / model_files.MODEL_FILE):
+    try:
+        embedded_by = EmbeddingsMeta.model_validate(store.meta).model
+    except ValidationError:  # not evaluate's embeddings: not this model's as far as can be told
+        embedded_by = None
+    if embedded_by != file_sha256(model_dir / model_files.MODEL_FILE):
         log.info("%s holds another model's embeddings; embedding the split here", folder)
         return None
     try:  # embeddings of token ids of another tokenizer (written before evaluate checked it) are wrong

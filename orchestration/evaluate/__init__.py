@@ -23,3 +23,4 @@ class EvaluationRecord(StageRecord):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     data: str
+

@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any
 
-from evaluation.store import BlockRecord, StoredEmbeddings, publish
+from evaluation.store import BlockRecord, EmbeddingsMeta, StoredEmbeddings
+from evaluation.store_writer import publish
 from orchestration.adapters.cluster import data_job
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError
@@ -124,7 +124,7 @@ def key_ordered(files: list[str]) -> list[str] | None:
 
 
 def embed_split(config: Config, model_path: Path | None, languages: list[str], folder: Path,
-                meta: dict[str, Any] | None = None, batch_rows: int = 1024, own_text: bool = False,
+                meta: EmbeddingsMeta | None = None, batch_rows: int = 1024, own_text: bool = False,
                 backend: str = "torch", read_here_rows: int = READ_HERE_ROWS) -> StoredEmbeddings:
     """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
     with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `own_text`:
@@ -143,11 +143,12 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
         ownership.remove_staging(_staging(folder))
         raise EvaluateError(f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2")
     _log_skipped(config, rows)
-    return publish(_staging(folder), folder, records, languages=languages, meta=meta)
+    return publish(_staging(folder), folder, records, languages=languages,
+                   meta=meta.model_dump() if meta else None)
 
 
 def embed_texts(config: Config, table, model_path: Path | None, languages: list[str], folder: Path,
-                meta: dict[str, Any] | None = None, batch_rows: int = 1024, backend: str = "torch"
+                meta: EmbeddingsMeta | None = None, batch_rows: int = 1024, backend: str = "torch"
                 ) -> StoredEmbeddings:
     """Embed a test set's texts (a pyarrow table: key, <lang>_text, in key order) into `folder`, each
     model with its own tokenizer (`model_path` None: the USE baseline)."""
@@ -157,7 +158,8 @@ def embed_texts(config: Config, table, model_path: Path | None, languages: list[
         tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
         records = _embed(config, tuples, len(table), UseEmbedFn if model_path is None else TextEmbedFn, model_path,
                          languages, folder, batch_rows, backend)
-    return publish(_staging(folder), folder, records, languages=languages, meta=meta)
+    return publish(_staging(folder), folder, records, languages=languages,
+                   meta=meta.model_dump() if meta else None)
 
 
 def _staging(folder: Path) -> Path:

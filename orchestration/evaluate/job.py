@@ -31,10 +31,11 @@ import numpy as np
 
 from evaluation.metrics import subset_averages
 from evaluation.report import FILES, check_output, format_matrix, write_report
-from evaluation.store import StoredEmbeddings
+from evaluation.store import EmbeddingsMeta, StoredEmbeddings
 from evaluation.xsim import approximate_recall, pair_metrics, search_pairs
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import Tracker
 from orchestration.adapters.cluster import RayExecutor, check_every_node_reaches, ensure_ray, shipped
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.evaluate import EvaluateError, EvaluationRecord
@@ -127,11 +128,11 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
         log.info("%s: this model was evaluated on this data already", out_dir)
         return _cached(out_dir, languages, state.run_id, data)
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
-    tracking.check_reachable(tracking.resolve_uri(config.tracking.uri))
+    Tracker.of(config).check_reachable()
     ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard)
     if not texts:
         check_every_node_reaches(dataset_dir=str(config.data_dir))  # Ray Data reads the split on any node
-    meta = {"model": model_identity(config, encoder), "split": name, "data": data, "backend": encoder.backend}
+    meta = EmbeddingsMeta(model=model_identity(config, encoder), split=name, data=data, backend=encoder.backend)
     if texts:
         store = embed_texts(config, texts.table, encoder.model_path, languages, out_dir / "embeddings", meta,
                             backend=encoder.backend)
@@ -278,7 +279,7 @@ def _cached(out_dir: Path, languages: list[str], run_id: str, data: str) -> Eval
 def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int,
          label: str | None, parent_run_id: str | None, name: str, tags: dict[str, str]) -> str:
     """The evaluation as an MLflow run, nested under the training run (or `parent_run_id`)."""
-    uri = tracking.resolve_uri(config.tracking.uri)
+    tracker = Tracker.of(config)
     encoder = config.evaluate.encoder
     train_run = None
     if encoder == "model" and not label:
@@ -289,11 +290,11 @@ def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], s
     metrics["eval/xsim_error"] = averages["all"]
     metrics.update({f"eval/xsim_error/avg_{name}": v for name, v in averages.items() if name != "all"})
     metrics["eval/sentences"] = size
-    with tracking.run(uri, config.tracking.experiment, f"{config.name}-eval-{name}{suffix}", config.to_dict(),
-                      stage="evaluate", parent_run_id=parent_run_id or train_run,
-                      tags={tracking.ENCODER_TAG: encoder, tracking.MODEL_STEP_TAG: str(meta.get("step")), **tags,
-                            **({tracking.TRAIN_RUN_TAG: train_run} if train_run else {})}) as run_id:
-        tracking.log_metrics(uri, run_id, metrics, 0)
+    with tracker.run(f"{config.name}-eval-{name}{suffix}", config.to_dict(),
+                     stage="evaluate", parent_run_id=parent_run_id or train_run,
+                     tags={tracking.ENCODER_TAG: encoder, tracking.MODEL_STEP_TAG: str(meta.get("step")), **tags,
+                           **({tracking.TRAIN_RUN_TAG: train_run} if train_run else {})}) as run_id:
+        tracking.log_metrics(tracker.uri, run_id, metrics, 0)
         for file in FILES:
-            tracking.log_artifact(uri, run_id, out_dir / file)
+            tracking.log_artifact(tracker.uri, run_id, out_dir / file)
     return run_id

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
-from orchestration.adapters import tracking
+from orchestration.adapters import registry, tracking
 from orchestration.lifecycle import packaging
 from orchestration.config import Config
 
@@ -133,19 +133,19 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
     dim = model_files.load(local / model_files.MODEL_FILE)[0].embedding_dim
     lineage = model_files.verify(local)
     info = packaging.log_model(uri, trained.run_id, local, dim)
-    version = tracking.register_model(uri, info.model_uri, name, {
+    version = registry.register_model(uri, info.model_uri, name, {
         MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
         SPM_TAG: lineage["spm_sha256"], DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),
     })
     challenger_error, champion_error = challenger.averages["all"], None
     rule = {"min_improvement": config.registry.min_improvement,
             "max_pair_regression": config.registry.max_pair_regression}
-    current = tracking.champion(uri, name)
+    current = registry.champion(uri, name)
     if current is None:
         verdict, reason = Verdict(better=True), "no champion yet"
     else:
         with tempfile.TemporaryDirectory(prefix="champion-") as tmp:
-            champion_dir = tracking.download_model_dir(uri, name, current.version, tmp)
+            champion_dir = registry.download_model_dir(uri, name, current.version, tmp)
             # the same sentences as the challenger's, as token ids of the champion's own tokenizer
             champion = evaluate(config, model_dir=champion_dir, label=f"champion-v{current.version}",
                                 parent_run_id=parent_run_id, testset=config.registry.decide_on, reencode=True)
@@ -158,7 +158,7 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
         reason = explain(verdict, challenger=f"v{version}", champion=f"v{current.version}",
                          challenger_error=challenger_error, champion_error=champion_error, **rule)
     if verdict.promoted:
-        tracking.promote(uri, name, version)
+        registry.promote(uri, name, version)
     log_decision(uri, parent_run_id, verdict, challenger_error=challenger_error, champion_error=champion_error,
                  **rule)
     tracking.set_tags(uri, parent_run_id, {"register.evaluation_set": config.registry.decide_on or

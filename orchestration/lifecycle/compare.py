@@ -16,6 +16,7 @@ import numpy as np
 
 from evaluation.report import grid
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config, ConfigError
 from core.ownership import ForeignDataError
 
@@ -44,7 +45,7 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
     """The runs of `stage` (evaluation runs by test error, on the split or on the test set `testset`;
     training runs and tune trials by best dev error). ConfigError for an experiment that does not exist or
     holds no such run (naming what exists): an empty table answers nothing."""
-    uri = tracking.resolve_uri(config.tracking.uri)
+    uri = Tracker.of(config).uri
     flag = "--experiment" if experiment else "tracking.experiment"
     experiment = experiment or config.tracking.experiment
     if max_runs < 1:

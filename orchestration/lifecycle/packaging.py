@@ -1,6 +1,6 @@
 """What a registered model carries: the project as a wheel inside the MLflow model, and the pinned
 requirements beside it; `log_model` logs `orchestration/embed/pyfunc.py` with both
-(`tracking.log_pyfunc_model`)."""
+(`registry.log_pyfunc_model`)."""
 from __future__ import annotations
 
 import os
@@ -22,12 +22,12 @@ def log_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim
     versions installed here; returns mlflow's ModelInfo."""
     import tempfile
 
-    from orchestration.adapters import tracking
+    from orchestration.adapters import registry
     from orchestration.embed import pyfunc
 
     with tempfile.TemporaryDirectory(prefix="interlingua-wheel-") as tmp:
         wheel = build_project_wheel(tmp)  # before the run is entered: a failed build leaves its status alone
-        return tracking.log_pyfunc_model(uri, run_id, model_dir, embedding_dim, code=pyfunc.__file__, wheel=wheel,
+        return registry.log_pyfunc_model(uri, run_id, model_dir, embedding_dim, code=pyfunc.__file__, wheel=wheel,
                                          requirements=pinned(pyfunc.REQUIREMENTS))
 
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from core import storage
 from core.errors import Exit
-from orchestration.adapters import tracking
-from orchestration.adapters.model_choice import registered_name
+from orchestration.adapters import registry, tracking
+from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from orchestration.adapters.lock import run_lock
 
@@ -47,13 +47,14 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     from pipelines.prepare import run_prepare
     from pipelines.runners import pipeline_options
 
-    uri = tracking.resolve_uri(config.tracking.uri)
-    tracking.check_reachable(uri)  # before any long work
+    tracker = Tracker.of(config)
+    uri = tracker.uri
+    tracker.check_reachable()  # before any long work
     options = pipeline_options(beam_args or [])  # an unknown --runner: exit 2 now, not inside the stage
     run_dir = config.run_location
     with run_lock(run_dir, wait, ttl=config.runtime.lease_ttl_s):
-        _close_killed_runs(uri, config.tracking.experiment, run_dir)
-        with tracking.run(uri, config.tracking.experiment, f"{config.name}-pipeline", config.to_dict(),
+        _close_killed_runs(tracker, run_dir)
+        with tracker.run(f"{config.name}-pipeline", config.to_dict(),
                           stage="pipeline", tags={tracking.RUN_DIR_TAG: run_dir}) as parent:
             outcome = Outcome(Exit.FAILED, "failed", run_id=parent)
             prepared = run_prepare(config.prepare, config.data_dir, options=options,
@@ -68,8 +69,8 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             if config.registry.decide_on:  # the decision on a test set (e.g. a pinned one), not the split
                 challenger = tested[config.registry.decide_on]
             sha = file_sha256(storage.join(trained.model_dir, MODEL_FILE))
-            name = registered_name(config)
-            if tracking.find_version(uri, name, MODEL_TAG, sha) is not None:
+            name = tracker.model_name
+            if registry.find_version(uri, name, MODEL_TAG, sha) is not None:
                 outcome.stages["register"] = "skipped"
                 outcome.code, outcome.message = Exit.NOTHING_TO_DO, "nothing to do: this model was registered already"
             else:
@@ -83,17 +84,16 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
         return outcome
 
 
-def _close_killed_runs(uri: str, experiment: str, run_dir: str) -> None:
+def _close_killed_runs(tracker: Tracker, run_dir: str) -> None:
     """Mark KILLED the pipeline runs of this run dir left RUNNING by a killed `interlingua run`, and their
     stage runs. Holding the lock proves no live process owns them; a killed training run is resumed (and set
     RUNNING again) by this run's train stage, so nothing is trained or logged twice."""
     running = "attributes.status = 'RUNNING'"
-    for stale in tracking.search_runs(uri, experiment, f"tags.`{tracking.STAGE_TAG}` = 'pipeline' and {running}"):
+    for stale in tracker.search_runs(f"tags.`{tracking.STAGE_TAG}` = 'pipeline' and {running}"):
         if stale.data.tags.get(tracking.RUN_DIR_TAG) != run_dir:
             continue
-        for child in tracking.search_runs(uri, experiment,
-                                          f"tags.`mlflow.parentRunId` = '{stale.info.run_id}' and {running}"):
-            tracking.end_run(uri, child.info.run_id, "KILLED")
-        tracking.end_run(uri, stale.info.run_id, "KILLED")
+        for child in tracker.search_runs(f"tags.`mlflow.parentRunId` = '{stale.info.run_id}' and {running}"):
+            tracking.end_run(tracker.uri, child.info.run_id, "KILLED")
+        tracking.end_run(tracker.uri, stale.info.run_id, "KILLED")
         log.warning("MLflow run %s of an earlier `interlingua run` on %s was left RUNNING by a killed process; "
                     "marked KILLED", stale.info.run_id, run_dir)

@@ -27,7 +27,7 @@ import numpy as np
 from evaluation.mining import calibrate, filter_pairs, hub_counts, knn, precision_recall_f1
 from evaluation.mining import mine as mine_pairs
 from orchestration.adapters import model_dir as model_files
-from orchestration.adapters import tracking
+from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from orchestration.mine import MineError
 from orchestration.mine.inputs import Sentences, check_inputs, read_sentences
@@ -52,8 +52,8 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
     m = config.mine
     if len(m.inputs) < 2 or len({i.lang for i in m.inputs}) != len(m.inputs):
         raise MineError("mine.inputs: give two or more inputs, one per language")
-    uri = tracking.resolve_uri(config.tracking.uri)
-    tracking.check_reachable(uri)
+    tracker = Tracker.of(config)
+    tracker.check_reachable()
     out_dir = config.mine_dir if storage.is_uri(config.mine_dir) else Path(config.mine_dir)
     check_locations(config, out_dir)
     check_inputs(m)  # a missing or empty file is the user's to fix before any model is loaded
@@ -67,7 +67,7 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         embeddings = {lang: encoder(s.raw, lang) for lang, s in sentences.items()}  # (N, D) each
     results = [mine_language_pair(config, sentences[x], sentences[y], embeddings[x], embeddings[y], gold)
                for x, y in combinations([i.lang for i in m.inputs], 2)]
-    run_id = write_outputs(config, out_dir, results, sentences, model_meta, uri, parent_run_id)
+    run_id = write_outputs(config, out_dir, results, sentences, model_meta, parent_run_id)
     return MineResult(out_dir, results, run_id)
 
 

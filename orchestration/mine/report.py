@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from evaluation.mining import Pairs
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from core import mined, ownership, storage
 from core.dataset import file_sha256
@@ -50,7 +51,7 @@ class LanguagePair:
 
 
 def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePair], sentences: dict, model: dict,
-                  uri: str, parent_run_id: str | None) -> str:
+                  parent_run_id: str | None) -> str:
     """Write the pair files, the figure and the manifest (last) to `out_dir` (a local folder or a URI);
     log the MLflow run; return its id."""
     check_output(out_dir)
@@ -75,14 +76,14 @@ def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePai
         if storage.is_uri(out_dir):
             storage.write_bytes(storage.join(out_dir, MANIFEST), (work / MANIFEST).read_bytes())
         ownership.end_writes(out_dir)
-        return _log(config, uri, work, results, parent_run_id)
+        return _log(config, work, results, parent_run_id)
 
 
 def check_output(out_dir: str | Path) -> list[str]:
     """The entries of `mine.output_dir` (local or a URI) once each is this product's mining output (what its
     manifest names, what a killed run recorded it was writing, the embeddings of the inputs);
     ForeignDataError naming the others, before any work: a user's folder is never written into."""
-    from orchestration.embed.corpus import own_entries as own_blocks
+    from orchestration.embed.folder import own_entries as own_blocks
 
     listed = ownership.recorded_writes(out_dir) | {ownership.JOURNAL}
     try:
@@ -148,7 +149,8 @@ def _figure(path: Path, results: list[LanguagePair]) -> None:
     plt.close(fig)
 
 
-def _log(config: Config, uri: str, out_dir: Path, results: list[LanguagePair], parent_run_id: str | None) -> str:
+def _log(config: Config, out_dir: Path, results: list[LanguagePair], parent_run_id: str | None) -> str:
+    tracker = Tracker.of(config)
     metrics: dict[str, float] = {}
     for r in results:
         prefix = f"mine/{r.name}"
@@ -156,9 +158,8 @@ def _log(config: Config, uri: str, out_dir: Path, results: list[LanguagePair], p
                         f"{prefix}/threshold": r.threshold})
         metrics.update({f"{prefix}/dropped/{reason}": n for reason, n in r.dropped.items()})
         metrics.update({f"{prefix}/{k}": v for k, v in (r.scores or {}).items()})
-    with tracking.run(uri, config.tracking.experiment, f"{config.name}-mine", config.to_dict(), stage="mine",
-                      parent_run_id=parent_run_id) as run_id:
-        tracking.log_metrics(uri, run_id, metrics, 0)
+    with tracker.run(f"{config.name}-mine", config.to_dict(), stage="mine", parent_run_id=parent_run_id) as run_id:
+        tracking.log_metrics(tracker.uri, run_id, metrics, 0)
         for name in (MANIFEST, REPORT):
-            tracking.log_artifact(uri, run_id, out_dir / name)
+            tracking.log_artifact(tracker.uri, run_id, out_dir / name)
     return run_id

@@ -27,8 +27,8 @@ from core import storage
 from core.dataset import file_sha256
 from core.errors import UserError
 from orchestration.adapters import model_dir as model_files
-from orchestration.adapters import tracking
-from orchestration.adapters.model_choice import champion_version, choose_model, registered_name
+from orchestration.adapters.model_choice import champion_version, choose_model
+from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from orchestration.embed.embedder import SentenceEmbedder
 
@@ -63,8 +63,8 @@ class ModelSource:
         self.config = config
         self.scratch = scratch  # where champions are downloaded (None: the temp folder)
         self.follows = config.serve.model == "champion"
-        self.uri = tracking.resolve_uri(config.tracking.uri)  # the registry followed
-        self.name = registered_name(config)
+        tracker = Tracker.of(config)  # the registry followed
+        self.uri, self.name = tracker.uri, tracker.model_name
 
     def current_version(self) -> str:
         """The version to serve now; NoChampion when the alias is on no version."""

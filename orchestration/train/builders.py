@@ -23,7 +23,7 @@ class WorkerJob:
     train_dir: str
     mlflow_uri: str
     run_id: str
-    # the run dir's lease the driver holds (`lock.held_lease`): every commit of a worker is fenced by it
+    # the run dir's lease the driver holds (`lease.held_lease`): every commit of a worker is fenced by it
     lease: dict[str, Any] | None = None
     # a checkpoint of the run in another folder than this driver's (`train.folders`): where a worker group that
     # has no checkpoint of its own run yet starts from

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from model.batching import DataPosition
+from model.stream import DataPosition
 from model.nmt import MultilingualNMT, load_model, save_model
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
@@ -43,7 +43,7 @@ class TrainingProgress:
     done: bool = False
     world: int = 1
     data: DataPosition = field(default_factory=DataPosition)  # rank 0's next batch (every rank's, world 1)
-    data_digest: str = ""  # rank 0's chain of the batches consumed (`model.batching.BatchStream.digest`)
+    data_digest: str = ""  # rank 0's chain of the batches consumed (`model.stream.BatchStream.digest`)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainingProgress:

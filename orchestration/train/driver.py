@@ -27,8 +27,9 @@ from core.errors import UserError
 from orchestration.adapters import logs
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import Tracker
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
-from orchestration.adapters.lock import held_lease
+from orchestration.adapters.lease import held_lease
 from orchestration.config import Config, ConfigError
 from orchestration.adapters.state import read_state, write_state
 from orchestration.train.record import TrainRecord
@@ -161,8 +162,9 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     teacher = teachers.resolve(config)
     train_dir = config.train_dir  # a local path or a URI: everything below goes through core.storage
     fp = train_fingerprint(config, data, teacher.identity if teacher else None)
-    uri = tracking.resolve_uri(config.tracking.uri)
-    tracking.check_reachable(uri)  # seconds, not the client's minutes of retries after the work (or --force's)
+    tracker = Tracker.of(config)
+    uri = tracker.uri
+    tracker.check_reachable()  # seconds, not the client's minutes of retries after the work (or --force's)
     state_path = storage.join(train_dir, STATE_FILE)
     state = read_state(state_path, TrainRecord) if not force else None  # --force starts over whatever it holds
     if state and state.fingerprint != fp and restart_stale:
@@ -199,7 +201,7 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     folders.remove_others(train_dir, keep={folder, folders.current(state), *([resume.split("/")[0]] if resume else [])})
 
     # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
-    with tracking.run(uri, config.tracking.experiment, config.name, config.to_dict(), stage="train",
+    with tracker.run(config.name, config.to_dict(), stage="train",
                       resume_run_id=state.run_id if state else None, parent_run_id=parent_run_id, tags=tags) as run_id:
         record = TrainRecord(fingerprint=fp, run_id=run_id, ray_dir=folder, resumed_from=resume)  # `train.folders`
         write_state(state_path, record)

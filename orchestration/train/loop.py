@@ -1,6 +1,6 @@
 """The training recipe: `train_loop_per_worker`, run by Ray Train on every worker.
 
-    set_up          the config, this worker's batch stream (`model.batching.BatchStream`: its own
+    set_up          the config, this worker's batch stream (`model.stream.BatchStream`: its own
                     share of the shards, a bounded window at a time; on a GPU built ahead by a
                     worker process, `prefetched`), the (DDP-wrapped) model,
                     the optimizer and schedule, restored from Ray's checkpoint when restarting,
@@ -31,15 +31,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from model.batching import (
-    PLAN, BatchStream, DataPosition, ParallelCorpus, PrefetchedStream, prefetched, sample_corpus, shard_units,
-)
+from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, shard_units
+from model.stream import PLAN, BatchStream, DataPosition, PrefetchedStream, prefetched
 from model.inference import embed_rows
 from model.nmt import MultilingualNMT
 from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
 from orchestration.adapters import logs, tracking
 from orchestration.config import Config
-from orchestration.adapters.lock import worker_fence
+from orchestration.adapters.lease import worker_fence
 from orchestration.train import checkpoint, live
 from orchestration.train.builders import WorkerJob, schedule_args, training_paths
 from orchestration.train.checkpoint import TrainingProgress, TrainingState
@@ -80,7 +79,7 @@ def train_loop_per_worker(ray_config: dict[str, WorkerJob]) -> None:
     job = ray_config["job"]
     logs.configure_worker(logs.DEFAULT if job.verbosity is None else job.verbosity)
     # a driver whose lease was taken over (paused past it, then resumed) must not commit through its workers:
-    # every metric logged and checkpoint reported first looks at the lease (`lock.worker_fence`)
+    # every metric logged and checkpoint reported first looks at the lease (`lease.worker_fence`)
     with fencing.fenced(worker_fence(job.lease)) if job.lease else contextlib.nullcontext():
         _train(job)
 
@@ -240,27 +239,6 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
     return stop
 
 
-def dev_rows_by_source(dev: ParallelCorpus, limit: int | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The dev rows the error is computed on: the complete ones, at most `limit` (None: all) shared evenly
-    among the sources (the split is sorted by key, so by source: its first rows would all be the first
-    source's; a source with fewer leaves its share to the others), and {source: positions among those rows}
-    when there are several sources (none for one: its error is the dev error)."""
-    rows = dev.complete_rows()
-    names = dev.source_names()[rows]
-    groups = {name: rows[names == name] for name in sorted(set(names.tolist()))}
-    if limit is not None and len(rows) > limit:
-        take, left = dict.fromkeys(groups, 0), limit
-        while left:
-            short = [name for name in groups if take[name] < len(groups[name])]
-            share = max(1, left // len(short))
-            for name in short:
-                add = min(share, len(groups[name]) - take[name], left)
-                take[name], left = take[name] + add, left - add
-        groups = {name: g[: take[name]] for name, g in groups.items() if take[name]}
-        rows = np.sort(np.concatenate(list(groups.values())))
-    return rows, ({name: np.searchsorted(rows, g) for name, g in groups.items()} if len(groups) > 1 else {})
-
-
 def post_progress(worker: Worker, metrics: dict[str, float]) -> None:
     """Rank 0's numbers to the driver's progress line (`live`): step, ETA, tokens/s, the best dev error."""
     t, progress = worker.config.train, worker.progress
@@ -284,7 +262,7 @@ def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
 def _stream_start(state: TrainingState | None, rank: int, world: int) -> tuple[DataPosition | None, str]:
     """Where this rank's stream goes on: the position it had reached, or a fresh epoch after the
     furthest one when the number of workers changed (the shares of an epoch depend on it) or the
-    checkpoint's windows were planned by another version of the plan (`model.batching.PLAN`)."""
+    checkpoint's windows were planned by another version of the plan (`model.stream.PLAN`)."""
     if not state:
         return None, ""
     positions = {r: DataPosition.from_dict(p["position"]) for r, p in state.positions.items()}

@@ -26,18 +26,17 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal
-
-import yaml
-from pydantic import Field, ValidationError, field_validator
+from typing import Any, Iterator
 
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import Tracker
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
-from orchestration.config import Config, ConfigError, load_yaml, read_yaml, with_values
+from orchestration.config import Config, ConfigError, with_values
 from core import ownership, storage
 from core.dataset import Dataset
-from core.schema import Schema, dump_yaml
+from core.schema import dump_yaml
 from orchestration.train import teacher as teachers
+from orchestration.train.search_space import SearchSpace, example, space_origins, tune_domains
 
 log = logging.getLogger(__name__)
 
@@ -47,93 +46,12 @@ BEST_HEADER = "# best of "  # the first line of every best.yaml the search write
 NO_TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"  # Ray Tune's switch for its own SIGINT handler (we install ours)
 
 
-class Domain(Schema):
-    """One key's search domain: exactly one of the fields."""
-
-    choice: list[Any] | None = Field(default=None, min_length=1)
-    grid: list[Any] | None = Field(default=None, min_length=1)
-    uniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high].")
-    loguniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high], low > 0.")
-    randint: list[int] | None = Field(default=None, min_length=2, max_length=2, description="[low, high), integers.")
-
-    @field_validator("uniform", "loguniform", "randint")
-    @classmethod
-    def _bounds(cls, bounds: list[float] | None, info) -> list[float] | None:
-        # Ray Tune would refuse these only when the search starts, its MLflow run open
-        if bounds is not None and not bounds[0] < bounds[1]:
-            raise ValueError(f"{bounds}: low must be below high")
-        if bounds is not None and info.field_name == "loguniform" and bounds[0] <= 0:
-            raise ValueError(f"{bounds}: both bounds must be above 0 (a log scale)")
-        return bounds
-
-
-class Asha(Schema):
-    grace_steps: int = Field(default=200, gt=0, description="Steps every trial runs before it can be stopped.")
-    reduction_factor: int = Field(default=2, ge=2)
-
-
-class SearchSpace(Schema):
-    """The file given to `--space`."""
-
-    space: dict[str, Domain] = Field(min_length=1, description="Config key (e.g. train.lr) -> its domain.")
-    num_samples: int = Field(default=8, ge=1, description="Samples of the space (each grid point this often).")
-    max_concurrent_trials: int | None = Field(
-        default=None, ge=1, description="Trials at once; the cluster's CPUs / (workers x cpus_per_worker) when unset."
-    )
-    scheduler: Literal["asha", "fifo"] = "asha"
-    asha: Asha = Field(default_factory=Asha)
-
-
 @dataclass
 class TuneResult:
     best_config: str  # a local path or a URI, as run_dir is
     best_error: float
     trials: int
     run_id: str
-
-
-def load_space(path: str | Path) -> SearchSpace:
-    """The search space file; ConfigError names the file and the key of every problem."""
-    try:
-        data = load_yaml(Path(path).read_text(encoding="utf-8"))
-        space = SearchSpace.model_validate(data)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: search space file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
-        raise ConfigError(f"{path}: not a readable search space file ({exc}); give a YAML file") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: "
-            + ("unknown key (check its spelling)" if e["type"] == "extra_forbidden"
-               else e["msg"].removeprefix("Value error, "))
-            for e in exc.errors()
-        )
-        raise ConfigError(f"{path}: invalid search space: {problems}") from None
-    for key, domain in space.space.items():
-        if sum(v is not None for v in domain.model_dump().values()) != 1:
-            raise ConfigError(f"{path}: space.{key}: give exactly one of choice, grid, uniform, loguniform, randint")
-    return space
-
-
-def space_origins(path: str | Path) -> dict[str, str]:
-    """Each key of the file's `space` -> `path:line`, for errors that name where a value was given."""
-    _, lines = read_yaml(Path(path))
-    return {p[1]: f"{path}:{line}" for p, line in lines.items() if len(p) == 2 and p[0] == "space"}
-
-
-def tune_domains(space: SearchSpace) -> dict[str, Any]:
-    """Ray Tune's search-space objects, one per config key."""
-    from ray import tune
-
-    make = {"choice": tune.choice, "grid": tune.grid_search, "uniform": lambda b: tune.uniform(*b),
-            "loguniform": lambda b: tune.loguniform(*b), "randint": lambda b: tune.randint(*b)}
-    out = {}
-    for key, domain in space.space.items():
-        kind, bounds = next((k, v) for k, v in domain.model_dump().items() if v is not None)
-        out[key] = make[kind](list(bounds))
-    return out
 
 
 def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Config:
@@ -164,8 +82,9 @@ def _trial(params: dict[str, Any], storage_env: dict[str, str]) -> None:
 def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneResult:
     """Run (or resume) the search; write the best trial's config; log the search to MLflow. Ctrl+C stops the
     trials, saves the search for a rerun to resume, marks its MLflow runs KILLED and raises KeyboardInterrupt."""
-    uri = tracking.resolve_uri(config.tracking.uri)
-    tracking.check_reachable(uri)
+    tracker = Tracker.of(config)
+    uri = tracker.uri
+    tracker.check_reachable()
     tune_dir = storage.join(config.run_location, TUNE_DIR)
     check_tune_dir(tune_dir)
     origins = space_origins(space_path)
@@ -174,7 +93,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                           f"{config.train.max_steps}: a trial could never be stopped early; lower grace_steps or "
                           "raise train.max_steps")
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
-        with_values(config, {key: _example(space.space[key])}, origins)
+        with_values(config, {key: example(space.space[key])}, origins)
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
     state_path = storage.join(tune_dir, STATE_FILE)
     state = storage.read_json(state_path) if storage.exists(state_path) else {}
@@ -183,7 +102,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     teacher = teachers.resolve(config)
     if teacher is not None:  # once, here: concurrent trials would each compute the same embeddings
         teachers.embeddings(config, Dataset.open(config.data_dir).verify(["train"]), teacher)
-    with tracking.run(uri, config.tracking.experiment, f"{config.name}-tune",
+    with tracker.run(f"{config.name}-tune",
                       {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
                       resume_run_id=state.get("run_id")) as run_id:
         storage.write_json(state_path, {"run_id": run_id})
@@ -199,7 +118,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                 raise RuntimeError("no trial reported a dev error; see the trial logs in "
                                    f"{storage.join(tune_dir, 'ray')}")
         finally:  # those the scheduler stopped; on a failure, those whose actors are gone
-            _close_running_trials(uri, config.tracking.experiment, run_id, interrupted.at_ms)
+            _close_running_trials(tracker, run_id, interrupted.at_ms)
         values = best.config["values"]
         path = storage.join(tune_dir, BEST_FILE)
         text = (f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
@@ -302,24 +221,17 @@ def _graceful_sigint(interrupted: _Interruption) -> Iterator[threading.Event]:
             os.environ[NO_TUNE_SIGINT] = saved
 
 
-def _example(domain: Domain) -> Any:
-    """A value of the domain, to validate its key before the search."""
-    if domain.choice or domain.grid:
-        return (domain.choice or domain.grid)[0]
-    return (domain.uniform or domain.loguniform or domain.randint)[0]
-
-
-def _close_running_trials(uri: str, experiment: str, tune_run_id: str, interrupted_ms: int | None = None) -> None:
+def _close_running_trials(tracker: Tracker, tune_run_id: str, interrupted_ms: int | None = None) -> None:
     """The search's trial runs still RUNNING (their actors stopped by the scheduler or an interruption, with no
     chance to end their runs): marked KILLED. After an interruption (at `interrupted_ms`), so are those that
     ended FAILED since: a trial stopped while its training's workers were being torn down may see their end as
     an error before its actor goes (a race: most are gone first). A rerun of the search resumes them and sets
     them RUNNING again."""
     running = f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'RUNNING'"
-    for run in tracking.search_runs(uri, experiment, running, 1000):
-        tracking.end_run(uri, run.info.run_id, "KILLED")
+    for run in tracker.search_runs(running, 1000):
+        tracking.end_run(tracker.uri, run.info.run_id, "KILLED")
     if interrupted_ms is not None:
         stopped = (f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'FAILED' "
                    f"and attributes.end_time >= {interrupted_ms}")
-        for run in tracking.search_runs(uri, experiment, stopped, 1000):
-            tracking.end_run(uri, run.info.run_id, "KILLED")
+        for run in tracker.search_runs(stopped, 1000):
+            tracking.end_run(tracker.uri, run.info.run_id, "KILLED")

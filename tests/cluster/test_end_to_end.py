@@ -16,7 +16,7 @@ import pytest
 
 from core import storage
 from core.errors import Exit
-from orchestration.adapters import tracking
+from orchestration.adapters import registry, tracking
 from core.schema import dump_yaml
 from orchestration.config import load_config
 from tests.support.corpus import LANGS, SMALL_BOOKS, VERSIONS
@@ -91,9 +91,9 @@ def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     assert sorted(step for step, _ in tracking.metric_history(tracking_server.uri, trained["run_id"],
                                                               "dev/xsim_error")) == [20, 40, 60]
     assert any(f.startswith("mlflow/") for f in storage.files(bucket))  # the MLflow artifacts, in the bucket
-    version = tracking.model_versions(tracking_server.uri, "e2e")
+    version = registry.model_versions(tracking_server.uri, "e2e")
     assert len(version) == 1
-    assert tracking.champion(tracking_server.uri, "e2e").version == version[0].version
+    assert registry.champion(tracking_server.uri, "e2e").version == version[0].version
     # embed and mine on the cluster, the model, inputs and outputs in the bucket
     tools = tmp_path / "c"
     tools.mkdir()

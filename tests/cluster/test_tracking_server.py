@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from core.errors import Exit
-from orchestration.adapters import tracking
+from orchestration.adapters import registry, tracking
 from orchestration.cli import main
 from tests.support.corpus import LANGS, SMALL_BOOKS, VERSIONS, write_corpus
 from tests.support.runs import RETUNED, TINY
@@ -41,7 +41,7 @@ def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
     out = capsys.readouterr().out
     assert "promoted served v1" in out and "MLflow pipeline run" in out and uri in out
     assert "--backend-store-uri" not in out  # a server is opened in a browser, not by `mlflow ui`
-    assert str(tracking.champion(uri, NAME).version) == "1"
+    assert str(registry.champion(uri, NAME).version) == "1"
     assert main(["run", *first]) == Exit.NOTHING_TO_DO  # the stage cache, its states read through the server
     capsys.readouterr()
 
@@ -57,7 +57,7 @@ def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
     assert code in (Exit.OK, Exit.NOT_PROMOTED), decision
     champion = "2" if code == Exit.OK else "1"
     assert f"{'promoted' if code == Exit.OK else 'not promoted'} served v2" in decision
-    assert str(tracking.champion(uri, NAME).version) == champion
+    assert str(registry.champion(uri, NAME).version) == champion
     evals = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'evaluate'")
     assert {r.info.run_name for r in evals} >= {"served-eval-test", "served-eval-dev", "served-eval-test-champion-v1"}
 
@@ -75,7 +75,7 @@ def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")
     sentences = {lang: verse(version, 8, 1, 16) for lang, version in VERSIONS.items()}  # Ruth 1:16
     vectors = model.predict(pd.DataFrame({"sentence": list(sentences.values()), "lang": list(sentences)}))
-    folder = tracking.download_model_dir(uri, NAME, champion, tmp_path / "champion")
+    folder = registry.download_model_dir(uri, NAME, champion, tmp_path / "champion")
     embedder = SentenceEmbedder.load(folder)
     expected = np.concatenate([embedder.embed([text], lang) for lang, text in sentences.items()])
     np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-6)

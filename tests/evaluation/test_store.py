@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from evaluation.npy import NpyFile, NpyWriter
-from evaluation.store import StoredEmbeddings, publish, text_hashes, write_block
+from evaluation.store import StoredEmbeddings
+from evaluation.store_writer import publish, text_hashes, write_block
 
 
 def stored(tmp_path, n=50, dim=6, cuts=(0, 7, 8, 30, 50), seed=0):
@@ -78,7 +79,8 @@ def test_a_folder_of_the_first_format_still_opens_and_is_replaced(tmp_path):
 
 
 def test_a_store_without_rows_files_says_so(tmp_path):
-    from evaluation.store import NoRowsError, make_manifest, save_block, write_manifest
+    from evaluation.store import NoRowsError
+    from evaluation.store_writer import make_manifest, save_block, write_manifest
 
     folder = tmp_path / "vectors"
     vectors = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -97,8 +99,8 @@ def test_a_store_without_rows_files_says_so(tmp_path):
 def test_block_records_and_manifests_read_back_as_written(tmp_path):
     """The two files of the format, as models: what is written reads back equal, a writer's unset fields are
     left out of the file, and a file of another shape is no record or manifest (so never taken for ours)."""
-    from evaluation.store import (BlockRecord, StoreManifest, make_manifest, read_manifest, read_record, save_block,
-                                  write_manifest)
+    from evaluation.store import BlockRecord, StoreManifest, read_manifest, read_record
+    from evaluation.store_writer import make_manifest, save_block, write_manifest
 
     folder = tmp_path / "vectors"
     record = save_block(folder, "part-00000", {"fr": np.ones((3, 2), np.float32)}, index=0, source="a.txt",

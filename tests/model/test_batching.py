@@ -9,10 +9,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from model.batching import (
-    PLAN, BatchStream, DataPosition, ParallelCorpus, epoch_windows, pad, plan_window, prefetched, read_units, sample_corpus,
-    shard_units, token_budget_batches,
-)
+from model.batching import ParallelCorpus, pad, read_units, sample_corpus, shard_units, token_budget_batches
+from model.stream import PLAN, BatchStream, DataPosition, epoch_windows, plan_window, prefetched
 from model.training_paths import TrainingPath
 from core.dataset import EOS_ID, PAD_ID, split_files
 

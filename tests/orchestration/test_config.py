@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from orchestration.config import ConfigError, load_config
-from pipelines.config import DEFAULT_BIBLE_VERSIONS, BibleSource, TextSource
+from pipelines.source_config import DEFAULT_BIBLE_VERSIONS, BibleSource, TextSource
 from core.schema import dump_yaml
 
 

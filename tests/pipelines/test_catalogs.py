@@ -12,7 +12,7 @@ import pytest
 from pipelines.catalogs import (
     FUZZY, OBSOLETE, SAME_AS_SOURCE, UNTRANSLATED, Skip, message_text, plan_gettext, read_gettext,
 )
-from pipelines.config import GettextSource
+from pipelines.source_config import GettextSource
 from pipelines.errors import SourceError
 
 LOCALE = Path("/usr/share/locale")

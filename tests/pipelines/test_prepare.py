@@ -8,7 +8,7 @@ import pytest
 import sentencepiece as spm
 
 from orchestration.config import load_config
-from core import dataset
+from core import dataset, dataset_writer
 from pipelines import tokenizer
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
@@ -79,7 +79,7 @@ def test_parquet_schema_tokens_and_spm_model(prepared):
     config, result = prepared
     files = dataset.split_files(config.data_dir, "train")
     assert [f.name for f in files] == [f"part-0000{i}-of-00003.parquet" for i in range(3)]
-    assert pq.read_schema(files[0]).remove_metadata() == dataset.schema(LANGS)
+    assert pq.read_schema(files[0]).remove_metadata() == dataset_writer.schema(LANGS)
     sp = spm.SentencePieceProcessor(model_file=str(Path(config.data_dir) / dataset.SPM_MODEL))
     assert sp.get_piece_size() == result.manifest.dump()["spm"]["vocab_size"] <= 2000
     rows = dataset.read_split(config.data_dir, "dev").to_pylist()

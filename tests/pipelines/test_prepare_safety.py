@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from core import dataset, ownership
+from core import dataset, dataset_writer, ownership
 from pipelines import staging
 from tests.support.corpus import error_line, text_source
 
@@ -116,7 +116,7 @@ def test_a_manifest_that_is_not_a_dataset_is_refused(tmp_path, uri):
     (folder / dataset.MANIFEST).write_text('{"format": "someone-else/1"}\n')
     location = f"file://{folder}" if uri else folder
     with pytest.raises(ownership.ForeignDataError, match="not an interlingua dataset"):
-        dataset.check_replaceable(location)
+        dataset_writer.check_replaceable(location)
     assert intact(kept)
 
 

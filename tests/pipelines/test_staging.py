@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core import dataset, storage
+from core import dataset, dataset_writer, storage
 from pipelines import staging
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
@@ -28,8 +28,8 @@ def rows(book_lines) -> list[dict]:
 def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[staging.Staging, dataset.DatasetManifest]:
     """A staged one-shard dataset and the manifest that would commit it."""
     staged = staging.stage(data_dir, tag * 16)
-    name = dataset.shard_name("train", 0, 1)
-    dataset.write_shard(staged.location(name), rows, LANGS)
+    name = dataset_writer.shard_name("train", 0, 1)
+    dataset_writer.write_shard(staged.location(name), rows, LANGS)
     storage.write_bytes(staged.location(dataset.SPM_MODEL), f"model {tag}".encode())
     shard = dataset.ShardFile(path=staged.prefix + name, rows=len(rows), bytes=storage.size(staged.location(name)),
                               sha256=dataset.file_sha256(staged.location(name)))

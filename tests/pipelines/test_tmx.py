@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from pipelines.config import TmxSource
+from pipelines.source_config import TmxSource
 from pipelines.errors import SourceError
 from pipelines.tmx import plan_tmx, read_tmx
 

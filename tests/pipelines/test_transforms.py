@@ -14,8 +14,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines.config import (BibleSource, DedupConfig, OutputConfig, PrepareConfig, SplitConfig,
-                              TableSource)
+from pipelines.config import DedupConfig, OutputConfig, PrepareConfig, SplitConfig
+from pipelines.source_config import BibleSource, TableSource
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples, NearDedup, _lsh_bands
 from pipelines.sources import plan_reads

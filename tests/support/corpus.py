@@ -40,11 +40,11 @@ def small_config(tmp_path: Path, *overrides: str) -> Config:
 
 
 def disk_full_at_second_shard(monkeypatch):
-    """`core.dataset.write_shard` fails with ENOSPC on its second call (a disk filling up mid-job);
+    """`core.dataset_writer.write_shard` fails with ENOSPC on its second call (a disk filling up mid-job);
     returns the real one, to put back."""
-    from core import dataset
+    from core import dataset_writer
 
-    real, calls = dataset.write_shard, [0]
+    real, calls = dataset_writer.write_shard, [0]
 
     def failing(path, rows, languages):
         calls[0] += 1
@@ -52,7 +52,7 @@ def disk_full_at_second_shard(monkeypatch):
             raise OSError(28, "No space left on device")
         return real(path, rows, languages)
 
-    monkeypatch.setattr(dataset, "write_shard", failing)
+    monkeypatch.setattr(dataset_writer, "write_shard", failing)
     return real
 
 

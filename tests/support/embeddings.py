@@ -12,7 +12,7 @@ def aligned(n=120, dim=16, noise=1.0, seed=3):
 
 
 def store_of(folder, arrays, texts, cuts):
-    from evaluation.store import publish, write_block
+    from evaluation.store_writer import publish, write_block
 
     keys = [f"k{i:05d}" for i in range(len(arrays["en"]))]
     records = [write_block(folder / "staging", keys[a:b], {lang: x[a:b] for lang, x in arrays.items()},

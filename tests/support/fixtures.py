@@ -41,7 +41,7 @@ S3_BUCKET = "bucket"
 
 @pytest.fixture(scope="session")
 def bible_db() -> str:
-    from pipelines.config import BibleSource
+    from pipelines.source_config import BibleSource
     from pipelines.sources import bible_db_path
 
     return bible_db_path(BibleSource(kind="bible"))

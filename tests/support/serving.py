@@ -6,7 +6,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from orchestration.adapters import tracking
+from orchestration.adapters import registry, tracking
 from orchestration.lifecycle import packaging
 
 
@@ -58,6 +58,6 @@ def register(uri: str, model_dir: Path, embedder) -> str:
     `NAME` and promote it; its version."""
     run = tracking.start_run(uri, "exp", "train", {})
     info = packaging.log_model(uri, run, model_dir, embedder.model.embedding_dim)
-    version = tracking.register_model(uri, info.model_uri, NAME, {})
-    tracking.promote(uri, NAME, version)
+    version = registry.register_model(uri, info.model_uri, NAME, {})
+    registry.promote(uri, NAME, version)
     return version

@@ -10,8 +10,9 @@ import pytest
 
 from orchestration.cli import main
 from orchestration.embed import corpus
+from orchestration.embed import folder as output
 from core.ownership import ForeignDataError
-from evaluation.store import save_block
+from evaluation.store_writer import save_block
 from tests.support.runs import untrained_model_dir
 
 SENTINEL = "a user's file: never delete me\n"
@@ -131,7 +132,7 @@ def test_an_output_holding_the_inputs_is_refused(tmp_path, args, capsys):
     nested.mkdir()
     (nested / "ruth-copy.txt").write_text(SENTINEL)
     with pytest.raises(corpus.CorpusError, match="inside the output directory"):
-        corpus.check_not_inside(nested, [corpus.InputFile(str(nested / "ruth-copy.txt"), "text", 1, "", 1, 0)])
+        output.check_not_inside(nested, [output.InputFile(str(nested / "ruth-copy.txt"), "text", 1, "", 1, 0)])
 
 
 def test_an_existing_npy_needs_force(tmp_path, args, capsys):

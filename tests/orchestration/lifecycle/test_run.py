@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import Exit
-from orchestration.adapters import tracking
+from orchestration.adapters import registry, tracking
 from orchestration.cli import main
 from orchestration.config import load_config
 from orchestration.adapters.lock import run_lock
@@ -112,7 +112,7 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     (port,) = free_ports(1)  # the tracking store unreachable
     assert main(["run", *where, f"tracking.uri=http://127.0.0.1:{port}"]) == 1
     assert f"127.0.0.1:{port} is unreachable" in capsys.readouterr().err
-    assert len(tracking.model_versions(uri, "pipe")) == 1 and str(tracking.champion(uri, "pipe").version) == "1"
+    assert len(registry.model_versions(uri, "pipe")) == 1 and str(registry.champion(uri, "pipe").version) == "1"
     assert main(["run", *where, f"tracking.uri={uri}"]) == Exit.NOTHING_TO_DO  # repaired: as before the faults
 
     # 3. another config: a challenger, promoted exactly when it is better (which one wins on 10 steps is not
@@ -123,7 +123,7 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     promoted = third.challenger_error < third.champion_error
     assert third.code == (Exit.OK if promoted else Exit.NOT_PROMOTED), third.message
     champion_version = "2" if promoted else "1"
-    assert str(tracking.champion(uri, "pipe").version) == champion_version
+    assert str(registry.champion(uri, "pipe").version) == champion_version
 
     # 4. the champion mines pairs: Ruth and Jonah hidden among distractors, as in tests/orchestration/mine
     hidden = book_lines({"fr": "l", "en": "k"}, [8, 32])
@@ -154,9 +154,9 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     assert "below_min_score" not in manifest["counts"]["tuples"]["dropped"]
     # new data, a new tokenizer: the champion was fed the same sentences encoded with its own (its registered
     # lineage names another spm.model than the new dataset's; fed the dataset's token ids, it would be refused)
-    champion_tags = next(v for v in tracking.model_versions(uri, "pipe") if str(v.version) == str(champion_version)).tags
+    champion_tags = next(v for v in registry.model_versions(uri, "pipe") if str(v.version) == str(champion_version)).tags
     assert champion_tags["interlingua.spm_sha256"] != manifest["spm"]["sha256"]
-    assert str(tracking.champion(uri, "pipe").version) == champion_version
+    assert str(registry.champion(uri, "pipe").version) == champion_version
 
     # the stages are runs under one pipeline run each
     assert len(pipeline_runs(uri)) == runs_before + 1
@@ -203,7 +203,7 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
             driver.kill()
     killed = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
     assert [r.info.status for r in killed] == ["RUNNING"]  # left behind by the kill
-    assert tracking.model_versions(uri, "pipe") == []  # nothing half-trained registered
+    assert registry.model_versions(uri, "pipe") == []  # nothing half-trained registered
 
     outcome = run_pipeline(load_config(None, overrides))  # the next scheduled run
     assert outcome.code == Exit.OK and outcome.stages["prepare"] == "skipped", outcome.message
@@ -221,7 +221,7 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
     assert tracking.get_run(uri, killed[0].info.run_id).info.status == "KILLED"
     pipelines = tracking.search_runs(uri, "interlingua", "tags.`interlingua.stage` = 'pipeline'")
     assert sorted(r.info.status for r in pipelines) == ["FINISHED", "KILLED"]
-    versions = tracking.model_versions(uri, "pipe")
+    versions = registry.model_versions(uri, "pipe")
     assert len(versions) == 1 and versions[0].tags["train_run_id"] == trains[0].info.run_id
 
 

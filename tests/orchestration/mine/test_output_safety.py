@@ -10,7 +10,7 @@ import pytest
 from orchestration.cli import main
 from orchestration.mine.report import check_output
 from core import ownership
-from evaluation.store import save_block
+from evaluation.store_writer import save_block
 from tests.support.corpus import write_lines
 from tests.support.runs import mined_manifest, store_uri
 

@@ -32,7 +32,7 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
     """What `interlingua evaluate` leaves for nearest sentences: the test split's en and fr embeddings of
     `model_dir` in <run_dir>/eval/test/embeddings."""
     from core.dataset import Dataset, file_sha256
-    from evaluation import store
+    from evaluation import store_writer
     from orchestration.adapters import model_dir as files
 
     table = Dataset.open(config.data_dir).read("test", ["key", "en_text", "fr_text"]).sort_by("key")
@@ -40,8 +40,8 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
     texts = {lang: table[f"{lang}_text"].to_pylist() for lang in ("en", "fr")}
     folder = Path(config.eval_dir) / "test" / "embeddings"
     staging = folder.parent / "staging"
-    record = store.write_block(staging, keys, {lang: embedder.embed(texts[lang], lang) for lang in texts}, texts)
-    store.publish(staging, folder, [record], languages=["en", "fr"],
+    record = store_writer.write_block(staging, keys, {lang: embedder.embed(texts[lang], lang) for lang in texts}, texts)
+    store_writer.publish(staging, folder, [record], languages=["en", "fr"],
                   meta={"model": file_sha256(model_dir / files.MODEL_FILE)})
 
 

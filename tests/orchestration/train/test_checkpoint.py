@@ -130,7 +130,7 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
 def test_a_checkpoint_of_another_plan_version_resumes_at_the_next_epoch(caplog):
     """Positions saved before plans had versions (plan 1) name batches this version cannot rebuild:
     the stream starts the epoch after the furthest one, and says so; positions of this plan resume."""
-    from model.batching import PLAN, DataPosition
+    from model.stream import PLAN, DataPosition
     from orchestration.train.loop import _stream_start
 
     old = TrainingProgress.from_dict({"step": 9, "data": {"epoch": 3, "window": 0, "batch": 4}})

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from model.batching import ParallelCorpus
-from orchestration.train.loop import dev_rows_by_source
+from model.batching import ParallelCorpus, dev_rows_by_source
 
 
 def dev_split(sizes: dict[str, int], incomplete: set[int] = frozenset()) -> ParallelCorpus:

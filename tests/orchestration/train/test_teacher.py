@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from core import ownership
-from core.dataset import Dataset, check_replaceable
+from core.dataset import Dataset
+from core.dataset_writer import check_replaceable
 from core.teacher import TeacherStore, read_row_group
 from orchestration.config import ConfigError, load_config
 from orchestration.train import teacher as teachers

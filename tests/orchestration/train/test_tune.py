@@ -12,7 +12,8 @@ from orchestration.adapters import tracking
 from orchestration.cli import main
 from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError
-from orchestration.train.tune import load_space, trial_config, tune
+from orchestration.train.search_space import load_space
+from orchestration.train.tune import trial_config, tune
 from tests.support.procs import kill_and_tail, own_output, run_to_end, wait_for
 from tests.support.runs import TINY, config_for
 

@@ -1,0 +1,95 @@
+"""The MLflow model registry (champion / challenger): registered versions of the project's models, their tags
+and the `champion` alias. Every registry call of the project; the runs are `adapters.tracking`'s.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from core import fencing
+from orchestration.adapters import tracking
+
+CHAMPION = "champion"
+
+
+def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim: int, *,
+                     code: str | os.PathLike, wheel: Path, requirements: list[str]):
+    """Log the model directory as a pyfunc model in `run_id`, its code the file `code` (MLflow's models from
+    code: nothing is pickled); returns mlflow's ModelInfo. The project's `wheel` goes into the model's `code/`
+    folder and its requirements.txt names it, beside `requirements` (pinned distributions), so that it
+    installs where the project is not (`mlflow models serve`, a fresh venv): `lifecycle.packaging.log_model`
+    builds both."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    from mlflow.models import infer_signature
+
+    mlflow.set_tracking_uri(uri)
+    example = pd.DataFrame({"sentence": ["in the beginning god created the heaven and the earth."], "lang": ["en"]})
+    signature = infer_signature(example, np.zeros((1, embedding_dim), dtype=np.float32))
+    with mlflow.start_run(run_id=run_id):
+        return mlflow.pyfunc.log_model(
+            name="pyfunc", python_model=str(code), artifacts={"model_dir": str(model_dir)},
+            code_paths=[str(wheel)], signature=signature, input_example=example,
+            # relative to the model's folder, where MLflow's environment managers run pip
+            pip_requirements=[f"code/{wheel.name}", *requirements],
+        )
+
+
+def register_model(uri: str, model_uri: str, name: str, tags: Mapping[str, str]) -> str:
+    """A new version of registered model `name`; returns its version number."""
+    fencing.check()
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    version = mlflow.register_model(model_uri, name, tags=dict(tags))
+    return str(version.version)
+
+
+def find_version(uri: str, name: str, tag: str, value: str) -> str | None:
+    """The version of `name` tagged tag=value, if any."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = tracking._client(uri).search_model_versions(f"name={tracking.literal(name)}")
+    except MlflowException:
+        return None
+    for version in versions:
+        if version.tags.get(tag) == value:
+            return str(version.version)
+    return None
+
+
+def model_versions(uri: str, name: str) -> list:
+    """Every registered version of the model `name` (each with .version and .tags)."""
+    return list(tracking._client(uri).search_model_versions(f"name={tracking.literal(name)}"))
+
+
+def champion(uri: str, name: str):
+    """The model version holding the champion alias, or None."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return tracking._client(uri).get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        return None
+
+
+def promote(uri: str, name: str, version: str) -> None:
+    fencing.check()
+    tracking._client(uri).set_registered_model_alias(name, CHAMPION, version)
+
+
+def download_model_dir(uri: str, name: str, version: str, dst: str | os.PathLike) -> Path:
+    """The model directory inside a registered pyfunc version, downloaded to `dst`."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst))
+    from orchestration.adapters.model_dir import MODEL_FILE
+
+    found = [p.parent for p in Path(local).rglob(MODEL_FILE)]
+    if not found:
+        raise FileNotFoundError(f"models:/{name}/{version} holds no {MODEL_FILE}")
+    return found[0]

@@ -1,0 +1,56 @@
+"""The tracking store a run's config names, resolved once: `Tracker.of(config)` in every stage.
+
+    tracker = Tracker.of(config)
+    tracker.check_reachable()                  # before any long work
+    with tracker.run(config.name, config.to_dict(), stage="train") as run_id:
+        tracking.log_metrics(tracker.uri, run_id, {...}, step)
+    tracker.champion()                          # the registered version holding the champion alias, or None
+
+`uri` is `tracking.uri` made absolute (`tracking.resolve_uri`: a relative sqlite store, so that Ray workers
+elsewhere reach the same one), `experiment` is `tracking.experiment`, `model_name` the registered model
+(`registry.model_name`, or the config's name). Workers get the plain URI (`WorkerJob.mlflow_uri`).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from orchestration.adapters import registry, tracking
+
+if TYPE_CHECKING:
+    from orchestration.config import Config
+
+
+def registered_name(config: Config) -> str:
+    """The registered model of `config`: `registry.model_name`, or the config's name."""
+    return config.registry.model_name or config.name
+
+
+@dataclass(frozen=True)
+class Tracker:
+    uri: str
+    experiment: str
+    model_name: str
+
+    @classmethod
+    def of(cls, config: Config) -> Tracker:
+        return cls(tracking.resolve_uri(config.tracking.uri), config.tracking.experiment, registered_name(config))
+
+    def check_reachable(self) -> None:
+        """ConnectionError (or TrackingLoginError) now, before any long work, when the store cannot be used."""
+        tracking.check_reachable(self.uri)
+
+    @contextlib.contextmanager
+    def run(self, run_name: str, params: Mapping[str, Any], *, stage: str, **options: Any) -> Iterator[str]:
+        """A stage's MLflow run in the experiment (`tracking.run`: its `options` too)."""
+        with tracking.run(self.uri, self.experiment, run_name, params, stage=stage, **options) as run_id:
+            yield run_id
+
+    def search_runs(self, filter_string: str = "", max_results: int = 100) -> list:
+        """The experiment's runs, newest first (`tracking.search_runs`)."""
+        return tracking.search_runs(self.uri, self.experiment, filter_string, max_results)
+
+    def champion(self):
+        """The registered version of the model holding the champion alias, or None (`registry.champion`)."""
+        return registry.champion(self.uri, self.model_name)
