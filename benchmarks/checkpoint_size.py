@@ -41,7 +41,7 @@ def main() -> None:
     config = load_config(args.config, args.overrides)
     languages = config.train.languages or args.languages.split(",")
     vocab = args.vocab or config.prepare.spm.vocab_size
-    model = MultilingualNMT(**model_args(config, languages, vocab))
+    model = MultilingualNMT.build(model_args(config, languages, vocab))
     params = sum(p.numel() for p in model.parameters())
     optimizer = make_optimizer(model, lr=config.train.lr, weight_decay=config.train.weight_decay,
                                device=torch.device("cpu"))

@@ -78,7 +78,7 @@ def model_dir(sentences: list[str], folder: Path) -> Path:
 
     vocab = spm.SentencePieceProcessor(model_file=str(folder / "spm.model")).get_piece_size()
     torch.manual_seed(0)
-    model = MultilingualNMT(**model_args(config, ["en", "fr"], vocab))
+    model = MultilingualNMT.build(model_args(config, ["en", "fr"], vocab))
     # the tokenizer's identity in the weights' file, as training writes it: the model is checked, not warned about
     save_model(model, str(folder / "model.safetensors"), step=0, dev_error=None,
                spm_sha256=file_sha256(folder / "spm.model"))

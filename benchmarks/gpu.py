@@ -63,7 +63,7 @@ def _setup(args, overrides: list[str]):
     manifest = load_manifest(config.data_dir)
     languages = manifest.languages
     torch.manual_seed(config.train.seed)
-    model = MultilingualNMT(**model_args(config, languages, manifest.spm.vocab_size)).to(device)
+    model = MultilingualNMT.build(model_args(config, languages, manifest.spm.vocab_size)).to(device)
     t = config.train
     stream = BatchStream(shard_units(split_files(config.data_dir, "train")), languages, training_paths(t),
                          seed=t.seed, rank=0, world=1, max_tokens=t.max_tokens, window_tuples=t.window_tuples,

@@ -126,7 +126,7 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
     languages = config.train.languages or manifest.languages
     units = shard_units(split_files(config.data_dir, "train"))
     torch.manual_seed(config.train.seed)
-    model = MultilingualNMT(**model_args(config, languages, manifest.spm.vocab_size))
+    model = MultilingualNMT.build(model_args(config, languages, manifest.spm.vocab_size))
     if model.output == "adaptive":
         sample = sample_corpus(units, languages, config.train.sample_tuples)
         model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))

@@ -18,14 +18,16 @@ import hashlib
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import ownership, storage
 from core.errors import UserError
+from core.schema import wrong_fields
 
 FORMAT = "interlingua-teacher/1"
 FOLDER = "teacher"
@@ -37,6 +39,30 @@ ENTRIES = re.compile(rf"{FOLDER}(/[0-9a-f]{{16}}(/({re.escape(ownership.STAGING_
 
 class TeacherStoreError(UserError, RuntimeError):
     """Teacher embeddings that are missing, incomplete, damaged or of another format."""
+
+
+class TeacherFile(BaseModel):
+    """One teacher file's record (`write_shard`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rows: int
+    bytes: int
+    sha256: str
+
+
+class TeacherManifest(BaseModel):
+    """`<folder>/manifest.json`, written last (`publish`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["interlingua-teacher/1"] = FORMAT
+    teacher: dict[str, str]  # its identity: kind, and what tells its weights apart (`train.teacher.TeacherSpec`)
+    languages: list[str]  # those it embeds, of the dataset's
+    dim: int
+    data: dict[str, str]  # the training shards' sha256 (relative path -> sha256), as the dataset records them
+    files: dict[str, TeacherFile]  # relative path -> its record
+    rows: int  # tuples, all files
 
 
 def location(data_location: storage.Location, fingerprint: str) -> str:
@@ -54,7 +80,7 @@ def ours(data_location: storage.Location, entry: str) -> bool:
 
 
 def write_shard(where: storage.Location, keys: Sequence[str], vectors: Mapping[str, np.ndarray],
-                present: Mapping[str, np.ndarray], row_groups: Sequence[int]) -> dict[str, Any]:
+                present: Mapping[str, np.ndarray], row_groups: Sequence[int]) -> TeacherFile:
     """One teacher file: the shard's keys, each language's vectors (n, D) and which rows have one, in row
     groups of the shard's sizes. Its record for the manifest (rows, bytes, sha256)."""
     dim = next(iter(vectors.values())).shape[1] if vectors else 0
@@ -72,7 +98,7 @@ def write_shard(where: storage.Location, keys: Sequence[str], vectors: Mapping[s
             start += size
     data = sink.getvalue().to_pybytes()
     storage.replace_bytes(where, data)
-    return {"rows": len(keys), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return TeacherFile(rows=len(keys), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
 def read_row_group(where: storage.Location, row_group: int, languages: Sequence[str]
@@ -94,11 +120,12 @@ class TeacherStore:
     """Complete teacher embeddings (their manifest read): small and picklable, for the training workers."""
 
     location: str
-    manifest: Mapping[str, Any]
+    manifest: TeacherManifest
 
     @classmethod
     def open(cls, where: storage.Location) -> TeacherStore:
-        """TeacherStoreError when `where` holds no complete teacher embeddings of this format."""
+        """TeacherStoreError when `where` holds no complete teacher embeddings of this format, naming the
+        manifest's first wrong field."""
         path = storage.join(where, MANIFEST)
         try:
             manifest = storage.read_json(path)
@@ -108,15 +135,18 @@ class TeacherStore:
             raise TeacherStoreError(f"{path}: not a readable manifest ({exc})") from None
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise TeacherStoreError(f"{path}: not a manifest of {FORMAT}")
-        return cls(str(where), manifest)
+        try:
+            return cls(str(where), TeacherManifest.model_validate(manifest))
+        except ValidationError as exc:
+            raise TeacherStoreError(f"{path}: not a teacher manifest ({wrong_fields(exc)})") from None
 
     @property
     def languages(self) -> list[str]:
-        return list(self.manifest["languages"])
+        return list(self.manifest.languages)
 
     @property
     def dim(self) -> int:
-        return int(self.manifest["dim"])
+        return self.manifest.dim
 
     def file_for(self, shard: str) -> str:
         """The teacher file of a training shard (a location `Dataset.files` gives)."""
@@ -125,8 +155,8 @@ class TeacherStore:
     def verify(self) -> TeacherStore:
         """This store, once every file matches the size and sha256 its manifest records; TeacherStoreError
         naming the first that does not."""
-        for name, record in self.manifest["files"].items():
-            storage.verify_sha256(storage.join(self.location, name), record["sha256"], named_in=MANIFEST,
+        for name, record in self.manifest.files.items():
+            storage.verify_sha256(storage.join(self.location, name), record.sha256, named_in=MANIFEST,
                                   error=TeacherStoreError)
         return self
 
@@ -139,11 +169,10 @@ class TeacherInput:
     pivot: str
 
 
-def publish(where: storage.Location, files: Mapping[str, Mapping[str, Any]], *, teacher: Mapping[str, Any],
+def publish(where: storage.Location, files: Mapping[str, TeacherFile], *, teacher: Mapping[str, str],
             languages: Sequence[str], dim: int, data: Mapping[str, str]) -> TeacherStore:
     """The manifest, written last: from now on the folder is complete."""
-    manifest = {"format": FORMAT, "teacher": dict(teacher), "languages": list(languages), "dim": dim,
-                "data": dict(data), "files": {name: dict(record) for name, record in sorted(files.items())},
-                "rows": sum(r["rows"] for r in files.values())}
-    storage.write_json(storage.join(where, MANIFEST), manifest)
+    manifest = TeacherManifest(teacher=dict(teacher), languages=list(languages), dim=dim, data=dict(data),
+                               files=dict(sorted(files.items())), rows=sum(r.rows for r in files.values()))
+    storage.write_json(storage.join(where, MANIFEST), manifest.model_dump(mode="json"))
     return TeacherStore(str(where), manifest)

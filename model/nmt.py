@@ -17,13 +17,15 @@ teacher's embedding of the same sentence and of its tuple's pivot sentence
 """
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
+from pydantic import ValidationError
 from torch import nn
 
+from core.schema import wrong_fields
+from model.args import ModelArgs, ModelMeta
 from model.decoder import SentenceDecoder
 from model.encoder import SentenceEncoder, output_size
 
@@ -44,6 +46,11 @@ class Losses(NamedTuple):
 
 
 class MultilingualNMT(nn.Module):
+    @classmethod
+    def build(cls, args: ModelArgs) -> MultilingualNMT:
+        """The (untrained) model of these arguments."""
+        return cls(**args.model_dump())
+
     def __init__(
         self,
         *,
@@ -68,9 +75,8 @@ class MultilingualNMT(nn.Module):
     ) -> None:
         super().__init__()
         self.languages = list(languages)
-        self.args: dict[str, Any] = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self.args["languages"] = list(languages)
-        self.args["adaptive_cutoffs"] = list(adaptive_cutoffs)
+        given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.args = ModelArgs(**{**given, "languages": list(languages), "adaptive_cutoffs": list(adaptive_cutoffs)})
         if ranking_pairs not in ("source", "all"):
             raise ValueError(f"ranking_pairs must be 'source' or 'all', got {ranking_pairs!r}")
         self.ranking_scale, self.ranking_margin, self.nmt_weight = ranking_scale, ranking_margin, nmt_weight
@@ -212,15 +218,18 @@ class ModelFileError(ValueError):
 
 def save_model(model: MultilingualNMT, path: str, **meta: Any) -> None:
     """One safetensors file that `load_model` turns back into the model: the weights, and in its header the
-    constructor arguments and `meta` (JSON values) as JSON. Nothing in it is code: reading it runs none."""
+    constructor arguments (`ModelArgs`) and `meta` (`ModelMeta`) as JSON. Nothing in it is code: reading it
+    runs none."""
     from safetensors.torch import save_model as save
 
-    save(model, str(path), metadata={"format": FORMAT, "args": json.dumps(model.args), "meta": json.dumps(meta)})
+    save(model, str(path), metadata={"format": FORMAT, "args": model.args.model_dump_json(),
+                                     "meta": ModelMeta(**meta).model_dump_json()})
 
 
-def read_header(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_header(path: str) -> tuple[ModelArgs, ModelMeta]:
     """(constructor arguments, metadata) from the header of a file `save_model` wrote, without its weights.
-    ModelFileError when it is not one (a pickle, an older model.pt, another safetensors file)."""
+    ModelFileError when it is not one (a pickle, an older model.pt, another safetensors file), naming a wrong
+    field of its header."""
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -231,37 +240,39 @@ def read_header(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if header.get("format") != FORMAT:
         raise ModelFileError(f"a safetensors file without the header of {FORMAT} (format: {header.get('format')})")
     try:
-        return json.loads(header["args"]), json.loads(header["meta"])
-    except (KeyError, json.JSONDecodeError) as exc:
-        raise ModelFileError(f"its {FORMAT} header is not readable ({exc})") from None
+        return ModelArgs.model_validate_json(header["args"]), ModelMeta.model_validate_json(header["meta"])
+    except KeyError as exc:
+        raise ModelFileError(f"its {FORMAT} header has no {exc}") from None
+    except ValidationError as exc:
+        raise ModelFileError(f"its {FORMAT} header is not readable ({wrong_fields(exc)})") from None
 
 
-def embedding_size(args: dict[str, Any]) -> int:
+def embedding_size(args: ModelArgs) -> int:
     """The sentence embedding's size of a model of these constructor arguments (`read_header`), unbuilt."""
-    return output_size(args["pooling"], args["embed_dim"], args["encoder_hidden"])
+    return output_size(args.pooling, args.embed_dim, args.encoder_hidden)
 
 
-def load_meta(path: str) -> dict[str, Any]:
+def load_meta(path: str) -> ModelMeta:
     """The metadata `save_model` stored with the model, read from the file's header without its weights."""
     return read_header(path)[1]
 
 
-def load_model(path: str, map_location: str | torch.device = "cpu") -> tuple[MultilingualNMT, dict[str, Any]]:
+def load_model(path: str, map_location: str | torch.device = "cpu") -> tuple[MultilingualNMT, ModelMeta]:
     """The model saved by `save_model` (in eval mode) and its metadata; ModelFileError for another file, and
     safetensors' error for a truncated one."""
     from safetensors.torch import load_model as load
 
     args, meta = read_header(path)
-    model = MultilingualNMT(**args)
+    model = MultilingualNMT.build(args)
     load(model, str(path), strict=True, device=str(map_location))
     return model.eval(), meta
 
 
-def load_legacy_model(path: str) -> tuple[MultilingualNMT, dict[str, Any]]:
+def load_legacy_model(path: str) -> tuple[MultilingualNMT, ModelMeta]:
     """A model file of the older format (`torch.save` of the arguments, weights and metadata), read with
     `weights_only=True`: tensors and plain values only; torch refuses a file that holds anything else (code
     to run). For `interlingua upgrade-model`, which converts it."""
     blob = torch.load(path, map_location="cpu", weights_only=True)
-    model = MultilingualNMT(**blob["args"])
+    model = MultilingualNMT.build(ModelArgs.model_validate(blob["args"]))
     model.load_state_dict(blob["state_dict"])
-    return model.eval(), blob.get("meta", {})
+    return model.eval(), ModelMeta.model_validate(blob.get("meta", {}))

@@ -31,6 +31,7 @@ from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
 
 if TYPE_CHECKING:
     from core.normalize import NormalizeConfig
+    from model.args import ModelMeta
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ def check_trained_tokenizer(model_dir: Path, spm_sha256: str | None, *, in_linea
     model_path, spm_path = model_dir / MODEL_FILE, model_dir / SPM_FILE
     if spm_sha256 is None or not model_path.is_file():
         return  # `check` and the loaders name a missing file
-    trained_with = meta(model_path).get("spm_sha256")
+    trained_with = meta(model_path).spm_sha256
     if trained_with is None:
         if not in_lineage:
             log.warning("%s: neither %s nor the tokenizer's sha256 in %s (exported before they were recorded): "
@@ -258,7 +259,7 @@ def load(model_path: Path, map_location: Any = "cpu"):
     return _readable(model_path, lambda: load_model(str(model_path), map_location=map_location))
 
 
-def meta(model_path: Path) -> dict[str, Any]:
+def meta(model_path: Path) -> ModelMeta:
     """The metadata saved in `model_path` (step, dev error, the tokenizer's sha256), without its weights;
     ModelDirError naming the file when it cannot be read."""
     from model.nmt import load_meta

@@ -170,7 +170,7 @@ def upgrade_model_dir(model_dir: Path) -> Path:
         raise model_files.ModelDirError(f"{legacy}: refused ({type(exc).__name__}: {first}); "
                                         "only a file of tensors and plain values is converted") from None
     partial = model_dir / f".{model_files.MODEL_FILE}.partial"
-    save_model(model, str(partial), **meta)
+    save_model(model, str(partial), **meta.model_dump())
     partial.rename(target)
     if recorded:
         storage.write_json(model_dir / model_files.LINEAGE_FILE, {**recorded, "model_sha256": file_sha256(target)})

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from model.args import ModelArgs
 from model.training_paths import TrainingPath
 from orchestration.config import Config, ConfigError, evaluated_languages
 from orchestration.config.training import TrainConfig
@@ -15,7 +16,7 @@ class WorkerJob:
     (workers run elsewhere); the driver's verbosity and progress board are added when the run starts."""
 
     config: Config
-    model_args: dict[str, Any]  # `model_args`: the constructor arguments of `MultilingualNMT`
+    model_args: ModelArgs  # `model_args`: the constructor arguments of `MultilingualNMT`
     languages: list[str]  # the trained ones
     dev_languages: list[str]  # those of the dev similarity error
     data_dir: str
@@ -33,15 +34,15 @@ class WorkerJob:
     progress_board: Any = None  # `live.shown`'s board: rank 0 posts its progress there
 
 
-def model_args(config: Config, languages: list[str], vocab_size: int) -> dict[str, Any]:
-    """The flat constructor arguments of `MultilingualNMT` from the config."""
+def model_args(config: Config, languages: list[str], vocab_size: int) -> ModelArgs:
+    """The constructor arguments of `MultilingualNMT` from the config."""
     m = config.model
     cutoffs = m.adaptive_cutoffs or [vocab_size // 16, vocab_size // 4]
     if m.output == "adaptive" and not (0 < cutoffs[0] and cutoffs == sorted(set(cutoffs)) and cutoffs[-1] < vocab_size):
         raise ConfigError(
             f"model.adaptive_cutoffs {cutoffs}: must increase and stay below the vocabulary size {vocab_size}"
         )
-    return dict(
+    return ModelArgs(
         languages=languages, vocab_size=vocab_size,
         pooling={"blstm_max": "max", "lstm_last": "last", "bow_mean": "mean"}[m.encoder],
         embed_dim=m.embed_dim, encoder_hidden=m.encoder_hidden, encoder_layers=m.encoder_layers,

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from model.args import ModelArgs
 from model.stream import DataPosition
 from model.nmt import MultilingualNMT, load_model, save_model
 from orchestration.adapters import model_dir as model_files
@@ -92,7 +93,7 @@ def save_state(state: TrainingState, path: Path) -> None:
                 "progress": asdict(state.progress), "positions": state.positions}, path)
 
 
-def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_model: str,
+def report(rank: int, state: TrainingState, model_args: ModelArgs, *, spm_model: str,
            config: dict[str, Any], metrics: dict[str, float]) -> None:
     """Rank 0 writes a checkpoint directory and reports it; every other rank reports without one.
 
@@ -118,7 +119,7 @@ def report(rank: int, state: TrainingState, model_args: dict[str, Any], *, spm_m
     try:
         folder = Path(tmp)
         save_state(state, folder / STATE_FILE)
-        best = MultilingualNMT(**model_args)
+        best = MultilingualNMT.build(model_args)
         best.load_state_dict(state.best_model)
         # the tokenizer's identity inside the weights' file: a model folder whose spm.model was replaced is
         # refused even without lineage.json (`model_dir.verify`)

@@ -82,7 +82,7 @@ def worker_job(config: Config, data: Dataset, run_id: str, uri: str,
     check_dev_tuples(config, builders.dev_languages(config, languages))
     args = builders.model_args(config, languages, data.vocab_size)
     if teacher is not None:
-        args["distill_dim"] = teacher.dim
+        args = args.model_copy(update={"distill_dim": teacher.dim})
     return WorkerJob(config=config, model_args=args,
                      languages=languages, dev_languages=builders.dev_languages(config, languages),
                      data_dir=data_dir, spm_model=data.spm_model,

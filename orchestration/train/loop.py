@@ -123,7 +123,7 @@ def set_up(job: WorkerJob) -> Worker:
 
     units = shard_units(Dataset.open(job.data_dir).files("train"))
     torch.manual_seed(t.seed)  # the initial weights: the same on every worker and in every attempt
-    model = MultilingualNMT(**job.model_args)
+    model = MultilingualNMT.build(job.model_args)
     state = checkpoint.restore(job.resume_from)
     if model.output == "adaptive" or (config.model.embed_init == "lsi" and not state):
         sample = sample_corpus(units, job.languages, t.sample_tuples)  # read once, then let go

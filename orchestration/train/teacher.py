@@ -39,7 +39,7 @@ class TeacherSpec:
 
     kind: str
     location: str | None
-    identity: dict[str, Any]
+    identity: dict[str, str]  # its kind, and what tells its weights apart
     languages: tuple[str, ...]
     dim: int
 
@@ -67,7 +67,7 @@ def resolve(config: Config) -> TeacherSpec | None:
         raise ConfigError(f"model.teacher: {exc}") from None
     except ModelFileError as exc:
         raise ConfigError(f"model.teacher: {where}/{model_files.MODEL_FILE}: {exc}") from None
-    return TeacherSpec("model", str(local), {"kind": "model", "sha256": sha}, tuple(args["languages"]),
+    return TeacherSpec("model", str(local), {"kind": "model", "sha256": sha}, tuple(args.languages),
                        embedding_size(args))
 
 
@@ -98,7 +98,7 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
     where = teacher_store.location(data.location, fp)
     if storage.exists(storage.join(where, teacher_store.MANIFEST)):
         store = TeacherStore.open(where).verify()
-        log.info("teacher embeddings: %s tuples x %d languages, found in %s", f"{store.manifest['rows']:,}",
+        log.info("teacher embeddings: %s tuples x %d languages, found in %s", f"{store.manifest.rows:,}",
                  len(store.languages), where)
         return store
     if storage.exists(where) and not ownership.is_staging(where):
@@ -109,13 +109,13 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
     files = _compute(config, data, spec, languages, where)
     store = teacher_store.publish(where, files, teacher=spec.identity, languages=languages, dim=spec.dim,
                                   data=shards)
-    log.info("teacher embeddings: %s tuples x %d languages by %s in %.0f s -> %s", f"{store.manifest['rows']:,}",
+    log.info("teacher embeddings: %s tuples x %d languages by %s in %.0f s -> %s", f"{store.manifest.rows:,}",
              len(languages), config.model.teacher, time.monotonic() - started, where)
     return store
 
 
 def _compute(config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
-             ) -> dict[str, dict[str, Any]]:
+             ) -> dict[str, teacher_store.TeacherFile]:
     """A shard per item, through `runtime.embed_actors` actors (`embed.job.run_actors`: our progress line)."""
     import ray.data
 
@@ -136,7 +136,8 @@ def _compute(config: Config, data: Dataset, spec: TeacherSpec, languages: list[s
                              rows_of=lambda record: sentences[record.pop("shard")],
                              actors=min(r.embed_actors, len(items)), cpus=r.cpus_per_task, use_gpu=False,
                              batch_size=1)
-    return {f"train/{posixpath.basename(record.pop('out'))}": record for record in records}
+    return {f"train/{posixpath.basename(record.pop('out'))}": teacher_store.TeacherFile.model_validate(record)
+            for record in records}
 
 
 def _sentences(shard: str, languages: list[str]) -> int:
@@ -201,5 +202,6 @@ class ShardEmbedFn:
                 full[has] = np.asarray(self.embed([t for t in texts if t is not None], lang), np.float32)
             vectors[lang], present[lang] = full, has
         record = teacher_store.write_shard(out, table.column("key").to_pylist(), vectors, present, row_groups)
-        return {"shard": np.array([shard]), "out": np.array([out]), **{k: np.array([v]) for k, v in record.items()}}
+        return {"shard": np.array([shard]), "out": np.array([out]),
+                **{k: np.array([v]) for k, v in record.model_dump().items()}}
 

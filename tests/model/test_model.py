@@ -124,15 +124,15 @@ def test_embed_keeps_input_order_and_save_load_round_trip(corpus, tmp_path):
     np.testing.assert_allclose(emb[0], direct[0], rtol=1e-5, atol=1e-6)
     save_model(model, str(tmp_path / "m.safetensors"), step=3)
     loaded, meta = load_model(str(tmp_path / "m.safetensors"))
-    assert meta == load_meta(str(tmp_path / "m.safetensors")) == {"step": 3}
+    assert meta == load_meta(str(tmp_path / "m.safetensors")) and meta.step == 3 and meta.dev_error is None
     np.testing.assert_allclose(embed(loaded, seqs, "ru"), emb, rtol=1e-5, atol=1e-6)
     # an older version's file (a torch pickle of plain values): converted through load_legacy_model only
-    blob = {"args": model.args, "state_dict": model.state_dict(), "meta": {"step": 4}}
+    blob = {"args": model.args.model_dump(), "state_dict": model.state_dict(), "meta": {"step": 4}}
     torch.save(blob, str(tmp_path / "legacy.pt"))
     with pytest.raises(ModelFileError, match="not a safetensors file"):
         load_meta(str(tmp_path / "legacy.pt"))
     legacy, meta = load_legacy_model(str(tmp_path / "legacy.pt"))
-    assert meta == {"step": 4}
+    assert meta.step == 4
     np.testing.assert_allclose(embed(legacy, seqs, "ru"), emb, rtol=1e-5, atol=1e-6)
 
 
@@ -153,7 +153,7 @@ def test_a_pickle_that_would_run_code_is_refused_by_every_reader(tmp_path):
     never runs (the marker file it would create stays absent)."""
     marker = tmp_path / "ran"
     model = small_model()
-    hostile = {"args": model.args, "state_dict": model.state_dict(), "meta": {"x": _Payload(marker)}}
+    hostile = {"args": model.args.model_dump(), "state_dict": model.state_dict(), "meta": {"x": _Payload(marker)}}
     for name in ("model.safetensors", "legacy.pt"):
         torch.save(hostile, str(tmp_path / name))
     for read in (load_meta, load_model):
@@ -261,3 +261,25 @@ def test_a_distilled_model_saves_and_loads_with_its_map(tmp_path):
     save_model(model, str(tmp_path / "model.safetensors"))
     loaded, _ = load_model(str(tmp_path / "model.safetensors"))
     torch.testing.assert_close(loaded.distill_map.weight, model.distill_map.weight)
+
+
+def test_a_header_of_wrong_arguments_is_named_by_its_field(tmp_path):
+    """The header is typed (`model.args.ModelArgs`): a file whose arguments are not a model's is refused,
+    naming the field, before any weights are read."""
+    from safetensors.torch import save_file
+
+    from model.nmt import FORMAT, read_header
+
+    path = tmp_path / "model.safetensors"
+    save_file({"w": torch.zeros(1)}, str(path),
+              metadata={"format": FORMAT, "args": '{"languages": "en", "vocab_size": 8}', "meta": "{}"})
+    with pytest.raises(ModelFileError, match="languages"):
+        read_header(str(path))
+    args, meta = read_header(_saved(tmp_path, small_model(), step=7, spm_sha256="ab"))
+    assert args == small_model().args and (meta.step, meta.spm_sha256, meta.dev_error) == (7, "ab", None)
+
+
+def _saved(folder, model, **meta):
+    path = folder / "saved.safetensors"
+    save_model(model, str(path), **meta)
+    return str(path)

@@ -223,7 +223,7 @@ def test_a_model_records_its_tokenizer_and_a_replaced_spm_model_is_refused_namin
 
     model = exported_model_dir(small_dataset, tmp_path / "model", monkeypatch)
     trained_with = load_manifest(small_dataset.data_dir).dump()["spm"]["sha256"]
-    assert load_model(str(model / model_files.MODEL_FILE))[1]["spm_sha256"] == trained_with
+    assert load_model(str(model / model_files.MODEL_FILE))[1].spm_sha256 == trained_with
     assert not (model / model_files.LINEAGE_FILE).exists()
     text = tmp_path / "en.txt"
     text.write_text("In the beginning God created the heaven and the earth.\n")
@@ -270,7 +270,8 @@ def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(sma
     # the same model as an older version saved it
     loaded, meta = model_files.load(model / model_files.MODEL_FILE)
     (model / model_files.MODEL_FILE).unlink()
-    torch.save({"args": loaded.args, "state_dict": loaded.state_dict(), "meta": meta}, model / "model.pt")
+    torch.save({"args": loaded.args.model_dump(), "state_dict": loaded.state_dict(), "meta": meta.model_dump()},
+               model / "model.pt")
     lineage = json.loads((model / "lineage.json").read_text())
     lineage["model_sha256"] = model_files.file_sha256(model / "model.pt")
     (model / "lineage.json").write_text(json.dumps(lineage))
@@ -293,7 +294,7 @@ def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(sma
     shutil.copytree(model, hostile)
     (hostile / model_files.MODEL_FILE).unlink()
     (hostile / "lineage.json").unlink()
-    torch.save({"args": loaded.args, "state_dict": loaded.state_dict(), "meta": {"x": Payload()}},
+    torch.save({"args": loaded.args.model_dump(), "state_dict": loaded.state_dict(), "meta": {"x": Payload()}},
                hostile / "model.pt")
     assert main(["upgrade-model", str(hostile)]) == 2
     assert "refused (UnpicklingError" in one_line(capsys.readouterr().err)

@@ -158,7 +158,7 @@ def test_crash_mid_write_keeps_the_previous_dataset(prepared, tmp_path, monkeypa
     # the old dataset is whole and still the published one
     assert dataset.load_manifest(config.data_dir) == result.manifest
     assert file_hashes(dataset.load_manifest(config.data_dir)) == file_hashes(result.manifest)
-    monkeypatch.setattr(dataset, "write_shard", real)
+    monkeypatch.setattr(dataset_writer, "write_shard", real)
     done = prepare(changed)
     assert done.manifest.dump()["spm"]["vocab_size"] <= 1500
     assert dataset.load_manifest(config.data_dir).dump()["fingerprint"] != result.manifest.dump()["fingerprint"]
@@ -171,7 +171,7 @@ def test_a_crashed_first_run_leaves_no_dataset(tmp_path, monkeypatch):
     def failing(path, rows, languages):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dataset, "write_shard", failing)
+    monkeypatch.setattr(dataset_writer, "write_shard", failing)
     with pytest.raises(Exception, match="No space left on device"):
         prepare(config)
     assert not Path(config.data_dir).exists()

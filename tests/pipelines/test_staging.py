@@ -138,7 +138,7 @@ def test_prepare_to_a_uri_keeps_the_previous_dataset_through_a_crash(tmp_path, m
         for f, location in zip(first.splits[split].files, dataset.split_files(uri, split)):
             assert dataset.file_sha256(location) == f.sha256
     assert dataset.read_split(uri, "dev").num_rows == 40
-    monkeypatch.setattr(dataset, "write_shard", real)
+    monkeypatch.setattr(dataset_writer, "write_shard", real)
     done = run_prepare(changed.prepare, uri, options=pipeline_options([])).manifest
     assert dataset.load_manifest(uri).fingerprint == done.fingerprint != first.fingerprint
     assert attempts(tmp_path) == [done.spm.model.split("/")[0]]

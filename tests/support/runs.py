@@ -121,7 +121,7 @@ def other_weights(model_dir: Path) -> Path:
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.5 * torch.randn_like(parameter))
-    save_model(model, str(model_dir / files.MODEL_FILE), **meta)
+    save_model(model, str(model_dir / files.MODEL_FILE), **meta.model_dump())
     return model_dir
 
 

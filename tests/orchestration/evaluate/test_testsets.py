@@ -161,7 +161,7 @@ def noisy_copy(model_dir, out, seed: int):
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
-    save_model(model, str(out / "model.safetensors"), **meta)
+    save_model(model, str(out / "model.safetensors"), **meta.model_dump())
     return out
 
 

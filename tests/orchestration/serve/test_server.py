@@ -33,6 +33,7 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
     `model_dir` in <run_dir>/eval/test/embeddings."""
     from core.dataset import Dataset, file_sha256
     from evaluation import store_writer
+    from evaluation.store import EmbeddingsMeta
     from orchestration.adapters import model_dir as files
 
     table = Dataset.open(config.data_dir).read("test", ["key", "en_text", "fr_text"]).sort_by("key")
@@ -41,8 +42,9 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
     folder = Path(config.eval_dir) / "test" / "embeddings"
     staging = folder.parent / "staging"
     record = store_writer.write_block(staging, keys, {lang: embedder.embed(texts[lang], lang) for lang in texts}, texts)
-    store_writer.publish(staging, folder, [record], languages=["en", "fr"],
-                  meta={"model": file_sha256(model_dir / files.MODEL_FILE)})
+    meta = EmbeddingsMeta(model=file_sha256(model_dir / files.MODEL_FILE), split="test",
+                          data=Dataset.open(config.data_dir).fingerprint)
+    store_writer.publish(staging, folder, [record], languages=["en", "fr"], meta=meta.model_dump())
 
 
 @pytest.fixture(scope="module")

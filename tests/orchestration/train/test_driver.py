@@ -21,7 +21,7 @@ def test_train_checkpoints_exports_and_logs_to_mlflow(small_dataset, tmp_path, t
     config, result = trained_run.config(), trained_run.result
     assert not result.skipped and result.step == 20
     model, meta = load_model(str(result.model_dir / "model.safetensors"))
-    assert meta["dev_error"] == result.dev_error and 0.0 <= result.dev_error < 1.0
+    assert meta.dev_error == result.dev_error and 0.0 <= result.dev_error < 1.0
     assert {p.name for p in result.model_dir.iterdir()} >= {"model.safetensors", "spm.model", "config.yaml", "progress.json"}
     assert load_config(result.model_dir / "config.yaml").model == config.model  # reproducible from it
     lineage = json.loads((result.model_dir / "lineage.json").read_text())  # what it was made from

@@ -128,7 +128,7 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
         assert len(logged) == len(set(logged)), (key, sorted(logged))
     assert len(tracking.search_runs(uri, "interlingua")) == 1  # resumed into the same MLflow run, not a duplicate
     model, meta = load_model(str(train_dir / "model" / "model.safetensors"))
-    assert meta["dev_error"] == progress["dev_error"]
+    assert meta.dev_error == progress["dev_error"]
     assert isinstance(model.encoders["fr"].lstm, torch.nn.LSTM)
 
 

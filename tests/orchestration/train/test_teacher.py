@@ -95,8 +95,8 @@ def test_a_model_of_ours_teaches_a_smaller_student_and_its_embeddings_are_stored
     store = TeacherStore.open(where).verify()
     data = Dataset.open(data_dir)
     assert store.languages == LANGS and store.dim == 32
-    assert store.manifest["rows"] == data.read("train", ["key"]).num_rows
-    assert store.manifest["teacher"]["kind"] == "model"
+    assert store.manifest.rows == data.read("train", ["key"]).num_rows
+    assert store.manifest.teacher["kind"] == "model"
     keys, vectors, has = read_row_group(store.file_for(data.files("train")[0]), 0, ["fr"])
     texts = data.read("train", ["key", "fr_text"]).to_pydict()
     by_key = dict(zip(texts["key"], texts["fr_text"]))
