@@ -1,0 +1,111 @@
+"""A recipe's dev error by source after a few minutes of in-process training: for comparing recipes quickly.
+
+    .venv/bin/python benchmarks/mixing.py -c configs/multidomain-cpu.yaml --steps 1500 [KEY=VALUE ...]
+
+The training loop's own parts (`model.stream.BatchStream`, `model.training.train_step`, the LSI
+initialization, `model.batching.dev_rows_by_source`, `evaluation.xsim`) in one process, without Ray, MLflow
+or checkpoints: the config's model on its prepared dataset (`dataset_dir`; prepare it first), with its
+teacher's stored embeddings when `model.teacher` is set (computed by an `interlingua train` of the config
+before). Every 500 steps and at the end (`--steps`, or `train.max_minutes`, whichever comes first) it prints
+one JSON line: the step, the minutes, the dev error % of each source's tuples searched among themselves (as
+training logs `dev/source_xsim_error/<source>`), the last batch's ranking and distillation losses.
+
+The learning rate follows the config's schedule over `train.max_minutes` of this process's time: rows of one
+comparison should be read at equal steps, and on a quiet machine their minutes compare too.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.dataset import Dataset  # noqa: E402
+from core.teacher import TeacherInput, TeacherStore  # noqa: E402
+from evaluation.xsim import average_error, error_matrix  # noqa: E402
+from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, shard_units  # noqa: E402
+from model.inference import embed_rows  # noqa: E402
+from model.nmt import MultilingualNMT  # noqa: E402
+from model.stream import BatchStream  # noqa: E402
+from model.training import make_optimizer, scheduled_lr, train_step  # noqa: E402
+from orchestration.config import load_config  # noqa: E402
+from orchestration.train import builders  # noqa: E402
+from orchestration.train.loop import _init_lsi  # noqa: E402
+from orchestration.train.teacher import resolve as resolve_teacher  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def teacher_store(config, data: Dataset) -> TeacherStore | None:
+    """The config's teacher's embeddings of this dataset, stored by an earlier training (None without a teacher)."""
+    if resolve_teacher(config) is None:
+        return None
+    found = sorted((Path(str(data.location)) / "teacher").glob("*/manifest.json"))
+    if not found:
+        sys.exit(f"{data.location}: no teacher embeddings; run `interlingua train` of this config once first")
+    return TeacherStore.open(found[-1].parent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-c", "--config", required=True)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--tag", default="", help="a name for the rows")
+    parser.add_argument("overrides", nargs="*", help="KEY=VALUE, as on the command line of interlingua")
+    args = parser.parse_args()
+    config = load_config(args.config, args.overrides)
+    t, m = config.train, config.model
+    torch.set_num_threads(config.runtime.cpus_per_worker)
+    data = Dataset.open(config.data_dir)
+    store = teacher_store(config, data)
+    languages = builders.trained_languages(config, data.languages)
+    units = shard_units(data.files("train"))
+    model_args = builders.model_args(config, languages, data.vocab_size)
+    if store is not None:
+        model_args = model_args.model_copy(update={"distill_dim": store.dim})
+    torch.manual_seed(t.seed)
+    model = MultilingualNMT.build(model_args)
+    if m.embed_init == "lsi":
+        _init_lsi(model, sample_corpus(units, languages, t.sample_tuples), t.seed, 1)  # rank 1: no log line
+    optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=CPU)
+    stream = BatchStream(units, languages, builders.training_paths(t), seed=t.seed, rank=0, world=1,
+                         max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
+                         source_weights=t.source_weights,
+                         teacher=TeacherInput(store, m.distill_pivot) if store is not None else None)
+    dev = ParallelCorpus.read(config.data_dir, "dev", languages, keys=True)
+    rows, by_source = dev_rows_by_source(dev, t.dev_max_sentences)
+    by_source = by_source or {config.name: np.arange(len(rows))}
+    schedule = builders.schedule_args(t)
+    started, elapsed = time.perf_counter(), 0.0
+    for step in range(1, args.steps + 1):
+        batch = next(stream)
+        lr = scheduled_lr(step - 1, elapsed, **schedule)
+        if lr is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        out = train_step(model, optimizer, batch.sources, batch.targets, ranking_weight=m.ranking_weight,
+                         grad_clip=t.grad_clip, device=CPU, teacher=batch.teacher, distill_weight=m.distill_weight)
+        elapsed = time.perf_counter() - started
+        done = step == args.steps or (t.max_minutes is not None and elapsed >= 60 * t.max_minutes)
+        if step % 500 == 0 or done:
+            model.eval()
+            embeddings = embed_rows(model, dev, rows, device=CPU)
+            model.train()
+            errors = {name: round(100 * average_error(error_matrix({lang: e[at] for lang, e in embeddings.items()})), 2)
+                      for name, at in by_source.items()}
+            print(json.dumps({"tag": args.tag, "step": step, "minutes": round(elapsed / 60, 1), **errors,
+                              "ranking_loss": round(float(out.ranking), 4) if out.ranking is not None else None,
+                              "distill_loss": round(float(out.distill), 5) if out.distill is not None else None}),
+                  flush=True)
+        if done:
+            break
+
+
+if __name__ == "__main__":
+    main()
