@@ -170,10 +170,11 @@ def check_replaceable(model_dir: Path) -> list[str]:
                                    advice="move those files out of it; interlingua replaces only its model's files")
 
 
-def progress(model_dir: Path) -> dict[str, Any]:
-    """The training progress saved with the model ({} for a directory without one)."""
+def trained_steps(model_dir: Path) -> int | None:
+    """The optimizer steps its training had taken when the model was exported (its progress.json, written from
+    `train.checkpoint.TrainingProgress`); None for a directory without one."""
     path = model_dir / PROGRESS_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return int(json.loads(path.read_text())["step"]) if path.is_file() else None
 
 
 def record_lineage(model_dir: str | Path, data: Dataset) -> dict[str, str]:

@@ -25,7 +25,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class Encoder:
 
     model_path: Path | None
     languages: list[str]  # the evaluated ones
-    meta: dict[str, Any]  # the model's training progress (step, dev error)
+    steps: int | None  # the optimizer steps of the model's training (None: the USE baseline, or unknown)
     reencode: bool = False  # the dataset's token ids are of another tokenizer: the model reads the text
     known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
     backend: str = "torch"  # the engine that runs it (`embed.backends`, resolved: never "auto")
@@ -148,7 +148,7 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
     write_report(out_dir, matrix, named, averages, languages, len(store))
     tags = {tracking.DATA_TAG: data, tracking.BACKEND_TAG: encoder.backend,
             **({tracking.TESTSET_TAG: testset} if testset else {})}
-    run_id = _log(config, out_dir, named, averages, encoder.meta, len(store), label, parent_run_id, name, tags)
+    run_id = _log(config, out_dir, named, averages, encoder.steps, len(store), label, parent_run_id, name, tags)
     write_state(out_dir / STATE_FILE, EvaluationRecord(fingerprint=fp, run_id=run_id, data=data))
     ownership.end_writes(out_dir)  # the state file vouches for the report now
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
@@ -186,7 +186,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     data = Dataset.open(config.data_dir)
     if config.evaluate.encoder == "use":
         available = config.train.languages or data.languages
-        return Encoder(None, _languages(config, available), {"encoder": "use"})
+        return Encoder(None, _languages(config, available), None)
     model_dir = model_files.fetch(model_dir or model_files.default(config.train_dir)).resolve()
     model_path = model_dir / model_files.MODEL_FILE
     if not model_path.is_file():
@@ -197,7 +197,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
     if own_text:
         model_files.verify(model_files.check(model_dir))  # it reads the text with its own spm.model: the right one?
         languages = model_files.load(model_path)[0].languages
-        return Encoder(model_path, _languages(config, languages), model_files.progress(model_dir), known=languages,
+        return Encoder(model_path, _languages(config, languages), model_files.trained_steps(model_dir), known=languages,
                        backend=backend)
     mismatch = False
     try:
@@ -214,7 +214,7 @@ def resolve_encoder(config: Config, model_dir: Path | None, *, reencode: bool = 
         raise EvaluateError(f"{model_path} embeds {languages}; {config.data_dir} lacks {lacking}: set "
                             f"evaluate.languages to some of {data.languages}")
     available = [lang for lang in languages if lang in data.languages]
-    return Encoder(model_path, _languages(config, available), model_files.progress(model_dir), mismatch, languages,
+    return Encoder(model_path, _languages(config, available), model_files.trained_steps(model_dir), mismatch, languages,
                    backend)
 
 
@@ -276,7 +276,7 @@ def _cached(out_dir: Path, languages: list[str], run_id: str, data: str) -> Eval
                       data=data)
 
 
-def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], size: int,
+def _log(config: Config, out_dir: Path, named, averages, steps: int | None, size: int,
          label: str | None, parent_run_id: str | None, name: str, tags: dict[str, str]) -> str:
     """The evaluation as an MLflow run, nested under the training run (or `parent_run_id`)."""
     tracker = Tracker.of(config)
@@ -292,7 +292,7 @@ def _log(config: Config, out_dir: Path, named, averages, meta: dict[str, Any], s
     metrics["eval/sentences"] = size
     with tracker.run(f"{config.name}-eval-{name}{suffix}", config.to_dict(),
                      stage="evaluate", parent_run_id=parent_run_id or train_run,
-                     tags={tracking.ENCODER_TAG: encoder, tracking.MODEL_STEP_TAG: str(meta.get("step")), **tags,
+                     tags={tracking.ENCODER_TAG: encoder, tracking.MODEL_STEP_TAG: str(steps), **tags,
                            **({tracking.TRAIN_RUN_TAG: train_run} if train_run else {})}) as run_id:
         tracking.log_metrics(tracker.uri, run_id, metrics, 0)
         for file in FILES:
