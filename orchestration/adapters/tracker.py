@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from orchestration.adapters import registry, tracking
 
@@ -41,11 +41,10 @@ class Tracker:
         """ConnectionError (or TrackingLoginError) now, before any long work, when the store cannot be used."""
         tracking.check_reachable(self.uri)
 
-    @contextlib.contextmanager
-    def run(self, run_name: str, params: Mapping[str, Any], *, stage: str, **options: Any) -> Iterator[str]:
+    def run(self, run_name: str, params: Mapping[str, Any], *, stage: str,
+            **options: Any) -> contextlib.AbstractContextManager[str]:
         """A stage's MLflow run in the experiment (`tracking.run`: its `options` too)."""
-        with tracking.run(self.uri, self.experiment, run_name, params, stage=stage, **options) as run_id:
-            yield run_id
+        return tracking.run(self.uri, self.experiment, run_name, params, stage=stage, **options)
 
     def search_runs(self, filter_string: str = "", max_results: int = 100) -> list:
         """The experiment's runs, newest first (`tracking.search_runs`)."""

@@ -44,7 +44,7 @@ from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.cluster import check_every_node_reaches, data_job, ensure_ray
 from orchestration.embed.folder import (
     MANIFEST, TMP_BLOCK, BlockSource, EmbedJob, EmbedMeta, EmbedModel, check_not_inside, check_output, owned,
-    read_manifest, scan,
+    read_own_manifest, scan_records,
 )
 from orchestration.embed.job import BlockEmbedFn, cell_vectors, run_actors, save_input_block, ship_model
 from orchestration.embed.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
@@ -111,7 +111,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
                    threads=cpus_per_actor, backend=engine,
                    storage_env=storage.environment())  # the actors read URI inputs from the same store
         _run(pending, out_dir, fp, local_model, job, actors, cpus_per_actor, use_gpu)
-    records = scan(out_dir).records
+    records = scan_records(out_dir).records
     records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
     manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
                          EmbedJob(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
@@ -182,8 +182,8 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
     """The blocks of this plan already written. ForeignDataError when the folder holds anything but
     embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
     model or options, or in the earlier layout, unless `force`, which removes those (its own files alone)."""
-    scanned = scan(out_dir)  # each record read once
-    manifest = read_manifest(out_dir)
+    scanned = scan_records(out_dir)  # each record read once
+    manifest = read_own_manifest(out_dir)
     found = check_output(out_dir, ours=owned(scanned, manifest))
     stale = [*sorted(scanned.legacy), *(name for name, record in scanned.records.items() if record.fingerprint != fp)]
     if manifest.legacy or (manifest.current is not None and manifest.current.meta.get("fingerprint") != fp):

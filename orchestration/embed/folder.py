@@ -83,7 +83,7 @@ def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], b
 def own_entries(out_dir: Location) -> Callable[[str], bool]:
     """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
     blocks and their records (this layout or the earlier one), a killed run's temporary files."""
-    return owned(scan(out_dir), read_manifest(out_dir))
+    return owned(scan_records(out_dir), read_own_manifest(out_dir))
 
 
 class Scan(NamedTuple):
@@ -108,7 +108,7 @@ def owned(scan: Scan, manifest: Manifest) -> Callable[[str], bool]:
     return (ours | manifest.legacy).__contains__
 
 
-def scan(out_dir: Location) -> Scan:
+def scan_records(out_dir: Location) -> Scan:
     """The folder's files, and every block record embed wrote: part-NNNNN.json with its name, fingerprint, index
     and {lang: sha256}; or, in the earlier layout, a record of `part-N.npy` beside it. Other such files are not
     records."""
@@ -132,7 +132,7 @@ def scan(out_dir: Location) -> Scan:
     return Scan(files, records, legacy)
 
 
-def read_manifest(out_dir: Location) -> Manifest:
+def read_own_manifest(out_dir: Location) -> Manifest:
     """The folder's manifest if this product's embed wrote it (the stored-embeddings format with a
     fingerprint, or the earlier layout's: its format marker or, before the marker existed, its fields)."""
     try:
