@@ -100,8 +100,8 @@ def main() -> None:
             errors = {name: round(100 * average_error(error_matrix({lang: e[at] for lang, e in embeddings.items()})), 2)
                       for name, at in by_source.items()}
             print(json.dumps({"tag": args.tag, "step": step, "minutes": round(elapsed / 60, 1), **errors,
-                              "ranking_loss": round(float(out.ranking), 4) if out.ranking is not None else None,
-                              "distill_loss": round(float(out.distill), 5) if out.distill is not None else None}),
+                              "ranking_loss": round(out.ranking.detach().item(), 4) if out.ranking is not None else None,
+                              "distill_loss": round(out.distill.detach().item(), 5) if out.distill is not None else None}),
                   flush=True)
         if done:
             break

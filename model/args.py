@@ -29,6 +29,7 @@ class ModelArgs(BaseModel):
     nmt_weight: float = 1.0
     ranking_pairs: str = "source"
     distill_dim: int = 0
+    distill_loss: str = "mse"
 
 
 class ModelMeta(BaseModel):

@@ -30,6 +30,7 @@ from model.decoder import SentenceDecoder
 from model.encoder import SentenceEncoder, output_size
 
 SHARED = "shared"
+DISTILL_LOSSES = ("mse", "contrastive")
 PIVOT = "_pivot"  # `forward`'s teacher key of the pivot sentences' embeddings
 Pair = tuple[torch.Tensor, torch.Tensor]  # (ids (B, T), lengths (B,))
 Teacher = tuple[torch.Tensor, torch.Tensor]  # (the teacher's embeddings (B, D_teacher), which rows have one (B,))
@@ -72,6 +73,7 @@ class MultilingualNMT(nn.Module):
         nmt_weight: float = 1.0,
         ranking_pairs: str = "source",
         distill_dim: int = 0,
+        distill_loss: str = "mse",
     ) -> None:
         super().__init__()
         self.languages = list(languages)
@@ -104,7 +106,9 @@ class MultilingualNMT(nn.Module):
         names = [SHARED] if shared_decoder else self.languages
         self.decoders = nn.ModuleDict({name: decoder() for name in names})
         # the student's embedding in the teacher's space: a map where the sizes differ, else the embedding itself
-        self.distill_dim = distill_dim
+        if distill_loss not in DISTILL_LOSSES:
+            raise ValueError(f"distill_loss must be one of {DISTILL_LOSSES}, got {distill_loss!r}")
+        self.distill_dim, self.distill_objective = distill_dim, distill_loss
         self.distill_map = (nn.Linear(self.embedding_dim, distill_dim, bias=False)
                             if distill_dim and distill_dim != self.embedding_dim else None)
 
@@ -174,9 +178,12 @@ class MultilingualNMT(nn.Module):
         return Losses(loss, nll, tokens, ranking, distill)
 
     def distill_loss(self, encoded: dict[str, torch.Tensor], teacher: dict[str, Teacher]) -> torch.Tensor:
-        """Mean squared error between each source's mapped embedding (B, D) and the teacher's embeddings of
-        the same sentence and of the pivot, over the rows the teacher has (a masked mean: nothing is read
-        back to the host)."""
+        """Each source's mapped embedding (B, D) against the teacher's embeddings of the same sentence and of
+        the pivot, over the rows the teacher has (masked means: nothing is read back to the host).
+        `mse`: the mean squared difference (Reimers & Gurevych 2020). `contrastive`: the additive-margin
+        softmax of the ranking loss, the student's sentence against the teacher's vectors of the batch
+        (both directions; rows without one are neither queries nor negatives), a term of the ranking
+        loss's scale whatever the teacher's dimension."""
         if self.distill_dim == 0:
             raise ValueError("this model has no distillation map: build it with distill_dim")
         terms = []
@@ -185,10 +192,25 @@ class MultilingualNMT(nn.Module):
             for key in dict.fromkeys((lang, PIVOT)):
                 if key in teacher:
                     vectors, present = teacher[key]
-                    error = (mapped.float() - vectors.float()).pow(2).mean(dim=-1)  # (B,)
                     weight = present.float()
+                    if self.distill_objective == "contrastive":
+                        error = self._teacher_ranking(mapped.float(), vectors.float(), weight)
+                    else:
+                        error = (mapped.float() - vectors.float()).pow(2).mean(dim=-1)  # (B,)
                     terms.append((error * weight).sum() / weight.sum().clamp(min=1))
         return torch.stack(terms).mean() if terms else next(iter(encoded.values())).new_zeros(())
+
+    def _teacher_ranking(self, student: torch.Tensor, vectors: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """(B,) additive-margin softmax losses of each row: the student's sentence among the teacher's vectors
+        and the teacher's among the student's, averaged; columns of rows without a vector are masked out."""
+        sim = F.normalize(student, dim=-1) @ F.normalize(vectors, dim=-1).T  # (B, B) cosines
+        eye = torch.eye(len(sim), device=sim.device)
+        logits = self.ranking_scale * (sim - self.ranking_margin * eye)
+        absent = 1e4 * (1 - weight)  # a large finite penalty: a row of all-absent columns stays finite
+        labels = torch.arange(len(sim), device=sim.device)
+        to_teacher = F.cross_entropy(logits - absent[None, :], labels, reduction="none")
+        to_student = F.cross_entropy(logits.T - absent[None, :], labels, reduction="none")
+        return (to_teacher + to_student) / 2
 
     def ranking_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Additive-margin softmax over in-batch negatives, both directions. a, b: (B, D)."""

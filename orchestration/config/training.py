@@ -68,6 +68,10 @@ class ModelConfig(Schema):
         default=0.0, ge=0, description="Weight of the distillation loss (with a teacher): each source sentence's "
         "embedding, through a learned linear map where the sizes differ, regressed onto the teacher's embedding "
         "of it and of its tuple's pivot sentence.")
+    distill_loss: Literal["mse", "contrastive"] = Field(
+        default="mse", description="How the mapped embedding meets the teacher's: `mse`, the squared difference "
+        "(its mean over the teacher's dimensions: small beside the ranking loss), or `contrastive`, the ranking "
+        "loss's additive-margin softmax of the student's sentence among the teacher's vectors of the batch.")
     distill_pivot: str = Field(
         default="en", description="The language whose sentence of a tuple every other is also regressed onto "
         "(the only target of a language the teacher lacks).")

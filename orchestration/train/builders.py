@@ -50,7 +50,7 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> ModelAr
         shared_encoder=m.shared_encoder, shared_decoder=m.shared_decoder, output=m.output,
         adaptive_cutoffs=cutoffs if m.output == "adaptive" else [],
         ranking_scale=m.ranking_scale, ranking_margin=m.ranking_margin, nmt_weight=m.nmt_weight,
-        ranking_pairs=m.ranking_pairs,
+        ranking_pairs=m.ranking_pairs, distill_loss=m.distill_loss,
     )
 
 

@@ -59,14 +59,15 @@ class TrainResult:
     skipped: bool
 
 
-_TEACHER_KEYS = {"teacher", "distill_weight", "distill_pivot"}
+_TEACHER_KEYS = {"teacher", "distill_weight", "distill_pivot", "distill_loss"}
 
 
 def train_fingerprint(config: Config, data: Dataset, teacher: dict | None = None) -> str:
     """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
-    teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out: the
-    fingerprint of a run of before they existed."""
-    model = config.model.model_dump(exclude=_TEACHER_KEYS if teacher is None else None)
+    teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as is
+    the default `distill_loss` with one: the fingerprint of a run of before they existed."""
+    exclude = _TEACHER_KEYS if teacher is None else {"distill_loss"} if config.model.distill_loss == "mse" else None
+    model = config.model.model_dump(exclude=exclude)
     return fingerprint({"data": data.fingerprint, "model": model, "train": config.train.model_dump(),
                         **({"teacher": teacher} if teacher is not None else {})})
 

@@ -6,6 +6,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from model.batching import ParallelCorpus, pad
 from model.inference import embed
@@ -254,6 +255,35 @@ def test_distillation_regresses_each_source_onto_its_own_and_the_pivots_teacher_
     assert model(sources, targets, ranking_weight=1.0).distill is None  # no teacher, no term
     with pytest.raises(ValueError, match="distill_dim"):
         small_model().distill_loss({"fr": mapped}, teacher)
+
+
+def test_contrastive_distillation_ranks_the_students_sentence_among_the_teachers_present_rows(corpus):
+    """The contrastive term, computed by hand: cosines of the mapped embedding to the teacher's vectors, the
+    additive margin on the diagonal, a softmax over the present rows only, both directions; it is zero-free
+    where the teacher agrees and grows when the teacher's rows are shuffled; other objectives are refused."""
+    from model.nmt import PIVOT
+
+    rows = rows_with(corpus, ["fr", "en"], 5)
+    sources, targets = corpus.batch((("fr",), ("en",)), rows)
+    model = small_model(shared_encoder=True, nmt_weight=0.0, distill_dim=12, distill_loss="contrastive")
+    mapped = model.distill_map(model.encode(*sources["fr"], "fr")).detach()
+    torch.manual_seed(3)
+    vectors = mapped + 0.01 * torch.randn_like(mapped)  # a teacher that agrees with the student
+    present = torch.tensor([True, True, False, True, True])
+    out = model(sources, targets, ranking_weight=1.0, teacher={PIVOT: (vectors, present)}, distill_weight=1.0)
+    keep = present.nonzero().squeeze(1)
+    sim = F.normalize(mapped[keep], dim=-1) @ F.normalize(vectors[keep], dim=-1).T
+    logits = model.ranking_scale * (sim - model.ranking_margin * torch.eye(len(keep)))
+    labels = torch.arange(len(keep))
+    expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+    torch.testing.assert_close(out.distill, expected, rtol=1e-4, atol=1e-5)
+    shuffled = model(sources, targets, ranking_weight=1.0, distill_weight=1.0,
+                     teacher={PIVOT: (vectors[[1, 0, 2, 4, 3]], present)})
+    assert shuffled.distill > out.distill + 1.0
+    shuffled.distill.backward()
+    assert model.distill_map.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="distill_loss"):
+        small_model(distill_dim=12, distill_loss="cosine")
 
 
 def test_a_distilled_model_saves_and_loads_with_its_map(tmp_path):
