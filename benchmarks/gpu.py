@@ -54,11 +54,12 @@ def _setup(args, overrides: list[str]):
     from model.batching import shard_units
     from model.stream import BatchStream
     from model.nmt import MultilingualNMT
+    from model.training import cpu_threads
     from orchestration.config import load_config
     from orchestration.train.builders import model_args, training_paths
 
     config = load_config(args.config or DEMO, [f"dataset_dir={Path(args.data).resolve()}", "runtime.use_gpu=true", *overrides])
-    torch.set_num_threads(config.runtime.cpus_per_worker)  # as a training worker does
+    cpu_threads(config.runtime.cpus_per_worker)  # as a training worker does
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     manifest = load_manifest(config.data_dir)
     languages = manifest.languages

@@ -33,7 +33,7 @@ from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, sh
 from model.inference import embed_rows  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
 from model.stream import BatchStream  # noqa: E402
-from model.training import make_optimizer, scheduled_lr, train_step  # noqa: E402
+from model.training import cpu_threads, make_optimizer, scheduled_lr, train_step  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
 from orchestration.train import builders  # noqa: E402
 from orchestration.train.loop import _init_lsi  # noqa: E402
@@ -61,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
     t, m = config.train, config.model
-    torch.set_num_threads(config.runtime.cpus_per_worker)
+    cpu_threads(config.runtime.cpus_per_worker)  # as a training worker does
     data = Dataset.open(config.data_dir)
     store = teacher_store(config, data)
     languages = builders.trained_languages(config, data.languages)

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model.batching import sample_corpus, shard_units  # noqa: E402
 from model.stream import BatchStream
 from model.nmt import MultilingualNMT  # noqa: E402
-from model.training import input_tokens, make_optimizer, train_step  # noqa: E402
+from model.training import cpu_threads, input_tokens, make_optimizer, train_step  # noqa: E402
 from orchestration.adapters import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.train.builders import model_args, training_paths  # noqa: E402
@@ -120,7 +120,7 @@ def fresh_bare_loop(config: Config, steps: int, window: int) -> tuple[list[Windo
 def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], float]:
     """The windows of a plain PyTorch loop (the first one dropped), on the GPU with bf16 autocast where
     `runtime.use_gpu` asks for it, as the Ray workers do; and the peak GPU memory in GiB (nan on CPU)."""
-    torch.set_num_threads(config.runtime.cpus_per_worker)
+    cpu_threads(config.runtime.cpus_per_worker)  # as a training worker does
     device = torch.device("cuda" if config.runtime.use_gpu else "cpu")
     manifest = load_manifest(config.data_dir)
     languages = config.train.languages or manifest.languages

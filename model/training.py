@@ -12,6 +12,16 @@ import torch
 from model.nmt import Losses, Pair
 
 
+def cpu_threads(threads: int) -> None:
+    """This thread's torch for CPU work: `threads` intra-op threads, and denormal floats flushed to zero (FTZ and
+    DAZ). Call it before the thread's first parallel op: the intra-op threads start then, and inherit the flag
+    (it is per thread). A trained LSTM's activations and gradients reach the denormal range, where each operation
+    costs many times the cycles: the multidomain recipe's steps took 1.9x as long on its trained weights as on
+    fresh ones, 1.0x with the flag (benchmarks/RESULTS.md). Numbers under 1.2e-38 become 0."""
+    torch.set_flush_denormal(True)
+    torch.set_num_threads(threads)
+
+
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,

@@ -214,14 +214,13 @@ class BlockEmbedFn:
                  threads: int, backend: str = "torch", storage_env: dict[str, str] | None = None) -> None:
         import os
 
-        import torch
-
+        from model.training import cpu_threads
         from orchestration.embed.embedder import SentenceEmbedder
 
         # The driver's object store settings: its inputs may be URIs, and a worker process started before
         # the driver set them (or on another node) would otherwise reach another store or none.
         os.environ.update(storage_env or {})
-        torch.set_num_threads(threads)
+        cpu_threads(threads)
         # the backend the driver resolved: never the loader's own "auto", which may pick an int8 export
         with landed_model(model) as model_dir:
             self.embedder = SentenceEmbedder.load(model_dir, device=device, max_tokens=max_tokens, backend=backend,

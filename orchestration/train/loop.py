@@ -35,7 +35,7 @@ from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, sh
 from model.stream import PLAN, BatchStream, DataPosition, PrefetchedStream, prefetched
 from model.inference import embed_rows
 from model.nmt import MultilingualNMT
-from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
+from model.training import cpu_threads, input_tokens, make_optimizer, scheduled_lr, train_step
 from orchestration.adapters import logs, tracking
 from orchestration.config import Config
 from orchestration.adapters.lease import worker_fence
@@ -117,7 +117,7 @@ def set_up(job: WorkerJob) -> Worker:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     config = job.config
     t = config.train
-    torch.set_num_threads(config.runtime.cpus_per_worker)
+    cpu_threads(config.runtime.cpus_per_worker)  # first: Ray Train runs this loop in a thread of its own
     device = ray.train.torch.get_device()
     _register_worker(job.train_dir, rank, world)
 

@@ -43,3 +43,28 @@ def test_train_step_updates_the_weights_and_counts_the_encoded_tokens():
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert input_tokens(sources, targets, ranking_weight=1.0) == (4 + 3) + (2 + 1)  # sources with EOS, targets
     assert input_tokens(sources, targets, ranking_weight=0.0) == 4 + 3  # no ranking: the targets are not encoded
+
+
+def test_cpu_threads_flushes_denormals_in_the_calling_thread_and_the_intra_op_threads_it_starts():
+    """A thread set up by `cpu_threads` computes denormal floats as zero, in its own ops and in a parallel op
+    (its intra-op threads start after the flag and inherit it); a thread without the flag keeps them."""
+    import threading
+
+    from model.training import cpu_threads
+
+    tiny = torch.full((1 << 16,), 1e-39)  # denormal in float32 (under 1.2e-38)
+    results = {}
+
+    def run(name: str, set_up: bool) -> None:
+        if set_up:
+            cpu_threads(2)
+        else:  # as a thread starts where nothing set the flag (threads inherit it from the one starting them)
+            torch.set_flush_denormal(False)
+        results[name] = ((tiny * 1.0).count_nonzero().item(), (tiny + 0.0).sum().item())
+
+    for name, set_up in (("plain", False), ("set up", True)):
+        thread = threading.Thread(target=run, args=(name, set_up))
+        thread.start()
+        thread.join()
+    assert results["plain"][0] == len(tiny) and results["plain"][1] > 0
+    assert results["set up"] == (0, 0.0)
