@@ -1,0 +1,107 @@
+"""Step time of the same batches on fresh and on trained weights, with and without denormal floats flushed.
+
+    .venv/bin/python benchmarks/denormals.py -c configs/multidomain-cpu.yaml --model runs/<run>/train/model \
+        [--batches 100] [KEY=VALUE ...]
+
+A trained LSTM's activations and gradients reach the denormal range (under 1.2e-38 in float32), where the CPU
+takes many times the cycles per operation. Each variant runs in a process of its own, since the flag must be set
+before torch's intra-op threads start (`model.training.cpu_threads`): `plain` never sets it, `flushed` sets it
+first, as a training worker does. Each process times the same batches (`model.stream.BatchStream` of the config's
+dataset, with its teacher's stored vectors when it has one) through `model.training.train_step`, after 20 warm-up
+steps, on a fresh model of the config and on the trained model's weights. One JSON line per variant, then the
+ratios: trained / fresh in each process, and plain / flushed on the trained weights.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+WARMUP = 20
+
+
+def measure(config_path: str, model_dir: str, batches: int, flushed: bool, overrides: list[str]) -> dict:
+    import torch
+
+    from model.training import cpu_threads
+
+    from orchestration.config import load_config
+
+    config = load_config(config_path, overrides)
+    if flushed:
+        cpu_threads(config.runtime.cpus_per_worker)
+    else:
+        torch.set_num_threads(config.runtime.cpus_per_worker)
+
+    from benchmarks.mixing import teacher_store
+    from core.dataset import Dataset
+    from core.teacher import TeacherInput
+    from model.batching import shard_units
+    from model.nmt import MultilingualNMT, load_model
+    from model.stream import BatchStream
+    from model.training import make_optimizer, train_step
+    from orchestration.train import builders
+
+    t, m = config.train, config.model
+    data = Dataset.open(config.data_dir)
+    store = teacher_store(config, data)
+    languages = builders.trained_languages(config, data.languages)
+    stream = BatchStream(shard_units(data.files("train")), languages, builders.training_paths(t), seed=t.seed,
+                         rank=0, world=1, max_tokens=t.max_tokens, window_tuples=t.window_tuples,
+                         source_weights=t.source_weights,
+                         teacher=TeacherInput(store, m.distill_pivot) if store is not None else None)
+    drawn = [next(stream) for _ in range(WARMUP + batches)]
+    args = builders.model_args(config, languages, data.vocab_size)
+    if store is not None:
+        args = args.model_copy(update={"distill_dim": store.dim})
+    cpu = torch.device("cpu")
+
+    def ms_per_step(model: torch.nn.Module) -> float:
+        optimizer = make_optimizer(model, lr=1e-4, weight_decay=t.weight_decay, device=cpu)
+        for i, batch in enumerate(drawn):
+            if i == WARMUP:
+                start = time.perf_counter()
+            train_step(model, optimizer, batch.sources, batch.targets, ranking_weight=m.ranking_weight,
+                       grad_clip=t.grad_clip, device=cpu, teacher=batch.teacher, distill_weight=m.distill_weight)
+        return round(1000 * (time.perf_counter() - start) / batches, 1)
+
+    torch.manual_seed(t.seed)
+    fresh = ms_per_step(MultilingualNMT.build(args))
+    trained, _ = load_model(str(Path(model_dir) / "model.safetensors"))
+    return {"variant": "flushed" if flushed else "plain", "fresh_ms_per_step": fresh,
+            "trained_ms_per_step": ms_per_step(trained)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-c", "--config", required=True)
+    parser.add_argument("--model", required=True, help="a trained model directory of the config's dataset")
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--variant", choices=["plain", "flushed"], help=argparse.SUPPRESS)  # one child process
+    parser.add_argument("overrides", nargs="*", help="KEY=VALUE, as on the command line of interlingua")
+    args = parser.parse_args()
+    if args.variant:
+        print(json.dumps(measure(args.config, args.model, args.batches, args.variant == "flushed", args.overrides)))
+        return
+    rows = {}
+    for variant in ("plain", "flushed"):
+        out = subprocess.run([sys.executable, __file__, "-c", args.config, "--model", args.model, "--batches",
+                              str(args.batches), "--variant", variant, *args.overrides],
+                             check=True, capture_output=True, text=True).stdout
+        rows[variant] = json.loads(out.strip().splitlines()[-1])
+        print(json.dumps(rows[variant]), flush=True)
+    plain, flushed = rows["plain"], rows["flushed"]
+    print(json.dumps({
+        "trained_over_fresh_plain": round(plain["trained_ms_per_step"] / plain["fresh_ms_per_step"], 2),
+        "trained_over_fresh_flushed": round(flushed["trained_ms_per_step"] / flushed["fresh_ms_per_step"], 2),
+        "trained_plain_over_flushed": round(plain["trained_ms_per_step"] / flushed["trained_ms_per_step"], 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()
