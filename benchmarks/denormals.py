@@ -7,7 +7,7 @@ A trained LSTM's activations and gradients reach the denormal range (under 1.2e-
 takes many times the cycles per operation. Each variant runs in a process of its own, since the flag must be set
 before torch's intra-op threads start (`model.training.cpu_threads`): `plain` never sets it, `flushed` sets it
 first, as a training worker does. Each process times the same batches (`model.stream.BatchStream` of the config's
-dataset, with its teacher's stored vectors when it has one) through `model.training.train_step`, after 20 warm-up
+dataset, with its teacher's stored vectors when it has one: `benchmarks/mixing.py`'s `recipe_parts`) through `model.training.train_step`, after 20 warm-up
 steps, on a fresh model of the config and on the trained model's weights. One JSON line per variant, then the
 ratios: trained / fresh in each process, and plain / flushed on the trained weights.
 """
@@ -29,7 +29,6 @@ def measure(config_path: str, model_dir: str, batches: int, flushed: bool, overr
     import torch
 
     from model.training import cpu_threads
-
     from orchestration.config import load_config
 
     config = load_config(config_path, overrides)
@@ -38,27 +37,13 @@ def measure(config_path: str, model_dir: str, batches: int, flushed: bool, overr
     else:
         torch.set_num_threads(config.runtime.cpus_per_worker)
 
-    from benchmarks.mixing import teacher_store
-    from core.dataset import Dataset
-    from core.teacher import TeacherInput
-    from model.batching import shard_units
+    from benchmarks.mixing import recipe_parts
     from model.nmt import MultilingualNMT, load_model
-    from model.stream import BatchStream
     from model.training import make_optimizer, train_step
-    from orchestration.train import builders
 
     t, m = config.train, config.model
-    data = Dataset.open(config.data_dir)
-    store = teacher_store(config, data)
-    languages = builders.trained_languages(config, data.languages)
-    stream = BatchStream(shard_units(data.files("train")), languages, builders.training_paths(t), seed=t.seed,
-                         rank=0, world=1, max_tokens=t.max_tokens, window_tuples=t.window_tuples,
-                         source_weights=t.source_weights,
-                         teacher=TeacherInput(store, m.distill_pivot) if store is not None else None)
+    _, _, args, stream = recipe_parts(config)
     drawn = [next(stream) for _ in range(WARMUP + batches)]
-    args = builders.model_args(config, languages, data.vocab_size)
-    if store is not None:
-        args = args.model_copy(update={"distill_dim": store.dim})
     cpu = torch.device("cpu")
 
     def ms_per_step(model: torch.nn.Module) -> float:

@@ -31,6 +31,7 @@ from core.teacher import TeacherInput, TeacherStore  # noqa: E402
 from evaluation.xsim import average_error, error_matrix  # noqa: E402
 from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, shard_units  # noqa: E402
 from model.inference import embed_rows  # noqa: E402
+from model.args import ModelArgs  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
 from model.stream import BatchStream  # noqa: E402
 from model.training import cpu_threads, make_optimizer, scheduled_lr, train_step  # noqa: E402
@@ -52,6 +53,25 @@ def teacher_store(config, data: Dataset) -> TeacherStore | None:
     return TeacherStore.open(found[-1].parent)
 
 
+def recipe_parts(config) -> tuple[list[str], list, ModelArgs, BatchStream]:
+    """The config's dataset as rank 0 of 1 training worker reads it: the trained languages, the training split's
+    shard units, the model's arguments (with the teacher's map when the config has a teacher, its stored
+    embeddings streamed with the batches) and the batch stream."""
+    t, m = config.train, config.model
+    data = Dataset.open(config.data_dir)
+    store = teacher_store(config, data)
+    languages = builders.trained_languages(config, data.languages)
+    units = shard_units(data.files("train"))
+    model_args = builders.model_args(config, languages, data.vocab_size)
+    if store is not None:
+        model_args = model_args.model_copy(update={"distill_dim": store.dim})
+    stream = BatchStream(units, languages, builders.training_paths(t), seed=t.seed, rank=0, world=1,
+                         max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
+                         source_weights=t.source_weights,
+                         teacher=TeacherInput(store, m.distill_pivot) if store is not None else None)
+    return languages, units, model_args, stream
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-c", "--config", required=True)
@@ -62,22 +82,12 @@ def main() -> None:
     config = load_config(args.config, args.overrides)
     t, m = config.train, config.model
     cpu_threads(config.runtime.cpus_per_worker)  # as a training worker does
-    data = Dataset.open(config.data_dir)
-    store = teacher_store(config, data)
-    languages = builders.trained_languages(config, data.languages)
-    units = shard_units(data.files("train"))
-    model_args = builders.model_args(config, languages, data.vocab_size)
-    if store is not None:
-        model_args = model_args.model_copy(update={"distill_dim": store.dim})
+    languages, units, model_args, stream = recipe_parts(config)
     torch.manual_seed(t.seed)
     model = MultilingualNMT.build(model_args)
     if m.embed_init == "lsi":
         _init_lsi(model, sample_corpus(units, languages, t.sample_tuples), t.seed, 1)  # rank 1: no log line
     optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=CPU)
-    stream = BatchStream(units, languages, builders.training_paths(t), seed=t.seed, rank=0, world=1,
-                         max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
-                         source_weights=t.source_weights,
-                         teacher=TeacherInput(store, m.distill_pivot) if store is not None else None)
     dev = ParallelCorpus.read(config.data_dir, "dev", languages, keys=True)
     rows, by_source = dev_rows_by_source(dev, t.dev_max_sentences)
     by_source = by_source or {config.name: np.arange(len(rows))}

@@ -203,14 +203,18 @@ class MultilingualNMT(nn.Module):
     def _teacher_ranking(self, student: torch.Tensor, vectors: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """(B,) additive-margin softmax losses of each row: the student's sentence among the teacher's vectors
         and the teacher's among the student's, averaged; columns of rows without a vector are masked out."""
-        sim = F.normalize(student, dim=-1) @ F.normalize(vectors, dim=-1).T  # (B, B) cosines
-        eye = torch.eye(len(sim), device=sim.device)
-        logits = self.ranking_scale * (sim - self.ranking_margin * eye)
+        logits = self._margin_logits(F.normalize(student, dim=-1) @ F.normalize(vectors, dim=-1).T)  # (B, B)
         absent = 1e4 * (1 - weight)  # a large finite penalty: a row of all-absent columns stays finite
-        labels = torch.arange(len(sim), device=sim.device)
+        labels = torch.arange(len(logits), device=logits.device)
         to_teacher = F.cross_entropy(logits - absent[None, :], labels, reduction="none")
         to_student = F.cross_entropy(logits.T - absent[None, :], labels, reduction="none")
         return (to_teacher + to_student) / 2
+
+    def _margin_logits(self, sim: torch.Tensor) -> torch.Tensor:
+        """The additive-margin softmax's logits of cosines (..., B, B): scaled, the margin taken off the
+        diagonal (each sentence's translation)."""
+        eye = torch.eye(sim.shape[-1], device=sim.device)
+        return self.ranking_scale * (sim - self.ranking_margin * eye)
 
     def ranking_loss(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Additive-margin softmax over in-batch negatives, both directions. a, b: (B, D)."""
@@ -222,8 +226,7 @@ class MultilingualNMT(nn.Module):
         langs, batch, _ = embeddings.shape
         unit = F.normalize(embeddings.float(), dim=-1)  # (L, B, D)
         sim = torch.einsum("pbd,qcd->pqbc", unit, unit)  # (L, L, B, B) cosines
-        eye = torch.eye(batch, device=sim.device)
-        logits = self.ranking_scale * (sim - self.ranking_margin * eye)
+        logits = self._margin_logits(sim)
         labels = torch.arange(batch, device=sim.device).repeat(langs * langs)
         losses = F.cross_entropy(logits.reshape(-1, batch), labels, reduction="none").view(langs, langs, batch)
         # the p == q pairs are computed and weighted out: selecting the others by a mask would read

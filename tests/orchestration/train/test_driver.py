@@ -104,12 +104,13 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         assert train_fingerprint(config_for(small_dataset, tmp_path, learned), manifest) != base, learned
     # a teacher, and its weights: without one the fingerprint is that of a run of before teachers existed
     taught = config_for(small_dataset, tmp_path, "model.teacher=use", "model.distill_weight=1")
-    fingerprints = {train_fingerprint(taught, manifest, {"kind": "use", "version": v}) for v in ("1", "2")}
+    use = {"kind": "use", "version": "1"}
+    fingerprints = {train_fingerprint(taught, manifest, {**use, "version": v}) for v in ("1", "2")}
     assert len(fingerprints) == 2 and base not in fingerprints
     # the contrastive objective is learned differently; the default one keeps the fingerprint it had
     contrastive = config_for(small_dataset, tmp_path, "model.teacher=use", "model.distill_weight=1",
                              "model.distill_loss=contrastive")
-    assert train_fingerprint(contrastive, manifest, {"kind": "use", "version": "1"}) not in fingerprints
+    assert train_fingerprint(contrastive, manifest, use) not in fingerprints
     import hashlib
     import json
 
@@ -117,7 +118,6 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
               "model": {k: v for k, v in config_for(small_dataset, tmp_path).model.model_dump().items()
                         if k not in ("teacher", "distill_weight", "distill_pivot", "distill_loss")}}
     assert base == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
-    use = {"kind": "use", "version": "1"}
     taught_before = {"data": manifest.fingerprint, "train": taught.train.model_dump(), "teacher": use,
                      "model": {k: v for k, v in taught.model.model_dump().items() if k != "distill_loss"}}
     assert (train_fingerprint(taught, manifest, use)
