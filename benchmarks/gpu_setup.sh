@@ -15,9 +15,10 @@
 #                       Python 3.12, with every dependency the machine's image lacks
 #                       (benchmarks/gpu_machine_packages.txt), unpacked as installed, pruned of what no
 #                       benchmark loads (Ray's Java jar, dashboard web client, RLlib, LLM and Serve
-#                       libraries; MLflow's web UI; the packages' tests), its large binaries stripped of their symbol tables,
-#                       xz-compressed: about 40 MB. The first call unpacks it into
-#                       /tmp/site, which stays while the machine is held, and measures `embed`
+#                       libraries; MLflow's web UI, server and Databricks client; tests, type stubs),
+#                       its large binaries stripped of their symbol tables, xz-compressed: about 44 MB.
+#                       The first call unpacks it into /tmp/site, which stays while the machine is held,
+#                       and measures `embed`
 #     .gpu/verses.txt.xz  the KJV verses, one per line (embed's input; the Bible database is not carried)
 #     .gpu/data/        the demo's dataset prepared with prepare.output.train_shards=16 (each of 8 training
 #                       workers needs its own row groups): the second call carries only it, and trains
@@ -80,11 +81,18 @@ for wheel in sorted(os.listdir(".gpu/wheels")):
         if member.external_attr >> 16:
             os.chmod(path, (member.external_attr >> 16) & 0o777 | 0o600)
 for pruned in ("ray/jars", "ray/dashboard/client/build", "ray/rllib", "ray/llm", "ray/serve", "mlflow/server/js",
-               "sqlalchemy/testing", "alembic/testing"):
+               "sqlalchemy/testing", "alembic/testing",
+               # MLflow's Databricks client, Docker, server and sklearn-serialization needs, imported only
+               # there; `databricks` itself stays (MLflow imports find_spec("databricks.agents"))
+               "databricks/sdk", "docker", "huey", "gunicorn", "skops"):
     shutil.rmtree(os.path.join(site, pruned), ignore_errors=True)
 for folder, names, _ in list(os.walk(site)):  # the packages' own test suites
     if "tests" in names:
         shutil.rmtree(os.path.join(folder, "tests"))
+for folder, _, names in os.walk(site):  # type stubs: read by type checkers, never imported
+    for name in names:
+        if name.endswith(".pyi"):
+            os.remove(os.path.join(folder, name))
 import subprocess
 for folder, _, names in os.walk(site):  # the symbol tables of the large binaries (Ray's servers): 30 % of them
     for name in names:
