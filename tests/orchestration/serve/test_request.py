@@ -132,3 +132,33 @@ def test_serve_without_a_model_to_serve_is_one_line_and_exit_2(tmp_path, capsys)
     assert main(["serve", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "registry.model_name=none"]) == 2
     err = capsys.readouterr().err
     assert "registered model 'none'" in err and "has no champion yet" in err and len(err.splitlines()) == 1
+
+
+def test_a_replica_embeds_with_denormals_flushed_in_the_pool_thread_that_runs_it():
+    """The replica embeds in `asyncio.to_thread`'s threads, not the one its constructor set up: the flag is per
+    thread, so the call sets it where it runs (a trained encoder's activations reach the denormal range)."""
+    import threading
+
+    import numpy as np
+    import torch
+
+    from orchestration.serve.app import embed_flushed
+
+    tiny = torch.full((1 << 12,), 1e-39)  # denormal in float32
+
+    class Embedder:
+        def embed(self, sentences, lang):
+            return np.array([[(tiny * 1.0).count_nonzero().item()]] * len(sentences))
+
+    results = {}
+
+    def pool_thread() -> None:
+        torch.set_flush_denormal(False)  # as a pool thread that nothing set up
+        results["plain"] = Embedder().embed(["x"], "en")
+        results["flushed"] = asyncio.run(asyncio.to_thread(embed_flushed, Embedder(), ["x", "y"], "en"))
+
+    thread = threading.Thread(target=pool_thread)
+    thread.start()
+    thread.join()
+    assert results["plain"].tolist() == [[len(tiny)]]
+    assert results["flushed"].tolist() == [[0], [0]]
