@@ -13,7 +13,9 @@
 # Into $OUT: env.txt, bare.jsonl, profiles.txt, train.log, evaluate.log, gpu-util.csv and run.tar.gz (the
 # run's MLflow database, run.json and evaluation metrics; not its checkpoints). GPU_SITE names an unpacked
 # site folder instead of .gpu/site.tar.xz (a dry run on a development machine, with runtime.use_gpu=false);
-# BARE=0 skips step 1 (a second run on the same machine).
+# BARE=0 skips step 1 (a second run on the same machine); BARE_S=N measures the bare loop for N seconds
+# (default 10; a host-bound loop's tokens/s varies by +-12 % between 20-step windows, so a reference for a
+# 3-minute Ray run is best measured about as long).
 set -uo pipefail
 config=${1:?usage: benchmarks/gpu_product.sh CONFIG [OVERRIDE...]}
 shift
@@ -43,8 +45,9 @@ for o in "$@"; do sets+=(--set "$o"); done
 if [ "${BARE:-1}" != 0 ]; then
   max_tokens=$(value train.max_tokens "$@") || exit 1
   stamp "bare loop: $config, train.max_tokens=$max_tokens"
-  timeout 100 python3 benchmarks/gpu.py feed --config "$config" --data .gpu/data --out "$out" \
-    --max-tokens "$max_tokens" --prefetch 8 --label bare --warm-s 5 --measure-s 10 "${sets[@]}" \
+  bare_s=${BARE_S:-10}
+  timeout $((bare_s + 90)) python3 benchmarks/gpu.py feed --config "$config" --data .gpu/data --out "$out" \
+    --max-tokens "$max_tokens" --prefetch 8 --label bare --warm-s 5 --measure-s "$bare_s" "${sets[@]}" \
     | grep '^{' | tee "$out/bare.jsonl"
 fi
 sampler=
