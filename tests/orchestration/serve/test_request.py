@@ -134,9 +134,10 @@ def test_serve_without_a_model_to_serve_is_one_line_and_exit_2(tmp_path, capsys)
     assert "registered model 'none'" in err and "has no champion yet" in err and len(err.splitlines()) == 1
 
 
-def test_a_replica_embeds_with_denormals_flushed_in_the_pool_thread_that_runs_it():
-    """The replica embeds in `asyncio.to_thread`'s threads, not the one its constructor set up: the flag is per
-    thread, so the call sets it where it runs (a trained encoder's activations reach the denormal range)."""
+def test_embed_flushed_flushes_denormals_in_the_pool_thread_that_runs_it():
+    """A replica embeds through `embed_flushed` in `asyncio.to_thread`'s threads, not the one its constructor set
+    up: the flag is per thread, so the call sets it where it runs (a trained encoder's activations reach the
+    denormal range)."""
     import threading
 
     import numpy as np
