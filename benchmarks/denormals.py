@@ -41,8 +41,9 @@ def measure(config_path: str, model_dir: str, batches: int, passes: int, flushed
 
     from benchmarks.mixing import recipe_parts
     from core.dataset import Dataset
-    from model.nmt import MultilingualNMT, load_model
+    from model.nmt import MultilingualNMT
     from model.training import make_optimizer, train_step
+    from orchestration.embed.embedder import SentenceEmbedder
 
     t, m = config.train, config.model
     _, _, args, stream = recipe_parts(config)
@@ -59,7 +60,7 @@ def measure(config_path: str, model_dir: str, batches: int, passes: int, flushed
         return round(1000 * (time.perf_counter() - start) / batches, 1)
 
     def sentences_per_s(model: torch.nn.Module) -> float:
-        embedder = SentenceEmbedder(model.eval(), trained_dir.processor, trained_dir.normalizer)
+        embedder = SentenceEmbedder(model.eval(), loaded.processor, loaded.normalizer)
         for lang, texts in dev.items():  # warm-up
             embedder.embed(texts, lang)
         start = time.perf_counter()
@@ -68,15 +69,12 @@ def measure(config_path: str, model_dir: str, batches: int, passes: int, flushed
                 embedder.embed(texts, lang)
         return round(passes * sum(map(len, dev.values())) / (time.perf_counter() - start))
 
-    from orchestration.embed.embedder import SentenceEmbedder
-
-    trained_dir = SentenceEmbedder.load(model_dir)
-    table = Dataset.open(config.data_dir).read("dev", [f"{lang}_text" for lang in trained_dir.languages])
-    dev = {lang: [t for t in table.column(f"{lang}_text").to_pylist() if t is not None]
-           for lang in trained_dir.languages}
+    loaded = SentenceEmbedder.load(model_dir, backend="torch")  # the whole model: its steps are timed too
+    trained = loaded.model
+    table = Dataset.open(config.data_dir).read("dev", [f"{lang}_text" for lang in loaded.languages])
+    dev = {lang: [t for t in table.column(f"{lang}_text").to_pylist() if t is not None] for lang in loaded.languages}
     torch.manual_seed(t.seed)
     fresh_model = MultilingualNMT.build(args)
-    trained, _ = load_model(str(Path(model_dir) / "model.safetensors"))
     row = {"variant": "flushed" if flushed else "plain", "dev_sentences": sum(map(len, dev.values())),
            "fresh_embed_sentences_per_s": sentences_per_s(fresh_model),  # before any step changes the weights
            "trained_embed_sentences_per_s": sentences_per_s(trained)}
