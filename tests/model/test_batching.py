@@ -3,6 +3,7 @@ disjoint workers, padding and token budgets (on the real Bible token ids of the 
 from __future__ import annotations
 
 import functools
+import multiprocessing
 
 import numpy as np
 import pytest
@@ -153,13 +154,19 @@ def test_a_prefetched_stream_gives_the_same_batches_and_positions(units, extra, 
         stream = functools.partial(_stream, **kwargs)
     else:
         stream = _stream
+    before = set(multiprocessing.active_children())
     plain, ahead = stream(units), prefetched(stream(units), 4)
+    workers = [p for p in multiprocessing.active_children() if p not in before]
     try:
         for _ in range(25):
             assert batch_ids(next(ahead)) == batch_ids(next(plain))
             assert (ahead.position, ahead.digest) == (plain.position, plain.digest)  # the consumed batch's
     finally:
         ahead.close()
+    # closed with batches still queued: the worker exits cleanly, never by SIGABRT (benchmarks/prefetch_close.py)
+    assert len(workers) == 1 and workers[0].exitcode == 0
+    with pytest.raises(ValueError, match="closed"):
+        next(ahead)
     resumed = prefetched(stream(units, position=ahead.position, digest=ahead.digest), 3)
     try:
         assert [batch_ids(next(resumed)) for _ in range(5)] == [batch_ids(next(plain)) for _ in range(5)]
