@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from core.normalize import NormalizeConfig
 from core.schema import Schema
+from core.storage import check_location
 from pipelines.source_config import LANG_CODE, BibleSource, Source, source_name
 
 SOURCE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -91,6 +92,20 @@ class DedupConfig(Schema):
         return self
 
 
+class TrainedOnDataset(Schema):
+    """A prepared dataset whose training split dev and test must share no sentence with
+    (`pipelines.decontaminate`)."""
+
+    dataset: str = Field(description="Its location: a dataset directory or a URI (s3://, gs://, hdfs://, file://).")
+    fingerprint: str | None = Field(
+        default=None, description="Its manifest fingerprint, pinned: refused if it holds another; unset: any.")
+
+    @field_validator("dataset")
+    @classmethod
+    def _location(cls, dataset: str) -> str:
+        return check_location(dataset, "dataset")
+
+
 class SplitConfig(Schema):
     """Held-out splits, chosen by a seeded hash of the tuple key: by size or by fraction."""
 
@@ -103,6 +118,11 @@ class SplitConfig(Schema):
         default=True,
         description="Hold out only tuples with every language, so that every pair of the "
         "evaluation matrix is measured on the same sentences.",
+    )
+    decontaminate_against: list[TrainedOnDataset] = Field(
+        default_factory=list,
+        description="Drop every dev and test tuple sharing a normalized sentence with these datasets' training "
+        "splits (counted as contaminated_dev, contaminated_test); by size, the splits come out that much short.",
     )
 
     @model_validator(mode="after")

@@ -34,6 +34,7 @@ from pipelines.accounting import check_accounting, check_not_empty, check_splits
 from pipelines.clean import SCRIPTS, base_language
 from pipelines.config import PrepareConfig
 from pipelines.counting import STATS, CountedParDo
+from pipelines.decontaminate import REASONS, DropTrainedOn, input_records, open_trained_on
 from pipelines.dedup import DedupTuples
 from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
 from pipelines.runners import for_cluster, release
@@ -50,12 +51,17 @@ def _write_stats(stats: dict[str, int], root: str) -> None:
 
 
 class PrepareCorpus(beam.PTransform):
-    """Read tasks -> cleaned, deduplicated, split, BPE-encoded Parquet shards under `root`."""
+    """Read tasks -> cleaned, deduplicated, split, BPE-encoded Parquet shards under `root`.
 
-    def __init__(self, config: PrepareConfig, root: str) -> None:
+    `trained_on`: the datasets of `prepare.split.decontaminate_against`, opened (`open_trained_on`).
+    """
+
+    def __init__(self, config: PrepareConfig, root: str, trained_on: list[dataset.Dataset] | None = None) -> None:
         super().__init__()
         self.config = config
         self.root = root
+        self.trained_on = trained_on or []
+        assert len(self.trained_on) == len(config.split.decontaminate_against), "open_trained_on(config) first"
 
     def expand(self, tasks: beam.PCollection) -> beam.PCollection:
         cfg = self.config
@@ -69,10 +75,16 @@ class PrepareCorpus(beam.PTransform):
         clean = read["tuples"] | "CleanTuples" >> CountedParDo(CleanTupleFn(cfg))
         unique = clean["tuples"] | "Deduplicate" >> DedupTuples(cfg.dedup)
         splits = unique["tuples"] | "SplitTuples" >> SplitTuples(cfg.split, cfg.languages)
+        stats = [read[STATS], clean[STATS], unique[STATS], splits[STATS]]
+        if self.trained_on:
+            held_out = {"dev": splits["dev"], "test": splits["test"]} | "DecontaminateHeldOut" >> DropTrainedOn(
+                self.trained_on, cfg.languages)
+            splits = {**splits, "dev": held_out["dev"], "test": held_out["test"]}
+            stats.append(held_out[STATS])
         to_encode = {**{s: splits[s] for s in dataset.SPLITS}, "pool": unique["tuples"]}
         encoded = to_encode | "EncodeAndWrite" >> EncodeAndWrite(cfg.spm, cfg.languages, shards, self.root)
         return (
-            (read[STATS], clean[STATS], unique[STATS], splits[STATS], encoded)
+            (*stats, encoded)
             | "AllStats" >> beam.Flatten()
             | "SumStats" >> beam.CombinePerKey(sum)
             # without_defaults: a default would come from a side input (see pipelines.joins)
@@ -89,8 +101,12 @@ class PrepareResult:
 
 
 def fingerprint(config: PrepareConfig, inputs: list[dict]) -> str:
-    """Content fingerprint of a dataset: format, stage config and input hashes."""
-    return dataset.fingerprint({"format": dataset.FORMAT, "config": config.model_dump(mode="json"), "inputs": inputs})
+    """Content fingerprint of a dataset: format, stage config and input hashes (with the training shards of
+    `split.decontaminate_against`'s datasets: `decontaminate.input_records`)."""
+    dumped = config.model_dump(mode="json")
+    if not config.split.decontaminate_against:
+        del dumped["split"]["decontaminate_against"]  # unset, it leaves every earlier dataset's fingerprint as it was
+    return dataset.fingerprint({"format": dataset.FORMAT, "config": dumped, "inputs": inputs})
 
 
 def run_prepare(
@@ -106,7 +122,8 @@ def run_prepare(
     `data_dir` is a local directory or a URI (s3://, gs://, hdfs://, file://;
     see `pipelines.staging` for how each is committed and what is untested).
     Raises SourceError (bad input, before any work; EmptyDataError when nothing
-    or a language would be left), HeldOutError (splits too large), RuntimeError
+    or a language would be left; a `split.decontaminate_against` dataset that cannot be compared), DatasetError
+    (such a dataset missing or damaged), HeldOutError (splits too large), RuntimeError
     if the counts do not add up, DatasetError if a staged file is missing at
     commit or the up-to-date dataset is damaged, StorageError for a URI no
     filesystem knows.
@@ -121,6 +138,8 @@ def run_prepare(
             f"prepare.split: dev_size + test_size = {held_out} but the sources hold only "
             f"{plan.records} records; lower them or use dev_fraction/test_fraction"
         )
+    trained_on = open_trained_on(config, str(data_dir))  # verified: its shards' sha256 go into the fingerprint
+    plan = sources.SourcePlan(plan.tasks, plan.fingerprints + input_records(trained_on), plan.records)
     print_ = fingerprint(config, plan.fingerprints)
     if not force and storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         old = dataset.load_manifest(data_dir)
@@ -135,7 +154,7 @@ def run_prepare(
         with _interrupt_is_keyboard_interrupt():  # before the first line: a Ctrl+C after it stops the job
             log.info("preparing %d records from %d sources in %d read tasks -> %s",
                      plan.records, len(config.sources), len(plan.tasks), data_dir)
-            stats = _run_job(config, plan, staged.root, options)
+            stats = _run_job(config, plan, staged.root, options, trained_on)
         manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
         if resolved_config is not None:
             storage.write_bytes(staged.location(dataset.CONFIG_FILE), dump_yaml(resolved_config).encode("utf-8"))
@@ -199,8 +218,8 @@ def _warn_unchecked_languages(config: PrepareConfig) -> None:
                         "checked", ", ".join(unknown))
 
 
-def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,
-             options: PipelineOptions) -> dict[str, int]:
+def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str, options: PipelineOptions,
+             trained_on: list[dataset.Dataset]) -> dict[str, int]:
     """Run PrepareCorpus over the read tasks, writing under `root`; the summed stats."""
     pipeline = beam.Pipeline(options=for_cluster(options, tasks=len(plan.tasks)))
     try:
@@ -208,7 +227,7 @@ def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str,
             _ = (
                 pipeline
                 | "CreateReadTasks" >> beam.Create(plan.tasks)
-                | "PrepareCorpus" >> PrepareCorpus(config, root)
+                | "PrepareCorpus" >> PrepareCorpus(config, root, trained_on)
             )
     finally:
         release(pipeline)
@@ -237,7 +256,8 @@ def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, i
     counts = count_table(stats, config.languages)
     check_not_empty(counts, sample=stats.get(SAMPLE_STAT, 0))  # first: it names the drops that caused it
     check_accounting(counts)
-    check_held_out(config.split, counts["tuples"]["out"])
+    dropped = counts["tuples"]["dropped"]
+    check_held_out(config.split, counts["tuples"]["out"], {s: dropped.get(r, 0) for s, r in REASONS.items()})
     check_splits_not_empty(counts)
     shards = {"train": config.output.train_shards, "dev": config.output.heldout_shards,
               "test": config.output.heldout_shards}

@@ -84,13 +84,16 @@ def select_held_out(
             yield "train", t
 
 
-def check_held_out(config: SplitConfig, written: dict[str, int]) -> None:
-    """Raise HeldOutError when the dev/test splits came out smaller than asked."""
+def check_held_out(config: SplitConfig, written: dict[str, int], trained_on: dict[str, int] | None = None) -> None:
+    """Raise HeldOutError when the dev/test splits came out smaller than asked. `trained_on`: split -> tuples
+    held out, then dropped as another dataset's training data (`split.decontaminate_against`): the split did
+    hold them out, and the manifest counts them."""
     if config.by_fraction:
         return
-    if written["dev"] < config.dev_size or written["test"] < config.test_size:
+    held = {s: written[s] + (trained_on or {}).get(s, 0) for s in ("dev", "test")}
+    if held["dev"] < config.dev_size or held["test"] < config.test_size:
         raise HeldOutError(
-            f"only {written['dev'] + written['test']} tuples without repeated sentences could be "
+            f"only {held['dev'] + held['test']} tuples without repeated sentences could be "
             f"held out, but prepare.split.dev_size + test_size = {config.held_out_size()}: lower them"
             + (" or set prepare.split.heldout_complete=false" if config.heldout_complete else "")
         )
