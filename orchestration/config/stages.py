@@ -161,14 +161,17 @@ class ServeConfig(Schema):
     model: str = Field(
         default="champion", description="'champion' (the registered champion of registry.model_name, followed "
         "as it changes) or a model directory (served as is).")
-    host: str = Field(default="127.0.0.1", description="The address the HTTP proxy listens on (0.0.0.0: all).")
+    host: str = Field(default="127.0.0.1", description="The address the HTTP proxy listens on (0.0.0.0: all); the "
+                      "replicas' own listeners are on the Ray node's address (127.0.0.1 on a command's local Ray).")
     port: int = Field(default=8000, ge=1, le=65535)
     replicas: int = Field(default=1, ge=1, description="Ray Serve replicas, each with the model loaded.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="Also the replica's torch threads (at least 1).")
     max_batch_size: int = Field(default=16, ge=1, description="Requests embedded together (@serve.batch).")
     batch_wait_timeout_s: float = Field(default=0.01, ge=0, description="How long a batch waits to fill up.")
     max_sentences: int = Field(default=256, ge=1, description="Sentences per request (more: 413).")
-    max_sentence_chars: int = Field(default=2000, ge=1, description="Characters per sentence (more: 422).")
+    max_sentence_chars: int = Field(
+        default=2000, ge=1, description="Characters per sentence, as sent and once NFKC-normalized as the model "
+        "reads it (more: 422).")
     max_body_bytes: int = Field(default=1_000_000, ge=64, description="Request body size (more: 413).")
     max_nearest_k: int = Field(default=100, ge=1, description="Neighbours a request may ask for (more: 422).")
     max_ongoing_requests: int = Field(

@@ -6,11 +6,16 @@
     GET  /healthz -> 200 while the replica runs;  GET /readyz -> 200 with the version once a model is loaded
 
 Requests are checked against the `serve` limits before any work (serve/request.py: 413, 422 with a
-message); concurrent requests are embedded together (`@serve.batch`, grouped by language); beyond
+message); concurrent requests are embedded together (`@serve.batch`, grouped by language), each failure
+kept to the request that caused it (serve/batch.py); beyond
 `max_ongoing_requests` per replica and `max_queued_requests` waiting, Ray Serve's proxy answers 503 at
 once, so an overload costs no memory. With serve.model=champion each replica reads the alias every
 `poll_seconds` and swaps to a newly promoted version without failing a request (serve/models.py); every
 answer names the version that computed it (body and the X-Model-Version header).
+
+Every listener of the endpoint is on the loopback address unless configured otherwise: Serve's HTTP proxy on
+serve.host (127.0.0.1 by default), the replica's own gRPC server on the node's address (`bind_replica_grpc`),
+which is 127.0.0.1 on the local Ray instance a command starts (`cluster.ensure_ray`).
 """
 from __future__ import annotations
 
@@ -19,12 +24,13 @@ import logging
 import time
 from typing import Any
 
-import numpy as np
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from orchestration.config import Config
+from orchestration.config.stages import ServeConfig
+from orchestration.serve.batch import answer_batch
 from orchestration.serve.models import ModelSlot, ModelSource, ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
 
@@ -39,6 +45,7 @@ class EmbeddingServer:
     def __init__(self, config: dict[str, Any], scratch: str | None = None) -> None:
         from model.training import cpu_threads
 
+        bind_replica_grpc()  # before Serve starts the replica's gRPC server, once this constructor returns
         self.config = Config.model_validate(config)
         self.limits = self.config.serve
         cpu_threads(max(1, int(self.limits.cpus_per_replica)))
@@ -70,7 +77,8 @@ class EmbeddingServer:
         try:
             check_length(request.headers.get("content-length"), self.limits)
             body = await _read_body(request, self.limits.max_body_bytes)
-            parsed = parse_embed(body, self.limits, self.slot.current.embedder.languages)
+            current = self.slot.current
+            parsed = parse_embed(body, self.limits, current.embedder.languages, stored=current.searchable)
             result = await self.embed_batch(parsed)
             if isinstance(result, RequestRejected):  # found in the batch: each request gets its own answer
                 raise result
@@ -86,48 +94,12 @@ class EmbeddingServer:
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)  # set from the config in __init__
     async def embed_batch(self, requests: list[EmbedRequest]) -> list[Any]:
-        """Each request's (answer, model) or its RequestRejected; one model answers the whole batch, and
-        holds it until the batch is done (a swap meanwhile drains it)."""
+        """Each request's (answer, model) or its RequestRejected (`batch.answer_batch`: one request's failure is
+        its own); one model answers the whole batch, and holds it until the batch is done (a swap meanwhile
+        drains it)."""
         with self.slot.use() as served:
-            results: list[Any] = [None] * len(requests)
-            for lang in sorted({r.lang for r in requests}):
-                members = [i for i, r in enumerate(requests) if r.lang == lang]
-                if lang not in served.embedder.languages:  # a swap to a model without it, since the check
-                    for i in members:
-                        results[i] = RequestRejected(422, f'"lang": the model knows {served.embedder.languages}, '
-                                                          f"not {lang!r}")
-                    continue
-                sentences = [s for i in members for s in requests[i].sentences]
-                # the embedding runs in a thread: the replica's loop keeps reading bodies and answering /healthz
-                vectors = await asyncio.to_thread(embed_flushed, served.embedder, sentences, lang)  # (N, D)
-                start = 0
-                for i in members:
-                    end = start + len(requests[i].sentences)
-                    results[i] = await self._result(requests[i], vectors[start:end], served)
-                    start = end
-        return [r if isinstance(r, Exception) else (r, served) for r in results]
-
-    async def _result(self, request: EmbedRequest, vectors: np.ndarray, served: ServedModel) -> Any:
-        answer: dict[str, Any] = {"embeddings": vectors.tolist(), "dim": int(vectors.shape[1])}
-        if not request.nearest_k:
-            return answer
-        if served.store is None:
-            return RequestRejected(422, f"model version {served.version} has no stored embedding set to search "
-                                        "(`interlingua evaluate` writes it); ask without \"nearest\"")
-        from orchestration.embed.nearest import search_stored
-
-        answer["nearest"] = [{} for _ in request.sentences]
-        for target in request.nearest_in:
-            try:
-                hits = await asyncio.to_thread(search_stored, served.store, vectors, target, request.nearest_k)
-            except (OSError, ValueError) as exc:  # its folder removed or damaged since it was opened
-                log.warning("model version %s: its stored embeddings cannot be read: %s", served.version, exc)
-                return RequestRejected(503, f"the stored embeddings of model version {served.version} cannot be "
-                                            f"read now ({type(exc).__name__}); ask without \"nearest\", or again "
-                                            "once `interlingua evaluate` has written them again")
-            for row, found in zip(answer["nearest"], hits):
-                row[target] = [{"score": s, "key": key, "text": text} for s, key, text in found]
-        return answer
+            results = await answer_batch(requests, served)
+        return [r if isinstance(r, RequestRejected) else (r, served) for r in results]
 
     async def follow_champion(self) -> None:
         """Every `poll_seconds`: read the alias; a new version is loaded beside the served one, then swapped
@@ -143,16 +115,6 @@ class EmbeddingServer:
                 await self.slot.swap(new, loaded_s=time.monotonic() - started)
             except Exception as exc:  # noqa: BLE001 - the served model keeps answering; the next poll retries
                 log.warning("champion poll failed, still serving version %s: %s", self.slot.current.version, exc)
-
-
-def embed_flushed(embedder: Any, sentences: list[str], lang: str) -> np.ndarray:
-    """`embedder.embed` with denormal floats flushed to zero in the calling thread, one of `asyncio.to_thread`'s
-    pool: the flag is per thread (`model.training.cpu_threads`), and a trained encoder's activations reach the
-    denormal range (the multidomain recipe's model embedded 1.08x as fast with it, benchmarks/RESULTS.md)."""
-    import torch
-
-    torch.set_flush_denormal(True)
-    return embedder.embed(sentences, lang)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -177,13 +139,55 @@ def application(config: Config, scratch: str | None = None):
     ).bind(config.to_dict(), scratch)
 
 
+def http_options(limits: ServeConfig) -> dict[str, Any]:
+    """Where Serve's HTTP proxy listens: serve.host (127.0.0.1 unless configured) and serve.port."""
+    return {"host": limits.host, "port": limits.port}
+
+
+def node_address(address: str, node_ip: str) -> str:
+    """A gRPC listening `address` ("[::]:0", "0.0.0.0:0": every interface) on `node_ip` alone; any other left
+    as it is."""
+    host, _, port = address.rpartition(":")
+    if host not in ("[::]", "0.0.0.0", ""):
+        return address
+    return f"[{node_ip}]:{port}" if ":" in node_ip else f"{node_ip}:{port}"
+
+
+def bind_replica_grpc() -> None:
+    """Bind the replica's own gRPC server to the node's address instead of every interface. Ray Serve 2.60
+    starts it in each replica, for calls from other deployments, on "[::]:0", with no option to change that
+    (ray/serve/_private/replica.py, `_on_initialized`, run after the deployment's constructor); its callers
+    reach it at the node's address (`RunningReplicaInfo.node_ip`, `ray.util.get_node_ip_address()`), so that
+    address alone loses nothing: 127.0.0.1 on the local instance a command starts, the host's own on a cluster.
+    Called in the replica's process. A Ray without the function it wraps is logged, and tests/orchestration/
+    serve/test_server.py checks the listeners of a running server."""
+    import ray
+    from ray.serve._private import replica
+
+    add_port = getattr(replica, "add_port_to_grpc_server", None)
+    if add_port is None:
+        log.warning("this Ray Serve has no replica.add_port_to_grpc_server: its replica's gRPC server may listen "
+                    "on every interface")
+        return
+    if getattr(add_port, "node_ip", None) is not None:  # wrapped already (a second replica in this process)
+        return
+    node_ip = ray.util.get_node_ip_address()
+
+    def on_node(server, address: str):
+        return add_port(server, node_address(address, node_ip))
+
+    on_node.node_ip = node_ip  # type: ignore[attr-defined]
+    replica.add_port_to_grpc_server = on_node
+
+
 def start(config: Config, scratch: str | None = None) -> str:
     """Start the endpoint on the Ray cluster of `runtime.ray_address` (a local one when unset) and return its
     URL once it answers; `stop` ends it. `scratch`: see `application`."""
     from orchestration.adapters.cluster import ensure_ray
 
-    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
-    serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
+    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard,
+               worker_niceness=config.runtime.worker_niceness)
+    serve.start(http_options=http_options(config.serve))
     serve.run(application(config, scratch), name=DEPLOYMENT, route_prefix="/", blocking=False)
     return f"http://{config.serve.host}:{config.serve.port}"
 

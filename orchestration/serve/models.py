@@ -48,6 +48,16 @@ class ServedModel:
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
+    @property
+    def searchable(self) -> list[str] | None:
+        """The languages /embed's "nearest" can search: those of the stored set that it holds the texts of
+        (with their keys); None without a stored set. A language the model knows may be missing from it
+        (`interlingua evaluate` stores the languages of its split alone)."""
+        if self.store is None:
+            return None
+        columns = set(self.store.columns)
+        return [lang for lang in self.store.languages if {"key", f"{lang}_text"} <= columns]
+
     def release(self) -> None:
         """Drop what the model holds on disk (its download); it is no longer served."""
         if self.download is not None:

@@ -6,12 +6,17 @@
 Plain functions, testable without Ray or HTTP: `parse_embed` turns the raw body into an `EmbedRequest` or
 raises `RequestRejected` with the HTTP status and a message that says what to change: 413 for a body or a
 batch above its limit (send less per request), 422 for what no resend fixes as is (not JSON, a missing or
-mistyped field, a language the model does not know, a sentence too long).
+mistyped field, a language the model does not know or its stored set does not hold, a sentence too long).
+Everything one request can get wrong is refused here, before it joins a batch: a batch is embedded as one, so
+an error found there would have to be kept from the requests batched with it (serve/batch.py does, as the
+second line).
 """
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass
+from typing import Sequence
 
 from orchestration.config.stages import ServeConfig
 
@@ -39,8 +44,11 @@ def check_length(declared: str | None, limits: ServeConfig) -> None:
                                    f"({limits.max_body_bytes}); send fewer sentences per request")
 
 
-def parse_embed(body: bytes, limits: ServeConfig, languages: list[str]) -> EmbedRequest:
-    """The checked request of a raw /embed body (see the module docstring); RequestRejected otherwise."""
+def parse_embed(body: bytes, limits: ServeConfig, languages: list[str], *,
+                stored: Sequence[str] | None) -> EmbedRequest:
+    """The checked request of a raw /embed body (see the module docstring); RequestRejected otherwise.
+    `languages`: the model's; `stored`: those its stored embedding set can be searched in for "nearest"
+    (`ServedModel.searchable`), None when it has no stored set."""
     if len(body) > limits.max_body_bytes:
         raise RequestRejected(413, f"the body is above serve.max_body_bytes ({limits.max_body_bytes} bytes); "
                                    "send fewer sentences per request")
@@ -71,12 +79,30 @@ def parse_embed(body: bytes, limits: ServeConfig, languages: list[str]) -> Embed
         except UnicodeEncodeError as exc:
             raise RequestRejected(422, f"sentence {i} is not valid Unicode text ({exc.reason} at character "
                                        f"{exc.start}); send UTF-8 text") from None
-    k, targets = _nearest(data.get("nearest"), limits, languages)
+        check_normalized_length(sentence, i, limits)
+    k, targets = _nearest(data.get("nearest"), limits, languages, stored)
     return EmbedRequest(tuple(sentences), lang, k, targets)
 
 
-def _nearest(value: object, limits: ServeConfig, languages: list[str]) -> tuple[int, tuple[str, ...]]:
-    """(k, languages) of the optional `nearest` field: {"k": 3, "in": ["en", "zh"]}."""
+def check_normalized_length(sentence: str, index: int, limits: ServeConfig) -> None:
+    """422 when `sentence` is above `max_sentence_chars` once NFKC-normalized, as the model reads it
+    (core.normalize): one character may expand 18-fold (U+FDFA), so a sentence within the raw limit could
+    cost the replica 18 times what the limit allows. Normalizing costs far less than embedding (C code,
+    linear in the expanded text, which the raw limit bounds). The lowercasing that follows can only double
+    one character (U+0130), a bounded cost left unchecked."""
+    if unicodedata.is_normalized("NFKC", sentence):  # most text: a quick check, no copy
+        return
+    chars = len(unicodedata.normalize("NFKC", sentence))
+    if chars > limits.max_sentence_chars:
+        raise RequestRejected(422, f"sentence {index} has {chars} characters once NFKC-normalized (as the model "
+                                   f"reads it; {len(sentence)} as sent), above serve.max_sentence_chars "
+                                   f"({limits.max_sentence_chars}); cut it")
+
+
+def _nearest(value: object, limits: ServeConfig, languages: list[str],
+             stored: Sequence[str] | None) -> tuple[int, tuple[str, ...]]:
+    """(k, languages) of the optional `nearest` field: {"k": 3, "in": ["en", "zh"]}, each language one the
+    model knows and its stored set holds."""
     if value is None:
         return 0, ()
     if not isinstance(value, dict) or set(value) - {"k", "in"}:
@@ -90,4 +116,22 @@ def _nearest(value: object, limits: ServeConfig, languages: list[str]) -> tuple[
     unknown = [t for t in targets if t not in languages]
     if unknown:
         raise RequestRejected(422, f'"nearest.in": the model knows {languages}, not {unknown}')
+    if stored is None:
+        raise RequestRejected(422, no_stored_set_message())
+    missing = [t for t in targets if t not in stored]
+    if missing:
+        raise RequestRejected(422, missing_stored_message(missing, stored))
     return k, tuple(targets)
+
+
+def no_stored_set_message(version: str | None = None) -> str:
+    """Why "nearest" cannot be answered by a model without a stored embedding set (`version`: which model)."""
+    model = f"model version {version}" if version else "the served model"
+    return (f"{model} has no stored embedding set to search (`interlingua evaluate` writes it); "
+            'ask without "nearest"')
+
+
+def missing_stored_message(missing: Sequence[str], stored: Sequence[str]) -> str:
+    """Why "nearest.in" languages the model knows cannot be searched: its stored set lacks them."""
+    return (f'"nearest.in": the stored embedding set holds {list(stored)}, not {list(missing)}; '
+            "ask for those (`interlingua evaluate` stores the languages of its split)")

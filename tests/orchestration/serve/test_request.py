@@ -16,6 +16,7 @@ from tests.support.serving import any_body
 LIMITS = ServeConfig(max_sentences=2, max_sentence_chars=40, max_body_bytes=200, max_nearest_k=5)
 DEEP = ServeConfig(max_body_bytes=100_000)  # room for a deeply nested body
 LANGS = ["en", "fr"]
+STORED = ["en", "fr"]  # the languages the stored embedding set can be searched in
 
 
 def body(**fields) -> bytes:
@@ -24,9 +25,9 @@ def body(**fields) -> bytes:
 
 def test_a_good_request_is_parsed():
     got = parse_embed(body(sentences=["Dieu est amour.", ""], lang="fr", nearest={"k": 2, "in": ["en"]}), LIMITS,
-                      LANGS)
+                      LANGS, stored=STORED)
     assert got == EmbedRequest(("Dieu est amour.", ""), "fr", 2, ("en",))
-    assert parse_embed(body(sentences=[], lang="en"), LIMITS, LANGS).nearest_k == 0
+    assert parse_embed(body(sentences=[], lang="en"), LIMITS, LANGS, stored=None).nearest_k == 0
 
 
 @pytest.mark.parametrize("raw, status, words", [
@@ -38,6 +39,7 @@ def test_a_good_request_is_parsed():
     (body(sentences=[1], lang="en"), 422, "list of strings"),
     (body(sentences=["a"]), 422, "the model knows"),
     (body(sentences=["a" * 41], lang="en"), 422, "serve.max_sentence_chars"),
+    (body(sentences=["\ufdfa" * 3], lang="en"), 422, "54 characters once NFKC-normalized"),
     (body(sentences=["a"], lang="en", nearest={"k": 6, "in": ["fr"]}), 422, "serve.max_nearest_k"),
     (body(sentences=["a"], lang="en", nearest={"k": True, "in": ["fr"]}), 422, "nearest.k"),
     (b'{"sentences": ["ok", "\\ud800"], "lang": "en"}', 422, "sentence 1 is not valid Unicode text"),
@@ -46,15 +48,55 @@ def test_a_good_request_is_parsed():
 ])
 def test_a_bad_request_is_refused_with_its_status_and_what_to_change(raw, status, words):
     with pytest.raises(RequestRejected, match=words) as caught:
-        parse_embed(raw, LIMITS, LANGS)
+        parse_embed(raw, LIMITS, LANGS, stored=STORED)
     assert caught.value.status == status
+
+
+def test_nearest_in_a_language_the_stored_set_lacks_is_422_naming_it_and_those_it_holds():
+    """The model knows German, the stored set (what `interlingua evaluate` embedded) holds English and French
+    alone: refused before the request joins a batch, where searching it was a KeyError and a 500 for the batch."""
+    raw = body(sentences=["Dieu est amour."], lang="fr", nearest={"k": 2, "in": ["en", "de"]})
+    with pytest.raises(RequestRejected) as caught:
+        parse_embed(raw, LIMITS, ["en", "fr", "de"], stored=["en", "fr"])
+    assert caught.value.status == 422
+    assert str(caught.value).startswith("\"nearest.in\": the stored embedding set holds ['en', 'fr'], not ['de']")
+    with pytest.raises(RequestRejected, match="no stored embedding set") as caught:
+        parse_embed(raw, LIMITS, ["en", "fr", "de"], stored=None)
+    assert caught.value.status == 422
+    assert parse_embed(raw, LIMITS, ["en", "fr", "de"], stored=["de", "en"]).nearest_in == ("en", "de")
+
+
+def test_a_sentence_within_the_raw_limit_that_nfkc_expands_above_it_is_422_before_any_work():
+    """U+FDFA (one character) is 18 once NFKC-normalized, as the model reads it: repeated to just under the raw
+    limit it was 18 times the text the limit allows (24 s of a replica). Counted after normalization too, it is
+    refused; expanded text within the limit, and text NFKC leaves alone, still pass."""
+    import time
+    import unicodedata
+
+    limits = ServeConfig()  # the shipped limits: 2,000 characters a sentence
+    limit = limits.max_sentence_chars
+    assert len(unicodedata.normalize("NFKC", "\ufdfa")) == 18
+    raw = body(sentences=["Dieu est amour.", "\ufdfa" * (limit - 1)], lang="fr")
+    assert len(raw) < limits.max_body_bytes
+    started = time.monotonic()
+    with pytest.raises(RequestRejected) as caught:
+        parse_embed(raw, limits, LANGS, stored=None)
+    assert time.monotonic() - started < 1.0  # normalizing is C code: milliseconds, not the replica's 24 s
+    assert caught.value.status == 422
+    assert str(caught.value) == (f"sentence 1 has {18 * (limit - 1)} characters once NFKC-normalized (as the model "
+                                 f"reads it; {limit - 1} as sent), above serve.max_sentence_chars ({limit}); cut it")
+    fits = "\ufdfa" * (limit // 18)
+    got = parse_embed(body(sentences=[fits, "ﬁn"], lang="fr"), limits, LANGS, stored=None)
+    assert got.sentences == (fits, "ﬁn")
+    plain = "a" * limit
+    assert parse_embed(body(sentences=[plain], lang="en"), limits, LANGS, stored=None).sentences == (plain,)
 
 
 @pytest.mark.parametrize("raw", [b"[" * 5000 + b"]" * 5000,  # deeper than the parser's recursion
                                  b'{"sentences": ["a"], "lang": "en", "nearest": {"k": ' + b"9" * 5000 + b"}}"])
 def test_deep_nesting_and_a_huge_number_are_422_not_a_server_error(raw):
     with pytest.raises(RequestRejected, match="not JSON we accept") as caught:
-        parse_embed(raw, DEEP, LANGS)
+        parse_embed(raw, DEEP, LANGS, stored=STORED)
     assert caught.value.status == 422
 
 
@@ -68,7 +110,7 @@ def test_any_body_is_a_checked_request_or_a_413_or_422():
     @given(any_body(LANGS))
     def check(raw):
         try:
-            request = parse_embed(raw, DEEP, LANGS)
+            request = parse_embed(raw, DEEP, LANGS, stored=STORED)
         except RequestRejected as exc:
             assert exc.status in (413, 422)
             return
@@ -143,7 +185,7 @@ def test_embed_flushed_flushes_denormals_in_the_pool_thread_that_runs_it():
     import numpy as np
     import torch
 
-    from orchestration.serve.app import embed_flushed
+    from orchestration.serve.batch import embed_flushed
 
     tiny = torch.full((1 << 12,), 1e-39)  # denormal in float32
 

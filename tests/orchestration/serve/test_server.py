@@ -128,6 +128,7 @@ def test_nearest_sentences_are_a_503_while_the_stored_set_is_gone_and_embeddings
     (b"{not json", 422, "not JSON"),
     ({"sentences": ["Dieu est amour."], "lang": "xx"}, 422, "the model knows"),
     ({"sentences": ["In the beginning. " * 20], "lang": "en"}, 422, "serve.max_sentence_chars"),
+    ({"sentences": ["\ufdfa" * 299], "lang": "en"}, 422, "5382 characters once NFKC-normalized"),  # 18-fold
     ({"sentences": "In the beginning.", "lang": "en"}, 422, "list of strings"),
     ({"sentences": ["In the beginning."], "lang": "en", "nearest": {"k": 0, "in": ["fr"]}}, 422, "nearest.k"),
 ])
@@ -156,6 +157,41 @@ def test_any_body_is_200_413_or_422_and_fails_no_request_batched_with_it(server,
         np.testing.assert_allclose(ok[1]["embeddings"], expected, rtol=1e-4, atol=1e-5)
 
     check()
+
+
+def test_nearest_in_a_language_the_stored_set_lacks_is_422_and_fails_no_request_batched_with_it(server, verse):
+    """The stored set holds en and fr of the model's languages: "nearest.in" another one, sent among good
+    requests (four at a time: a batch holds up to 4, and more would wait in the proxy's queue of 6, near its
+    503), is a 422 naming it and the stored ones; every good request is answered (issue 55: a KeyError in the
+    batch, which failed 28 of 40 good requests)."""
+    missing = next(lang for lang in server["embedders"]["1"].languages if lang not in ("en", "fr"))
+    good = {"sentences": [verse("k", 8, 1, 1)], "lang": "en", "nearest": {"k": 2, "in": ["en"]}}
+    bad = {**good, "nearest": {"k": 2, "in": ["en", missing]}}
+    bodies = [bad if i % 4 == 2 else good for i in range(16)]
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda b: post(f"{server['url']}/embed", b), bodies))
+    for body, (status, answer) in zip(bodies, answers):
+        if body is bad:
+            assert status == 422, answer
+            assert f"the stored embedding set holds ['en', 'fr'], not ['{missing}']" in answer["error"], answer
+        else:
+            assert status == 200 and len(answer["nearest"][0]["en"]) == 2, answer
+
+
+def test_every_listener_of_the_server_is_on_loopback(server):
+    """The command's processes (its local Ray, Serve's controller, proxy and replica) listen on the loopback
+    address alone: the replica's own gRPC server too, which Ray Serve binds to every interface
+    (app.bind_replica_grpc)."""
+    import psutil
+
+    from tests.support.procs import family
+
+    tree = {p.pid for p in family(server["proc"].pid)}
+    bound = [(c.pid, c.laddr) for c in psutil.net_connections(kind="inet")
+             if c.pid in tree and c.laddr and (c.status == psutil.CONN_LISTEN or not c.raddr)]
+    names = {psutil.Process(pid).name() for pid, _ in bound}
+    assert {"raylet", "ray::ProxyActor"} <= names and any("ServeReplica" in n for n in names), names
+    assert all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, address in bound), bound
 
 
 def test_an_overload_is_answered_with_503_and_the_server_recovers(server, verse):
