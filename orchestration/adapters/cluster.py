@@ -12,16 +12,19 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from evaluation.store import StoredEmbeddings
+from orchestration.config.training import RuntimeConfig
 
 
-def ensure_ray(address: str | None, *, log_to_driver: bool = True, dashboard: bool = False) -> None:
+def ensure_ray(address: str | None, *, log_to_driver: bool = True, dashboard: bool = False,
+               worker_niceness: int = RuntimeConfig.model_fields["worker_niceness"].default) -> None:
     """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one
     that listens on the loopback address only (`loopback_only`); an instance at a loopback address is joined
     as such (this driver on 127.0.0.1 too: Ray would otherwise look for it at the host's own address).
 
     A local instance starts Ray's dashboard only with `dashboard` (`runtime.ray_dashboard`): it is ten
     processes (the server and its modules), about 4 CPU-seconds at every command's start, for a page the
-    command's own progress line makes unneeded. A cluster's head decides for itself."""
+    command's own progress line makes unneeded. Its workers run at `worker_niceness` above this process
+    (`runtime.worker_niceness`; Ray's own default is 15). A cluster's head decides both for itself."""
     import ray
 
     from orchestration.adapters import logs
@@ -31,10 +34,34 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True, dashboard: bo
     if not ray.is_initialized():
         target = address or os.environ.get("RAY_ADDRESS") or "local"
         local = target == "local"
-        with loopback_only() if local or _on_loopback(target) else contextlib.nullcontext():
+        niceness = {_NICENESS_ENV: str(worker_niceness)} if local else {}
+        with loopback_only() if local or _on_loopback(target) else contextlib.nullcontext(), _set(niceness):
             ray.init(address=target, log_to_driver=log_to_driver, logging_level=logs.ray_logging_level(),
                      **({"include_dashboard": dashboard} if local else {}))
         _started_here = ray.get_runtime_context().gcs_address if local else None
+
+
+# Ray's setting of its workers' niceness (`worker_niceness` of its RayConfig, 15 by default on Linux), which each
+# worker applies to itself as it starts (`nice(2)`, an increment over the raylet's, which is this process's).
+# Ray reads its settings from `RAY_<name>` variables, and its own job supervisor sets this one so (to 0, in its
+# entrypoint's runtime_env); `ray.init` has no argument for it but `_system_config`, "testing only". Set for the
+# start alone: the raylet spawned then, and the workers it spawns, keep it; a cluster joined keeps its own.
+_NICENESS_ENV = "RAY_worker_niceness"
+
+
+@contextlib.contextmanager
+def _set(variables: dict[str, str]) -> Iterator[None]:
+    """These environment variables while Ray starts (the processes it spawns inherit them), put back after."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 _started_here: str | None = None  # the GCS address of the instance `ensure_ray` started

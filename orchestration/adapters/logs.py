@@ -6,8 +6,10 @@ something is wrong. `VERBOSE` (`-v`): debug lines and every library's chatter.
 
 By default the known chatter is silenced at its source, by logger level: faiss's loader
 trying AVX512/AVX2 builds, Beam's notes on missing GCS/BigQuery clients, MLflow's table
-creation, Ray's start-up lines and Ray Data's and Ray Train's INFO logs (reports, checkpoints).
-The level travels in `INTERLINGUA_VERBOSITY`, which local Ray workers and subprocesses inherit;
+creation, matplotlib's font cache, Ray's start-up lines and Ray Data's and Ray Train's INFO logs
+(reports, checkpoints); one known line of Ray's C++ core in its workers' output by Ray's own
+setting (`RAY_WORKER_NOISE`). The level travels in `INTERLINGUA_VERBOSITY`, which local Ray workers
+and subprocesses inherit (Beam's worker processes of `prepare --workers N`: `pipelines.sdk_worker`);
 a Ray Train worker is told it by its loop config (`configure_worker`).
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ _LIBRARY_LEVELS = {
     "mlflow": logging.WARNING,  # "Creating initial MLflow database tables..."
     "alembic": logging.WARNING,  # MLflow's schema migrations
     "py3langid": logging.WARNING,
+    "matplotlib": logging.WARNING,  # "generated new fontManager", once per cache folder (evaluate's heatmap)
 }
 # Logged on the root logger by a library at import (apache_beam.io.gcp): not ours to raise the level of.
 _ROOT_NOISE = ("apitools not found",)
@@ -107,6 +110,17 @@ def _quiet_libraries(level: int) -> None:
     # read when the library is imported (here or in a Ray worker), over its own logging config
     os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("RAY_DEDUP_LOGS_SKIP_REGEX", RAY_WORKER_NOISE)
+
+
+# The lines of Ray's workers that this driver prints are dropped when they match Ray's documented
+# `RAY_DEDUP_LOGS_SKIP_REGEX` (read when Ray is imported; a user's own setting wins). Ray's C++ core writes
+# them to the worker's stderr, which no logger of ours reaches and no level of Ray's holds back:
+# `RAY_BACKEND_LOG_LEVEL` prints a line of its own in every process that reads it. ray-project/ray#53727, an
+# actor created with its arguments in the object store (Ray Train's controller creates one at every training):
+# a note to Ray's developers, about no work of the user's. The same line in this driver's own output (Ray
+# Data's actor pools, created here) is written by its C++ core straight to the process's stderr: not held back.
+RAY_WORKER_NOISE = r"core_worker\.cc:\d+: Actor with class name: .* has constructor arguments in the object store"
 
 
 def plain_ray_output() -> None:

@@ -100,7 +100,7 @@ def embed(config: Config, args: argparse.Namespace) -> int:
                           column=args.column, dtype=args.dtype, block_rows=args.block_rows, actors=r.embed_actors,
                           cpus_per_actor=r.cpus_per_task, use_gpu=r.use_gpu, max_tokens=config.evaluate.max_tokens,
                           force=args.force, ray_address=r.ray_address, backend=r.backend,
-                          dashboard=r.ray_dashboard)
+                          dashboard=r.ray_dashboard, worker_niceness=r.worker_niceness)
     print(f"{result.rows} sentences ({result.empty} empty) -> {result.out_dir}/ in {result.blocks} blocks "
           f"({result.computed} embedded now, {result.blocks - result.computed} complete already; "
           f"{result.seconds:.0f} s); see manifest.json")

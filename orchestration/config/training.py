@@ -134,6 +134,11 @@ class RuntimeConfig(Schema):
     ray_dashboard: bool = Field(
         default=False, description="Start Ray's dashboard (127.0.0.1:8265) with the local instance a command "
         "starts; a cluster's head decides for itself.")
+    worker_niceness: int = Field(
+        # Ray's own default, 15, left a training next to any other work at niceness 0 a few percent of a
+        # core; Linux lets an unprivileged user raise a niceness only, hence 0..19
+        default=0, ge=0, le=19, description="Niceness of the workers of the local Ray instance a command "
+        "starts, added to the command's own (0: as the command); a cluster joined at ray_address keeps its own.")
     num_workers: int = Field(default=1, ge=1, description="Ray Train workers (DDP).")
     cpus_per_worker: int = Field(default=1, ge=1, description="Also the worker's torch threads.")
     use_gpu: bool = Field(default=False, description="A GPU per training worker and per embedding actor.")

@@ -72,7 +72,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
                  config: dict[str, Any], column: str = "text", dtype: str = "float32", block_rows: int = 20000,
                  actors: int = 1, cpus_per_actor: int = 1, use_gpu: bool = False, max_tokens: int = 8000,
                  force: bool = False, ray_address: str | None = None, backend: str = "torch",
-                 dashboard: bool = False) -> CorpusResult:
+                 dashboard: bool = False, worker_niceness: int = 0) -> CorpusResult:
     """Embed every sentence of `inputs` (files, directories, globs; local or URIs) into blocks in `out_dir`
     (a local folder or a URI; see the module) by the model directory `model_dir` (local or a URI), on the
     Ray cluster at `ray_address` (`orchestration.adapters.cluster.ensure_ray`) when blocks are left to do;
@@ -103,7 +103,7 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
              sum(f.empty for f in files), len(files), len(blocks), block_rows, len(done))
     warn_empty(sum(f.empty for f in files), total)
     if pending:
-        ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard)
+        ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard, worker_niceness=worker_niceness)
         local = [f.path for f in files if not storage.is_uri(f.path)]
         if local:  # the actors read the inputs, on any node
             check_every_node_reaches(input=local[0])

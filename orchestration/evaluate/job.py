@@ -129,7 +129,8 @@ def _evaluate(config: Config, encoder: Encoder, out_dir: Path, name: str, label:
         return _cached(out_dir, languages, state.run_id, data)
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
     Tracker.of(config).check_reachable()
-    ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard)
+    ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard,
+               worker_niceness=config.runtime.worker_niceness)
     if not texts:
         check_every_node_reaches(dataset_dir=str(config.data_dir))  # Ray Data reads the split on any node
     meta = EmbeddingsMeta(model=model_identity(config, encoder), split=name, data=data, backend=encoder.backend)

@@ -181,7 +181,7 @@ def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path
                           config=config.to_dict(), column="text", actors=runtime.embed_actors,
                           cpus_per_actor=runtime.cpus_per_task, use_gpu=runtime.use_gpu,
                           max_tokens=config.evaluate.max_tokens, force=True, ray_address=runtime.ray_address,
-                          backend=runtime.backend)
+                          backend=runtime.backend, worker_niceness=runtime.worker_niceness)
     return load_embeddings(result.out_dir)
 
 
@@ -221,6 +221,7 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
 def _executor(config: Config):
     from orchestration.adapters.cluster import RayExecutor, ensure_ray
 
-    ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard)
+    ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard,
+               worker_niceness=config.runtime.worker_niceness)
     return RayExecutor(config.runtime.cpus_per_task)
 

@@ -189,7 +189,8 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     job = worker_job(config, data, "", uri, teacher)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
-    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
+    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard,
+               worker_niceness=config.runtime.worker_niceness)
     # before the MLflow run: a store or folder the workers on other hosts cannot share is refused
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(train_dir))
     if teacher is not None:  # computed once per dataset and teacher, before the MLflow run
@@ -256,7 +257,8 @@ def _interruptible_trainer():
 
 def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
     """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
-    ensure_ray(job.config.runtime.ray_address, dashboard=job.config.runtime.ray_dashboard)
+    ensure_ray(job.config.runtime.ray_address, dashboard=job.config.runtime.ray_dashboard,
+               worker_niceness=job.config.runtime.worker_niceness)
     with live.shown(job.config.train.max_steps) as board:  # training's one progress line, on this process
         # the workers log at the command's level, rank 0 posts its progress to the board
         return _run_trainer(dataclasses.replace(job, verbosity=logs.verbosity(), progress_board=board), train_dir,

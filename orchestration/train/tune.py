@@ -97,7 +97,8 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
     state_path = storage.join(tune_dir, STATE_FILE)
     state = storage.read_json(state_path) if storage.exists(state_path) else {}
-    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard)
+    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard,
+               worker_niceness=config.runtime.worker_niceness)
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(tune_dir))  # the trials' nodes
     teacher = teachers.resolve(config)
     if teacher is not None:  # once, here: concurrent trials would each compute the same embeddings
