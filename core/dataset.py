@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import UserError
 from core import storage
+from core.boundary import Name, check_no_links
 from core.schema import wrong_fields
 
 FORMAT = "interlingua-dataset/1"
@@ -52,7 +53,7 @@ class _Part(BaseModel):
 
 
 class ShardFile(_Part):
-    path: str  # relative to the dataset (under its attempt prefix at a URI)
+    path: Name  # relative to the dataset (under its attempt prefix at a URI)
     rows: int
     bytes: int
     sha256: str | None = None  # None only in a dataset of an early version: `verify` refuses it
@@ -66,8 +67,8 @@ class SplitFiles(_Part):
 class SpmFiles(_Part):
     """The joint BPE model and the ids it reserves."""
 
-    model: str = SPM_MODEL
-    vocab: str | None = None
+    model: Name = SPM_MODEL
+    vocab: Name | None = None
     model_type: str = "bpe"
     vocab_size: int
     pad_id: int = PAD_ID
@@ -156,6 +157,7 @@ def load_manifest(data_dir: str | Path) -> DatasetManifest:
     """The manifest of a complete dataset (a local directory or a URI). Raises DatasetError otherwise, naming
     the file and, for a manifest of this format that does not hold one, its first wrong field."""
     path = storage.join(data_dir, MANIFEST)
+    check_no_links(data_dir, "the dataset")
     try:
         manifest = json.loads(storage.read_bytes(path))
     except FileNotFoundError:

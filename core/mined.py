@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import storage
+from core.boundary import Name, Segment, check_no_links
 from core.schema import wrong_fields
 
 FORMAT = "interlingua-mined/1"
@@ -37,10 +38,10 @@ class InputCounts(_Record):
 class MinedPair(_Record):
     """One pair of languages' mined file, `pairs-<src>-<trg>.parquet`."""
 
-    file: str
+    file: Name
     rows: int
     sha256: str
-    languages: list[str]  # [src, trg]
+    languages: list[Segment]  # [src, trg]
     index: str  # flat or ivfpq
     candidates: int
     threshold: float
@@ -65,6 +66,7 @@ def read_manifest(folder: storage.Location) -> MinedManifest:
     """The manifest of the mining output at `folder` (local or a URI). FileNotFoundError when there is none;
     MinedManifestError naming the file and its first wrong field when it is not a mining manifest."""
     path = storage.join(folder, MANIFEST)
+    check_no_links(folder, "the mining output")
     try:
         return MinedManifest.model_validate_json(storage.read_bytes(path))
     except ValidationError as exc:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import pyarrow.fs as pafs
 
-from core import fencing, storage
+from core import boundary, fencing, storage
 from core.errors import UserError
 
 STAGING_MARKER = ".interlingua-staging"  # inside every staging directory or prefix the product makes
@@ -38,6 +38,7 @@ def check_only_ours(location: storage.Location, ours: Callable[[str], bool], *, 
     fs, path = storage.resolve(location)
     if fs.get_file_info(path).type == pafs.FileType.File:
         raise ForeignDataError(f"{what}: {location} is a file, not a directory; {advice}")
+    boundary.check_no_links(location, what)  # nothing of ours is a link: none is deleted or written through
     found = storage.entries(location)
     own = ours
     ours = lambda e: own(e) or bool(_TMP.search(e)) and own(_TMP.sub("", e))  # noqa: E731 - a killed replace_bytes
@@ -58,6 +59,11 @@ def remove_ours(location: storage.Location, relatives: list[str], *, keep_root: 
     directories that are left empty, deepest first, and `location` itself when empty (unless `keep_root`).
     A directory that something new appeared in is kept."""
     fs, path = storage.resolve(location)
+    if fs.type_name == "local":  # checked by `check_only_ours`; checked again at the last moment
+        links = [r for r in ["", *relatives] if os.path.islink(posixpath.join(path, r) if r else path)]
+        if links:
+            raise boundary.BoundaryError(f"{location}: {', '.join(links[:3]) or 'the folder itself'} became a "
+                                         "symbolic link; nothing is deleted through a link")
     infos = {r: fs.get_file_info(posixpath.join(path, r)) for r in relatives}
     for relative, info in infos.items():
         if info.type == pafs.FileType.File:
@@ -97,6 +103,9 @@ def remove_staging(location: storage.Location) -> None:
     """Delete a staging directory (or prefix) the product made, with all it holds; nothing if it is absent,
     empty, or not marked as the product's."""
     fs, path = storage.resolve(location)
+    if fs.type_name == "local" and os.path.islink(path):
+        raise boundary.BoundaryError(f"{location}: a symbolic link where interlingua stages its output; remove "
+                                     "it (nothing is deleted through a link)")
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory and is_staging(location):
         fs.delete_dir(path)

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from core.boundary import check_name
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,11 @@ def s3_options() -> dict[str, str]:
 
 
 def join(location: Location, *parts: str) -> str:
-    """`location/part/...`, keeping a URI's scheme and authority (StorageError for a URI without one)."""
+    """`location/part/...`, keeping a URI's scheme and authority (StorageError for a URI without one). Each part
+    is a relative name inside `location` (`boundary.check_name`: BoundaryError for `..`, an absolute path...),
+    so a name read from a manifest never leads out of its folder."""
+    for part in parts:
+        check_name(part, f"a name under {location}")
     if is_uri(location):
         if str(location).rstrip("/").endswith(":"):  # `s3://`: stripped, it would become a local `s3:/...`
             raise StorageError(f"{location}: no bucket or host after the scheme")
@@ -201,9 +206,15 @@ def open_input(location: Location):
 
 
 def write_bytes(location: Location, data: bytes) -> None:
-    """Create or replace the file (its parent directories too, where the filesystem has any)."""
+    """Create or replace the file (its parent directories too, where the filesystem has any). Locally never
+    through a link: a link at `location` is refused (ELOOP), not followed to overwrite what it points at."""
     fs, path = resolve(location)
     fs.create_dir(posixpath.dirname(path), recursive=True)
+    if fs.type_name == "local":
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        with os.fdopen(os.open(path, flags, 0o644), "wb") as stream:
+            stream.write(data)
+        return
     with fs.open_output_stream(path) as stream:
         stream.write(data)
 
@@ -290,20 +301,32 @@ def subdirectories(location: Location) -> list[str]:
 # --- Listing ---------------------------------------------------------------------------------------------
 def entries(location: Location) -> list[str]:
     """Every file and directory under `location`, as '/'-separated paths relative to it, sorted (parents
-    before their children); [] when there is nothing there."""
-    fs, path = resolve(location)
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
-        return []
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    root = path.rstrip("/") + "/"
-    return sorted(i.path[len(root):] for i in infos if i.path.startswith(root))
+    before their children); [] when there is nothing there. Locally a link is listed as an entry of its own and
+    never followed (its target's files are not under `location`: `core.boundary`)."""
+    return [name for name, _ in _listing(location)]
 
 
 def files(location: Location) -> list[str]:
-    """The files under `location` (not the directories), as in `entries`."""
+    """The files under `location` (not the directories, nor links), as in `entries`."""
+    return [name for name, is_file in _listing(location) if is_file]
+
+
+def _listing(location: Location) -> list[tuple[str, bool]]:
+    """(relative path, whether it is a regular file) of everything under `location`, sorted."""
     fs, path = resolve(location)
+    if fs.type_name == "local":
+        if not os.path.isdir(path) or os.path.islink(path):
+            return []
+        found = []
+        for here, folders, names in os.walk(path, followlinks=False):  # a link to a folder: listed, not entered
+            rel = os.path.relpath(here, path)
+            for name in folders + names:
+                full = os.path.join(here, name)
+                found.append((name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"),
+                              os.path.isfile(full) and not os.path.islink(full)))
+        return sorted(found)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
         return []
-    root = path.rstrip("/") + "/"
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    return sorted(i.path[len(root):] for i in infos if i.path.startswith(root) and i.type == pafs.FileType.File)
+    root = path.rstrip("/") + "/"
+    return sorted((i.path[len(root):], i.type == pafs.FileType.File) for i in infos if i.path.startswith(root))

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import ownership, storage
+from core.boundary import Name, Segment, check_no_links
 from core.errors import UserError
 from core.schema import wrong_fields
 
@@ -58,10 +59,10 @@ class TeacherManifest(BaseModel):
 
     format: Literal["interlingua-teacher/1"] = FORMAT
     teacher: dict[str, str]  # its identity: kind, and what tells its weights apart (`train.teacher.TeacherSpec`)
-    languages: list[str]  # those it embeds, of the dataset's
+    languages: list[Segment]  # those it embeds, of the dataset's
     dim: int
     data: dict[str, str]  # the training shards' sha256 (relative path -> sha256), as the dataset records them
-    files: dict[str, TeacherFile]  # relative path -> its record
+    files: dict[Name, TeacherFile]  # relative path -> its record
     rows: int  # tuples, all files
 
 
@@ -127,6 +128,7 @@ class TeacherStore:
         """TeacherStoreError when `where` holds no complete teacher embeddings of this format, naming the
         manifest's first wrong field."""
         path = storage.join(where, MANIFEST)
+        check_no_links(where, "the teacher's embeddings")
         try:
             manifest = storage.read_json(path)
         except FileNotFoundError:

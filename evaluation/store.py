@@ -36,6 +36,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core import ownership, storage
+from core.boundary import Segment, check_no_links
 from core.schema import wrong_fields
 from evaluation.npy import NpyFile
 
@@ -53,7 +54,7 @@ class BlockRecord(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    name: str
+    name: Segment
     rows: int
     sha256: dict[str, str]  # lang -> the sha256 of <lang>/<name>.npy
     start: int | None = None
@@ -72,7 +73,7 @@ class BlockEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
+    name: Segment
     start: int
     rows: int
     sha256: dict[str, str] | None = None
@@ -85,7 +86,7 @@ class StoreManifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     format: Literal["interlingua-stored-embeddings/1", "interlingua-stored-embeddings/2"] = FORMATS[0]
-    languages: list[str]
+    languages: list[Segment]
     dim: int
     dtype: str
     rows: int
@@ -166,6 +167,7 @@ class StoredEmbeddings:
         fields when it is not a stored-embeddings manifest."""
         folder = str(folder) if storage.is_uri(folder) else Path(folder)
         path = storage.join(folder, MANIFEST)
+        check_no_links(folder, "the embeddings folder")
         try:
             manifest = StoreManifest.model_validate_json(storage.read_bytes(path))
         except ValidationError as exc:

@@ -289,8 +289,37 @@ def load_model(path: str, map_location: str | torch.device = "cpu") -> tuple[Mul
 
     args, meta = read_header(path)
     model = MultilingualNMT.build(args)
+    check_tensors(model, path)
     load(model, str(path), strict=True, device=str(map_location))
     return model.eval(), meta
+
+
+# safetensors' dtype names (its file format's header)
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+
+def check_tensors(model: MultilingualNMT, path: str) -> None:
+    """ModelFileError naming the tensors of the file at `path` whose dtype or shape is not the one the
+    architecture its header describes (`model`) has: loading would cast them (float bytes relabelled as
+    integers load as garbage). Reads the header only."""
+    from safetensors import safe_open
+
+    expected = model.state_dict()
+    wrong = []
+    with safe_open(str(path), framework="pt") as handle:
+        for key in handle.keys():
+            tensor = expected.get(key)
+            if tensor is None:
+                continue  # an unexpected name: `load`'s strict check names it
+            piece = handle.get_slice(key)
+            dtype, shape = _DTYPES.get(piece.get_dtype()), list(piece.get_shape())
+            if dtype != tensor.dtype or shape != list(tensor.shape):
+                wrong.append(f"{key} is {piece.get_dtype()} {shape}, not {tensor.dtype} {list(tensor.shape)}")
+    if wrong:
+        raise ModelFileError(f"{len(wrong)} tensors do not match the architecture its header describes "
+                             f"({'; '.join(wrong[:3])}): the file is damaged or crafted")
 
 
 def load_legacy_model(path: str) -> tuple[MultilingualNMT, ModelMeta]:

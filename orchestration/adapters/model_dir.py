@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import UserError
-from core import fencing, ownership, storage, transfer
+from core import boundary, fencing, ownership, storage, transfer
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
 
 if TYPE_CHECKING:
@@ -131,6 +131,7 @@ def normalization(model_dir: Path) -> NormalizeConfig:
     from core.normalize import NormalizeConfig
 
     path = Path(model_dir) / CONFIG_FILE
+    boundary.check_no_links(model_dir, "the model directory")
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         section = (config.get("prepare") or {}).get("normalize") or {}
@@ -142,7 +143,9 @@ def normalization(model_dir: Path) -> NormalizeConfig:
 
 
 def check(model_dir: str | Path) -> str | Path:
-    """`model_dir` if it holds a model; ModelMissing (a FileNotFoundError) naming what is missing otherwise."""
+    """`model_dir` if it holds a model; ModelMissing (a FileNotFoundError) naming what is missing otherwise;
+    BoundaryError when it holds a link (nothing is read through one: `core.boundary`)."""
+    boundary.check_no_links(model_dir, "the model directory")
     missing = [name for name in REQUIRED if not storage.exists(storage.join(model_dir, name))]
     if missing:
         _refuse_legacy(model_dir, missing)
@@ -200,6 +203,7 @@ def verify(model_dir: Path) -> dict[str, str]:
     tokenizer's sha256 recorded in model.safetensors itself (`check_trained_tokenizer`); the lineage, with the
     tokenizer's sha256 taken from the bundled spm.model when none was recorded. ModelDirError naming the
     file that differs."""
+    boundary.check_no_links(model_dir, "the model directory")
     recorded = lineage(model_dir)
     record = dict(recorded)
     for name, key in ((MODEL_FILE, "model_sha256"), (SPM_FILE, "spm_sha256")):
@@ -257,6 +261,7 @@ def load(model_path: Path, map_location: Any = "cpu"):
     (truncated, not a model)."""
     from model.nmt import load_model
 
+    boundary.check_no_links(Path(model_path).parent, "the model directory")
     return _readable(model_path, lambda: load_model(str(model_path), map_location=map_location))
 
 

@@ -21,7 +21,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core import ownership, storage
+from core import boundary, ownership, storage
+from core.boundary import Name, Segment
 from core.dataset import file_sha256
 from orchestration.adapters import model_dir as model_files
 
@@ -51,11 +52,11 @@ class ExportManifest(_Record):
     format: Literal["interlingua-onnx-export"] = FORMAT
     version: int = VERSION
     model: ExportedModel
-    languages: list[str]
-    encoders: list[str]  # "shared", or a language each
+    languages: list[Segment]
+    encoders: list[Segment]  # "shared", or a language each
     embedding_dim: int
     quantized_ops: list[str]
-    files: dict[str, str]  # name -> sha256
+    files: dict[Name, str]  # name -> sha256
     versions: dict[str, str]  # onnx, onnxruntime, torch
 
 
@@ -81,7 +82,9 @@ def file_name(encoder: str, backend: str) -> str:
 
 
 def read_manifest(out_dir: Path) -> ExportManifest | None:
-    """The export's manifest; None when `out_dir` holds none, or one that is not an export's."""
+    """The export's manifest; None when `out_dir` holds none, or one that is not an export's. BoundaryError
+    when the folder holds a link (`core.boundary`); a manifest naming a file outside it is not an export's."""
+    boundary.check_no_links(out_dir, "the ONNX export")
     try:
         return ExportManifest.model_validate_json(storage.read_bytes(out_dir / MANIFEST))
     except (FileNotFoundError, ValidationError):

@@ -94,13 +94,12 @@ def landed_model(shipped: list[dict[str, Any]]) -> Iterator[Path]:
     context ends (the loaders hold what they read in memory)."""
     import ray
 
+    from core import boundary
     from orchestration.adapters import model_dir as model_files
 
     with tempfile.TemporaryDirectory(prefix="interlingua-model-") as tmp:
         for name, ref in shipped[0].items():
-            path = Path(tmp) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(ray.get(ref))
+            boundary.land(tmp, name, ray.get(ref))  # a name from an export's manifest: never outside `tmp`
         model_files.verify(Path(tmp) / "model")
         yield Path(tmp) / "model"
 

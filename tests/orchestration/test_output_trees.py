@@ -174,3 +174,61 @@ def test_every_command_writes_a_tree_of_this_test_or_says_why_not():
     (sub,) = [a for a in parser()._actions if a.dest == "command"]
     assert set(sub.choices) == set(TREES) | set(NO_TREE), set(sub.choices) ^ (set(TREES) | set(NO_TREE))
     assert not set(TREES) & set(NO_TREE)
+
+
+
+SECRET = b"a user's file outside every output tree: never read, written or deleted through a link\n"
+LINKED = ("manifest.json", "config.yaml", "model.safetensors", "spm.model", "state.json", "run.json")
+LINKED_DIRS = ("model", "embeddings", "search")
+
+
+@pytest.mark.beam
+@pytest.mark.ray
+def test_no_command_reads_writes_or_deletes_through_a_link_in_its_output_trees(tmp_path, book_lines, capsys):
+    """The trees of `test_no_command_touches_a_users_file_anywhere_in_its_output_trees`, generated the same way,
+    then links planted in two passes, each followed by every command again (with --force where it has one):
+    first each file of the names every reader opens first (LINKED) and each folder of LINKED_DIRS moved outside
+    and replaced by a link to it, which a reader or writer that followed links would take for its own; then in
+    every folder a link to a user's file, to a user's folder and a dangling one. Each command finishes or
+    refuses naming the links (exit 2), and nothing outside the trees changes (core/boundary.py). Local only: a
+    bucket has no links. Slow for the reason the test above is."""
+    out = tmp_path / "out"
+    todo = commands(tmp_path, str(out), book_lines)
+    for name, (argv, _) in todo.items():
+        assert main(argv) in finished(name), (name, capsys.readouterr().err[-3000:])
+    capsys.readouterr()
+    outside = tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.txt").write_bytes(SECRET)
+    (outside / "dir" / "secret.txt").write_bytes(SECRET)
+    moved = outside / "moved"
+    moved.mkdir()
+    found = folders(str(out))
+    linked = [f for f in found if f.rsplit("/", 1)[-1] in LINKED_DIRS]
+    linked += [f for f in storage.files(str(out)) if f.rsplit("/", 1)[-1] in LINKED
+               and not any(f.startswith(d + "/") for d in linked)]
+    for i, relative in enumerate(linked):
+        copy = moved / f"{i}-{relative.rsplit('/', 1)[-1]}"
+        (out / relative).rename(copy)
+        (out / relative).symlink_to(copy)
+    assert len(linked) > 8, linked
+    rerun_beside_links(todo, outside, capsys)
+    for i, folder in enumerate(f for f in found if f not in linked):
+        here = out / folder
+        (here / f"zz-link-file-{i}").symlink_to(outside / "secret.txt")
+        (here / f"zz-link-dir-{i}").symlink_to(outside / "dir")
+        (here / f"zz-link-dangling-{i}").symlink_to(outside / "missing")
+    rerun_beside_links(todo, outside, capsys)
+
+
+def rerun_beside_links(todo, outside, capsys) -> None:
+    """Every command again; each finishes or refuses naming a link, and no file under `outside` changes."""
+    before = {str(p): p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    for name, (argv, has_force) in todo.items():
+        code = main([*argv, *(["--force"] if has_force else [])])
+        err = capsys.readouterr().err
+        assert code in (*finished(name), Exit.USER_ERROR), (name, code, err[-3000:])
+        if code == Exit.USER_ERROR:
+            assert "symbolic link" in err, (name, err[-3000:])
+        after = {str(p): p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+        assert after == before, f"`{name}` wrote or deleted outside its output trees, through a link"
