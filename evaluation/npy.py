@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +54,12 @@ class NpyWriter:
 
 def save_array(location: str | Path, array: np.ndarray) -> str:
     """The `.npy` at `location` written whole or not at all, so that a killed writer leaves no half block under
-    a block's name: a local file under a temporary name (`<name>.tmp.npy`) renamed when whole, an object at a
-    URI by one PUT. The sha256 of what was written."""
+    a block's name: `storage.replace_bytes` (locally a temporary name unique to this write, `<name>.tmp-<8 hex>`
+    created with O_EXCL, renamed when whole; an object at a URI by one PUT). The sha256 of what was written."""
     from core import storage
 
     buffer = io.BytesIO()
     np.save(buffer, array)
     data = buffer.getvalue()
-    if storage.is_uri(location):
-        storage.write_bytes(location, data)
-    else:
-        path = Path(location)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npy")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+    storage.replace_bytes(location, data)
     return hashlib.sha256(data).hexdigest()

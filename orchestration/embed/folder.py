@@ -68,7 +68,9 @@ class EmbedMeta(BaseModel):
 
 
 _RECORD = re.compile(r"part-\d{5}\.json")
-TMP_BLOCK = re.compile(r"([^/]+/)?part-\d{5}\.tmp\.npy")  # a block being written (a record's: storage.write_json's)
+# a block being written: `storage.replace_bytes`'s temporary name, unique to one write (created with O_EXCL), so
+# never a name a user's file holds by chance (a record's: storage.write_json's, the same form)
+TMP_BLOCK = re.compile(r"([^/]+/)?part-\d{5}\.npy\.tmp-[0-9a-f]{8}")
 
 
 def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], bool] | None = None) -> list[str]:

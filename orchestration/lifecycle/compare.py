@@ -8,6 +8,7 @@ Works against any tracking URI, the embedded sqlite store or a server.
 """
 from __future__ import annotations
 
+import io
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from evaluation.report import grid
 from orchestration.adapters import tracking
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config, ConfigError
+from core import storage
 from core.ownership import ForeignDataError
 
 IGNORED = {"run_dir", "dataset_dir", "name"}  # differ by construction
@@ -50,6 +52,10 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
     experiment = experiment or config.tracking.experiment
     if max_runs < 1:
         raise ConfigError(f"--max-runs {max_runs}: show at least one run")
+    if plot and not Path(plot).suffix:
+        plot += ".png"  # the name the figure gets: checked below, not added after the check
+    if plot and Path(plot).suffix.lower() != ".png":
+        raise ConfigError(f"--plot {plot}: the figure is a PNG; give a path ending in .png")
     if plot and not Path(plot).resolve().parent.is_dir():
         raise ConfigError(f"--plot {plot}: the folder {Path(plot).resolve().parent} does not exist")
     if plot and Path(plot).exists() and _written_by(Path(plot)) != PLOT_SOFTWARE:
@@ -162,8 +168,10 @@ def _plot(uri: str, runs: list, path: str) -> None:
         ax.set_title(f"{run.info.run_name} - best (points)", fontsize=9)
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": PLOT_SOFTWARE})  # how a rerun knows it may replace it
+    figure = io.BytesIO()
+    fig.savefig(figure, format="png", dpi=110, metadata={"Software": PLOT_SOFTWARE})  # how a rerun knows it may replace it
     plt.close(fig)
+    storage.replace_bytes(path, figure.getvalue())  # whole, under exactly this name, never through a link
 
 
 def _literal(testset: str) -> str:

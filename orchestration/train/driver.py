@@ -104,6 +104,9 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
 
 
 _WORKER_FILES = re.compile(r"workers(/rank-\d+\.json)?")
+# The model's staging folders beside it: `checkpoint.export`'s `.model.partial`, `ownership.swap_in`'s
+# `.model.old-<pid>`; only these names, holding only a model's files (a user's `.model.bak/` is not ours)
+_MODEL_STAGING = re.compile(r"\.model\.(partial|old-\d+)")
 
 
 def check_train_dir(train_dir: storage.Location) -> list[str]:
@@ -118,7 +121,9 @@ def check_train_dir(train_dir: storage.Location) -> list[str]:
 
     def ours(entry: str) -> bool:
         top, _, rest = entry.partition("/")
-        if top.startswith(".model.") or folders.is_ray_entry(entry):
+        if _MODEL_STAGING.fullmatch(top):
+            return not rest or rest in model_files.FILES or rest == ownership.STAGING_MARKER
+        if folders.is_ray_entry(entry):
             return True
         if top == "workers":
             return _WORKER_FILES.fullmatch(entry) is not None

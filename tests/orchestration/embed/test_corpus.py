@@ -75,7 +75,7 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
     (out / "fr" / "part-00002.npy").unlink()
     (out / "part-00002.json").unlink()
     kept = {p.name: p.stat().st_mtime_ns for p in out.glob("fr/part-*.npy")}
-    (out / "fr" / "part-00004.tmp.npy").write_bytes(b"half")
+    (out / "fr" / "part-00004.npy.tmp-0a1b2c3d").write_bytes(b"half")
     again = embed_corpus(inputs, out, **options)
     assert again.computed == 1 and again.blocks == 6
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("fr/part-*.npy") if p.name != "part-00002.npy"} == kept

@@ -75,7 +75,7 @@ def test_force_removes_its_own_stale_embeddings_only(tmp_path):
     out.mkdir()
     own_stale_block(out, 0)
     own_stale_block(out, 1)
-    (out / "fr" / "part-00002.tmp.npy").write_bytes(b"half")
+    (out / "fr" / "part-00002.npy.tmp-0a1b2c3d").write_bytes(b"half")
     with pytest.raises(corpus.CorpusError, match="--force"):
         corpus._completed(out, "new", [], force=False)
     assert corpus._completed(out, "new", [], force=True) == set()
@@ -92,16 +92,29 @@ def test_force_removes_its_own_stale_embeddings_only(tmp_path):
     assert (out / "fr" / "notes.txt").read_text() == SENTINEL and (out / "fr" / "part-00000.npy").exists()
 
 
+def test_a_users_file_named_like_a_temporary_block_of_another_form_is_not_ours(tmp_path):
+    """Only `storage.replace_bytes`'s own temporary name (unique to one write) is a block being written; a
+    user's `part-N.tmp.npy` is the user's: neither deleted before the work nor replaced with --force."""
+    out = tmp_path / "out"
+    out.mkdir()
+    own_stale_block(out, 0)
+    (out / "fr" / "part-00002.tmp.npy").write_text(SENTINEL)
+    for force in (False, True):
+        with pytest.raises(ForeignDataError, match="fr/part-00002.tmp.npy"):
+            corpus._completed(out, "new", [], force=force)
+    assert (out / "fr" / "part-00002.tmp.npy").read_text() == SENTINEL
+
+
 def test_an_output_of_the_earlier_layout_is_ours_to_replace_with_force_only(tmp_path):
     """Blocks beside their records (part-N.npy, part-N.json) and the old manifest: recognised as interlingua's,
     never resumed (even of the same inputs), refused without --force, removed with it (its own files alone)."""
     out = tmp_path / "out"
     old_layout(out)
-    (out / "part-00003.tmp.npy").write_bytes(b"half")  # a killed run of that layout
+    (out / "part-00003.npy.tmp-0a1b2c3d").write_bytes(b"half")  # a killed run of that layout
     with pytest.raises(corpus.CorpusError, match="other inputs.*--force"):
         corpus._completed(out, "same", [], force=False)
     assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "part-00000.json", "part-00000.npy",
-                                                     "part-00001.json", "part-00001.npy", "part-00003.tmp.npy"]
+                                                     "part-00001.json", "part-00001.npy", "part-00003.npy.tmp-0a1b2c3d"]
     (out / "thesis.txt").write_text(SENTINEL)
     with pytest.raises(ForeignDataError, match="thesis.txt"):
         corpus._completed(out, "same", [], force=True)

@@ -5,7 +5,7 @@ import pytest
 
 from orchestration.adapters import tracking
 from orchestration.cli import main
-from orchestration.config import load_config
+from orchestration.config import ConfigError, load_config
 from orchestration.lifecycle.compare import compare_runs
 from tests.support.runs import store_uri
 
@@ -56,6 +56,12 @@ def test_runs_best_first_with_the_differing_parameters_pairs_and_a_figure(tmp_pa
     with pytest.raises(ForeignDataError, match="holiday.png"):
         compare_runs(config, plot=str(tmp_path / "holiday.png"))
     assert (tmp_path / "holiday.png").read_bytes() == user
+    # without a suffix the figure's name is checked as it will be written (matplotlib would add .png after)
+    with pytest.raises(ForeignDataError, match="holiday.png"):
+        compare_runs(config, plot=str(tmp_path / "holiday"))
+    assert (tmp_path / "holiday.png").read_bytes() == user and not (tmp_path / "holiday").exists()
+    with pytest.raises(ConfigError, match=r"\.png"):
+        compare_runs(config, plot=str(tmp_path / "report.pdf"))
 
     trains = compare_runs(config, stage="train").splitlines()
     assert trains[0] == "experiment 'interlingua': 2 training runs, best first"

@@ -53,9 +53,9 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     assert set(check_output(folder)) >= {"manifest.json", "report.png", "pairs-fr-en.parquet"}
     blocks = folder / "embeddings" / "fr" / "blocks"
     save_block(blocks, "part-00000", {"fr": np.zeros((2, 4), np.float32)}, index=0, fingerprint="fp")
-    (blocks / "fr" / "part-00001.tmp.npy").write_bytes(b"half")  # a block a killed run was writing
+    (blocks / "fr" / "part-00001.npy.tmp-0a1b2c3d").write_bytes(b"half")  # a block a killed run was writing
     assert {"embeddings/fr/blocks/part-00000.json", "embeddings/fr/blocks/fr/part-00000.npy",
-            "embeddings/fr/blocks/fr/part-00001.tmp.npy"} <= set(check_output(folder))
+            "embeddings/fr/blocks/fr/part-00001.npy.tmp-0a1b2c3d"} <= set(check_output(folder))
     (blocks / "fr" / "notes.txt").write_bytes(SENTINEL)
     with pytest.raises(ownership.ForeignDataError, match="embeddings/fr/blocks/fr/notes.txt"):
         check_output(folder)

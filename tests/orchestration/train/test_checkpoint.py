@@ -207,6 +207,23 @@ def test_a_training_directory_without_its_record_holds_no_file_of_the_product(tm
         check_train_dir(tmp_path)
 
 
+def test_only_the_models_own_staging_names_are_the_products(tmp_path):
+    """`.model.partial` and `.model.old-<pid>` holding a model's files are the product's; a user's `.model.bak/`,
+    or a staging name holding something else, is not."""
+    from core import ownership
+    from orchestration.train.driver import check_train_dir
+
+    _tree(tmp_path, {"run.json": '{"fingerprint": "0f"}', ".model.partial/model.safetensors": "{}",
+                     ".model.old-123/spm.model": "", ".model.bak/model.safetensors": SENTINEL,
+                     ".model.old-9/notes.txt": SENTINEL})
+    with pytest.raises(ownership.ForeignDataError, match=r"\.model\.bak, \.model\.old-9/notes.txt"):
+        check_train_dir(tmp_path)
+    (tmp_path / ".model.old-9" / "notes.txt").unlink()
+    (tmp_path / ".model.bak" / "model.safetensors").unlink()
+    (tmp_path / ".model.bak").rmdir()
+    assert {".model.partial", ".model.old-123/spm.model", ".model.old-9"} <= set(check_train_dir(tmp_path))
+
+
 def test_files_in_ray_and_workers_are_the_products_only_in_their_layout(tmp_path):
     from core import ownership
     from orchestration.train.driver import check_train_dir
