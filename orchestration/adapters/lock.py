@@ -40,16 +40,17 @@ WAIT_HINT = "use --wait to wait for it"
 
 @contextmanager
 def run_lock(run_dir: str | Path, wait: bool = False, *, ttl: float = TTL_SECONDS,
-             poll: float = 2.0, hint: str = WAIT_HINT) -> Iterator[None]:
+             poll: float = 2.0, hint: str = WAIT_HINT, name: str = LOCK_FILE) -> Iterator[None]:
     """Hold the run dir's lock for the block. AlreadyRunning when another command holds it (unless `wait`),
-    its message ending with `hint`."""
+    its message ending with `hint`. `name`: the lock file's name in `run_dir` (`output_lock`'s, beside an
+    output folder)."""
     kind = storage.scheme(run_dir)
     if kind in ("local", "file"):
         local = str(run_dir)[len("file://"):] if kind == "file" else str(run_dir)
-        with _flock(Path(local), wait, hint):
+        with _flock(Path(local), wait, hint, name):
             yield
     elif kind == "s3":
-        lease = S3Lease(storage.join(run_dir, LOCK_FILE), ttl)
+        lease = S3Lease(storage.join(run_dir, name), ttl)
         while not lease.acquire():
             if not wait:
                 raise AlreadyRunning(f"{lease.location} is held by another interlingua command "
@@ -77,14 +78,32 @@ def stage_lock(run_dir: str | Path, command: str, *, ttl: float = TTL_SECONDS) -
 
 
 @contextmanager
-def _flock(run_dir: Path, wait: bool, hint: str = WAIT_HINT) -> Iterator[None]:
+def output_lock(out_dir: str | Path, command: str, *, ttl: float = TTL_SECONDS) -> Iterator[None]:
+    """One writer at a time for an output folder that is not a run dir (`embed -o`): the lock file
+    `.<name>.lock` beside it, so that the folder itself holds only the output. A second writer exits 5 naming
+    the holder; without a conditional create (gs://, hdfs://) it runs unlocked, as the stages do."""
+    text = str(out_dir).rstrip("/")
+    parent, _, base = text.rpartition("/")
+    if storage.scheme(text) not in ("local", "file", "s3") or not base:
+        yield
+        return
+    if storage.scheme(text) == "local":
+        path = Path(text).resolve()
+        parent, base = str(path.parent), path.name
+    with run_lock(parent, ttl=ttl, name=f".{base}.lock",
+                  hint=f"two `interlingua {command}` never write one output: run it again once that one is done"):
+        yield
+
+
+@contextmanager
+def _flock(run_dir: Path, wait: bool, hint: str = WAIT_HINT, name: str = LOCK_FILE) -> Iterator[None]:
     """`flock` on `<run_dir>/.lock`, the file removed again on release (a command leaves no trace of its lock).
     Removed before it is unlocked: a command that was waiting on the removed file finds, once it has the lock,
     that the path no longer names that file, and locks the path's new one instead."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_FILE
-    while True:
-        handle = open(path, "a+")
+    path = run_dir / name
+    while True:  # never through a link: a link in its place is refused (ELOOP), not followed
+        handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644), "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except OSError as exc:

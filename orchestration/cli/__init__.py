@@ -22,6 +22,7 @@ unreachable tracking store or cluster one line and exit 1; SIGINT one line and e
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import sys
@@ -107,6 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args.command, f"error: {exc}", Exit.USER_ERROR)
     except ConnectionError as exc:  # the tracking store or the cluster: not the input's fault
         return _fail(args.command, f"error: {exc}", Exit.FAILED)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise  # anything else is a bug or a fault a traceback shows best
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return _fail(args.command, f"error: no space left on the device{where} ({exc.strerror}); every output is "
+                                   "replaced only once the new one is whole, so the previous one is as it was: free "
+                                   "space and run the same command again", Exit.FAILED)
     except ModuleNotFoundError as exc:
         extra = _EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:

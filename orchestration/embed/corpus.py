@@ -78,7 +78,21 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     Ray cluster at `ray_address` (`orchestration.adapters.cluster.ensure_ray`) when blocks are left to do;
     CorpusError on bad input or an `out_dir` holding other embeddings (without `force`). `backend`:
     runtime.backend, resolved here once (`embed.backends.resolve`) for every actor; the engine that ran is in
-    the manifest and the fingerprint (another engine's blocks are never taken for this one's)."""
+    the manifest and the fingerprint (another engine's blocks are never taken for this one's). One writer at a
+    time: a second `embed` into the same folder exits 5 naming the holder (`lock.output_lock`)."""
+    from orchestration.adapters.lock import output_lock
+
+    with output_lock(out_dir, "embed"):
+        return _embed_corpus(inputs, out_dir, lang=lang, model_dir=model_dir, config=config, column=column,
+                             dtype=dtype, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
+                             use_gpu=use_gpu, max_tokens=max_tokens, force=force, ray_address=ray_address,
+                             backend=backend, dashboard=dashboard, worker_niceness=worker_niceness)
+
+
+def _embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_dir: Location,
+                  config: dict[str, Any], column: str, dtype: str, block_rows: int, actors: int, cpus_per_actor: int,
+                  use_gpu: bool, max_tokens: int, force: bool, ray_address: str | None, backend: str,
+                  dashboard: bool, worker_niceness: int) -> CorpusResult:
     from orchestration.embed.backends import resolve
 
     started = time.monotonic()
@@ -96,7 +110,8 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model.model_sha256,
                       "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows,
                       **({"backend": engine} if engine != "torch" else {})})  # torch: the fingerprint of before
-    done = _completed(out_dir, fp, blocks, force)
+    done, previous = _completed(out_dir, fp, blocks, force)
+    final, out_dir = out_dir, _replacement(out_dir, previous)  # with --force over other embeddings: staged
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
     log.info("%d sentences (%d empty) in %d files -> %d blocks of %d, %d complete already", total,
@@ -117,7 +132,9 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
                          EmbedJob(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
                                   use_gpu=use_gpu, max_tokens=max_tokens, backend=engine))
     store_writer.write_manifest(out_dir, manifest)
-    return CorpusResult(out_dir, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending),
+    if out_dir != final:
+        ownership.swap_in(Path(out_dir), Path(final), previous)  # the old output stays whole until now
+    return CorpusResult(final, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending),
                         time.monotonic() - started)
 
 
@@ -178,10 +195,25 @@ def _run(pending: list[BlockSpec], out_dir: Location, fp: str, model_dir: Path, 
                actors=min(actors, len(pending)), cpus=cpus, use_gpu=use_gpu, batch_size=1)
 
 
-def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool) -> set[int]:
-    """The blocks of this plan already written. ForeignDataError when the folder holds anything but
-    embeddings (never removed, even with `force`); CorpusError when it holds embeddings of other inputs,
-    model or options, or in the earlier layout, unless `force`, which removes those (its own files alone)."""
+def _replacement(out_dir: Location, previous: list[str] | None) -> Location:
+    """Where the blocks are written: `out_dir` itself, or, when they replace other embeddings there (`previous`,
+    its entries), a staging folder beside a local `out_dir` that `ownership.swap_in` puts in its place once
+    whole. In a bucket (no rename) the previous embeddings are removed first, their own files alone."""
+    if previous is None:
+        return out_dir
+    if storage.is_uri(out_dir):
+        ownership.remove_ours(out_dir, previous, keep_root=True)
+        return out_dir
+    staging = Path(out_dir).resolve().with_name(f".{Path(out_dir).resolve().name}.partial")
+    ownership.make_staging(staging)
+    return staging
+
+
+def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool) -> tuple[set[int], list[str] | None]:
+    """The blocks of this plan already written, and None; or, with `force` over embeddings of other inputs,
+    model or options (or the earlier layout), no block and the entries they consist of, to replace once the
+    new output is whole (`_replacement`). ForeignDataError when the folder holds anything but embeddings
+    (never removed, even with `force`); CorpusError for other embeddings without `force`."""
     scanned = scan_records(out_dir)  # each record read once
     manifest = read_own_manifest(out_dir)
     found = check_output(out_dir, ours=owned(scanned, manifest))
@@ -192,14 +224,13 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
         raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
                           "pass --force to replace them, or choose another output directory")
     if stale:
-        ownership.remove_ours(out_dir, found, keep_root=True)
-        return set()
+        return set(), found
     for name in found:
         if TMP_BLOCK.fullmatch(name):
             storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
     wanted = {store.block_name(b.index): b for b in blocks}
     return {wanted[record.name].index for record in scanned.records.values() if record.name in wanted
-            and all(f"{lang}/{record.name}.npy" in found for lang in record.sha256)}
+            and all(f"{lang}/{record.name}.npy" in found for lang in record.sha256)}, None
 
 
 def _manifest(files: list[InputFile], records: list[store.BlockRecord], model: EmbedModel, lang: str, dtype: str,

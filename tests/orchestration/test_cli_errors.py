@@ -7,6 +7,7 @@ import logging
 import numpy as np
 import pytest
 
+from core.errors import Exit
 from orchestration.cli import main
 from tests.support.corpus import write_lines
 from tests.support.runs import untrained_model_dir
@@ -124,3 +125,20 @@ def test_a_dev_split_without_complete_tuples_is_refused_before_training_not_a_na
     line = error_line(capsys)
     assert "the dev split has 0 tuple(s) with every one of ['en', 'fr', 'es']" in line
     assert "heldout_complete=true" in line and asked == []
+
+
+def test_a_full_disk_is_one_line_naming_the_file_not_a_traceback(monkeypatch, capsys):
+    import errno
+
+    from orchestration.cli import tools
+
+    def full(config, args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/out/fr/part-00001.npy")
+
+    monkeypatch.setattr(tools, "show_config", full)
+    assert main(["config"]) == Exit.FAILED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no space left" in err[0] and "/data/out/fr/part-00001.npy" in err[0], err
+    monkeypatch.setattr(tools, "show_config", lambda config, args: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
+    with pytest.raises(OSError):  # any other OSError is not dressed up as a full disk
+        main(["config"])

@@ -11,6 +11,7 @@ import pytest
 from orchestration.cli import main
 from orchestration.embed import corpus
 from orchestration.embed import folder as output
+from core import ownership
 from core.ownership import ForeignDataError
 from evaluation.store_writer import save_block
 from tests.support.runs import untrained_model_dir
@@ -78,8 +79,11 @@ def test_force_removes_its_own_stale_embeddings_only(tmp_path):
     (out / "fr" / "part-00002.npy.tmp-0a1b2c3d").write_bytes(b"half")
     with pytest.raises(corpus.CorpusError, match="--force"):
         corpus._completed(out, "new", [], force=False)
-    assert corpus._completed(out, "new", [], force=True) == set()
-    assert out.is_dir() and not list(out.iterdir())
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    done, previous = corpus._completed(out, "new", [], force=True)
+    assert done == set() and sorted(previous) == [str(p) for p in before]
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing removed before the new is whole
+    replace_whole(out, previous)
     (out / "notes.txt").write_text(SENTINEL)
     own_stale_block(out)
     with pytest.raises(ForeignDataError, match="notes.txt"):
@@ -120,8 +124,21 @@ def test_an_output_of_the_earlier_layout_is_ours_to_replace_with_force_only(tmp_
         corpus._completed(out, "same", [], force=True)
     assert (out / "thesis.txt").read_text() == SENTINEL and (out / "part-00001.npy").exists()
     (out / "thesis.txt").unlink()
-    assert corpus._completed(out, "same", [], force=True) == set()
-    assert out.is_dir() and not list(out.iterdir())
+    done, previous = corpus._completed(out, "same", [], force=True)
+    assert done == set()
+    replace_whole(out, previous)
+
+
+def replace_whole(out, previous) -> None:
+    """What embed does with --force over other embeddings: the new blocks staged beside `out`, swapped in whole;
+    then only the new output is there."""
+    staging = corpus._replacement(out, previous)
+    assert staging != out and (out / "part-00000.json").exists()  # the old output whole while the new is written
+    save_block(staging, "part-00000", {"fr": np.ones((2, 4), np.float32)}, index=0, fingerprint="new")
+    ownership.swap_in(staging, out, previous)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["fr", "fr/part-00000.npy",
+                                                                             "part-00000.json"]
+    assert not staging.exists() and [p.name for p in out.parent.iterdir()] == ["out"]
 
 
 def test_force_over_the_earlier_layout_keeps_a_users_file(tmp_path, args, capsys):
@@ -176,3 +193,22 @@ def test_force_replaces_only_an_embeddings_array_never_an_input_or_another_file(
     assert text.read_text() == SENTINEL and np.array_equal(np.load(tmp_path / "ids.npy"), np.arange(3))
     np.save(tmp_path / "old.npy", np.zeros((2, 4), np.float32))  # what embed writes: replaced with --force
     check_npy_output(str(tmp_path / "old.npy"), ["-"], force=True)
+
+
+def test_a_second_writer_to_one_output_is_refused_and_the_lock_is_beside_it(tmp_path):
+    """Two `embed` into one folder: the second exits 5 (AlreadyRunning) naming the holder, before any work; the
+    lock file sits beside the folder (the folder holds only the output) and is gone once released."""
+    from orchestration.adapters.lock import AlreadyRunning, output_lock
+
+    out = tmp_path / "out"
+    with output_lock(out, "embed"):
+        assert (tmp_path / ".out.lock").is_file() and not out.exists()
+        with pytest.raises(AlreadyRunning, match="two `interlingua embed` never write one output"):
+            with output_lock(str(out), "embed"):
+                pass
+    assert not (tmp_path / ".out.lock").exists()
+    (tmp_path / ".out.lock").symlink_to(tmp_path / "elsewhere")  # never written through
+    with pytest.raises(OSError):
+        with output_lock(out, "embed"):
+            pass
+    assert not (tmp_path / "elsewhere").exists()
