@@ -112,9 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise  # anything else is a bug or a fault a traceback shows best
         where = f" writing {exc.filename}" if exc.filename else ""
-        return _fail(args.command, f"error: no space left on the device{where} ({exc.strerror}); every output is "
-                                   "replaced only once the new one is whole, so the previous one is as it was: free "
-                                   "space and run the same command again", Exit.FAILED)
+        return _fail(args.command, f"error: no space left on the device{where} ({exc.strerror}); nothing half-written "
+                                   "was published: free space and run the same command again", Exit.FAILED)
     except ModuleNotFoundError as exc:
         extra = _EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:
