@@ -20,9 +20,11 @@ _CONTROL = regex.compile(r"(?![\u200c\u200d])[\p{Cc}\p{Cf}]")
 class RemovePattern(Schema):
     """A regular expression deleted from sentences (corpus noise); counted per language."""
 
-    name: str
-    regex: str
-    languages: list[str] | None = None
+    name: str = Field(description="Names the pattern in the count of sentences it matched "
+                                  "(normalized/<lang>/<name>).")
+    regex: str = Field(description="A Python regular expression, matched after NFKC normalization; each match "
+                                   "is replaced by a space.")
+    languages: list[str] | None = Field(None, description="The languages it applies to; all when unset.")
 
     @field_validator("regex")
     @classmethod
@@ -35,8 +37,6 @@ class RemovePattern(Schema):
 
 
 def _default_patterns() -> list[RemovePattern]:
-    # The Bible's inline verse references "(51:1)" (fr, ru) and its Chinese notes in
-    # full-width brackets "（细拉）": real noise of the default corpus (shared/DATA.md).
     # Patterns see NFKC-normalized text, where full-width brackets are ASCII ones.
     return [
         RemovePattern(name="inline_reference", regex=r"\(\d+:\d+\)"),
@@ -45,9 +45,14 @@ def _default_patterns() -> list[RemovePattern]:
 
 
 class NormalizeConfig(Schema):
-    nfkc: bool = True
-    lowercase: bool = True  # the paper lowercases
-    remove_patterns: list[RemovePattern] = Field(default_factory=_default_patterns)
+    nfkc: bool = Field(True, description="Apply Unicode NFKC normalization first (full-width forms to ASCII, "
+                                         "ligatures split).")
+    lowercase: bool = Field(True, description="Lowercase every sentence (the paper does).")
+    remove_patterns: list[RemovePattern] = Field(
+        default_factory=_default_patterns,
+        description="Noise deleted from sentences; the default removes the Bible's inline verse references "
+                    "\"(51:1)\" (fr, ru) and its Chinese notes in full-width brackets \"（细拉）\" "
+                    "(shared/DATA.md).")
 
 
 @dataclass

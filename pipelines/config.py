@@ -52,18 +52,19 @@ class LanguageIdConfig(Schema):
 
 
 class FilterConfig(Schema):
-    min_words: int = Field(default=1, ge=0)
+    min_words: int = Field(default=1, ge=0, description="Drop a sentence of fewer words (spaces apart).")
     max_words: int = Field(default=50, ge=1, description="The paper drops sentences over 50 words.")
-    # CJK scripts have no spaces: they are counted in characters. About 1.5
-    # Chinese characters stand for an English word in the Bible.
-    max_cjk_chars: int = Field(default=80, ge=1)
-    min_cjk_chars: int = Field(default=1, ge=0)
+    max_cjk_chars: int = Field(
+        default=80, ge=1, description="max_words of the languages written without spaces (zh, ja, th...), in "
+        "characters: about 1.5 Chinese characters stand for an English word in the Bible.")
+    min_cjk_chars: int = Field(
+        default=1, ge=0, description="min_words of the languages written without spaces, in characters.")
     max_length_ratio: float | None = Field(
         default=3.0, ge=1.0,
         description="Drop a sentence this many times longer or shorter than the median of the "
         "tuple's other languages (words, CJK characters / 1.5); null disables.",
     )
-    drop_urls: bool = True
+    drop_urls: bool = Field(default=True, description="Drop a sentence holding a URL or an e-mail address.")
     min_script_fraction: float = Field(
         default=0.5, ge=0.0, le=1.0,
         description="Share of letters that must be in the language's script; 0 disables.",
@@ -79,11 +80,17 @@ class FilterConfig(Schema):
 
 
 class DedupConfig(Schema):
-    near_duplicates: bool = False
-    num_perm: int = Field(default=128, ge=8)
-    bands: int = Field(default=16, ge=1)
-    threshold: float = Field(default=0.8, gt=0.0, le=1.0)
-    shingle_chars: int = Field(default=5, ge=1)
+    near_duplicates: bool = Field(
+        default=False, description="Also drop near-duplicate tuples (MinHash LSH); exact duplicates always go.")
+    num_perm: int = Field(default=128, ge=8, description="MinHash permutations of a tuple's signature.")
+    bands: int = Field(
+        default=16, ge=1, description="LSH bands the signature is cut into (must divide num_perm); tuples "
+        "sharing a band are compared.")
+    threshold: float = Field(
+        default=0.8, gt=0.0, le=1.0, description="Drop a tuple whose estimated Jaccard similarity to the first "
+        "(by key) of a band it shares is at least this.")
+    shingle_chars: int = Field(
+        default=5, ge=1, description="Length of the character shingles of a tuple's joined text that MinHash hashes.")
 
     @model_validator(mode="after")
     def _bands_divide(self) -> "DedupConfig":
@@ -109,11 +116,17 @@ class TrainedOnDataset(Schema):
 class SplitConfig(Schema):
     """Held-out splits, chosen by a seeded hash of the tuple key: by size or by fraction."""
 
-    seed: int = 0
-    dev_size: int | None = Field(default=4000, ge=0)
-    test_size: int | None = Field(default=4000, ge=0)
-    dev_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
-    test_fraction: float | None = Field(default=None, ge=0.0, lt=1.0)
+    seed: int = Field(default=0, description="Seed of the hash of tuple keys that picks the held-out tuples.")
+    dev_size: int | None = Field(
+        default=4000, ge=0, description="Dev tuples, taken from the sources in turn; unused with the fractions.")
+    test_size: int | None = Field(
+        default=4000, ge=0, description="Test tuples, taken from the sources in turn; unused with the fractions.")
+    dev_fraction: float | None = Field(
+        default=None, ge=0.0, lt=1.0, description="Share of each source's tuples held out as dev, instead of "
+        "dev_size (set with test_fraction).")
+    test_fraction: float | None = Field(
+        default=None, ge=0.0, lt=1.0, description="Share of each source's tuples held out as test, instead of "
+        "test_size (set with dev_fraction).")
     heldout_complete: bool = Field(
         default=True,
         description="Hold out only tuples with every language, so that every pair of the "
@@ -148,25 +161,33 @@ class SplitConfig(Schema):
 class SpmConfig(Schema):
     """The joint BPE model (sentencepiece), trained on a language-balanced sample of train."""
 
-    vocab_size: int = Field(default=20000, ge=100)  # the paper: 20k
-    sample_sentences: int = Field(default=1_000_000, ge=100)
+    vocab_size: int = Field(
+        default=20000, ge=100, description="BPE pieces of the joint vocabulary (the paper: 20k); fewer when the "
+        "sample is small.")
+    sample_sentences: int = Field(
+        default=1_000_000, ge=100, description="Training sentences drawn (at most) to learn the BPE model from.")
     temperature: float = Field(
         default=5.0, ge=1.0, description="p(lang) ~ n_lang^(1/T): 1 keeps the data's proportions."
     )
-    character_coverage: float = Field(default=0.9995, gt=0.0, le=1.0)
-    num_threads: int = Field(default=2, ge=1)
+    character_coverage: float = Field(
+        default=0.9995, gt=0.0, le=1.0, description="Share of the sample's characters the vocabulary covers; "
+        "the rarest others become unknown.")
+    num_threads: int = Field(default=2, ge=1, description="sentencepiece's threads while it learns the BPE model.")
 
 
 class OutputConfig(Schema):
-    train_shards: int = Field(default=4, ge=1)
-    heldout_shards: int = Field(default=1, ge=1)
+    train_shards: int = Field(
+        default=4, ge=1, description="Parquet files the train split is written in, tuples spread by key hash.")
+    heldout_shards: int = Field(default=1, ge=1, description="Parquet files each of dev and test is written in.")
     read_chunk_lines: int = Field(
         default=20000, ge=1, description="Lines per read task: the unit of read parallelism."
     )
 
 
 class PrepareConfig(Schema):
-    sources: list[Source] = Field(default_factory=lambda: [BibleSource(kind="bible")])
+    sources: list[Source] = Field(
+        default_factory=lambda: [BibleSource(kind="bible")],
+        description="The corpora read, each told apart by its kind; the Bible in the paper's six languages by default.")
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)
     filters: FilterConfig = Field(default_factory=FilterConfig)
     dedup: DedupConfig = Field(default_factory=DedupConfig)

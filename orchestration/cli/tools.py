@@ -76,7 +76,8 @@ def add_embed(sub: argparse._SubParsersAction) -> None:
                    "(small inputs)")
     p.add_argument("--column", default="text", help="the text column of Parquet inputs (default: text)")
     p.add_argument("--block-rows", type=int, default=20000, help="sentences per block (default 20000)")
-    p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float32",
+                   help="the stored vectors' number type; float16 halves their size (default float32)")
     p.add_argument("--model", help="a model directory, local or a URI (default: <run_dir>/train/model)")
     p.add_argument("--force", action="store_true", help="replace interlingua's embeddings of other inputs in the "
                    "output directory (never other files), or an existing -o FILE.npy")

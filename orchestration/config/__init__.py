@@ -49,7 +49,9 @@ SOURCE_KINDS = frozenset(kind for member in get_args(get_args(Source)[0])
 
 
 class Config(Schema):
-    name: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="The run's name: "
+                      "its MLflow runs' (`<name>-eval-test`...), and the registered model's unless registry.model_name "
+                      "is set.")
     run_dir: str = Field(
         default="runs/default", description="Every stage writes below it: data/, train/, eval/."
     )

@@ -32,7 +32,7 @@ class TestsetConfig(Schema):
 
 
 class EvaluateConfig(Schema):
-    split: Literal["dev", "test"] = "test"
+    split: Literal["dev", "test"] = Field(default="test", description="The prepared dataset's held-out split measured.")
     languages: list[str] | None = Field(
         default=None, description="Languages measured (also by the dev error during training), e.g. one "
         "translation per language when the dataset holds several; all the model's when unset.",
@@ -81,7 +81,8 @@ class TrackingConfig(Schema):
     uri: str = Field(
         default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."
     )
-    experiment: str = "interlingua"
+    experiment: str = Field(default="interlingua", description="The MLflow experiment the runs are logged in "
+                            "(created if missing).")
 
 
 class RegistryConfig(Schema):
@@ -106,10 +107,11 @@ class RegistryConfig(Schema):
 class MineInput(Schema):
     """Monolingual sentences of one language: text files (one sentence per line) or Parquet."""
 
-    lang: str
+    lang: str = Field(description="The sentences' language code, one the model knows.")
     path: str = Field(description="A file, a glob (`data/news.fr.*`) or a directory; local or a URI "
                                   "(`s3://bucket/news.fr.*`).")
-    format: Literal["text", "parquet"] = "text"
+    format: Literal["text", "parquet"] = Field(
+        default="text", description="text: UTF-8, one sentence per line; parquet: the `column` of Parquet files.")
     column: str = Field(default="text", description="The sentence column of Parquet inputs.")
 
 
@@ -134,14 +136,18 @@ class MineConfig(Schema):
         "'use' (the offline USE baseline) or a model directory (local or a URI).")
     output_dir: str | None = Field(default=None, description="<run_dir>/mine when unset; local or a URI.")
     k: int = Field(default=4, ge=1, description="Neighbours each way, for the margin and the candidates.")
-    mode: Literal["forward", "backward", "intersection", "max"] = "intersection"
+    mode: Literal["forward", "backward", "intersection", "max"] = Field(
+        default="intersection", description="The candidates: forward (each sentence of a pair's first language "
+        "with its best match by margin), backward (from the second), intersection (the pairs both find) or max "
+        "(both's pairs, each sentence used once).")
     index: Literal["auto", "flat", "ivfpq"] = Field(
         default="auto", description="Exact search, IVF-PQ (re-ranked), or IVF-PQ above `approximate_above`.")
     approximate_above: int = Field(default=100_000, ge=1, description="Candidates from which 'auto' is IVF-PQ.")
     nprobe: int = Field(default=16, ge=1, description="IVF lists searched per query.")
     threshold: float | None = Field(
         default=None, gt=0, description="Margin threshold; calibrated on `gold` (max F1) when unset.")
-    gold: MineGold | None = None
+    gold: MineGold | None = Field(default=None, description="True pairs to calibrate the threshold on and to "
+                                  "score the mining with; none when unset.")
     max_score: float | None = Field(default=None, gt=0, description="Pairs scoring above this are dropped.")
     max_length_ratio: float = Field(default=3.0, gt=1, description="Character length ratio of a pair.")
     min_letter_share: float = Field(default=0.5, ge=0, le=1, description="Letters among non-space characters.")
@@ -163,7 +169,7 @@ class ServeConfig(Schema):
         "as it changes) or a model directory (served as is).")
     host: str = Field(default="127.0.0.1", description="The address the HTTP proxy listens on (0.0.0.0: all); the "
                       "replicas' own listeners are on the Ray node's address (127.0.0.1 on a command's local Ray).")
-    port: int = Field(default=8000, ge=1, le=65535)
+    port: int = Field(default=8000, ge=1, le=65535, description="The TCP port the HTTP proxy listens on.")
     replicas: int = Field(default=1, ge=1, description="Ray Serve replicas, each with the model loaded.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="Also the replica's torch threads (at least 1).")
     max_batch_size: int = Field(default=16, ge=1, description="Requests embedded together (@serve.batch).")

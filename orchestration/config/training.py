@@ -12,8 +12,12 @@ from core.schema import Schema
 class PathConfig(Schema):
     """One training path (Schwenk & Douze, Table 3); a tuple's path is drawn by `weight`."""
 
-    kind: Literal["1:1", "1:N", "M:1", "M:N"]
-    weight: float = Field(default=1.0, gt=0)
+    kind: Literal["1:1", "1:N", "M:1", "M:N"] = Field(
+        description="1:1 one source to one target, 1:N one source to every other language of the tuple, M:1 "
+        "m sources averaged to one target, M:N m averaged sources to every other language.")
+    weight: float = Field(
+        default=1.0, gt=0, description="Odds of a tuple being trained on this path, against the other paths "
+        "that can serve it.")
     sources: list[str] | None = Field(default=None, description="Allowed source languages; all when unset.")
     targets: list[str] | None = Field(default=None, description="Allowed targets, e.g. [en] for a fixed target.")
     m: int = Field(default=2, ge=2, description="Number of averaged sources of M:1 and M:N.")
@@ -36,10 +40,12 @@ class ModelConfig(Schema):
         "data (a truncated SVD of the token x tuple matrix, seconds; translations start close together).",
     )
     encoder_hidden: int = Field(default=128, gt=0, description="Per direction; the embedding is 2x for blstm_max.")
-    encoder_layers: int = Field(default=1, ge=1)
-    decoder_hidden: int = Field(default=256, gt=0)
-    decoder_layers: int = Field(default=1, ge=1)
-    dropout: float = Field(default=0.0, ge=0, lt=1)
+    encoder_layers: int = Field(default=1, ge=1, description="Stacked LSTM layers of the encoder.")
+    decoder_hidden: int = Field(default=256, gt=0, description="LSTM state size of the NMT loss's decoder(s).")
+    decoder_layers: int = Field(default=1, ge=1, description="Stacked LSTM layers of the NMT loss's decoder(s).")
+    dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout probability on the token embeddings, between LSTM layers "
+        "and in the decoder; 0 = none.")
     shared_encoder: bool = Field(default=True, description="One encoder for every language (LASER).")
     shared_decoder: bool = Field(default=False, description="One decoder told the target language (LASER).")
     output: Literal["softmax", "adaptive"] = Field(
@@ -51,8 +57,11 @@ class ModelConfig(Schema):
     ranking_weight: float = Field(
         default=1.0, ge=0, description="Weight of the in-batch ranking loss on the embeddings; 0 = off."
     )
-    ranking_scale: float = Field(default=20.0, gt=0)
-    ranking_margin: float = Field(default=0.3, ge=0)
+    ranking_scale: float = Field(
+        default=20.0, gt=0, description="The ranking loss's softmax scale: the factor its cosines are multiplied by.")
+    ranking_margin: float = Field(
+        default=0.3, ge=0, description="The ranking loss's additive margin, taken off the cosine of each "
+        "sentence's translation.")
     nmt_weight: float = Field(default=0.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
     ranking_pairs: Literal["source", "all"] = Field(
         default="all",
@@ -87,7 +96,9 @@ class TrainConfig(Schema):
     """How it is learned; the defaults go with ModelConfig's: one 1:N path (a tuple's every language at
     once), small batches, a high peak learning rate after a short warmup, cosine decay."""
 
-    paths: list[PathConfig] = Field(default_factory=lambda: [PathConfig(kind="1:N")], min_length=1)
+    paths: list[PathConfig] = Field(
+        default_factory=lambda: [PathConfig(kind="1:N")], min_length=1,
+        description="The training paths (which languages encode and which are targets); a batch holds one.")
     monolingual: bool = Field(default=False, description="Allow auto-encoding paths (target = source).")
     languages: list[str] | None = Field(default=None, description="Train on these; all of the dataset's when unset.")
     max_tokens: int = Field(default=1500, gt=0, description="Batch budget: sentences x longest length.")
@@ -104,9 +115,11 @@ class TrainConfig(Schema):
         default=200_000, gt=0, description="Training tuples (the first, in shard order) that corpus "
         "statistics are computed from: the LSI initialization and the adaptive softmax's token order.",
     )
-    max_steps: int = Field(default=20000, gt=0)
+    max_steps: int = Field(
+        default=20000, gt=0, description="Optimizer steps to train (or fewer, by max_minutes or early stopping).")
     max_minutes: float | None = Field(default=None, gt=0, description="Stop after this much training time.")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seed of the initial weights, the LSI initialization and the batches' "
+                      "order and paths.")
     lr: float = Field(default=6e-3, gt=0, description="Peak learning rate (after warmup).")
     warmup_steps: int = Field(default=100, ge=0, description="Linear warmup from 0 to `lr` over these steps.")
     schedule: Literal["plateau", "cosine", "inverse_sqrt", "constant"] = Field(
@@ -116,12 +129,17 @@ class TrainConfig(Schema):
         "inverse square root of the step; or constant.",
     )
     weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay (AdamW); 0 = Adam.")
-    grad_clip: float | None = Field(default=5.0, gt=0)
+    grad_clip: float | None = Field(
+        default=5.0, gt=0, description="Clip the gradients' total norm to this at every step; null: no clipping.")
     lr_decay: float = Field(default=0.5, gt=0, lt=1, description="LR factor when the dev error stalls.")
-    lr_patience_evals: int = Field(default=1, ge=0)
-    early_stop_patience_evals: int | None = Field(default=4, ge=1)
-    min_lr: float = Field(default=1e-4, ge=0)
-    eval_every_steps: int = Field(default=200, gt=0)
+    lr_patience_evals: int = Field(
+        default=1, ge=0, description="Dev evaluations without improvement the plateau schedule waits before "
+        "decaying the LR.")
+    early_stop_patience_evals: int | None = Field(
+        default=4, ge=1, description="Stop after this many dev evaluations without a better dev error; null: never.")
+    min_lr: float = Field(default=1e-4, ge=0, description="The cosine schedule's final LR and the plateau's floor.")
+    eval_every_steps: int = Field(
+        default=200, gt=0, description="Steps between dev error measurements (best model, plateau, early stop).")
     dev_max_sentences: int | None = Field(default=1000, gt=1, description="Dev tuples used for the error.")
 
 
@@ -159,9 +177,13 @@ class RuntimeConfig(Schema):
         default=None, ge=0, description="Training batches a worker process builds ahead of the step "
         "(0: built in the step's own process); unset: 8 with use_gpu, else 0 (on a CPU it would take a core "
         "from the training threads).")
-    log_every_steps: int = Field(default=20, gt=0)
-    checkpoint_every_steps: int = Field(default=200, gt=0)
-    keep_checkpoints: int = Field(default=2, ge=1)
+    log_every_steps: int = Field(
+        default=20, gt=0, description="Steps between the training metrics' logs (MLflow, progress line) and the "
+        "time limit's checks.")
+    checkpoint_every_steps: int = Field(
+        default=200, gt=0, description="Steps between checkpoints, which a restarted worker group resumes from.")
+    keep_checkpoints: int = Field(
+        default=2, ge=1, description="Checkpoints kept under <run_dir>/train/ray, the newest included.")
     lease_ttl_s: float = Field(
         default=60.0, ge=3, description="A run dir in a bucket is locked by a lease renewed every third of this; "
         "a lease not renewed this long is taken over by the next command (its holder paused or gone), and the "
