@@ -7,8 +7,10 @@ languages unless --languages, `prepare.spm.vocab_size` unless --vocab), its Adam
 moments exist, as in every checkpoint after step 0), and both files are written by the code a checkpoint
 uses (`checkpoint.save_state`, `model.nmt.save_model`) into a temporary folder, then measured and removed.
 `state.pt` holds the weights and AdamW's two moments per weight, about three times the model file (the
-best weights so far are the checkpoint's model file, not stored twice). Nothing here depends on the machine but the time it takes.
+best weights so far are the checkpoint's model file, not stored twice). Nothing here depends on the machine
+but the time it takes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,13 +45,15 @@ def main() -> None:
     vocab = args.vocab or config.prepare.spm.vocab_size
     model = MultilingualNMT.build(model_args(config, languages, vocab))
     params = sum(p.numel() for p in model.parameters())
-    optimizer = make_optimizer(model, lr=config.train.lr, weight_decay=config.train.weight_decay,
-                               device=torch.device("cpu"))
+    optimizer = make_optimizer(
+        model, lr=config.train.lr, weight_decay=config.train.weight_decay, device=torch.device("cpu")
+    )
     for weight in model.parameters():  # one step: AdamW's moments exist, as in every checkpoint after step 0
         weight.grad = torch.zeros_like(weight)
     optimizer.step()
-    state = TrainingState(model.state_dict(), optimizer.state_dict(), None, TrainingProgress(step=1),
-                          copy.deepcopy(model.state_dict()))
+    state = TrainingState(
+        model.state_dict(), optimizer.state_dict(), None, TrainingProgress(step=1), copy.deepcopy(model.state_dict())
+    )
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as tmp:
         started = time.perf_counter()
         save_state(state, Path(tmp) / "state.pt")
@@ -59,8 +63,10 @@ def main() -> None:
         model_mb = (Path(tmp) / "model.safetensors").stat().st_size / 2**20
     print(f"{args.config} {' '.join(args.overrides)}".strip())
     print(f"languages {len(languages)}, vocabulary {vocab}, parameters {params / 1e6:.1f} M")
-    print(f"model.safetensors {model_mb:,.1f} MB; state.pt {state_mb:,.1f} MB ({state_mb / model_mb:.2f}x), "
-          f"written in {state_s:.1f} s; the checkpoint {model_mb + state_mb:,.1f} MB")
+    print(
+        f"model.safetensors {model_mb:,.1f} MB; state.pt {state_mb:,.1f} MB ({state_mb / model_mb:.2f}x), "
+        f"written in {state_s:.1f} s; the checkpoint {model_mb + state_mb:,.1f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ when it has one: `benchmarks/mixing.py`'s `recipe_parts`) through `model.trainin
 steps, each on a fresh model of the config and on the trained model's weights. One JSON line per variant, then
 the ratios: trained / fresh in each process, and plain / flushed on the trained weights.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,17 @@ def measure(config_path: str, model_dir: str, batches: int, passes: int, flushed
         for i, batch in enumerate(drawn):
             if i == WARMUP:
                 start = time.perf_counter()
-            train_step(model, optimizer, batch.sources, batch.targets, ranking_weight=m.ranking_weight,
-                       grad_clip=t.grad_clip, device=cpu, teacher=batch.teacher, distill_weight=m.distill_weight)
+            train_step(
+                model,
+                optimizer,
+                batch.sources,
+                batch.targets,
+                ranking_weight=m.ranking_weight,
+                grad_clip=t.grad_clip,
+                device=cpu,
+                teacher=batch.teacher,
+                distill_weight=m.distill_weight,
+            )
         return round(1000 * (time.perf_counter() - start) / batches, 1)
 
     def sentences_per_s(model: torch.nn.Module) -> float:
@@ -75,11 +85,17 @@ def measure(config_path: str, model_dir: str, batches: int, passes: int, flushed
     dev = {lang: [t for t in table.column(f"{lang}_text").to_pylist() if t is not None] for lang in loaded.languages}
     torch.manual_seed(t.seed)
     fresh_model = MultilingualNMT.build(args)
-    row = {"variant": "flushed" if flushed else "plain", "dev_sentences": sum(map(len, dev.values())),
-           "fresh_embed_sentences_per_s": sentences_per_s(fresh_model),  # before any step changes the weights
-           "trained_embed_sentences_per_s": sentences_per_s(trained)}
-    return {**row, "fresh_ms_per_step": ms_per_step(fresh_model.train()),
-            "trained_ms_per_step": ms_per_step(trained.train())}
+    row = {
+        "variant": "flushed" if flushed else "plain",
+        "dev_sentences": sum(map(len, dev.values())),
+        "fresh_embed_sentences_per_s": sentences_per_s(fresh_model),  # before any step changes the weights
+        "trained_embed_sentences_per_s": sentences_per_s(trained),
+    }
+    return {
+        **row,
+        "fresh_ms_per_step": ms_per_step(fresh_model.train()),
+        "trained_ms_per_step": ms_per_step(trained.train()),
+    }
 
 
 def main() -> None:
@@ -92,28 +108,55 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE, as on the command line of interlingua")
     args = parser.parse_args()
     if args.variant:
-        print(json.dumps(measure(args.config, args.model, args.batches, args.passes, args.variant == "flushed",
-                                 args.overrides)))
+        print(
+            json.dumps(
+                measure(args.config, args.model, args.batches, args.passes, args.variant == "flushed", args.overrides)
+            )
+        )
         return
     rows = {}
     for variant in ("plain", "flushed"):
-        out = subprocess.run([sys.executable, __file__, "-c", args.config, "--model", args.model, "--batches",
-                              str(args.batches), "--passes", str(args.passes), "--variant", variant, *args.overrides],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "-c",
+                args.config,
+                "--model",
+                args.model,
+                "--batches",
+                str(args.batches),
+                "--passes",
+                str(args.passes),
+                "--variant",
+                variant,
+                *args.overrides,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         rows[variant] = json.loads(out.strip().splitlines()[-1])
         print(json.dumps(rows[variant]), flush=True)
     plain, flushed = rows["plain"], rows["flushed"]
-    print(json.dumps({
-        "trained_over_fresh_plain": round(plain["trained_ms_per_step"] / plain["fresh_ms_per_step"], 2),
-        "trained_over_fresh_flushed": round(flushed["trained_ms_per_step"] / flushed["fresh_ms_per_step"], 2),
-        "trained_plain_over_flushed": round(plain["trained_ms_per_step"] / flushed["trained_ms_per_step"], 2),
-        "embed_fresh_over_trained_plain": round(plain["fresh_embed_sentences_per_s"]
-                                                / plain["trained_embed_sentences_per_s"], 2),
-        "embed_fresh_over_trained_flushed": round(flushed["fresh_embed_sentences_per_s"]
-                                                  / flushed["trained_embed_sentences_per_s"], 2),
-        "embed_trained_flushed_over_plain": round(flushed["trained_embed_sentences_per_s"]
-                                                  / plain["trained_embed_sentences_per_s"], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "trained_over_fresh_plain": round(plain["trained_ms_per_step"] / plain["fresh_ms_per_step"], 2),
+                "trained_over_fresh_flushed": round(flushed["trained_ms_per_step"] / flushed["fresh_ms_per_step"], 2),
+                "trained_plain_over_flushed": round(plain["trained_ms_per_step"] / flushed["trained_ms_per_step"], 2),
+                "embed_fresh_over_trained_plain": round(
+                    plain["fresh_embed_sentences_per_s"] / plain["trained_embed_sentences_per_s"], 2
+                ),
+                "embed_fresh_over_trained_flushed": round(
+                    flushed["fresh_embed_sentences_per_s"] / flushed["trained_embed_sentences_per_s"], 2
+                ),
+                "embed_trained_flushed_over_plain": round(
+                    flushed["trained_embed_sentences_per_s"] / plain["trained_embed_sentences_per_s"], 2
+                ),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ not depend on the weights.
 Runs are interleaved, medians of `--repeats`; the ratios are against "bare".
 Targets: ray x1 at least 0.9x of bare; xA near A x bare while cores allow.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.schema import dump_yaml  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
 from pipelines.source_config import BibleSource  # noqa: E402
-from core.schema import dump_yaml  # noqa: E402
 from pipelines.sources import bible_db_path  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "bible6-cpu.yaml"
@@ -58,7 +59,7 @@ def write_files(sentences: list[str], folder: Path, files: int) -> list[Path]:
     paths = []
     for i in range(0, len(sentences), size):
         paths.append(folder / f"part-{i // size}.txt")
-        paths[-1].write_text("".join(s + "\n" for s in sentences[i:i + size]), encoding="utf-8")
+        paths[-1].write_text("".join(s + "\n" for s in sentences[i : i + size]), encoding="utf-8")
     return paths
 
 
@@ -80,8 +81,9 @@ def model_dir(sentences: list[str], folder: Path) -> Path:
     torch.manual_seed(0)
     model = MultilingualNMT.build(model_args(config, ["en", "fr"], vocab))
     # the tokenizer's identity in the weights' file, as training writes it: the model is checked, not warned about
-    save_model(model, str(folder / "model.safetensors"), step=0, dev_error=None,
-               spm_sha256=file_sha256(folder / "spm.model"))
+    save_model(
+        model, str(folder / "model.safetensors"), step=0, dev_error=None, spm_sha256=file_sha256(folder / "spm.model")
+    )
     (folder / "config.yaml").write_text(dump_yaml(config.to_dict()))
     return folder
 
@@ -106,8 +108,16 @@ def on_ray(model: Path, paths: list[Path], out: Path, actors: int, threads: int,
 
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
-    embed_corpus([str(p) for p in paths], out, lang="en", model_dir=model, config={}, block_rows=block_rows,
-                 actors=actors, cpus_per_actor=threads)
+    embed_corpus(
+        [str(p) for p in paths],
+        out,
+        lang="en",
+        model_dir=model,
+        config={},
+        block_rows=block_rows,
+        actors=actors,
+        cpus_per_actor=threads,
+    )
     return time.perf_counter() - start
 
 
@@ -136,8 +146,10 @@ def main() -> None:
             times[f"ray x{a}"].append(on_ray(model, paths, work / "out", a, args.threads, args.block_rows))
     n = len(sentences)
     base = n / statistics.median(times["bare"])
-    print(f"{n:,} sentences in {len(paths)} files, blocks of {args.block_rows:,}, {args.threads} thread(s) per "
-          f"loop/actor, medians of {args.repeats}")
+    print(
+        f"{n:,} sentences in {len(paths)} files, blocks of {args.block_rows:,}, {args.threads} thread(s) per "
+        f"loop/actor, medians of {args.repeats}"
+    )
     print(f"{'':<8} {'sentences/s':>12} {'vs bare':>8}   runs (s)")
     for name, runs in times.items():
         rate = n / statistics.median(runs)

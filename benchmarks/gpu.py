@@ -24,6 +24,7 @@ Stages, each in a new process, each bounded in time, results appended to DIR/gpu
     loader    batches/s of the training stream alone (no model), the older tree against this one
     embed     sentences/s of `model.inference.embed` on the GPU for both model sizes
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,13 +53,15 @@ def _setup(args, overrides: list[str]):
 
     from core.dataset import load_manifest, split_files
     from model.batching import shard_units
-    from model.stream import BatchStream
     from model.nmt import MultilingualNMT
+    from model.stream import BatchStream
     from model.training import cpu_threads
     from orchestration.config import load_config
     from orchestration.train.builders import model_args, training_paths
 
-    config = load_config(args.config or DEMO, [f"dataset_dir={Path(args.data).resolve()}", "runtime.use_gpu=true", *overrides])
+    config = load_config(
+        args.config or DEMO, [f"dataset_dir={Path(args.data).resolve()}", "runtime.use_gpu=true", *overrides]
+    )
     cpu_threads(config.runtime.cpus_per_worker)  # as a training worker does
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     manifest = load_manifest(config.data_dir)
@@ -66,9 +69,17 @@ def _setup(args, overrides: list[str]):
     torch.manual_seed(config.train.seed)
     model = MultilingualNMT.build(model_args(config, languages, manifest.spm.vocab_size)).to(device)
     t = config.train
-    stream = BatchStream(shard_units(split_files(config.data_dir, "train")), languages, training_paths(t),
-                         seed=t.seed, rank=0, world=1, max_tokens=t.max_tokens, window_tuples=t.window_tuples,
-                         monolingual=t.monolingual)
+    stream = BatchStream(
+        shard_units(split_files(config.data_dir, "train")),
+        languages,
+        training_paths(t),
+        seed=t.seed,
+        rank=0,
+        world=1,
+        max_tokens=t.max_tokens,
+        window_tuples=t.window_tuples,
+        monolingual=t.monolingual,
+    )
     return config, device, model, stream
 
 
@@ -128,8 +139,15 @@ def feed(args) -> dict:
             lr = scheduled_lr(sums["steps"], 0.0, **schedule_args(t))
             for group in optimizer.param_groups:
                 group["lr"] = lr if lr is not None else group["lr"]
-            out = train_step(model, optimizer, batch.sources, batch.targets, ranking_weight=weight,
-                             grad_clip=t.grad_clip, device=device)
+            out = train_step(
+                model,
+                optimizer,
+                batch.sources,
+                batch.targets,
+                ranking_weight=weight,
+                grad_clip=t.grad_clip,
+                device=device,
+            )
             loss_sum = loss_sum + out.loss.detach()  # read once a window, as the loop does
             sums["steps"] += 1
             sums["tokens"] += input_tokens(batch.sources, batch.targets, weight)
@@ -144,12 +162,19 @@ def feed(args) -> dict:
     busy = Utilization()
     wall = run(seconds=args.measure_s)
     nvml = busy.stop()
-    result = {"stage": "feed", "model": args.model, "code": args.label or ("before" if args.before else "after"),
-              "max_tokens": args.max_tokens, "prefetch": 0 if args.before else args.prefetch,
-              "steps": sums["steps"] - steps0, "seconds": wall,
-              "tokens_per_s": (sums["tokens"] - tokens0) / wall, "nvml_busy_pct": nvml,
-              "loss": float(loss_sum) / max(sums["steps"], 1),
-              "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None}
+    result = {
+        "stage": "feed",
+        "model": args.model,
+        "code": args.label or ("before" if args.before else "after"),
+        "max_tokens": args.max_tokens,
+        "prefetch": 0 if args.before else args.prefetch,
+        "steps": sums["steps"] - steps0,
+        "seconds": wall,
+        "tokens_per_s": (sums["tokens"] - tokens0) / wall,
+        "nvml_busy_pct": nvml,
+        "loss": float(loss_sum) / max(sums["steps"], 1),
+        "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None,
+    }
     if device.type == "cuda":
         from torch.profiler import ProfilerActivity, profile
 
@@ -157,8 +182,11 @@ def feed(args) -> dict:
             wall = run(steps=args.profile_steps)
         from torch.autograd import DeviceType
 
-        intervals = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                           if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False))
+        intervals = sorted(
+            (e.time_range.start, e.time_range.end)
+            for e in prof.events()
+            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+        )
         busy_us, end = 0.0, float("-inf")
         for a, b in intervals:  # their union: overlapping kernels count once
             busy_us += max(0.0, b - max(a, end))
@@ -168,8 +196,10 @@ def feed(args) -> dict:
         result["profiled_steps"] = args.profile_steps
         if args.out:
             with (Path(args.out) / "profiles.txt").open("a") as f:
-                f.write(f"\n## {args.model} {result['code']} max_tokens={args.max_tokens} prefetch={result['prefetch']}, "
-                        f"{args.profile_steps} steps\n")
+                f.write(
+                    f"\n## {args.model} {result['code']} max_tokens={args.max_tokens} prefetch={result['prefetch']}, "
+                    f"{args.profile_steps} steps\n"
+                )
                 f.write(averages.table(sort_by="self_cpu_time_total", row_limit=20) + "\n")
                 f.write(averages.table(sort_by="self_cuda_time_total", row_limit=20) + "\n")
     if hasattr(stream, "close"):
@@ -191,8 +221,16 @@ def loader(args) -> dict:
         tokens += input_tokens(batch.sources, batch.targets, config.model.ranking_weight)
         windows.add((stream.position.epoch, stream.position.window))
     wall = time.perf_counter() - start
-    return {"stage": "loader", "code": args.label or "now", "max_tokens": args.max_tokens, "batches": batches,
-            "windows": len(windows), "seconds": wall, "batches_per_s": batches / wall, "tokens_per_s": tokens / wall}
+    return {
+        "stage": "loader",
+        "code": args.label or "now",
+        "max_tokens": args.max_tokens,
+        "batches": batches,
+        "windows": len(windows),
+        "seconds": wall,
+        "batches_per_s": batches / wall,
+        "tokens_per_s": tokens / wall,
+    }
 
 
 def test_error(model, data_dir: str, languages: list[str], device, split: str = "test") -> dict:
@@ -205,8 +243,11 @@ def test_error(model, data_dir: str, languages: list[str], device, split: str = 
     corpus = ParallelCorpus.read(data_dir, split, languages)
     rows = corpus.complete_rows()
     pairs = error_matrix(embed_rows(model, corpus, rows, device=device))
-    return {"sentences": len(rows), "error": average_error(pairs),
-            "pairs": {f"{p}-{q}": e for (p, q), e in pairs.items()}}
+    return {
+        "sentences": len(rows),
+        "error": average_error(pairs),
+        "pairs": {f"{p}-{q}": e for (p, q), e in pairs.items()},
+    }
 
 
 def quality(args) -> dict:
@@ -217,9 +258,9 @@ def quality(args) -> dict:
 
     from evaluation.xsim import average_error, error_matrix
     from model.batching import ParallelCorpus, sample_corpus
-    from model.stream import prefetched
     from model.inference import embed_rows
     from model.lsi import cooccurrence_matrix, lsi_embeddings
+    from model.stream import prefetched
     from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
     from orchestration.train.builders import schedule_args
 
@@ -228,8 +269,11 @@ def quality(args) -> dict:
     t, languages = config.train, stream.languages
     started = time.perf_counter()
     sample = sample_corpus(stream.units, languages, t.sample_tuples)
-    matrix = cooccurrence_matrix([sample.values[lang] for lang in languages],
-                                 [sample.lengths[lang] for lang in languages], vocab_size=model.vocab_size)
+    matrix = cooccurrence_matrix(
+        [sample.values[lang] for lang in languages],
+        [sample.lengths[lang] for lang in languages],
+        vocab_size=model.vocab_size,
+    )
     model.set_token_embeddings(torch.from_numpy(lsi_embeddings(matrix, dim=model.embed_dim, seed=t.seed)).to(device))
     lsi_s = time.perf_counter() - started
     optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=device)
@@ -245,8 +289,15 @@ def quality(args) -> dict:
             for group in optimizer.param_groups:
                 group["lr"] = lr
         batch = next(stream)
-        train_step(model, optimizer, batch.sources, batch.targets, ranking_weight=config.model.ranking_weight,
-                   grad_clip=t.grad_clip, device=device)
+        train_step(
+            model,
+            optimizer,
+            batch.sources,
+            batch.targets,
+            ranking_weight=config.model.ranking_weight,
+            grad_clip=t.grad_clip,
+            device=device,
+        )
         tokens += input_tokens(batch.sources, batch.targets, config.model.ranking_weight)
         step += 1
         over = elapsed >= 60 * t.max_minutes or step >= t.max_steps
@@ -263,9 +314,18 @@ def quality(args) -> dict:
     train_s = time.perf_counter() - started
     stream.close()
     model.load_state_dict(best_state)
-    result = {"stage": "quality", "overrides": args.set, "minutes": args.minutes, "train_s": train_s,
-              "lsi_s": lsi_s, "steps": step, "tokens_per_s": tokens / train_s, "dev_best": best, "dev_curve": curve,
-              "test": test_error(model, config.data_dir, languages, device)}
+    result = {
+        "stage": "quality",
+        "overrides": args.set,
+        "minutes": args.minutes,
+        "train_s": train_s,
+        "lsi_s": lsi_s,
+        "steps": step,
+        "tokens_per_s": tokens / train_s,
+        "dev_best": best,
+        "dev_curve": curve,
+        "test": test_error(model, config.data_dir, languages, device),
+    }
     return result
 
 
@@ -284,8 +344,9 @@ def embed_speed(args) -> dict:
         sentences = []
         for split in ("dev", "test"):
             corpus = ParallelCorpus.read(config.data_dir, split, stream.languages)
-            sentences += [corpus.ids(lang, r) for lang in stream.languages for r in range(corpus.size)
-                          if corpus.lengths[lang][r]]
+            sentences += [
+                corpus.ids(lang, r) for lang in stream.languages for r in range(corpus.size) if corpus.lengths[lang][r]
+            ]
         sentences = (sentences * args.repeat)[: args.limit]
         for max_tokens in (8000, 32000):
             embed(model, sentences[:2000], "en", device=device, autocast=True, max_tokens=max_tokens)  # warm-up
@@ -297,9 +358,15 @@ def embed_speed(args) -> dict:
                 vectors = embed(model, sentences, "en", device=device, autocast=True, max_tokens=max_tokens)
                 times.append(time.perf_counter() - start)
             assert np.isfinite(vectors).all()
-            out["rows"].append({"model": name, "max_tokens": max_tokens, "sentences": len(sentences),
-                                "sentences_per_s": len(sentences) / statistics.median(times),
-                                "mean_tokens": float(np.mean([len(s) + 1 for s in sentences]))})
+            out["rows"].append(
+                {
+                    "model": name,
+                    "max_tokens": max_tokens,
+                    "sentences": len(sentences),
+                    "sentences_per_s": len(sentences) / statistics.median(times),
+                    "mean_tokens": float(np.mean([len(s) + 1 for s in sentences])),
+                }
+            )
     return out
 
 
@@ -308,11 +375,17 @@ def embed_speed(args) -> dict:
 FEED = [  # model:code:max_tokens:prefetch, the most wanted first: a later one is left out when time is short.
     # code: before (the older tree and its loop: no prefetching, plain AdamW), tree (the older tree with
     # this loop), now (this checkout)
-    "demo:before:1500:0", "demo:now:12000:8", "laser:before:12000:0", "laser:now:12000:8",
-    "demo:now:1500:8", "demo:now:1500:0",
+    "demo:before:1500:0",
+    "demo:now:12000:8",
+    "laser:before:12000:0",
+    "laser:now:12000:8",
+    "demo:now:1500:8",
+    "demo:now:1500:0",
 ]
 QUALITY = [  # overrides of the demo's recipe, trained side by side
-    [], ["train.max_tokens=6000"], ["train.max_tokens=6000", "model.encoder_hidden=512"],
+    [],
+    ["train.max_tokens=6000"],
+    ["train.max_tokens=6000", "model.encoder_hidden=512"],
     ["train.max_tokens=3000", "model.encoder_hidden=256"],
 ]
 
@@ -329,8 +402,9 @@ def run_all(args) -> None:
     def stage(argv: list[str], timeout: float, tree: str | None = None):
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         cmd = script + argv + common + (["--tree", tree] if tree else [])
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=open(out / "stages.log", "a"),
-                                text=True), timeout
+        return subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=open(out / "stages.log", "a"), text=True
+        ), timeout
 
     def collect(procs) -> None:
         for proc, timeout in procs:
@@ -349,8 +423,11 @@ def run_all(args) -> None:
                 print(f"failed ({proc.returncode}): {' '.join(proc.args[2:])}", flush=True)
 
     stages = set(args.stages.split(","))
-    reserve = (args.minutes * 60 + 90 if "quality" in stages else 0) + (45 if "embed" in stages else 0) \
+    reserve = (
+        (args.minutes * 60 + 90 if "quality" in stages else 0)
+        + (45 if "embed" in stages else 0)
         + (2 * (2 * args.measure_s + 15) if "loader" in stages else 0)
+    )
     for variant in (args.feed or FEED) if "feed" in stages else []:
         model, code, max_tokens, ahead = variant.split(":")
         if code != "now" and not args.before_tree:
@@ -359,20 +436,54 @@ def run_all(args) -> None:
         if left < args.warm_s + args.measure_s + 20:
             print(f"feed: no time left for {variant}", flush=True)
             continue
-        collect([stage(["feed", "--model", model, "--max-tokens", max_tokens, "--prefetch", ahead, "--label", code,
-                        "--warm-s", str(args.warm_s), "--measure-s", str(args.measure_s)]
-                       + (["--before"] if code == "before" else []), min(left, 120),
-                       args.before_tree if code != "now" else None)])
+        collect(
+            [
+                stage(
+                    [
+                        "feed",
+                        "--model",
+                        model,
+                        "--max-tokens",
+                        max_tokens,
+                        "--prefetch",
+                        ahead,
+                        "--label",
+                        code,
+                        "--warm-s",
+                        str(args.warm_s),
+                        "--measure-s",
+                        str(args.measure_s),
+                    ]
+                    + (["--before"] if code == "before" else []),
+                    min(left, 120),
+                    args.before_tree if code != "now" else None,
+                )
+            ]
+        )
     minutes = min(args.minutes, (deadline - time.monotonic() - 90 - 45) / 60)
     if "quality" in stages and minutes >= 0.5:
-        collect([stage(["quality", "--minutes", f"{minutes:.2f}", *[x for s in overrides for x in ("--set", s)]],
-                       minutes * 60 + 75) for overrides in QUALITY])
+        collect(
+            [
+                stage(
+                    ["quality", "--minutes", f"{minutes:.2f}", *[x for s in overrides for x in ("--set", s)]],
+                    minutes * 60 + 75,
+                )
+                for overrides in QUALITY
+            ]
+        )
     elif "quality" in stages:
         print("quality: no time left", flush=True)
     if "loader" in stages:  # the stream alone, older tree against this one
         for code in (["tree"] if args.before_tree else []) + ["now"]:
-            collect([stage(["loader", "--max-tokens", "12000", "--measure-s", str(2 * args.measure_s), "--label", code],
-                           60, args.before_tree if code != "now" else None)])
+            collect(
+                [
+                    stage(
+                        ["loader", "--max-tokens", "12000", "--measure-s", str(2 * args.measure_s), "--label", code],
+                        60,
+                        args.before_tree if code != "now" else None,
+                    )
+                ]
+            )
     if "embed" in stages:
         collect([stage(["embed", "--repeat", str(args.repeat)], max(10.0, deadline - time.monotonic()))])
     summary(results)
@@ -385,9 +496,14 @@ def environment(path: Path) -> None:
 
     import torch
 
-    lines = [f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", f"commit {os.environ.get('GIT_COMMIT', '?')}",
-             f"python {platform.python_version()}", f"torch {torch.__version__} cuda {torch.version.cuda} "
-             f"cudnn {torch.backends.cudnn.version()}", f"cpus {os.cpu_count()}", f"load {os.getloadavg()}"]
+    lines = [
+        f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+        f"commit {os.environ.get('GIT_COMMIT', '?')}",
+        f"python {platform.python_version()}",
+        f"torch {torch.__version__} cuda {torch.version.cuda} cudnn {torch.backends.cudnn.version()}",
+        f"cpus {os.cpu_count()}",
+        f"load {os.getloadavg()}",
+    ]
     for name in ("numpy", "pyarrow", "faiss-cpu", "pydantic", "scikit-learn"):
         try:
             lines.append(f"{name} {importlib.metadata.version(name)}")
@@ -395,8 +511,15 @@ def environment(path: Path) -> None:
             lines.append(f"{name} missing")
     if torch.cuda.is_available():
         lines.append(f"gpu {torch.cuda.get_device_name(0)}")
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
-                              "utilization.gpu", "--format=csv"], capture_output=True, text=True)
+        smi = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,driver_version,memory.total,clocks.max.sm,utilization.gpu",
+                "--format=csv",
+            ],
+            capture_output=True,
+            text=True,
+        )
         lines.append(smi.stdout.strip())
     path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
@@ -406,15 +529,21 @@ def summary(results: Path) -> None:
     rows = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     print("\nmodel  code    budget prefetch  tokens/s  NVML busy %  kernel busy %  peak GiB")
     for r in (r for r in rows if r["stage"] == "feed"):
-        print(f"{r['model']:<6} {r['code']:<7}{r['max_tokens']:>7}{r['prefetch']:>9}{r['tokens_per_s']:>10,.0f}"
-              f"{r['nvml_busy_pct'] or float('nan'):>13.1f}{r.get('profiled_kernel_busy_pct', float('nan')):>15.1f}"
-              f"{r['peak_gib'] or float('nan'):>10.1f}")
+        print(
+            f"{r['model']:<6} {r['code']:<7}{r['max_tokens']:>7}{r['prefetch']:>9}{r['tokens_per_s']:>10,.0f}"
+            f"{r['nvml_busy_pct'] or float('nan'):>13.1f}{r.get('profiled_kernel_busy_pct', float('nan')):>15.1f}"
+            f"{r['peak_gib'] or float('nan'):>10.1f}"
+        )
     for r in (r for r in rows if r["stage"] == "loader"):
-        print(f"loader {r['code']:<5} budget {r['max_tokens']}: {r['batches_per_s']:,.1f} batches/s, "
-              f"{r['tokens_per_s']:,.0f} tokens/s ({r['windows']} windows in {r['seconds']:.0f} s)")
+        print(
+            f"loader {r['code']:<5} budget {r['max_tokens']}: {r['batches_per_s']:,.1f} batches/s, "
+            f"{r['tokens_per_s']:,.0f} tokens/s ({r['windows']} windows in {r['seconds']:.0f} s)"
+        )
     for r in (r for r in rows if r["stage"] == "quality"):
-        print(f"quality {' '.join(r['overrides']) or 'demo recipe'}: {r['steps']} steps in {r['train_s'] / 60:.1f} min,"
-              f" {r['tokens_per_s']:,.0f} tok/s, dev {100 * r['dev_best']:.2f} %, test {100 * r['test']['error']:.2f} %")
+        print(
+            f"quality {' '.join(r['overrides']) or 'demo recipe'}: {r['steps']} steps in {r['train_s'] / 60:.1f} min,"
+            f" {r['tokens_per_s']:,.0f} tok/s, dev {100 * r['dev_best']:.2f} %, test {100 * r['test']['error']:.2f} %"
+        )
     for r in (r for r in rows if r["stage"] == "embed"):
         for row in r["rows"]:
             print(f"embed {row['model']} max_tokens {row['max_tokens']}: {row['sentences_per_s']:,.0f} sentences/s")
@@ -431,8 +560,12 @@ def main() -> None:
     parser.add_argument("--before", action="store_true", help="feed: the older loop's optimizer and stream")
     parser.add_argument("--label", help="feed: the name of the code measured (default: before or after)")
     parser.add_argument("--stages", default="feed,quality,embed", help="all: the stages to run (comma-separated)")
-    parser.add_argument("--feed", action="append", help="all: a feed variant model:code:max_tokens:prefetch "
-                        "(code: before, tree or now; see FEED), repeatable; default: FEED")
+    parser.add_argument(
+        "--feed",
+        action="append",
+        help="all: a feed variant model:code:max_tokens:prefetch "
+        "(code: before, tree or now; see FEED), repeatable; default: FEED",
+    )
     parser.add_argument("--budget-s", type=float, default=520)
     parser.add_argument("--model", choices=["demo", "laser"], default="demo")
     parser.add_argument("--max-tokens", type=int, default=1500)

@@ -9,6 +9,7 @@ share it catches. The time is the scoring alone, one process.
 
     python benchmarks/langid.py [--thresholds 0.01,0.05,0.1] [--examples 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,19 +18,24 @@ import time
 
 import numpy as np
 
-from core.normalize import Normalizer
+from core.normalize import NormalizeConfig, Normalizer
 from pipelines.clean import SentenceFilter
 from pipelines.config import FilterConfig, LanguageIdConfig
-from pipelines.source_config import BibleSource
-from core.normalize import NormalizeConfig
 from pipelines.langid import LanguageCheck
+from pipelines.source_config import BibleSource
 from pipelines.sources import bible_db_path
 
 COLUMNS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
 # (text's version, its language, the column it is put in): same-script swaps (other scripts
 # are already dropped as wrong_script), two of them between close languages
-SWAPS = [("l", "fr", "es"), ("v", "es", "fr"), ("k", "en", "fr"), ("l", "fr", "en"),
-         ("a", "pt", "es"), ("1", "it", "es")]
+SWAPS = [
+    ("l", "fr", "es"),
+    ("v", "es", "fr"),
+    ("k", "en", "fr"),
+    ("l", "fr", "en"),
+    ("a", "pt", "es"),
+    ("1", "it", "es"),
+]
 
 
 def verses(db: sqlite3.Connection, version: str) -> list[str]:

@@ -9,6 +9,7 @@ the similarity-search error of every ordered language pair is measured as
 `interlingua evaluate` does (cosine, exact). Prints one line per size with
 the SVD time and the average error. Needs the config's prepared dataset.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.dataset import load_manifest  # noqa: E402
 from evaluation.xsim import average_error, error_matrix  # noqa: E402
+from model.batching import ParallelCorpus  # noqa: E402
 from model.lsi import cooccurrence_matrix, idf_weights, lsi_embeddings  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
-from model.batching import ParallelCorpus  # noqa: E402
-from core.dataset import load_manifest  # noqa: E402
 
 
 def main() -> None:
@@ -40,20 +41,24 @@ def main() -> None:
     train = ParallelCorpus.read(config.data_dir, "train", langs)
     held = ParallelCorpus.read(config.data_dir, args.split, langs)
     rows = held.complete_rows()
-    matrix = cooccurrence_matrix([train.values[x] for x in langs], [train.lengths[x] for x in langs],
-                                 vocab_size=vocab)
+    matrix = cooccurrence_matrix([train.values[x] for x in langs], [train.lengths[x] for x in langs], vocab_size=vocab)
     idf = idf_weights(matrix)
     results = {}
     for dim in args.dims:
         started = time.monotonic()
         vectors = lsi_embeddings(matrix, dim=dim, seed=config.train.seed)
         seconds = time.monotonic() - started
-        bags = {x: np.stack([(vectors[held.ids(x, r)] * idf[held.ids(x, r), None]).sum(axis=0) for r in rows])
-                for x in langs}
+        bags = {
+            x: np.stack([(vectors[held.ids(x, r)] * idf[held.ids(x, r), None]).sum(axis=0) for r in rows])
+            for x in langs
+        }
         error = average_error(error_matrix(bags))
         results[dim] = error
-        print(f"LSI {dim}-d: SVD {seconds:.1f} s, {args.split} error {100 * error:.1f} % "
-              f"({len(rows)} tuples x {len(langs)} languages, {len(langs) * (len(langs) - 1)} pairs)", flush=True)
+        print(
+            f"LSI {dim}-d: SVD {seconds:.1f} s, {args.split} error {100 * error:.1f} % "
+            f"({len(rows)} tuples x {len(langs)} languages, {len(langs) * (len(langs) - 1)} pairs)",
+            flush=True,
+        )
     print(json.dumps({"split": args.split, "errors": results}))
 
 

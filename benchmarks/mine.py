@@ -65,6 +65,7 @@ fast-scan codes of `approximate_index` have no GPU implementation
 (index_cpu_to_gpu throws for such indexes); an approximate GPU path would be
 GpuIndexIVFPQ (8-bit codes) or GpuIndexIVFFlat, for corpora beyond GPU memory.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,14 +93,15 @@ from tests.support.memory import peak_rss  # noqa: E402
 K = 4
 
 
-def stand_in(size: int, dim: int, *, seed: int = 0, topics: int = 4000, paired: float = 0.5,
-             block: int = 65_536) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stand_in(
+    size: int, dim: int, *, seed: int = 0, topics: int = 4000, paired: float = 0.5, block: int = 65_536
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Synthetic embeddings of two languages, as the module docstring describes: x (S, D), y (S, D),
     both L2-normalized float32, and the true pairs (P, 2) as (row of x, row of y). Built block by block."""
     rng = np.random.default_rng(seed)
     rotation = np.linalg.qr(rng.standard_normal((dim, dim)))[0]
     spread = np.arange(1, dim + 1) ** -0.5  # std of the i-th direction: variance ~ 1/i
-    shape = (spread * np.sqrt(dim / (spread ** 2).sum()))[:, None] * rotation  # (D, D)
+    shape = (spread * np.sqrt(dim / (spread**2).sum()))[:, None] * rotation  # (D, D)
     mean = rng.standard_normal(dim)
     mean *= 0.5 * np.sqrt(dim) / np.linalg.norm(mean)
     centres = (rng.standard_normal((topics, dim)) @ shape + mean).astype(np.float32)  # (T, D)
@@ -120,7 +122,7 @@ def stand_in(size: int, dim: int, *, seed: int = 0, topics: int = 4000, paired: 
 
     x = np.empty((size, dim), dtype=np.float32)
     for s in range(0, size, block):  # x holds the meanings until y has copied its share of them
-        x[s:s + block] = meanings(min(block, size - s))
+        x[s : s + block] = meanings(min(block, size - s))
     pairs = int(paired * size)
     source = rng.choice(size, pairs, replace=False)  # x row of each true pair
     y_row = rng.permutation(size)[:pairs]  # where each pair lands in y; the other rows are distractors
@@ -128,13 +130,13 @@ def stand_in(size: int, dim: int, *, seed: int = 0, topics: int = 4000, paired: 
     origin[y_row] = source
     y = np.empty((size, dim), dtype=np.float32)
     for s in range(0, size, block):
-        rows = origin[s:s + block]
+        rows = origin[s : s + block]
         z = np.empty((len(rows), dim), dtype=np.float32)
         z[rows >= 0] = x[rows[rows >= 0]]
         z[rows < 0] = meanings(int((rows < 0).sum()))
-        y[s:s + block] = observed(z)
+        y[s : s + block] = observed(z)
     for s in range(0, size, block):
-        x[s:s + block] = observed(x[s:s + block])
+        x[s : s + block] = observed(x[s : s + block])
     return x, y, np.stack([source, y_row], axis=1)
 
 
@@ -175,8 +177,9 @@ def approximate(x: np.ndarray, y: np.ndarray, options: dict) -> Timed:
         with Clock() as build:
             index = approximate_index(candidates, **options)
         with Clock() as searching:  # in query blocks: see QUERY_BLOCK
-            ids[name] = np.concatenate([index.search(queries[s:s + QUERY_BLOCK], K)[1]
-                                        for s in range(0, len(queries), QUERY_BLOCK)])
+            ids[name] = np.concatenate(
+                [index.search(queries[s : s + QUERY_BLOCK], K)[1] for s in range(0, len(queries), QUERY_BLOCK)]
+            )
         parts["build"] += build.wall
         parts["search"] += searching.wall
         wall += build.wall + searching.wall
@@ -234,23 +237,38 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--dim", type=int, default=256, help="256: the demo model; 512: LASER/USE-sized")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--exact-above", type=int, default=100_000,
-                        help="above this many sentences, time the exact search of a sample and extrapolate")
+    parser.add_argument(
+        "--exact-above",
+        type=int,
+        default=100_000,
+        help="above this many sentences, time the exact search of a sample and extrapolate",
+    )
     parser.add_argument("--exact-sample", type=int, default=5_000)
     parser.add_argument("--block", type=int, default=262_144, help="candidates per exact-search block")
-    parser.add_argument("--index", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="approximate_index arguments, e.g. nprobe=32 k_factor=8")
+    parser.add_argument(
+        "--index",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="approximate_index arguments, e.g. nprobe=32 k_factor=8",
+    )
     args = parser.parse_args()
     options = parse_options(args.index)
 
-    print(f"bitext-mining search, k={K} each way (x->y and y->x), {args.dim}-d, {datetime.date.today()}, "
-          f"{os.cpu_count()} cores ({cpu_name()}), faiss {faiss.__version__} with "
-          f"{faiss.omp_get_max_threads()} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
-    print(f"approximate_index({', '.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}); "
-          f"load average at start {os.getloadavg()[0]:.1f}")
-    print(f"{'S':>9} {'exact s (cpu)':>17} {'approx s (cpu)':>16} {'build/search':>13} "
-          f"{'speed-up (cpu)':>15} {'recall@4 x->y':>14} {'y->x':>6} {'index MB':>9} {'data MB':>8} "
-          f"{'peak MB exact':>14} {'approx':>7}")
+    print(
+        f"bitext-mining search, k={K} each way (x->y and y->x), {args.dim}-d, {datetime.date.today()}, "
+        f"{os.cpu_count()} cores ({cpu_name()}), faiss {faiss.__version__} with "
+        f"{faiss.omp_get_max_threads()} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
+    )
+    print(
+        f"approximate_index({', '.join(f'{k}={v}' for k, v in options.items()) or 'defaults'}); "
+        f"load average at start {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'S':>9} {'exact s (cpu)':>17} {'approx s (cpu)':>16} {'build/search':>13} "
+        f"{'speed-up (cpu)':>15} {'recall@4 x->y':>14} {'y->x':>6} {'index MB':>9} {'data MB':>8} "
+        f"{'peak MB exact':>14} {'approx':>7}"
+    )
     notes, previous = [], None
     for size in args.sizes:
         x, y, pairs = stand_in(size, args.dim)
@@ -274,31 +292,41 @@ def main() -> None:
         for name in ("x->y", "y->x"):
             found = approx_runs[-1].ids[name]
             recalls[name] = recall_at(found if rows is None else found[rows], exact_runs[-1].ids[name], K)
-        print(f"{size:>9,} {'~' if sampled else ' '}{ex_wall:>8,.1f} ({ex_cpu:>6,.0f}) {ap_wall:>7,.1f} "
-              f"({ap_cpu:>6,.0f}) {build:>6.1f}/{searching:<6.1f} {ex_wall / ap_wall:>7.1f}x "
-              f"({ex_cpu / ap_cpu:>4.1f}x) {recalls['x->y']:>14.3f} {recalls['y->x']:>6.3f} "
-              f"{approx_runs[-1].index_bytes / 2**20:>9,.0f} {(x.nbytes + y.nbytes) / 2**20:>8,.0f} "
-              f"{peaks['exact']:>14,.0f} {peaks['approx']:>7,.0f}", flush=True)
+        print(
+            f"{size:>9,} {'~' if sampled else ' '}{ex_wall:>8,.1f} ({ex_cpu:>6,.0f}) {ap_wall:>7,.1f} "
+            f"({ap_cpu:>6,.0f}) {build:>6.1f}/{searching:<6.1f} {ex_wall / ap_wall:>7.1f}x "
+            f"({ex_cpu / ap_cpu:>4.1f}x) {recalls['x->y']:>14.3f} {recalls['y->x']:>6.3f} "
+            f"{approx_runs[-1].index_bytes / 2**20:>9,.0f} {(x.nbytes + y.nbytes) / 2**20:>8,.0f} "
+            f"{peaks['exact']:>14,.0f} {peaks['approx']:>7,.0f}",
+            flush=True,
+        )
         notes.append(data_check(size, x, y, pairs, rows, exact_runs[-1].ids["x->y"]))
         if previous:
             p_size, p_ex, p_ap = previous
-            notes.append(f"S {p_size:,} -> {size:,} ({size / p_size:.0f}x): exact time x{ex_wall / p_ex:.0f}, "
-                         f"approximate x{ap_wall / p_ap:.1f} (wall)")
+            notes.append(
+                f"S {p_size:,} -> {size:,} ({size / p_size:.0f}x): exact time x{ex_wall / p_ex:.0f}, "
+                f"approximate x{ap_wall / p_ap:.1f} (wall)"
+            )
         previous = (size, ex_wall, ap_wall)
         if size == 100_000:
             notes.append(target(recalls, ex_wall / ap_wall, ex_cpu / ap_cpu))
         del x, y
-    print(f"~ exact extrapolated linearly from {args.exact_sample:,} random queries per direction "
-          f"(S / {args.exact_sample:,} x their time); recall@4 on those queries")
-    print(f"times: medians of {args.repeats} runs for S <= {args.exact_above:,}, one run above; "
-          "build = train + add, both directions")
+    print(
+        f"~ exact extrapolated linearly from {args.exact_sample:,} random queries per direction "
+        f"(S / {args.exact_sample:,} x their time); recall@4 on those queries"
+    )
+    print(
+        f"times: medians of {args.repeats} runs for S <= {args.exact_above:,}, one run above; "
+        "build = train + add, both directions"
+    )
     for note in notes:
         print(note)
     print(f"load average at end {os.getloadavg()[0]:.1f}")
 
 
-def data_check(size: int, x: np.ndarray, y: np.ndarray, pairs: np.ndarray, rows: np.ndarray | None,
-               exact_ids: np.ndarray) -> str:
+def data_check(
+    size: int, x: np.ndarray, y: np.ndarray, pairs: np.ndarray, rows: np.ndarray | None, exact_ids: np.ndarray
+) -> str:
     """How hard mining is on the stand-in: true pairs ranked first by exact search from x, and cosines."""
     queries = np.arange(size) if rows is None else rows
     partner = np.full(size, -1)
@@ -306,15 +334,19 @@ def data_check(size: int, x: np.ndarray, y: np.ndarray, pairs: np.ndarray, rows:
     has = partner[queries] >= 0
     first = float((exact_ids[has, 0] == partner[queries][has]).mean())
     cosine = np.einsum("nd,nd->n", x[pairs[:5000, 0]], y[pairs[:5000, 1]])
-    return (f"data S={size:,}: exact x->y ranks the true translation first for {first:.1%} of "
-            f"{int(has.sum()):,} pairs; true-pair cosine median {np.median(cosine):.2f}")
+    return (
+        f"data S={size:,}: exact x->y ranks the true translation first for {first:.1%} of "
+        f"{int(has.sum()):,} pairs; true-pair cosine median {np.median(cosine):.2f}"
+    )
 
 
 def target(recalls: dict[str, float], wall: float, cpu: float) -> str:
     met = min(recalls.values()) >= 0.95 and wall >= 5
-    return (f"target (issue 17) at 100k: recall@4 >= 0.95 both ways ({recalls['x->y']:.3f}, "
-            f"{recalls['y->x']:.3f}) and >= 5x faster ({wall:.1f}x wall, {cpu:.1f}x cpu): "
-            f"{'met' if met else 'NOT met'}")
+    return (
+        f"target (issue 17) at 100k: recall@4 >= 0.95 both ways ({recalls['x->y']:.3f}, "
+        f"{recalls['y->x']:.3f}) and >= 5x faster ({wall:.1f}x wall, {cpu:.1f}x cpu): "
+        f"{'met' if met else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ with `interlingua mine`, and the script prints precision, recall and F1 at the
 threshold calibrated on the test tuples (the best F1 it can reach: an upper
 bound for a threshold chosen elsewhere) and at a fixed threshold.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.dataset import MANIFEST, read_split  # noqa: E402
 from orchestration.config import load_config, with_values  # noqa: E402
 from orchestration.mine.job import mine  # noqa: E402
-from core.dataset import MANIFEST, read_split  # noqa: E402
 
 
 def write_inputs(config, x: str, y: str, distractors: int, folder: Path, seed: int = 0) -> int:
@@ -34,10 +35,13 @@ def write_inputs(config, x: str, y: str, distractors: int, folder: Path, seed: i
     true pairs."""
     test = read_split(config.data_dir, "test", [f"{x}_text", f"{y}_text"]).to_pylist()
     test = [t for t in test if t[f"{x}_text"] and t[f"{y}_text"]]
-    train = [t for t in read_split(config.data_dir, "train", [f"{x}_text", f"{y}_text"]).to_pylist()
-             if t[f"{x}_text"] and t[f"{y}_text"]]
+    train = [
+        t
+        for t in read_split(config.data_dir, "train", [f"{x}_text", f"{y}_text"]).to_pylist()
+        if t[f"{x}_text"] and t[f"{y}_text"]
+    ]
     order = np.random.default_rng(seed).permutation(len(train))
-    only_x, only_y = order[:distractors], order[distractors: 2 * distractors]
+    only_x, only_y = order[:distractors], order[distractors : 2 * distractors]
     xs = [t[f"{x}_text"] for t in test] + [train[i][f"{x}_text"] for i in only_x]
     ys = [train[i][f"{y}_text"] for i in only_y] + [t[f"{y}_text"] for t in test][::-1]
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,21 +79,43 @@ def main() -> None:
     rows = []
     for model in args.model or ["use", str(Path(config.train_dir) / "model")]:
         name = "use" if model == "use" else Path(model).parent.parent.name
-        run = with_values(config, {
-            "mine.model": model, "mine.output_dir": str(folder / name), "mine.gold": {"split": "test"},
-            "mine.inputs": [{"lang": x, "path": str(folder / f"{x}.txt")}, {"lang": y, "path": str(folder / f"{y}.txt")}],
-        })
+        run = with_values(
+            config,
+            {
+                "mine.model": model,
+                "mine.output_dir": str(folder / name),
+                "mine.gold": {"split": "test"},
+                "mine.inputs": [
+                    {"lang": x, "path": str(folder / f"{x}.txt")},
+                    {"lang": y, "path": str(folder / f"{y}.txt")},
+                ],
+            },
+        )
         (calibrated,) = mine(run).pairs
         rows.append((name, calibrated, at_threshold(calibrated.curve, args.fixed)))
     print(f"\n{x}-{y}: {total} true pairs among {total + args.distractors} sentences per side")
-    print(f"{'model':<14} {'calibrated':>10} {'P':>6} {'R':>6} {'F1':>6}   at {args.fixed}: {'P':>6} {'R':>6} {'F1':>6}")
+    print(
+        f"{'model':<14} {'calibrated':>10} {'P':>6} {'R':>6} {'F1':>6}   at {args.fixed}: {'P':>6} {'R':>6} {'F1':>6}"
+    )
     for name, cal, f in rows:
         c = cal.scores
-        print(f"{name:<14} {cal.threshold:>10.4f} {c['precision']:>6.3f} {c['recall']:>6.3f} {c['f1']:>6.3f}   "
-              f"{'':>{len(str(args.fixed)) + 4}}{f['precision']:>6.3f} {f['recall']:>6.3f} {f['f1']:>6.3f}")
-    (folder / "results.json").write_text(json.dumps([
-        {"model": n, "calibrated": {"threshold": c.threshold, **c.scores}, "fixed": {"threshold": args.fixed, **f}}
-        for n, c, f in rows], indent=2))
+        print(
+            f"{name:<14} {cal.threshold:>10.4f} {c['precision']:>6.3f} {c['recall']:>6.3f} {c['f1']:>6.3f}   "
+            f"{'':>{len(str(args.fixed)) + 4}}{f['precision']:>6.3f} {f['recall']:>6.3f} {f['f1']:>6.3f}"
+        )
+    (folder / "results.json").write_text(
+        json.dumps(
+            [
+                {
+                    "model": n,
+                    "calibrated": {"threshold": c.threshold, **c.scores},
+                    "fixed": {"threshold": args.fixed, **f},
+                }
+                for n, c, f in rows
+            ],
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

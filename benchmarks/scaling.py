@@ -31,6 +31,7 @@ DIR/scaling.png (speed-up and efficiency against N): train and embed may run as 
 The dataset needs at least max(counts) Parquet row groups in its train split
 (`prepare.output.train_shards`): each worker streams its own share of them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,18 +56,33 @@ from orchestration.config import load_config  # noqa: E402
 def train_rows(args) -> list[dict]:
     import train as train_bench  # benchmarks/train.py (torch, Ray, MLflow: imported only when measured)
 
-    config = load_config(args.config, [f"runtime.cpus_per_worker={args.cpus}", "runtime.prefetch_batches=0",
-                                       "runtime.max_failures=0",  # a failure shows at once, not after restarts
-                                       "model.embed_init=random", *args.overrides])
+    config = load_config(
+        args.config,
+        [
+            f"runtime.cpus_per_worker={args.cpus}",
+            "runtime.prefetch_batches=0",
+            "runtime.max_failures=0",  # a failure shows at once, not after restarts
+            "model.embed_init=random",
+            *args.overrides,
+        ],
+    )
     rows = []
     for n in args.counts:
         started = time.perf_counter()
         windows = train_bench.ray_loop(config, args.steps, args.window, workers=n)
         rate = statistics.median(w.tokens_per_s for w in windows)
-        rows.append({"what": "train", "count": n, "cpus_each": args.cpus, "unit": "tokens/s", "throughput": rate,
-                     "windows": [round(w.tokens_per_s) for w in windows],
-                     "cores_used": statistics.median(w.cores for w in windows),
-                     "run_s": time.perf_counter() - started})
+        rows.append(
+            {
+                "what": "train",
+                "count": n,
+                "cpus_each": args.cpus,
+                "unit": "tokens/s",
+                "throughput": rate,
+                "windows": [round(w.tokens_per_s) for w in windows],
+                "cores_used": statistics.median(w.cores for w in windows),
+                "run_s": time.perf_counter() - started,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -80,11 +96,20 @@ def embed_rows(args) -> list[dict]:
     model = embed_bench.model_dir(sentences, work / "model")
     rows = []
     for n in args.counts:
-        times = [embed_bench.on_ray(model, paths, work / "out", n, args.cpus, args.block_rows)
-                 for _ in range(args.repeats)]
-        rows.append({"what": "embed", "count": n, "cpus_each": args.cpus, "unit": "sentences/s",
-                     "throughput": len(sentences) / statistics.median(times), "sentences": len(sentences),
-                     "runs_s": [round(t, 2) for t in times]})
+        times = [
+            embed_bench.on_ray(model, paths, work / "out", n, args.cpus, args.block_rows) for _ in range(args.repeats)
+        ]
+        rows.append(
+            {
+                "what": "embed",
+                "count": n,
+                "cpus_each": args.cpus,
+                "unit": "sentences/s",
+                "throughput": len(sentences) / statistics.median(times),
+                "sentences": len(sentences),
+                "runs_s": [round(t, 2) for t in times],
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     shutil.rmtree(work)  # this run's own temporary folder
     return rows
@@ -104,20 +129,43 @@ def prepare_rows(args) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="scaling-prepare-"))
     for runner in ("in-process", "dask"):
         for n in args.counts:
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                   dashboard_address=None) if runner == "dask" else None
+            cluster = (
+                LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+                if runner == "dask"
+                else None
+            )
             beam_args = ["--runner=DaskRunner", f"--dask_client_address={cluster.scheduler_address}"] if cluster else []
             started = time.perf_counter()
-            result = run_prepare(config.prepare, work / f"{runner}-{n}", resolved_config=config.to_dict(), force=True,
-                                 options=pipeline_options(beam_args, workers=1 if cluster else n))
+            result = run_prepare(
+                config.prepare,
+                work / f"{runner}-{n}",
+                resolved_config=config.to_dict(),
+                force=True,
+                options=pipeline_options(beam_args, workers=1 if cluster else n),
+            )
             seconds = time.perf_counter() - started
             if cluster:
                 cluster.close()
             tuples = result.manifest.counts.tuples.read
-            outputs.add(json.dumps(sorted([f.sha256 for s in result.manifest.splits.values() for f in s.files]
-                                          + [result.manifest.spm.sha256])))
-            rows.append({"what": f"prepare ({runner})", "count": n, "cpus_each": 1, "unit": "tuples/s",
-                         "throughput": tuples / seconds, "tuples": tuples, "run_s": round(seconds, 2)})
+            outputs.add(
+                json.dumps(
+                    sorted(
+                        [f.sha256 for s in result.manifest.splits.values() for f in s.files]
+                        + [result.manifest.spm.sha256]
+                    )
+                )
+            )
+            rows.append(
+                {
+                    "what": f"prepare ({runner})",
+                    "count": n,
+                    "cpus_each": 1,
+                    "unit": "tuples/s",
+                    "throughput": tuples / seconds,
+                    "tuples": tuples,
+                    "run_s": round(seconds, 2),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     shutil.rmtree(work)  # this run's own temporary folder
     if len(outputs) != 1:
@@ -140,8 +188,10 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         speedup = f"{r['speedup']:.2f}x" if r.get("speedup") is not None else "-"
         efficiency = f"{100 * r['efficiency']:.0f} %" if r.get("efficiency") is not None else "-"
-        lines.append(f"| {r['what']} | {r['count']} x {r['cpus_each']} | {r['throughput']:,.0f} {r['unit']} "
-                     f"| {speedup} | {efficiency} |")
+        lines.append(
+            f"| {r['what']} | {r['count']} x {r['cpus_each']} | {r['throughput']:,.0f} {r['unit']} "
+            f"| {speedup} | {efficiency} |"
+        )
     return "\n".join(lines)
 
 
@@ -183,8 +233,13 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=10, help="train: steps per measured window")
     parser.add_argument("--text", help="embed: sentences from this file, one per line (default: the Bible database)")
     parser.add_argument("--sentences", type=int, default=31102)
-    parser.add_argument("--copies", type=int, default=4, help="embed: the sentences this many times over (at one copy, "
-                        "31,102 verses take a few seconds and fixed costs dominate)")
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=4,
+        help="embed: the sentences this many times over (at one copy, "
+        "31,102 verses take a few seconds and fixed costs dominate)",
+    )
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--block-rows", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=1, help="embed: runs per count")
@@ -207,8 +262,10 @@ def main() -> None:
     with (out / "scaling.jsonl").open("a") as f:  # the report covers every run recorded in DIR
         f.writelines(json.dumps(r) + "\n" for r in rows)
     rows = with_efficiency([json.loads(line) for line in (out / "scaling.jsonl").read_text().splitlines()])
-    print(f"\n{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, python {platform.python_version()}, "
-          f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    print(
+        f"\n{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, python {platform.python_version()}, "
+        f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
     print(table(rows))
     plot(rows, out / "scaling.png")
 

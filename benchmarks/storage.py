@@ -12,6 +12,7 @@ one). With `runtime.log_every_steps`, `train.eval_every_steps` and `runtime.chec
 every window after the first holds a dev evaluation and a checkpoint with its upload. moto keeps its objects
 in memory: a real store adds its network, which this does not measure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,17 @@ def one(config_path: str, run_dir: str, steps: int, uri: str, overrides: list[st
     from pipelines.prepare import run_prepare
     from pipelines.runners import pipeline_options
 
-    config = load_config(config_path, [f"run_dir={run_dir}", f"tracking.uri={uri}", f"train.max_steps={steps}",
-                                       "train.max_minutes=null", f"name=storage-{int(time.time() * 1000)}", *overrides])
+    config = load_config(
+        config_path,
+        [
+            f"run_dir={run_dir}",
+            f"tracking.uri={uri}",
+            f"train.max_steps={steps}",
+            "train.max_minutes=null",
+            f"name=storage-{int(time.time() * 1000)}",
+            *overrides,
+        ],
+    )
     started = time.perf_counter()
     run_prepare(config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict())
     prepared = time.perf_counter()
@@ -44,8 +54,12 @@ def one(config_path: str, run_dir: str, steps: int, uri: str, overrides: list[st
     evaluate(config)
     evaluated = time.perf_counter()
     rates = [v for _, v in tracking.metric_history(uri, result.run_id, "train/tokens_per_s")][1:]
-    return {"prepare_s": prepared - started, "train_s": trained - prepared, "evaluate_s": evaluated - trained,
-            "tokens_per_s": statistics.median(rates) if rates else float("nan")}
+    return {
+        "prepare_s": prepared - started,
+        "train_s": trained - prepared,
+        "evaluate_s": evaluated - trained,
+        "tokens_per_s": statistics.median(rates) if rates else float("nan"),
+    }
 
 
 def main() -> None:
@@ -53,8 +67,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--config", default="configs/bible6-cpu.yaml")
-    parser.add_argument("overrides", nargs="*", help="config overrides for both variants, e.g. "
-                        "runtime.checkpoint_every_steps=50 (windows that hold a checkpoint's upload)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="config overrides for both variants, e.g. "
+        "runtime.checkpoint_every_steps=50 (windows that hold a checkpoint's upload)",
+    )
     args = parser.parse_args()
     from core import storage
 
@@ -68,8 +86,10 @@ def main() -> None:
             for kind in order:
                 run_dir = f"{tmp}/local-{repeat}" if kind == "local" else f"s3://{s3.bucket}/run-{repeat}"
                 rows[kind].append(one(args.config, run_dir, args.steps, uri, args.overrides))
-                print(f"repeat {repeat} {kind}: " + ", ".join(f"{k} {v:,.1f}" for k, v in rows[kind][-1].items()),
-                      flush=True)
+                print(
+                    f"repeat {repeat} {kind}: " + ", ".join(f"{k} {v:,.1f}" for k, v in rows[kind][-1].items()),
+                    flush=True,
+                )
     print(f"\nmedians of {args.repeats} repeats (load {os.getloadavg()[0]:.2f} at the end)")
     print(f"{'':14}{'local':>12}{'s3':>12}{'s3 / local':>12}  target")
     targets = {"tokens_per_s": ">= 0.9", "evaluate_s": "<= 1.3", "prepare_s": "(reported)", "train_s": ""}

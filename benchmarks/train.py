@@ -23,6 +23,7 @@ the machine used (/proc/stat, Linux), and tokens per CPU-second of the
 training process. Needs the prepared dataset of the config (prepared when
 missing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,15 +45,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from core.dataset import load_manifest, split_files  # noqa: E402
 from model.batching import sample_corpus, shard_units  # noqa: E402
-from model.stream import BatchStream
 from model.nmt import MultilingualNMT  # noqa: E402
+from model.stream import BatchStream
 from model.training import cpu_threads, input_tokens, make_optimizer, train_step  # noqa: E402
 from orchestration.adapters import tracking  # noqa: E402
 from orchestration.config import Config, load_config  # noqa: E402
 from orchestration.train.builders import model_args, training_paths  # noqa: E402
 from orchestration.train.driver import train  # noqa: E402
-from core.dataset import load_manifest, split_files  # noqa: E402
 
 
 @dataclass
@@ -132,16 +133,31 @@ def bare_loop(config: Config, steps: int, window: int) -> tuple[list[Window], fl
         model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))
     model.to(device)
     optimizer = make_optimizer(model, lr=config.train.lr, weight_decay=config.train.weight_decay, device=device)
-    stream = BatchStream(units, languages, training_paths(config.train), seed=config.train.seed, rank=0, world=1,
-                         max_tokens=config.train.max_tokens, window_tuples=config.train.window_tuples,
-                         monolingual=config.train.monolingual)
+    stream = BatchStream(
+        units,
+        languages,
+        training_paths(config.train),
+        seed=config.train.seed,
+        rank=0,
+        world=1,
+        max_tokens=config.train.max_tokens,
+        window_tuples=config.train.window_tuples,
+        monolingual=config.train.monolingual,
+    )
     windows, tokens = [], 0
     start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
     for step in range(1, steps + 1):
         batch = next(stream)
         sources, targets = batch.sources, batch.targets
-        out = train_step(model, optimizer, sources, targets, ranking_weight=config.model.ranking_weight,
-                         grad_clip=config.train.grad_clip, device=device)
+        out = train_step(
+            model,
+            optimizer,
+            sources,
+            targets,
+            ranking_weight=config.model.ranking_weight,
+            grad_clip=config.train.grad_clip,
+            device=device,
+        )
         tokens += input_tokens(sources, targets, config.model.ranking_weight)  # as the Ray loop counts them
         tokens += sum(out.tokens.values())  # on the model's device, read once a window as the loop does
         if step % window == 0:
@@ -157,21 +173,26 @@ def ray_loop(config: Config, steps: int, window: int, workers: int = 1) -> list[
     """The windows of `interlingua train` with `workers` workers, from its MLflow metrics (the first one
     dropped; tokens/s summed over the workers)."""
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
-        run = config.model_copy(update={
-            "run_dir": str(Path(tmp) / "run"),
-            "dataset_dir": str(Path(config.data_dir).resolve()),
-            "tracking": config.tracking.model_copy(update={"uri": f"sqlite:///{tmp}/mlflow.db"}),
-            "train": config.train.model_copy(update={
-                "max_steps": steps, "max_minutes": None, "eval_every_steps": steps + 1}),
-            "runtime": config.runtime.model_copy(update={
-                "num_workers": workers, "log_every_steps": window, "checkpoint_every_steps": steps + 1}),
-        })
+        run = config.model_copy(
+            update={
+                "run_dir": str(Path(tmp) / "run"),
+                "dataset_dir": str(Path(config.data_dir).resolve()),
+                "tracking": config.tracking.model_copy(update={"uri": f"sqlite:///{tmp}/mlflow.db"}),
+                "train": config.train.model_copy(
+                    update={"max_steps": steps, "max_minutes": None, "eval_every_steps": steps + 1}
+                ),
+                "runtime": config.runtime.model_copy(
+                    update={"num_workers": workers, "log_every_steps": window, "checkpoint_every_steps": steps + 1}
+                ),
+            }
+        )
         result = train(run)
         rates = sorted(tracking.metric_series(run.tracking.uri, result.run_id, "train/tokens_per_s"))
         cores = dict(tracking.metric_history(run.tracking.uri, result.run_id, "train/cpu_cores"))
     # a window ends when its metrics are logged and starts where the previous one ended
-    return [Window(rate, cores[step], started, logged)
-            for (_, _, started), (step, rate, logged) in zip(rates, rates[1:])]
+    return [
+        Window(rate, cores[step], started, logged) for (_, _, started), (step, rate, logged) in zip(rates, rates[1:])
+    ]
 
 
 def _same_env_as_workers(config: Config) -> None:
@@ -198,8 +219,10 @@ def _summary(name: str, windows: list[Window], machine: MachineCpu, base: list[W
     per_cpu = median([w.tokens_per_s / w.cores for w in windows])
     base_rate = median([w.tokens_per_s for w in base]) if base else rate
     base_cpu = median([w.tokens_per_s / w.cores for w in base]) if base else per_cpu
-    return (f"{name:<34}{rate:>10,.0f}{rate / base_rate:>7.2f}{cores:>8.2f}{other:>8.2f}"
-            f"{per_cpu:>11,.0f}{per_cpu / base_cpu:>7.2f}")
+    return (
+        f"{name:<34}{rate:>10,.0f}{rate / base_rate:>7.2f}{cores:>8.2f}{other:>8.2f}"
+        f"{per_cpu:>11,.0f}{per_cpu / base_cpu:>7.2f}"
+    )
 
 
 def main() -> None:
@@ -208,8 +231,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--window", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--compare-output", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time the bare loop with the other output layer (full vs adaptive softmax)")
+    parser.add_argument(
+        "--compare-output",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the bare loop with the other output layer (full vs adaptive softmax)",
+    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -239,10 +266,12 @@ def main() -> None:
         rayed.append(ray_loop(config, args.steps, args.window))
         if args.compare_output:
             other.append(fresh_bare_loop(flipped, args.steps, args.window)[0])
-        print(f"repeat {repeat + 1}/{args.repeats}: tokens/s bare {median([w.tokens_per_s for w in bare[-1]]):,.0f}, "
-              f"Ray {median([w.tokens_per_s for w in rayed[-1]]):,.0f}"
-              + (f", bare {other_output} {median([w.tokens_per_s for w in other[-1]]):,.0f}" if other else ""),
-              flush=True)
+        print(
+            f"repeat {repeat + 1}/{args.repeats}: tokens/s bare {median([w.tokens_per_s for w in bare[-1]]):,.0f}, "
+            f"Ray {median([w.tokens_per_s for w in rayed[-1]]):,.0f}"
+            + (f", bare {other_output} {median([w.tokens_per_s for w in other[-1]]):,.0f}" if other else ""),
+            flush=True,
+        )
     ray.shutdown()
     machine.close()
 
@@ -250,12 +279,16 @@ def main() -> None:
         return [w for run in runs for w in run]
 
     def paired(runs: list[list[Window]], bases: list[list[Window]]) -> list[float]:
-        return [median([w.tokens_per_s for w in run]) / median([w.tokens_per_s for w in base])
-                for run, base in zip(runs, bases)]
+        return [
+            median([w.tokens_per_s for w in run]) / median([w.tokens_per_s for w in base])
+            for run, base in zip(runs, bases)
+        ]
 
-    print(f"\nconfig {args.config} {' '.join(args.overrides)}; {args.steps} steps x {args.repeats} repeats, "
-          f"windows of {args.window} steps (first dropped), {config.runtime.cpus_per_worker} torch threads, "
-          f"{os.cpu_count()} CPUs; medians over windows")
+    print(
+        f"\nconfig {args.config} {' '.join(args.overrides)}; {args.steps} steps x {args.repeats} repeats, "
+        f"windows of {args.window} steps (first dropped), {config.runtime.cpus_per_worker} torch threads, "
+        f"{os.cpu_count()} CPUs; medians over windows"
+    )
     print(f"{'loop':<34}{'tokens/s':>10}{'ratio':>7}{'cores':>8}{'others':>8}{'tok/CPU-s':>11}{'ratio':>7}")
     print(_summary("bare PyTorch, 1 process", flat(bare), machine, None))
     print(_summary("Ray Train TorchTrainer, 1 worker", flat(rayed), machine, flat(bare)))
@@ -267,15 +300,18 @@ def main() -> None:
         print(_summary("bare, full softmax", flat(softmax), machine, None))
         print(_summary("bare, adaptive softmax", flat(adaptive), machine, flat(softmax)))
         adaptive_ratios = paired(adaptive, softmax)
-        print(f"adaptive / full softmax per repeat: {' '.join(f'{r:.2f}' for r in adaptive_ratios)}; "
-              f"median {median(adaptive_ratios):.2f}")
+        print(
+            f"adaptive / full softmax per repeat: {' '.join(f'{r:.2f}' for r in adaptive_ratios)}; "
+            f"median {median(adaptive_ratios):.2f}"
+        )
     if config.runtime.use_gpu:
-        print(f"GPU {torch.cuda.get_device_name()}: peak memory of the bare loop "
-              f"{max(peaks):.2f} GiB (bf16 autocast)")
+        print(f"GPU {torch.cuda.get_device_name()}: peak memory of the bare loop {max(peaks):.2f} GiB (bf16 autocast)")
     spread = {name: [w.tokens_per_s for w in flat(runs)] for name, runs in [("bare", bare), ("ray", rayed)]}
     print("window range (min, max):", {k: (round(min(v)), round(max(v))) for k, v in spread.items() if v})
-    print("cores: CPU-seconds per second of the training process; others: of every other process "
-          "(Ray's own processes, this script, the system)")
+    print(
+        "cores: CPU-seconds per second of the training process; others: of every other process "
+        "(Ray's own processes, this script, the system)"
+    )
 
 
 if __name__ == "__main__":

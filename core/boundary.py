@@ -17,6 +17,7 @@ every one of them, here, so that no reader re-implements them:
 
 Files handed over in memory (a model shipped to Ray actors) land only through `land`, under the same rules.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,10 +45,17 @@ def check_name(name: str, what: str = "a manifest") -> str:
     if not isinstance(name, str) or not name:
         raise BoundaryError(f"{what}: an empty file name; the folder is damaged or was not written by interlingua")
     parts = name.split("/")
-    if (name.startswith("/") or "://" in name or _DRIVE.match(name) or _BAD_CHARS.search(name)
-            or any(part in ("", ".", "..") for part in parts)):
-        raise BoundaryError(f"{what}: the file name {name!r} is not a relative path inside its folder (no '..', "
-                            "nothing absolute); the folder is refused: it was damaged or crafted")
+    if (
+        name.startswith("/")
+        or "://" in name
+        or _DRIVE.match(name)
+        or _BAD_CHARS.search(name)
+        or any(part in ("", ".", "..") for part in parts)
+    ):
+        raise BoundaryError(
+            f"{what}: the file name {name!r} is not a relative path inside its folder (no '..', "
+            "nothing absolute); the folder is refused: it was damaged or crafted"
+        )
     return name
 
 
@@ -97,8 +105,10 @@ def check_no_links(folder: str | os.PathLike, what: str) -> None:
     if links:
         shown = ", ".join(link or "(the folder itself)" for link in links[:3])
         more = f" and {len(links) - 3} more" if len(links) > 3 else ""
-        raise BoundaryError(f"{what} {folder} holds symbolic links ({shown}{more}); interlingua neither reads, "
-                            "writes nor deletes through links in its folders: replace them with the files")
+        raise BoundaryError(
+            f"{what} {folder} holds symbolic links ({shown}{more}); interlingua neither reads, "
+            "writes nor deletes through links in its folders: replace them with the files"
+        )
 
 
 def land(folder: str | os.PathLike, name: str, data: bytes) -> Path:
@@ -127,8 +137,9 @@ def check_segment(name: str, what: str = "a manifest") -> str:
     `check_name`; BoundaryError otherwise."""
     check_name(name, what)
     if "/" in name:
-        raise BoundaryError(f"{what}: {name!r} must be a single name (no '/'); the folder is refused: it was "
-                            "damaged or crafted")
+        raise BoundaryError(
+            f"{what}: {name!r} must be a single name (no '/'); the folder is refused: it was damaged or crafted"
+        )
     return name
 
 

@@ -15,21 +15,22 @@ manifest instead (`pipelines.staging`): its files sit under a per-run prefix
 that the manifest names. Readers here take either kind of location and read
 only the files that the manifest names, by their paths relative to the dataset.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.errors import UserError
 from core import storage
 from core.boundary import Name, check_no_links
+from core.errors import UserError
 from core.schema import wrong_fields
 
 FORMAT = "interlingua-dataset/1"
@@ -172,8 +173,9 @@ def load_manifest(data_dir: str | Path) -> DatasetManifest:
     try:
         return DatasetManifest.model_validate(manifest)
     except ValidationError as exc:
-        raise DatasetError(f"{path}: not a dataset manifest ({wrong_fields(exc)}); run "
-                           "`interlingua prepare --force`") from None
+        raise DatasetError(
+            f"{path}: not a dataset manifest ({wrong_fields(exc)}); run `interlingua prepare --force`"
+        ) from None
 
 
 def split_files(data_dir: str | Path, split: str) -> list[Path] | list[str]:
@@ -211,8 +213,9 @@ def _verify_file(data_dir: str | Path, relative: str, recorded: str | None) -> N
     storage.verify_sha256(location, recorded, named_in=MANIFEST, error=DatasetError, advice=advice)
 
 
-def recorded_sha256(manifest: DatasetManifest, splits: list[str] | tuple[str, ...], *,
-                    spm: bool = True) -> dict[str, str | None]:
+def recorded_sha256(
+    manifest: DatasetManifest, splits: list[str] | tuple[str, ...], *, spm: bool = True
+) -> dict[str, str | None]:
     """{relative path: sha256} of the shards of `splits` (and spm.model) as `manifest` records them: what
     `verify` checked, for a cache key that changes with the data read."""
     files = {f.path: f.sha256 for split in splits for f in manifest.splits[split].files}

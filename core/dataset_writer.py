@@ -1,6 +1,7 @@
 """Writing a prepared dataset (`core.dataset`): the Parquet shards, the manifest, the local atomic swap, and
 what a dataset directory may hold (a user's file there is never replaced). Only `prepare` writes datasets.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -13,14 +14,23 @@ import pyarrow.parquet as pq
 
 from core import ownership, storage, teacher
 from core.dataset import (
-    ATTEMPT, CONFIG_FILE, MANIFEST, SPLITS, SPM_MODEL, SPM_VOCAB, DatasetError, DatasetManifest, load_manifest,
+    ATTEMPT,
+    CONFIG_FILE,
+    MANIFEST,
+    SPLITS,
+    SPM_MODEL,
+    SPM_VOCAB,
+    DatasetError,
+    DatasetManifest,
+    load_manifest,
 )
 
 # What a run writes under its attempt prefix, and nothing else: a user's file there is never taken for the
 # product's (nor deleted with the prefix)
 _ATTEMPT_FILES = re.compile(
     rf"{ATTEMPT}[^/]+(/({re.escape(ownership.STAGING_MARKER)}|{re.escape(SPM_MODEL)}|{re.escape(SPM_VOCAB)}|"
-    rf"{re.escape(CONFIG_FILE)}|({'|'.join(SPLITS)})(/part-\d{{5}}-of-\d{{5}}\.parquet)?))?")
+    rf"{re.escape(CONFIG_FILE)}|({'|'.join(SPLITS)})(/part-\d{{5}}-of-\d{{5}}\.parquet)?))?"
+)
 
 
 def schema(languages: list[str]) -> pa.Schema:
@@ -47,8 +57,7 @@ def write_shard(path: str, rows: list[dict[str, Any]], languages: list[str]) -> 
     rows = sorted(rows, key=lambda r: r["key"])
     fields = schema(languages)
     # column by column: half the time of Table.from_pylist over row dicts
-    table = pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in fields},
-                     schema=fields)
+    table = pa.table({f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in fields}, schema=fields)
     fs, where = storage.resolve(path)  # a local path or a URI: the same writer, the same bytes
     fs.create_dir(posixpath.dirname(where), recursive=True)
     pq.write_table(table, where, filesystem=fs, compression="zstd")
@@ -87,8 +96,13 @@ def own_entries(manifest: DatasetManifest | None) -> set[str]:
     names = [f.path for split in manifest.splits.values() for f in split.files]
     spm = manifest.spm
     prefix = posixpath.dirname(spm.model)  # "" for a local dataset, `attempt-.../` under a URI
-    names += [spm.model, spm.vocab or posixpath.join(prefix, SPM_VOCAB),
-              posixpath.join(prefix, CONFIG_FILE), MANIFEST, ownership.STAGING_MARKER]
+    names += [
+        spm.model,
+        spm.vocab or posixpath.join(prefix, SPM_VOCAB),
+        posixpath.join(prefix, CONFIG_FILE),
+        MANIFEST,
+        ownership.STAGING_MARKER,
+    ]
     return ownership.with_parents(names)
 
 
@@ -102,13 +116,20 @@ def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> lis
         except DatasetError as exc:
             raise ownership.ForeignDataError(
                 f"{what}: {data_dir} holds a manifest.json that is not an interlingua dataset's ({exc}); it is "
-                "never replaced: choose another directory") from None
+                "never replaced: choose another directory"
+            ) from None
     ours = own_entries(manifest)
     # a URI's attempt prefixes: the current dataset's files and those of crashed runs, each marked as staging
     # and holding only what a run writes there
     staged = {name for name in storage.subdirectories(data_dir) if ownership.is_staging(storage.join(data_dir, name))}
     # and the teacher embeddings computed from it (`core.teacher`), which go with it
     return ownership.check_only_ours(
-        data_dir, lambda e: e in ours or (e.split("/")[0] in staged and _ATTEMPT_FILES.fullmatch(e) is not None)
-        or teacher.ours(data_dir, e),
-        what=what, advice="choose a new or empty directory for the dataset, or move those files away")
+        data_dir,
+        lambda e: (
+            e in ours
+            or (e.split("/")[0] in staged and _ATTEMPT_FILES.fullmatch(e) is not None)
+            or teacher.ours(data_dir, e)
+        ),
+        what=what,
+        advice="choose a new or empty directory for the dataset, or move those files away",
+    )

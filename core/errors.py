@@ -6,6 +6,7 @@ do; the CLI prints it as one line and exits with `Exit.USER_ERROR`. Anything els
 not the input's fault: an unreachable tracking store or cluster (`ConnectionError`, one line) or a bug (its
 traceback), both `Exit.FAILED`.
 """
+
 from __future__ import annotations
 
 from enum import IntEnum

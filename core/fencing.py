@@ -3,10 +3,11 @@ registers a check here for as long as it holds it; every commit (a published dat
 state file, a model registered, the champion alias moved) calls `check()` first, so that a holder whose lease
 another host took over stops at its next commit, whatever its renewal thread has noticed yet, and writes
 nothing more. With no lease held (a stage on its own, a local run dir) there is nothing to check."""
+
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 _CHECKS: list[Callable[[], None]] = []
 

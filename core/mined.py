@@ -6,6 +6,7 @@ because the pipeline may not import the orchestration.
                              (rows, sha256, languages), its search, threshold, drops by reason, P/R/F1 on gold,
                              the pairs it would keep at each threshold, and the resolved config
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal

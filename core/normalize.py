@@ -1,5 +1,6 @@
 """Sentence normalization, the same at preparation, training and serving: NFKC, control and format
 characters, whitespace, lowercasing, and noise patterns (`NormalizeConfig`)."""
+
 from __future__ import annotations
 
 import re
@@ -20,10 +21,10 @@ _CONTROL = regex.compile(r"(?![\u200c\u200d])[\p{Cc}\p{Cf}]")
 class RemovePattern(Schema):
     """A regular expression deleted from sentences (corpus noise); counted per language."""
 
-    name: str = Field(description="Names the pattern in the count of sentences it matched "
-                                  "(normalized/<lang>/<name>).")
-    regex: str = Field(description="A Python regular expression, matched after NFKC normalization; each match "
-                                   "is replaced by a space.")
+    name: str = Field(description="Names the pattern in the count of sentences it matched (normalized/<lang>/<name>).")
+    regex: str = Field(
+        description="A Python regular expression, matched after NFKC normalization; each match is replaced by a space."
+    )
     languages: list[str] | None = Field(None, description="The languages it applies to; all when unset.")
 
     @field_validator("regex")
@@ -45,14 +46,16 @@ def _default_patterns() -> list[RemovePattern]:
 
 
 class NormalizeConfig(Schema):
-    nfkc: bool = Field(True, description="Apply Unicode NFKC normalization first (full-width forms to ASCII, "
-                                         "ligatures split).")
+    nfkc: bool = Field(
+        True, description="Apply Unicode NFKC normalization first (full-width forms to ASCII, ligatures split)."
+    )
     lowercase: bool = Field(True, description="Lowercase every sentence (the paper does).")
     remove_patterns: list[RemovePattern] = Field(
         default_factory=_default_patterns,
         description="Noise deleted from sentences; the default removes the Bible's inline verse references "
-                    "\"(51:1)\" (fr, ru) and its Chinese notes in full-width brackets \"（细拉）\" "
-                    "(shared/DATA.md).")
+        '"(51:1)" (fr, ru) and its Chinese notes in full-width brackets "（细拉）" '
+        "(shared/DATA.md).",
+    )
 
 
 @dataclass

@@ -5,13 +5,14 @@ it is the product's own output of that kind, as its manifest (with the format ma
 marker says; only those entries are removed; anything else is refused, naming the path and what is there.
 Every location is a local path or a URI (`core.storage`).
 """
+
 from __future__ import annotations
 
 import os
 import posixpath
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pyarrow.fs as pafs
 
@@ -49,8 +50,10 @@ def check_only_ours(location: storage.Location, ours: Callable[[str], bool], *, 
             foreign.append(e)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise ForeignDataError(f"{what}: {location} holds what interlingua did not write ({shown}); it never "
-                               f"deletes or overwrites such files: {advice}")
+        raise ForeignDataError(
+            f"{what}: {location} holds what interlingua did not write ({shown}); it never "
+            f"deletes or overwrites such files: {advice}"
+        )
     return found
 
 
@@ -62,10 +65,12 @@ def remove_ours(location: storage.Location, relatives: list[str], *, keep_root: 
     if fs.type_name == "local":  # checked by `check_only_ours`; checked again at the last moment
         links = [r for r in ["", *relatives] if os.path.islink(posixpath.join(path, r) if r else path)]
         if links:
-            raise boundary.BoundaryError(f"{location}: {', '.join(links[:3]) or 'the folder itself'} became a "
-                                         "symbolic link; nothing is deleted through a link")
+            raise boundary.BoundaryError(
+                f"{location}: {', '.join(links[:3]) or 'the folder itself'} became a "
+                "symbolic link; nothing is deleted through a link"
+            )
     infos = {r: fs.get_file_info(posixpath.join(path, r)) for r in relatives}
-    for relative, info in infos.items():
+    for info in infos.values():
         if info.type == pafs.FileType.File:
             fs.delete_file(info.path)
     folders = [info.path for info in infos.values() if info.type == pafs.FileType.Directory]
@@ -75,7 +80,8 @@ def remove_ours(location: storage.Location, relatives: list[str], *, keep_root: 
 
 def _delete_if_empty(fs: pafs.FileSystem, path: str) -> None:
     if fs.get_file_info(path).type == pafs.FileType.Directory and not fs.get_file_info(
-            pafs.FileSelector(path, recursive=False)):
+        pafs.FileSelector(path, recursive=False)
+    ):
         fs.delete_dir(path)
 
 
@@ -91,12 +97,13 @@ def make_staging(location: storage.Location) -> None:
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         found = [] if is_staging(location) else storage.entries(location)
         if found:
-            raise ForeignDataError(f"{location}: interlingua stages its output here, but this path holds files "
-                                   f"it did not write ({', '.join(found[:3])}); move them away")
+            raise ForeignDataError(
+                f"{location}: interlingua stages its output here, but this path holds files "
+                f"it did not write ({', '.join(found[:3])}); move them away"
+            )
         remove_staging(location)
     fs.create_dir(path, recursive=True)
-    storage.write_bytes(storage.join(location, STAGING_MARKER),
-                        b"interlingua staging; removed with its directory\n")
+    storage.write_bytes(storage.join(location, STAGING_MARKER), b"interlingua staging; removed with its directory\n")
 
 
 def remove_staging(location: storage.Location) -> None:
@@ -104,8 +111,10 @@ def remove_staging(location: storage.Location) -> None:
     empty, or not marked as the product's."""
     fs, path = storage.resolve(location)
     if fs.type_name == "local" and os.path.islink(path):
-        raise boundary.BoundaryError(f"{location}: a symbolic link where interlingua stages its output; remove "
-                                     "it (nothing is deleted through a link)")
+        raise boundary.BoundaryError(
+            f"{location}: a symbolic link where interlingua stages its output; remove "
+            "it (nothing is deleted through a link)"
+        )
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory and is_staging(location):
         fs.delete_dir(path)

@@ -1,4 +1,5 @@
 """The base of every config section, the resolved config as YAML, and a file's wrong fields in one line."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,10 @@ class Schema(BaseModel):
 def wrong_fields(exc: ValidationError, limit: int = 1) -> str:
     """The first `limit` errors of a file read as a model, each as `field.path: message` ("the whole file"
     when the file is not an object at all), joined by "; ": what a damaged file's one-line error names."""
-    return "; ".join(f"{'.'.join(str(part) for part in error['loc']) or 'the whole file'}: {error['msg']}"
-                     for error in exc.errors()[:limit])
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'the whole file'}: {error['msg']}"
+        for error in exc.errors()[:limit]
+    )
 
 
 def dump_yaml(config: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ the commit protocol (`pipelines.staging`) run unchanged on any filesystem that
 path, resolved against the working directory. Whole directories: `core.transfer`; what the product may
 replace or clean: `core.ownership`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,15 +64,19 @@ def check_location(location: Location, what: str) -> str:
     text = str(location)
     if is_uri(text):
         if scheme(text) not in SCHEMES:
-            raise StorageError(f"{what}: {text}: unsupported scheme {scheme(text)}://; use a local path or "
-                               f"{', '.join(s + '://' for s in SCHEMES)}")
-        if scheme(text) == "file" and not text[len("file://"):].startswith("/"):
+            raise StorageError(
+                f"{what}: {text}: unsupported scheme {scheme(text)}://; use a local path or "
+                f"{', '.join(s + '://' for s in SCHEMES)}"
+            )
+        if scheme(text) == "file" and not text[len("file://") :].startswith("/"):
             raise StorageError(f"{what}: {text}: file:// needs an absolute path (file:///data/x)")
         if scheme(text) != "file" and not urlsplit(text).netloc:
             raise StorageError(f"{what}: {text}: no bucket (write {scheme(text)}://BUCKET/path)")
     elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text) and not re.match(r"^[A-Za-z]:[\\/]", text):
-        raise StorageError(f"{what}: {text} looks like a URI without '//' (write {text.split(':', 1)[0]}://...); "
-                           "a local path must not start with a scheme")
+        raise StorageError(
+            f"{what}: {text} looks like a URI without '//' (write {text.split(':', 1)[0]}://...); "
+            "a local path must not start with a scheme"
+        )
     return text
 
 
@@ -80,8 +85,9 @@ def absolute(location: Location) -> str:
     return str(location) if is_uri(location) else os.path.abspath(location)
 
 
-def configure(endpoint: str | None = None, region: str | None = None, scheme: str | None = None,
-              forward_credentials: bool = False) -> None:
+def configure(
+    endpoint: str | None = None, region: str | None = None, scheme: str | None = None, forward_credentials: bool = False
+) -> None:
     """Use this object store endpoint (`http://host:port` or `host:port`), region and scheme for s3://
     locations in this process and, through the environment, in the Ray workers it starts. None keeps what
     the environment says. `forward_credentials`: `environment()` also carries this process's keys."""
@@ -136,7 +142,7 @@ def resolve(location: Location) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(location)
     text = check_location(location, "location")
     if scheme(text) == "s3":
-        return _s3(tuple(sorted(s3_options().items()))), text[len("s3://"):].rstrip("/")
+        return _s3(tuple(sorted(s3_options().items()))), text[len("s3://") :].rstrip("/")
     try:
         return pafs.FileSystem.from_uri(text)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -160,11 +166,15 @@ def check_reachable(location: Location, what: str) -> None:
     try:
         info = fs.get_file_info(root)
     except OSError as exc:
-        raise StoreUnreachable(f"{what}: {location}: the store does not answer ({_first_line(exc)}); check "
-                               f"{ENDPOINT_ENV} or the storage section, and the credentials") from None
+        raise StoreUnreachable(
+            f"{what}: {location}: the store does not answer ({_first_line(exc)}); check "
+            f"{ENDPOINT_ENV} or the storage section, and the credentials"
+        ) from None
     if info.type == pafs.FileType.NotFound:
-        raise StoreUnreachable(f"{what}: {location}: bucket {root!r} does not exist at "
-                               f"{os.environ.get(ENDPOINT_ENV) or 'the default endpoint'}; create it first")
+        raise StoreUnreachable(
+            f"{what}: {location}: bucket {root!r} does not exist at "
+            f"{os.environ.get(ENDPOINT_ENV) or 'the default endpoint'}; create it first"
+        )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -270,8 +280,9 @@ def sha256(location: Location) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(location: Location, recorded: str, *, named_in: str, error: type[Exception],
-                  advice: str = "") -> None:
+def verify_sha256(
+    location: Location, recorded: str, *, named_in: str, error: type[Exception], advice: str = ""
+) -> None:
     """Raise `error` when the file at `location` is missing or its SHA-256 is not `recorded` (as the manifest
     `named_in` records it); `advice` (e.g. "; run ...") ends the message."""
     try:
@@ -279,8 +290,10 @@ def verify_sha256(location: Location, recorded: str, *, named_in: str, error: ty
     except FileNotFoundError:
         raise error(f"{location}: missing, named in {named_in}{advice}") from None
     if actual != recorded:
-        raise error(f"{location}: sha256 {actual[:12]} differs from {recorded[:12]} in {named_in}: the file is "
-                    f"damaged or was replaced{advice}")
+        raise error(
+            f"{location}: sha256 {actual[:12]} differs from {recorded[:12]} in {named_in}: the file is "
+            f"damaged or was replaced{advice}"
+        )
 
 
 def delete_file(location: Location) -> None:
@@ -322,11 +335,15 @@ def _listing(location: Location) -> list[tuple[str, bool]]:
             rel = os.path.relpath(here, path)
             for name in folders + names:
                 full = os.path.join(here, name)
-                found.append((name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"),
-                              os.path.isfile(full) and not os.path.islink(full)))
+                found.append(
+                    (
+                        name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"),
+                        os.path.isfile(full) and not os.path.islink(full),
+                    )
+                )
         return sorted(found)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
         return []
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
     root = path.rstrip("/") + "/"
-    return sorted((i.path[len(root):], i.type == pafs.FileType.File) for i in infos if i.path.startswith(root))
+    return sorted((i.path[len(root) :], i.type == pafs.FileType.File) for i in infos if i.path.startswith(root))

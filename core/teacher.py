@@ -12,13 +12,15 @@ same ones reuses it. Each file holds the shard's `key` column and, per language 
 The training stream reads a row group of it with the same row group of its shard (`model.batching`) and
 checks that their keys agree.
 """
+
 from __future__ import annotations
 
 import hashlib
 import posixpath
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -34,8 +36,10 @@ FORMAT = "interlingua-teacher/1"
 FOLDER = "teacher"
 MANIFEST = "manifest.json"
 # What the product writes under a dataset's teacher folder (with its marker): every other entry is a user's
-ENTRIES = re.compile(rf"{FOLDER}(/[0-9a-f]{{16}}(/({re.escape(ownership.STAGING_MARKER)}|{re.escape(MANIFEST)}|"
-                     r"train(/part-\d{5}-of-\d{5}\.parquet)?))?)?")
+ENTRIES = re.compile(
+    rf"{FOLDER}(/[0-9a-f]{{16}}(/({re.escape(ownership.STAGING_MARKER)}|{re.escape(MANIFEST)}|"
+    r"train(/part-\d{5}-of-\d{5}\.parquet)?))?)?"
+)
 
 
 class TeacherStoreError(UserError, RuntimeError):
@@ -80,8 +84,13 @@ def ours(data_location: storage.Location, entry: str) -> bool:
     return len(parts) < 2 or ownership.is_staging(storage.join(data_location, *parts[:2]))
 
 
-def write_shard(where: storage.Location, keys: Sequence[str], vectors: Mapping[str, np.ndarray],
-                present: Mapping[str, np.ndarray], row_groups: Sequence[int]) -> TeacherFile:
+def write_shard(
+    where: storage.Location,
+    keys: Sequence[str],
+    vectors: Mapping[str, np.ndarray],
+    present: Mapping[str, np.ndarray],
+    row_groups: Sequence[int],
+) -> TeacherFile:
     """One teacher file: the shard's keys, each language's vectors (n, D) and which rows have one, in row
     groups of the shard's sizes. Its record for the manifest (rows, bytes, sha256)."""
     dim = next(iter(vectors.values())).shape[1] if vectors else 0
@@ -102,8 +111,9 @@ def write_shard(where: storage.Location, keys: Sequence[str], vectors: Mapping[s
     return TeacherFile(rows=len(keys), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
 
 
-def read_row_group(where: storage.Location, row_group: int, languages: Sequence[str]
-                   ) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
+def read_row_group(
+    where: storage.Location, row_group: int, languages: Sequence[str]
+) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(keys, {lang: vectors (n, D) float16}, {lang: which rows have one}) of one row group of a teacher file."""
     columns = ["key", *[c for lang in languages for c in (lang, f"{lang}_has")]]
     table = storage.open_parquet(where).read_row_group(row_group, columns=columns)
@@ -158,8 +168,9 @@ class TeacherStore:
         """This store, once every file matches the size and sha256 its manifest records; TeacherStoreError
         naming the first that does not."""
         for name, record in self.manifest.files.items():
-            storage.verify_sha256(storage.join(self.location, name), record.sha256, named_in=MANIFEST,
-                                  error=TeacherStoreError)
+            storage.verify_sha256(
+                storage.join(self.location, name), record.sha256, named_in=MANIFEST, error=TeacherStoreError
+            )
         return self
 
 
@@ -171,10 +182,23 @@ class TeacherInput:
     pivot: str
 
 
-def publish(where: storage.Location, files: Mapping[str, TeacherFile], *, teacher: Mapping[str, str],
-            languages: Sequence[str], dim: int, data: Mapping[str, str]) -> TeacherStore:
+def publish(
+    where: storage.Location,
+    files: Mapping[str, TeacherFile],
+    *,
+    teacher: Mapping[str, str],
+    languages: Sequence[str],
+    dim: int,
+    data: Mapping[str, str],
+) -> TeacherStore:
     """The manifest, written last: from now on the folder is complete."""
-    manifest = TeacherManifest(teacher=dict(teacher), languages=list(languages), dim=dim, data=dict(data),
-                               files=dict(sorted(files.items())), rows=sum(r.rows for r in files.values()))
+    manifest = TeacherManifest(
+        teacher=dict(teacher),
+        languages=list(languages),
+        dim=dim,
+        data=dict(data),
+        files=dict(sorted(files.items())),
+        rows=sum(r.rows for r in files.values()),
+    )
     storage.write_json(storage.join(where, MANIFEST), manifest.model_dump(mode="json"))
     return TeacherStore(str(where), manifest)

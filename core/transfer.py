@@ -1,14 +1,16 @@
 """Whole directories between a store and this host: a stage that needs local files (torch, sentencepiece)
 works on a local copy, and a local folder goes up to a URI, several files at once, its commit file last."""
+
 from __future__ import annotations
 
 import logging
 import os
 import posixpath
 import shutil
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -28,8 +30,12 @@ def upload_dir(local: Path, location: storage.Location, *, last: Sequence[str] =
     fs.create_dir(path, recursive=True)
 
     def copy(name: str) -> None:
-        pafs.copy_files(str(Path(local) / name), posixpath.join(path, name),
-                        source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+        pafs.copy_files(
+            str(Path(local) / name),
+            posixpath.join(path, name),
+            source_filesystem=pafs.LocalFileSystem(),
+            destination_filesystem=fs,
+        )
 
     _copy_all(copy, [n for n in names if n not in last])
     for name in (n for n in last if n in names):
@@ -45,8 +51,12 @@ def download_dir(location: storage.Location, local: Path) -> list[str]:
 
     def copy(name: str) -> None:
         (Path(local) / name).parent.mkdir(parents=True, exist_ok=True)
-        pafs.copy_files(posixpath.join(path, name), str(Path(local) / name), source_filesystem=fs,
-                        destination_filesystem=pafs.LocalFileSystem())
+        pafs.copy_files(
+            posixpath.join(path, name),
+            str(Path(local) / name),
+            source_filesystem=fs,
+            destination_filesystem=pafs.LocalFileSystem(),
+        )
 
     _copy_all(copy, names)
     return names
@@ -75,9 +85,11 @@ def cache_dir(kind: str) -> Path:
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     info = root.stat()
     if info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise UntrustedCache(f"{root}: the cache folder must belong to this user and be writable by no one else "
-                             f"(owner uid {info.st_uid}, mode {info.st_mode & 0o777:o}); remove it, or set "
-                             "XDG_CACHE_HOME to a folder of your own")
+        raise UntrustedCache(
+            f"{root}: the cache folder must belong to this user and be writable by no one else "
+            f"(owner uid {info.st_uid}, mode {info.st_mode & 0o777:o}); remove it, or set "
+            "XDG_CACHE_HOME to a folder of your own"
+        )
     folder = root / kind
     folder.mkdir(exist_ok=True, mode=0o700)
     return folder

@@ -9,6 +9,7 @@ None of these pages is a file in docs/: they exist only in the built site, made 
 checkout being built, so they cannot go stale. The page functions are plain (no mkdocs needed) and
 tests/test_docs.py checks that every key, flag and field is in them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,10 @@ def cell(text: str) -> str:
     """`text` made safe for one cell of a Markdown table: one line, `|` escaped, `<` and `>` outside code
     spans as entities (a description's `<run_dir>` would otherwise be taken for an HTML tag)."""
     parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
-    out = [p if p.startswith("`") else re.sub(r"([*_])", r"\\\1", p.replace("<", "&lt;").replace(">", "&gt;"))
-           for p in parts]  # `*` and `_` as they are: a glob's `**/*.txt` is no emphasis
+    out = [
+        p if p.startswith("`") else re.sub(r"([*_])", r"\\\1", p.replace("<", "&lt;").replace(">", "&gt;"))
+        for p in parts
+    ]  # `*` and `_` as they are: a glob's `**/*.txt` is no emphasis
     return "".join(out).replace("|", "\\|")
 
 
@@ -152,8 +155,11 @@ def _schema_class(annotation: Any) -> type | None:
     """The config section class of a field (unwrapping `| None`), else None."""
     from core.schema import Schema
 
-    present = [a for a in typing.get_args(annotation) if a is not type(None)] if typing.get_origin(annotation) in (
-        typing.Union, types.UnionType) else [annotation]
+    present = (
+        [a for a in typing.get_args(annotation) if a is not type(None)]
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else [annotation]
+    )
     if len(present) == 1 and isinstance(present[0], type) and issubclass(present[0], Schema):
         return present[0]
     return None
@@ -221,15 +227,21 @@ def config_page() -> str:
     """reference/configuration.md."""
     from orchestration.config import MOVED_KEYS
 
-    out = ["# Configuration reference", "",
-           ("Generated from the pydantic schema (`orchestration/config/`, `pipelines/config.py`, "
+    out = [
+        "# Configuration reference",
+        "",
+        (
+            "Generated from the pydantic schema (`orchestration/config/`, `pipelines/config.py`, "
             "`pipelines/source_config.py`, `core/normalize.py`) at every build of these docs. One YAML file per "
             "run (`-c FILE`), any key overridden on the command line as `section.key=value` "
-            "(`train.lr=3e-4`, `\"prepare.sources=[{kind: bible}]\"`); unknown keys, wrong types and values "
+            '(`train.lr=3e-4`, `"prepare.sources=[{kind: bible}]"`); unknown keys, wrong types and values '
             "outside the constraints are refused before any work (exit 2), naming the key and the file's "
             "line. `interlingua config -c FILE` prints the resolved configuration, every default filled in. "
             "A list of sections (`prepare.sources`, `train.paths`, `evaluate.testsets`, `mine.inputs`) is "
-            "written `key[]` here; its items' keys are `key[].field`."), ""]
+            "written `key[]` here; its items' keys are `key[].field`."
+        ),
+        "",
+    ]
     for section in config_sections():
         title = f"`{section.prefix}`" if section.prefix else "Top level"
         if section.variant:
@@ -244,21 +256,36 @@ def config_page() -> str:
         for key, info in section.keys:
             required = info.is_required()
             default = "required" if required else code(default_value(info.get_default(call_default_factory=True)))
-            rows.append([code(key), cell(type_name(info.annotation)), default,
-                         cell(constraints(info.metadata)), cell(info.description or "")])
+            rows.append(
+                [
+                    code(key),
+                    cell(type_name(info.annotation)),
+                    default,
+                    cell(constraints(info.metadata)),
+                    cell(info.description or ""),
+                ]
+            )
         out += [table(["key", "type", "default", "constraints", "description"], rows), ""]
-    out += ["## Keys that moved", "",
-            ("Configs and model directories written before a key moved still load, with a warning naming "
-             "its new place:"), "",
-            table(["old key", "new key"], [[code(old), code(new)] for old, new in MOVED_KEYS.items()]), ""]
+    out += [
+        "## Keys that moved",
+        "",
+        ("Configs and model directories written before a key moved still load, with a warning naming its new place:"),
+        "",
+        table(["old key", "new key"], [[code(old), code(new)] for old, new in MOVED_KEYS.items()]),
+        "",
+    ]
     return "\n".join(out)
 
 
 def undescribed_config_keys() -> list[str]:
     """The keys whose schema field has no description (the reference shows them without one); a list item's
     key names its kind where the list holds several (`prepare.sources[].name (kind: text)`)."""
-    return [key + (f" (kind: {section.variant})" if section.variant else "") for section in config_sections()
-            for key, info in section.keys if not info.description]
+    return [
+        key + (f" (kind: {section.variant})" if section.variant else "")
+        for section in config_sections()
+        for key, info in section.keys
+        if not info.description
+    ]
 
 
 # ------------------------------------------------------------------------------------------- the CLI
@@ -289,8 +316,11 @@ def _flag_rows(p: argparse.ArgumentParser) -> list[list[str]]:
             value = action.metavar or action.dest.upper()
             value = code(value + (" ..." if action.nargs in ("*", "+") else ""))
         default = action.default
-        shown = "" if default in (None, False, argparse.SUPPRESS) or action.nargs == 0 else code(
-            " ".join(default) if isinstance(default, list) else str(default))
+        shown = (
+            ""
+            if default in (None, False, argparse.SUPPRESS) or action.nargs == 0
+            else code(" ".join(default) if isinstance(default, list) else str(default))
+        )
         if action.required and action.nargs not in ("*", "?"):  # argparse marks every positional required
             shown = "required"
         rows.append([names, cell(value), shown, cell(action.help or "")])
@@ -311,7 +341,7 @@ def command_exit_codes(name: str, p: argparse.ArgumentParser) -> list[int]:
     from core.errors import Exit
 
     codes = []
-    for code_, member, meaning in exit_codes():
+    for code_, _member, meaning in exit_codes():
         if meaning.startswith("run:") and name != "run":
             continue
         if code_ == Exit.ALREADY_RUNNING and not (p.get_default("locks") or name == "run"):
@@ -323,29 +353,55 @@ def command_exit_codes(name: str, p: argparse.ArgumentParser) -> list[int]:
 def cli_page() -> str:
     """reference/cli.md."""
     main, commands, helps = _commands()
-    out = ["# Command-line reference", "",
-           ("Generated from the parser (`orchestration/cli/`) at every build of these docs; "
-            "`interlingua COMMAND --help` prints the same, ending with an example."), "",
-           "```", main.format_usage().strip(), "```", "",
-           cell(main.description or ""), "",
-           ("Every command takes `-c/--config FILE` and `section.key=value` overrides "
+    out = [
+        "# Command-line reference",
+        "",
+        (
+            "Generated from the parser (`orchestration/cli/`) at every build of these docs; "
+            "`interlingua COMMAND --help` prints the same, ending with an example."
+        ),
+        "",
+        "```",
+        main.format_usage().strip(),
+        "```",
+        "",
+        cell(main.description or ""),
+        "",
+        (
+            "Every command takes `-c/--config FILE` and `section.key=value` overrides "
             "([configuration reference](configuration.md)); `prepare` and `run` pass every other `--flag` to "
-            "Apache Beam unchanged (`--runner=DaskRunner`, `--flink_master=...`)."), "",
-           "## Global flags", "", table(["flag", "value", "default", "description"], _flag_rows(main)), "",
-           "## Exit codes", "",
-           ("One table for every command (`core.errors.Exit`); each command's section lists those it can "
-            "return."), "",
-           table(["code", "name", "meaning"], [[str(c), code(n), cell(m)] for c, n, m in exit_codes()]), "",
-           "## Commands", "",
-           table(["command", "what it does"], [[f"[`{n}`](#interlingua-{n})", cell(helps.get(n, ""))]
-                                                for n in commands]), ""]
+            "Apache Beam unchanged (`--runner=DaskRunner`, `--flink_master=...`)."
+        ),
+        "",
+        "## Global flags",
+        "",
+        table(["flag", "value", "default", "description"], _flag_rows(main)),
+        "",
+        "## Exit codes",
+        "",
+        ("One table for every command (`core.errors.Exit`); each command's section lists those it can return."),
+        "",
+        table(["code", "name", "meaning"], [[str(c), code(n), cell(m)] for c, n, m in exit_codes()]),
+        "",
+        "## Commands",
+        "",
+        table(["command", "what it does"], [[f"[`{n}`](#interlingua-{n})", cell(helps.get(n, ""))] for n in commands]),
+        "",
+    ]
     for name, p in commands.items():
         out += [f"## interlingua {name}", "", cell(helps.get(name, "")) + ".", ""]
         if p.description:
             out += [cell(p.description), ""]
-        out += ["```", p.format_usage().strip().removeprefix("usage: "), "```", "",
-                table(["flag", "value", "default", "description"], _flag_rows(p)), "",
-                "Exit codes: " + ", ".join(str(c) for c in command_exit_codes(name, p)) + ".", ""]
+        out += [
+            "```",
+            p.format_usage().strip().removeprefix("usage: "),
+            "```",
+            "",
+            table(["flag", "value", "default", "description"], _flag_rows(p)),
+            "",
+            "Exit codes: " + ", ".join(str(c) for c in command_exit_codes(name, p)) + ".",
+            "",
+        ]
         if p.epilog:
             out += ["```sh", p.epilog.removeprefix("Example:").strip(), "```", ""]
     return "\n".join(out)
@@ -356,17 +412,24 @@ def cli_flags() -> dict[str, list[str]]:
     main, commands, _ = _commands()
     out = {}
     for name, p in [("", main), *commands.items()]:
-        out[name] = [s for a in p._actions if not isinstance(a, argparse._SubParsersAction)
-                     for s in (a.option_strings or [a.metavar or a.dest])]
+        out[name] = [
+            s
+            for a in p._actions
+            if not isinstance(a, argparse._SubParsersAction)
+            for s in (a.option_strings or [a.metavar or a.dest])
+        ]
     return out
 
 
 def undescribed_flags() -> list[str]:
     """`command flag` of every flag without a help text."""
     main, commands, _ = _commands()
-    return [f"{name or 'interlingua'} {'/'.join(a.option_strings) or a.dest}"
-            for name, p in [("", main), *commands.items()] for a in p._actions
-            if not isinstance(a, argparse._SubParsersAction) and not a.help]
+    return [
+        f"{name or 'interlingua'} {'/'.join(a.option_strings) or a.dest}"
+        for name, p in [("", main), *commands.items()]
+        for a in p._actions
+        if not isinstance(a, argparse._SubParsersAction) and not a.help
+    ]
 
 
 # ----------------------------------------------------------------------------------- on-disk formats
@@ -374,25 +437,45 @@ def undescribed_flags() -> list[str]:
 # Each file the stages hand each other: (file, model, read / written by). The models are the formats' one
 # definition (docs/layout.md, "Where things live").
 FORMATS = [
-    ("`<dataset>/manifest.json`", "core.dataset.DatasetManifest",
-     "`load_manifest` / `core.dataset_writer.write_manifest` (prepare's commit)"),
+    (
+        "`<dataset>/manifest.json`",
+        "core.dataset.DatasetManifest",
+        "`load_manifest` / `core.dataset_writer.write_manifest` (prepare's commit)",
+    ),
     ("`<dataset>/teacher/<fp>/manifest.json`", "core.teacher.TeacherManifest", "`TeacherStore.open` / `publish`"),
-    ("a model file's header (`model.safetensors`)", "model.args.ModelArgs",
-     "`model.nmt.read_header` / `save_model` (the constructor's arguments)"),
-    ("a model file's header (`model.safetensors`)", "model.args.ModelMeta",
-     "`model.nmt.read_header` / `save_model` (what the model was trained with)"),
-    ("`<run_dir>/train/run.json`", "orchestration.train.record.TrainRecord",
-     "`adapters.state.read_state` / `write_state`"),
+    (
+        "a model file's header (`model.safetensors`)",
+        "model.args.ModelArgs",
+        "`model.nmt.read_header` / `save_model` (the constructor's arguments)",
+    ),
+    (
+        "a model file's header (`model.safetensors`)",
+        "model.args.ModelMeta",
+        "`model.nmt.read_header` / `save_model` (what the model was trained with)",
+    ),
+    (
+        "`<run_dir>/train/run.json`",
+        "orchestration.train.record.TrainRecord",
+        "`adapters.state.read_state` / `write_state`",
+    ),
     ("`<evaluation>/state.json`", "orchestration.evaluate.EvaluationRecord", "`read_state` / `write_state`"),
-    ("a model directory's `progress.json`", "orchestration.train.checkpoint.TrainingProgress",
-     "`checkpoint.export` (evaluate reads its step: `model_dir.trained_steps`)"),
+    (
+        "a model directory's `progress.json`",
+        "orchestration.train.checkpoint.TrainingProgress",
+        "`checkpoint.export` (evaluate reads its step: `model_dir.trained_steps`)",
+    ),
     ("`<store>/part-NNNNN.json`", "evaluation.store.BlockRecord", "`read_record` / `store_writer.write_record`"),
-    ("`<store>/manifest.json`", "evaluation.store.StoreManifest",
-     "`read_manifest` / `store_writer.write_manifest`"),
-    ("`<store>/manifest.json`, `meta` of evaluate's stores", "evaluation.store.EmbeddingsMeta",
-     "`evaluate` (its stored embeddings)"),
-    ("`<store>/manifest.json`, `meta` of embed's stores", "orchestration.embed.folder.EmbedMeta",
-     "`interlingua embed -o DIR`"),
+    ("`<store>/manifest.json`", "evaluation.store.StoreManifest", "`read_manifest` / `store_writer.write_manifest`"),
+    (
+        "`<store>/manifest.json`, `meta` of evaluate's stores",
+        "evaluation.store.EmbeddingsMeta",
+        "`evaluate` (its stored embeddings)",
+    ),
+    (
+        "`<store>/manifest.json`, `meta` of embed's stores",
+        "orchestration.embed.folder.EmbedMeta",
+        "`interlingua embed -o DIR`",
+    ),
     ("`<mined>/manifest.json`", "core.mined.MinedManifest", "`read_manifest` / `write_manifest`"),
     ("`<export>/manifest.json`", "orchestration.embed.export.ExportManifest", "`read_manifest` / `export_model`"),
 ]
@@ -416,8 +499,7 @@ def _record_fields(cls: type) -> list[tuple[str, Any, str, str]]:
             out.append((f.name, hints[f.name], default, comments.get(f.name, "")))
         return out
     for name, info in cls.model_fields.items():
-        default = "required" if info.is_required() else code(
-            default_value(info.get_default(call_default_factory=True)))
+        default = "required" if info.is_required() else code(default_value(info.get_default(call_default_factory=True)))
         out.append((info.alias or name, info.annotation, default, info.description or comments.get(name, "")))
     return out
 
@@ -433,16 +515,26 @@ def _records_in(annotation: Any) -> list[type]:
 
 def formats_page() -> str:
     """reference/formats.md."""
-    out = ["# On-disk formats", "",
-           ("Every file one stage writes and another reads is one pydantic model (a dataclass for "
+    out = [
+        "# On-disk formats",
+        "",
+        (
+            "Every file one stage writes and another reads is one pydantic model (a dataclass for "
             "`progress.json`), in the module that owns the format, read and written through that module's "
             "pair of helpers; a damaged file is refused naming its first wrong field. Generated from those "
             "models at every build of these docs; `tests/orchestration/test_records.py` round-trips each (the "
             "model header: `tests/model/test_model.py`; the teacher's: "
             "`tests/orchestration/train/test_teacher.py`). A name in a manifest is a relative path inside its "
-            "folder ([reliability](../reliability.md#the-filesystem-boundary-one-reader-of-untrusted-folders-one-set-of-writer-rules))."), "",
-           table(["file", "model", "read / written by"],
-                 [[cell(f), f"[`{m}`](#{m.rsplit('.', 1)[1].lower()})", cell(by)] for f, m, by in FORMATS]), ""]
+            "folder ([reliability](../reliability.md"
+            "#the-filesystem-boundary-one-reader-of-untrusted-folders-one-set-of-writer-rules))."
+        ),
+        "",
+        table(
+            ["file", "model", "read / written by"],
+            [[cell(f), f"[`{m}`](#{m.rsplit('.', 1)[1].lower()})", cell(by)] for f, m, by in FORMATS],
+        ),
+        "",
+    ]
     done: set[type] = set()
     for file, dotted, _ in FORMATS:
         cls = load(dotted)
@@ -460,8 +552,13 @@ def formats_page() -> str:
             intro = docstring(current)
             if intro:
                 out += [intro, ""]
-            out += [table(["field", "type", "default", "description"],
-                          [[code(k), cell(type_name(t)), d, cell(desc)] for k, t, d, desc in fields]), ""]
+            out += [
+                table(
+                    ["field", "type", "default", "description"],
+                    [[code(k), cell(type_name(t)), d, cell(desc)] for k, t, d, desc in fields],
+                ),
+                "",
+            ]
             queue += [r for _, t, _, _ in fields for r in _records_in(t) if r not in done]
     return "\n".join(out)
 
@@ -506,8 +603,11 @@ def on_files(files, config):
         files.append(File.generated(config, uri, content=make()))
     for path in sorted((RESULTS.parent / "results").iterdir()):
         if path.is_file():  # rows, plots and a benchmark's own report: linked from the Results page, not in the nav
-            files.append(File.generated(config, f"results/{path.name}", abs_src_path=str(path),
-                                        inclusion=InclusionLevel.NOT_IN_NAV))
+            files.append(
+                File.generated(
+                    config, f"results/{path.name}", abs_src_path=str(path), inclusion=InclusionLevel.NOT_IN_NAV
+                )
+            )
     return files
 
 

@@ -9,15 +9,17 @@ For aligned sets (row i of the source translates row i of the target):
   text_error     as `error`, but a nearest target whose text equals the true one's counts as
                  found (forgives duplicate target sentences)
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 
-def retrieval_counts(ids: np.ndarray, better_counts: np.ndarray | None,
-                     target_texts: np.ndarray | None = None, *, offset: int = 0) -> dict[str, int]:
+def retrieval_counts(
+    ids: np.ndarray, better_counts: np.ndarray | None, target_texts: np.ndarray | None = None, *, offset: int = 0
+) -> dict[str, int]:
     """What `metrics_from_counts` needs, counted over one block of queries (rows offset, offset + 1,
     ...): ids (b, k >= 5) best first, better_counts (b,) from `search.count_better` summed over shards
     (None after an approximate search: no mean rank), target_texts (S,) of the whole searched language
@@ -36,17 +38,18 @@ def retrieval_counts(ids: np.ndarray, better_counts: np.ndarray | None,
 def metrics_from_counts(counts: dict[str, int]) -> dict[str, float]:
     """The metrics of all queries from their summed `retrieval_counts` (and `margin_errors`)."""
     n = counts["queries"]
-    out = {"error": float(1.0 - counts["hits_at_1"] / n), "p_at_1": counts["hits_at_1"] / n,
-           "p_at_5": counts["hits_at_5"] / n}
+    out = {
+        "error": float(1.0 - counts["hits_at_1"] / n),
+        "p_at_1": counts["hits_at_1"] / n,
+        "p_at_5": counts["hits_at_5"] / n,
+    }
     for count, name in (("rank_sum", "mean_rank"), ("text_errors", "text_error"), ("margin_errors", "margin_error")):
         if count in counts:
             out[name] = counts[count] / n
     return out
 
 
-def margin_choice(
-    forward_scores: np.ndarray, forward_ids: np.ndarray, backward_mean: np.ndarray
-) -> np.ndarray:
+def margin_choice(forward_scores: np.ndarray, forward_ids: np.ndarray, backward_mean: np.ndarray) -> np.ndarray:
     """The ratio-margin best candidate of each query among its forward top-k (LASER).
 
     forward_scores/ids (S, k): each query's k nearest targets (cosine);

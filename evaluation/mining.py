@@ -12,6 +12,7 @@ forward (each x's best y by margin), backward (each y's best x), intersection
 (pairs both directions agree on) and max (both directions' pairs, best first,
 each sentence used once).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,9 +63,11 @@ def margin(fwd: Neighbours, bwd: Neighbours) -> np.ndarray:
     denominator = (fwd.mean[:, None] + bwd.mean[fwd.ids]) / 2  # (X, k)
     undefined = int((denominator <= 0).any(axis=1).sum())
     if undefined:
-        raise ValueError(f"the margin is undefined for {undefined} of {len(denominator)} sentences: the mean "
-                         f"cosine of their {fwd.scores.shape[1]} nearest neighbours is not positive (k reaches "
-                         "unrelated sentences)")
+        raise ValueError(
+            f"the margin is undefined for {undefined} of {len(denominator)} sentences: the mean "
+            f"cosine of their {fwd.scores.shape[1]} nearest neighbours is not positive (k reaches "
+            "unrelated sentences)"
+        )
     return fwd.scores / denominator
 
 
@@ -96,8 +99,9 @@ def mine(fwd: Neighbours, bwd: Neighbours, mode: str = "intersection") -> Pairs:
         agree = xs_b[ys] == xs  # x's best y has x as its best
         src, trg, score = xs[agree], ys[agree], s_fwd[agree]
     else:
-        src, trg, score = _greedy_max(np.concatenate([xs, xs_b]), np.concatenate([ys, ys_b]),
-                                      np.concatenate([s_fwd, s_bwd]))
+        src, trg, score = _greedy_max(
+            np.concatenate([xs, xs_b]), np.concatenate([ys, ys_b]), np.concatenate([s_fwd, s_bwd])
+        )
     order = np.argsort(-score, kind="stable")
     src, trg, score = src[order], trg[order], score[order]
     return Pairs(src, trg, score, _rank_of(fwd, src, trg), _rank_of(bwd, trg, src))
@@ -121,8 +125,9 @@ def hub_counts(neighbours: Neighbours, size: int) -> np.ndarray:
     return np.bincount(neighbours.ids[:, 0][neighbours.ids[:, 0] >= 0], minlength=size)
 
 
-def calibrate(scores: np.ndarray, gold: np.ndarray, total_gold: int | None = None
-              ) -> tuple[float, dict[str, np.ndarray]]:
+def calibrate(
+    scores: np.ndarray, gold: np.ndarray, total_gold: int | None = None
+) -> tuple[float, dict[str, np.ndarray]]:
     """The threshold that maximizes F1 of `scores >= threshold` against `gold` (bool per pair), and the
     curve (thresholds, precision, recall, f1). `total_gold`: the gold pairs that exist, mined or not."""
     if len(scores) == 0:
@@ -137,8 +142,7 @@ def calibrate(scores: np.ndarray, gold: np.ndarray, total_gold: int | None = Non
     f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
     last = np.r_[s[1:] != s[:-1], True]  # a threshold keeps every pair of equal score
     best = int(np.flatnonzero(last)[np.argmax(f1[last])])
-    return float(s[best]), {"threshold": s[last], "precision": precision[last], "recall": recall[last],
-                            "f1": f1[last]}
+    return float(s[best]), {"threshold": s[last], "precision": precision[last], "recall": recall[last], "f1": f1[last]}
 
 
 def precision_recall_f1(kept_gold: int, kept: int, total_gold: int) -> dict[str, float]:
@@ -148,9 +152,17 @@ def precision_recall_f1(kept_gold: int, kept: int, total_gold: int) -> dict[str,
     return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
 
 
-def approximate_index(candidates: np.ndarray, *, lists: int | None = None, pq_bytes: int | None = None,
-                      nprobe: int = 24, refine: bool = True, sample: int | None = None, seed: int = 0,
-                      k_factor: int = 4) -> faiss.Index:
+def approximate_index(
+    candidates: np.ndarray,
+    *,
+    lists: int | None = None,
+    pq_bytes: int | None = None,
+    nprobe: int = 24,
+    refine: bool = True,
+    sample: int | None = None,
+    seed: int = 0,
+    k_factor: int = 4,
+) -> faiss.Index:
     """An IVF-PQ inner-product index over normalized `candidates` (N, D), D even.
 
     `lists` inverted lists (default 4 sqrt(N)), each vector stored as a fast-scan PQ code of `pq_bytes`
@@ -192,8 +204,16 @@ def approximate_index(candidates: np.ndarray, *, lists: int | None = None, pq_by
     return index
 
 
-def knn(queries: np.ndarray, candidates: np.ndarray, k: int, *, index: str = "flat", nprobe: int = 16,
-        shards: int = 1, executor=None) -> Neighbours:
+def knn(
+    queries: np.ndarray,
+    candidates: np.ndarray,
+    k: int,
+    *,
+    index: str = "flat",
+    nprobe: int = 16,
+    shards: int = 1,
+    executor=None,
+) -> Neighbours:
     """The k nearest candidates (cosine) of every query: exact search in `shards` candidate shards run by
     `executor` (`evaluation.xsim.LocalExecutor` when None) and merged exactly, or an approximate IVF-PQ
     index (`index="ivfpq"`). Both arrays are L2-normalized here (copies)."""
@@ -205,21 +225,31 @@ def knn(queries: np.ndarray, candidates: np.ndarray, k: int, *, index: str = "fl
     q, c = normalized(queries, "cosine"), normalized(candidates, "cosine")
     if index == "ivfpq":
         approximate = approximate_index(c, nprobe=nprobe)
-        parts = [approximate.search(q[s:s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
+        parts = [approximate.search(q[s : s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
         return Neighbours(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
     if index != "flat":
         raise ValueError(f"unknown index {index!r}; use flat or ivfpq")
     executor = executor or LocalExecutor()
     size = -(-len(c) // shards)
     query_ref = executor.put(q)
-    parts = executor.map(search_shard, [(query_ref, executor.put(c[s:s + size]), k, "cosine", s)
-                                        for s in range(0, len(c), size)])
+    parts = executor.map(
+        search_shard, [(query_ref, executor.put(c[s : s + size]), k, "cosine", s) for s in range(0, len(c), size)]
+    )
     return Neighbours(*merge(parts, len(q), k, "cosine"))
 
 
-def filter_pairs(pairs: Pairs, src_texts: list[str], trg_texts: list[str], *, src_hubs: np.ndarray,
-                 trg_hubs: np.ndarray, max_hub: int, max_length_ratio: float, min_letter_share: float,
-                 max_score: float | None) -> tuple[Pairs, dict[str, int]]:
+def filter_pairs(
+    pairs: Pairs,
+    src_texts: list[str],
+    trg_texts: list[str],
+    *,
+    src_hubs: np.ndarray,
+    trg_hubs: np.ndarray,
+    max_hub: int,
+    max_length_ratio: float,
+    min_letter_share: float,
+    max_score: float | None,
+) -> tuple[Pairs, dict[str, int]]:
     """The pairs without the known garbage, and how many each reason dropped (first reason wins):
     identical strings, mostly digits or punctuation, length-ratio outliers, hubs (a sentence that is
     the nearest neighbour of more than `max_hub` queries), scores above `max_score`."""

@@ -4,6 +4,7 @@
 or not at all.
 `NpyFile` and `NpyWriter` read and write one large `.npy` by row range (the search's results).
 """
+
 from __future__ import annotations
 
 import hashlib

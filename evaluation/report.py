@@ -6,6 +6,7 @@
 Errors are fractions in the data and percent in what people read; rows are the
 query language, columns the searched one.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,12 +52,21 @@ def check_output(out_dir: Path, *, record: str) -> list[str]:
     vouched = ownership.is_stage_state(out_dir / record) or set(FILES) <= ownership.recorded_writes(out_dir)
     names = {*FILES, record} if vouched else set()
     return ownership.check_only_ours(
-        out_dir, lambda e: e in names or e == ownership.JOURNAL or e.split("/")[0] in SUBFOLDERS,
-        what="evaluation folder", advice="move those files out of it; interlingua writes only its own evaluation there")
+        out_dir,
+        lambda e: e in names or e == ownership.JOURNAL or e.split("/")[0] in SUBFOLDERS,
+        what="evaluation folder",
+        advice="move those files out of it; interlingua writes only its own evaluation there",
+    )
 
 
-def write_report(out_dir: Path, matrix: Matrix, pairs: dict[str, dict[str, float]], averages: dict[str, float],
-                 languages: list[str], sentences: int) -> dict[str, Any]:
+def write_report(
+    out_dir: Path,
+    matrix: Matrix,
+    pairs: dict[str, dict[str, float]],
+    averages: dict[str, float],
+    languages: list[str],
+    sentences: int,
+) -> dict[str, Any]:
     """Write `FILES` into `out_dir`, recorded first as the product's (`ownership.begin_writes`: the caller
     ends the record once its state file names them); returns the metrics.json record."""
     ownership.begin_writes(out_dir, list(FILES))

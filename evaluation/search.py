@@ -10,9 +10,11 @@ Metrics: cosine (inner product of L2-normalized vectors, the default), ip,
 l2 and l1. Scores are "higher is better" for cosine/ip and "lower is better"
 for l2/l1, as faiss returns them.
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 import faiss
 import numpy as np
@@ -44,8 +46,12 @@ INDEXES: tuple[str, ...] = ("flat", "hnsw", "ivf")
 
 def _index(dim: int, metric: str, kind: str = "flat", size: int = 0) -> faiss.Index:
     """An exact flat index, or an approximate one (HNSW graph, or IVF with ~4 sqrt(n) lists)."""
-    faiss_metric = {"cosine": faiss.METRIC_INNER_PRODUCT, "ip": faiss.METRIC_INNER_PRODUCT,
-                    "l2": faiss.METRIC_L2, "l1": faiss.METRIC_L1}[metric]
+    faiss_metric = {
+        "cosine": faiss.METRIC_INNER_PRODUCT,
+        "ip": faiss.METRIC_INNER_PRODUCT,
+        "l2": faiss.METRIC_L2,
+        "l1": faiss.METRIC_L1,
+    }[metric]
     if kind == "flat":
         return faiss.IndexFlat(dim, faiss_metric)
     if metric == "l1":
@@ -100,8 +106,9 @@ def pair_scores(a: np.ndarray, b: np.ndarray, metric: str) -> np.ndarray:
     return np.abs(a - b).sum(axis=1)
 
 
-def count_better(queries: np.ndarray, shard: np.ndarray, reference: np.ndarray, metric: str,
-                 block: int | None = None) -> np.ndarray:
+def count_better(
+    queries: np.ndarray, shard: np.ndarray, reference: np.ndarray, metric: str, block: int | None = None
+) -> np.ndarray:
     """For each query, how many rows of the shard score strictly better than `reference` (Q,).
 
     Summed over shards, 1 + this is the rank of the true translation. Computed
@@ -115,27 +122,29 @@ def count_better(queries: np.ndarray, shard: np.ndarray, reference: np.ndarray, 
     tolerance = 1e-5 * np.maximum(np.abs(reference), 1.0)
     sign = 1.0 if higher_is_better(metric) else -1.0
     for start in range(0, len(queries), block):
-        q = queries[start:start + block]
+        q = queries[start : start + block]
         if metric in ("cosine", "ip"):
             scores = q @ shard.T  # (b, n)
         elif metric == "l2":
             scores = faiss.pairwise_distances(q, shard, faiss.METRIC_L2)
         else:
             scores = faiss.pairwise_distances(q, shard, faiss.METRIC_L1)
-        margin = sign * (scores - reference[start:start + block, None])
-        counts[start:start + block] = (margin > tolerance[start:start + block, None]).sum(axis=1)
+        margin = sign * (scores - reference[start : start + block, None])
+        counts[start : start + block] = (margin > tolerance[start : start + block, None]).sum(axis=1)
     return counts
 
 
-def search(queries: np.ndarray, candidates: np.ndarray, k: int, metric: str = "cosine",
-           shard_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def search(
+    queries: np.ndarray, candidates: np.ndarray, k: int, metric: str = "cosine", shard_size: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Single-process search over candidate shards of `shard_size` rows (all at once when None)."""
     size = shard_size or len(candidates)
-    return search_blocks(queries, ((s, candidates[s:s + size]) for s in range(0, len(candidates), size)), k, metric)
+    return search_blocks(queries, ((s, candidates[s : s + size]) for s in range(0, len(candidates), size)), k, metric)
 
 
-def search_blocks(queries: np.ndarray, blocks: Iterable[tuple[int, np.ndarray]], k: int,
-                  metric: str = "cosine") -> tuple[np.ndarray, np.ndarray]:
+def search_blocks(
+    queries: np.ndarray, blocks: Iterable[tuple[int, np.ndarray]], k: int, metric: str = "cosine"
+) -> tuple[np.ndarray, np.ndarray]:
     """Single-process search over candidates that come block by block, (first row, (n, D) rows), each
     normalized as it comes: only one block is held at a time. (scores (Q, k), ids (Q, k))."""
     q = normalized(queries, metric)

@@ -25,12 +25,14 @@ rerun skips a block whose record is there). Readers (`StoredEmbeddings.rows`, on
 each) read only the blocks they need. A folder in the earlier format
 (`interlingua-stored-embeddings/1`: no block records) is read alike.
 """
+
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -130,9 +132,13 @@ def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = 
     """The relative paths the blocks `names` consist of (their folders too): what a store's owner may
     replace. `rows`: with their rows files."""
     names, languages = list(names), list(languages)
-    return ownership.with_parents([*(f"{n}.json" for n in names), *(f"{lang}/{n}.npy" for lang in languages
-                                                                  for n in names),
-                                 *((f"{ROWS}/{n}.parquet" for n in names) if rows else ())])
+    return ownership.with_parents(
+        [
+            *(f"{n}.json" for n in names),
+            *(f"{lang}/{n}.npy" for lang in languages for n in names),
+            *((f"{ROWS}/{n}.parquet" for n in names) if rows else ()),
+        ]
+    )
 
 
 def read_manifest(folder: storage.Location) -> StoreManifest | None:
@@ -173,9 +179,16 @@ class StoredEmbeddings:
         except ValidationError as exc:
             raise ValueError(f"{path}: not a stored-embeddings manifest ({wrong_fields(exc)})") from None
         blocks = manifest.blocks
-        return cls(folder, list(manifest.languages), manifest.dim, manifest.dtype,
-                   tuple(b.start for b in blocks) + (manifest.rows,), tuple(b.name for b in blocks),
-                   dict(manifest.meta), tuple(manifest.rows_columns()))
+        return cls(
+            folder,
+            list(manifest.languages),
+            manifest.dim,
+            manifest.dtype,
+            tuple(b.start for b in blocks) + (manifest.rows,),
+            tuple(b.name for b in blocks),
+            dict(manifest.meta),
+            tuple(manifest.rows_columns()),
+        )
 
     def __len__(self) -> int:
         return self.starts[-1]
@@ -213,11 +226,17 @@ class StoredEmbeddings:
         """Rows [start, stop) of a rows column: `key`, `<lang>_text` (object arrays), `<lang>_hash`.
         NoRowsError when the store has no such column (embed's stores hold vectors only)."""
         if name not in self.columns:
-            raise NoRowsError(f"{self.folder}: these embeddings hold no column {name!r} (they hold "
-                              f"{list(self.columns) or 'vectors only, in input order'})")
+            raise NoRowsError(
+                f"{self.folder}: these embeddings hold no column {name!r} (they hold "
+                f"{list(self.columns) or 'vectors only, in input order'})"
+            )
         stop = len(self) if stop is None else stop
-        parts = [storage.open_parquet(storage.join(self.folder, ROWS, f"{block}.parquet")).read(columns=[name])[
-            name][a:b].to_numpy(zero_copy_only=False) for block, a, b in self._spans(start, stop)]
+        parts = [
+            storage.open_parquet(storage.join(self.folder, ROWS, f"{block}.parquet"))
+            .read(columns=[name])[name][a:b]
+            .to_numpy(zero_copy_only=False)
+            for block, a, b in self._spans(start, stop)
+        ]
         return np.concatenate(parts) if parts else np.zeros(0, object)
 
     def hashes(self) -> Mapping[str, np.ndarray]:

@@ -1,37 +1,50 @@
 """Writing stored embeddings (`evaluation.store`, the format): a block's arrays and record, evaluate's
 batches and their publication, a manifest, and what a folder of them may hold.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from core import ownership, storage
 from evaluation.npy import save_array
 from evaluation.store import (
-    FORMAT, KEYS, MANIFEST, ROWS, BlockEntry, BlockRecord, StoredEmbeddings, StoreManifest, block_files, block_name,
+    FORMAT,
+    KEYS,
+    MANIFEST,
+    ROWS,
+    BlockEntry,
+    BlockRecord,
+    StoredEmbeddings,
+    StoreManifest,
+    block_files,
+    block_name,
     read_manifest,
 )
 
 
 def text_hashes(texts: Sequence[str]) -> np.ndarray:
     """A 64-bit hash of each text (n,) uint64: equal texts, equal hashes (for `text_error`)."""
-    return np.array([int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little")
-                     for t in texts], dtype=np.uint64)
-
+    return np.array(
+        [int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "little") for t in texts],
+        dtype=np.uint64,
+    )
 
 
 def save_arrays(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
     """Each language's (n, D) array as `<folder>/<lang>/<name>.npy` (local or a URI), whole or not at all
     (`save_array`); {lang: sha256}."""
-    return {lang: save_array(storage.join(folder, lang, f"{name}.npy"), np.ascontiguousarray(array))
-            for lang, array in arrays.items()}
-
+    return {
+        lang: save_array(storage.join(folder, lang, f"{name}.npy"), np.ascontiguousarray(array))
+        for lang, array in arrays.items()
+    }
 
 
 def write_record(folder: storage.Location, record: BlockRecord) -> BlockRecord:
@@ -41,27 +54,40 @@ def write_record(folder: storage.Location, record: BlockRecord) -> BlockRecord:
     return record
 
 
-
 def save_block(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> BlockRecord:
     """One block written in place (a local folder or a URI): its arrays (`save_arrays`), then its record
     (name, rows, sha256 and the writer's `fields`)."""
     rows = {len(array) for array in arrays.values()}
     assert len(rows) == 1, f"block {name}: languages of unequal rows {rows}"
-    return write_record(folder, BlockRecord(name=name, rows=rows.pop(), sha256=save_arrays(folder, name, arrays),
-                                            **fields))
+    return write_record(
+        folder, BlockRecord(name=name, rows=rows.pop(), sha256=save_arrays(folder, name, arrays), **fields)
+    )
 
 
-
-def make_manifest(records: Sequence[BlockRecord], *, languages: list[str], dim: int, dtype: str,
-                  columns: Sequence[str] = (), meta: dict[str, Any] | None = None) -> StoreManifest:
+def make_manifest(
+    records: Sequence[BlockRecord],
+    *,
+    languages: list[str],
+    dim: int,
+    dtype: str,
+    columns: Sequence[str] = (),
+    meta: dict[str, Any] | None = None,
+) -> StoreManifest:
     """The manifest of the blocks `records` (in row order): each block's start is the rows before it."""
     blocks, start = [], 0
     for record in records:
         blocks.append(BlockEntry(name=record.name, start=start, rows=record.rows, sha256=record.sha256))
         start += record.rows
-    return StoreManifest(format=FORMAT, languages=list(languages), dim=int(dim), dtype=str(dtype), rows=start,
-                         columns=list(columns), blocks=blocks, meta=meta or {})
-
+    return StoreManifest(
+        format=FORMAT,
+        languages=list(languages),
+        dim=int(dim),
+        dtype=str(dtype),
+        rows=start,
+        columns=list(columns),
+        blocks=blocks,
+        meta=meta or {},
+    )
 
 
 def write_manifest(folder: storage.Location, manifest: StoreManifest) -> None:
@@ -69,9 +95,9 @@ def write_manifest(folder: storage.Location, manifest: StoreManifest) -> None:
     storage.write_json(storage.join(folder, MANIFEST), manifest.model_dump(mode="json", exclude_none=True), indent=1)
 
 
-
-def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray],
-                texts: Mapping[str, Sequence[str]]) -> BlockRecord:
+def write_block(
+    staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray], texts: Mapping[str, Sequence[str]]
+) -> BlockRecord:
     """Write one batch of tuples (any order; sorted here by key) into `staging`; returns its record
     (name, rows, sha256, first_key, last_key) for `publish`. Rewriting the same batch gives the same files."""
     import pyarrow as pa
@@ -93,9 +119,9 @@ def write_block(staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.
     return BlockRecord(name=name, rows=len(keys), sha256=sha256, first_key=keys[0], last_key=keys[-1])
 
 
-
-def publish(staging: Path, folder: Path, records: list[BlockRecord], *, languages: list[str],
-            meta: dict[str, Any] | None = None) -> StoredEmbeddings:
+def publish(
+    staging: Path, folder: Path, records: list[BlockRecord], *, languages: list[str], meta: dict[str, Any] | None = None
+) -> StoredEmbeddings:
     """Order the written blocks by key, name them part-NNNNN, write their records and the manifest and swap
     `staging` into `folder` (a previous folder stays whole until then). AssertionError if blocks overlap."""
     records = sorted(records, key=lambda r: r.first_key)
@@ -111,12 +137,13 @@ def publish(staging: Path, folder: Path, records: list[BlockRecord], *, language
         start += record.rows
     first = np.load(staging / languages[0] / f"{named[0].name}.npy", mmap_mode="r")
     columns = ["key", *(f"{lang}_{c}" for lang in languages for c in ("text", "hash"))]
-    write_manifest(staging, make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype,
-                                          columns=columns, meta=meta))
+    write_manifest(
+        staging,
+        make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype, columns=columns, meta=meta),
+    )
     _write_keys(staging, [r.name for r in named])
     ownership.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
     return StoredEmbeddings.open(folder)
-
 
 
 def check_replaceable(folder: Path) -> list[str]:
@@ -126,9 +153,12 @@ def check_replaceable(folder: Path) -> list[str]:
     manifest = read_manifest(folder)
     if manifest is not None:
         ours |= {MANIFEST, KEYS} | block_files([b.name for b in manifest.blocks], manifest.languages, rows=True)
-    return ownership.check_only_ours(folder, lambda e: e in ours, what="embeddings folder",
-                                   advice="move those files out of it; interlingua replaces only its own embeddings")
-
+    return ownership.check_only_ours(
+        folder,
+        lambda e: e in ours,
+        what="embeddings folder",
+        advice="move those files out of it; interlingua replaces only its own embeddings",
+    )
 
 
 def _write_keys(folder: Path, names: list[str]) -> None:

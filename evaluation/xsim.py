@@ -18,19 +18,21 @@ the per-shard top-k lists are merged exactly, block by block. With
 `results_dir` the merged top-k go to disk as they come, so the caller holds a
 block of queries at a time, never a split. Plain functions over arrays.
 """
+
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from evaluation.metrics import margin_choice, metrics_from_counts, retrieval_counts
-from evaluation.search import count_better, merge, normalized, pair_scores, recall_at, search_shard
 from evaluation.npy import NpyFile, NpyWriter
+from evaluation.search import count_better, merge, normalized, pair_scores, recall_at, search_shard
 from evaluation.store import StoredEmbeddings
 
 Pair = tuple[str, str]
@@ -88,8 +90,9 @@ class PairResult:
     better: np.ndarray | NpyFile | None  # (Q,), None after an approximate search
 
 
-def search_task(source, p: str, q: str, queries: tuple[int, int], shard: tuple[int, int], k: int,
-                metric: str, index: str = "flat"):
+def search_task(
+    source, p: str, q: str, queries: tuple[int, int], shard: tuple[int, int], k: int, metric: str, index: str = "flat"
+):
     """One block of p's queries against one shard of q's candidates: its top-k (ids global) and how
     many shard rows beat each query's true pair (exact search only; None with an approximate index)."""
     query_rows = normalized(source.rows(p, *queries), metric)  # (b, D)
@@ -102,9 +105,17 @@ def search_task(source, p: str, q: str, queries: tuple[int, int], shard: tuple[i
 
 
 def search_pairs(
-    embeddings: Embeddings, *, metric: str = "cosine", shards: int = 1, k: int = 1, index: str = "flat",
-    queries: int | None = None, executor: Executor | None = None, query_block: int = QUERY_BLOCK,
-    results_dir: Path | None = None, progress: Callable[[int], None] | None = None,
+    embeddings: Embeddings,
+    *,
+    metric: str = "cosine",
+    shards: int = 1,
+    k: int = 1,
+    index: str = "flat",
+    queries: int | None = None,
+    executor: Executor | None = None,
+    query_block: int = QUERY_BLOCK,
+    results_dir: Path | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[Pair, PairResult]:
     """Top-k and true ranks of every ordered pair of aligned embeddings (S rows each), the candidates
     in `shards` shards (the first `queries` rows of each language as queries when given); results in
@@ -121,11 +132,14 @@ def search_pairs(
     shard_ranges = [(s, min(s + size, total)) for s in range(0, total, size)]
     blocks = [(a, min(a + query_block, nq)) for a in range(0, nq, query_block)]
     pairs = list(permutations(source.languages, 2))
-    calls = ((handle, p, q, block, shard, k, metric, index) for p, q in pairs for block in blocks
-             for shard in shard_ranges)
+    calls = (
+        (handle, p, q, block, shard, k, metric, index) for p, q in pairs for block in blocks for shard in shard_ranges
+    )
     parts = executor.map(search_task, calls)
-    sinks = {pair: _Sink(nq, k, index == "flat", None if results_dir is None else Path(results_dir) / "-".join(pair))
-             for pair in pairs}
+    sinks = {
+        pair: _Sink(nq, k, index == "flat", None if results_dir is None else Path(results_dir) / "-".join(pair))
+        for pair in pairs
+    }
     for pair in pairs:
         for start, stop in blocks:
             got = [next(parts) for _ in shard_ranges]
@@ -148,15 +162,16 @@ class _Sink:
         if folder is None:
             self.out = {name: np.zeros(shape, dtype) for name, (shape, dtype) in shapes.items()}
         else:
-            self.out = {name: NpyWriter(folder / f"{name}.npy", shape, dtype)
-                        for name, (shape, dtype) in shapes.items()}
+            self.out = {
+                name: NpyWriter(folder / f"{name}.npy", shape, dtype) for name, (shape, dtype) in shapes.items()
+            }
 
     def write(self, start: int, scores: np.ndarray, ids: np.ndarray, better: np.ndarray | None) -> None:
         for name, value in (("scores", scores), ("ids", ids), ("better", better)):
             if name in self.out:
                 target = self.out[name]
                 if self.folder is None:
-                    target[start:start + len(value)] = value
+                    target[start : start + len(value)] = value
                 else:
                     target.write(start, value)
 
@@ -167,8 +182,14 @@ class _Sink:
         return PairResult(read["scores"], read["ids"], read.get("better"))
 
 
-def pair_metrics(results: dict[Pair, PairResult], texts: Mapping[str, Sequence] | None, *, metric: str,
-                 margin_k: int, block: int = QUERY_BLOCK) -> dict[Pair, dict[str, float]]:
+def pair_metrics(
+    results: dict[Pair, PairResult],
+    texts: Mapping[str, Sequence] | None,
+    *,
+    metric: str,
+    margin_k: int,
+    block: int = QUERY_BLOCK,
+) -> dict[Pair, dict[str, float]]:
     """Every pair's metrics (`evaluation.metrics`), read `block` queries at a time; `texts` {lang: (S,)}
     holds the texts or their hashes (`evaluation.store_writer.text_hashes`). The ratio-margin error needs
     cosine and the backward search of the same pair."""
@@ -178,8 +199,8 @@ def pair_metrics(results: dict[Pair, PairResult], texts: Mapping[str, Sequence] 
         target_texts = None if texts is None else np.asarray(texts[q], dtype=_text_dtype(texts[q]))  # (S,)
         counts: Counter = Counter()
         for start in range(0, len(r.ids), block):
-            ids, scores = r.ids[start:start + block], r.scores[start:start + block]  # (b, k)
-            better = None if r.better is None else r.better[start:start + block]
+            ids, scores = r.ids[start : start + block], r.scores[start : start + block]  # (b, k)
+            better = None if r.better is None else r.better[start : start + block]
             counts.update(retrieval_counts(ids, better, target_texts, offset=start))
             if backward is not None:
                 chosen = margin_choice(scores[:, :margin_k], ids[:, :margin_k], backward)  # (b,)
@@ -194,7 +215,7 @@ def _text_dtype(texts: Sequence) -> Any:
 
 def _top_mean(scores: np.ndarray | NpyFile, k: int, block: int) -> np.ndarray:
     """Each row's mean of its first k scores (S,), read by block."""
-    return np.concatenate([scores[s:s + block][:, :k].mean(axis=1) for s in range(0, len(scores), block)])
+    return np.concatenate([scores[s : s + block][:, :k].mean(axis=1) for s in range(0, len(scores), block)])
 
 
 def approximate_recall(approximate: dict[Pair, PairResult], exact: dict[Pair, PairResult]) -> dict[Pair, dict]:

@@ -1,6 +1,7 @@
 """What a model file's header holds beside the weights (`model.nmt.save_model`), torch-free: the driver builds
 and checks the arguments before any worker imports torch.
 """
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict

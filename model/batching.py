@@ -11,12 +11,13 @@ How a worker streams its share of the units, a window at a time, is `model.strea
 The one convention every caller shares: an encoder input ends with EOS
 (as in LASER), a decoder target holds the bare ids (the decoder adds BOS/EOS).
 """
+
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -64,8 +65,11 @@ def token_budget_batches(costs: np.ndarray, max_tokens: int) -> list[np.ndarray]
     while start < len(order):
         # a batch grows while (its size) x (the cost of its last, costliest member) fits the budget:
         # that product only grows along the sorted costs, so its end is a bisection
-        end = bisect.bisect_right(range(start + 1, len(order)), max_tokens,
-                                  key=lambda i: (i - start + 1) * ranked[i]) + start + 1
+        end = (
+            bisect.bisect_right(range(start + 1, len(order)), max_tokens, key=lambda i: (i - start + 1) * ranked[i])
+            + start
+            + 1
+        )
         batches.append(order[start:end])
         start = end
     return batches
@@ -75,8 +79,9 @@ class ParallelCorpus:
     """Token ids of some tuples: per language, flat values + offsets; a tuple may lack languages. `keys`, when
     read, name each tuple (its source's name first: `source:...`)."""
 
-    def __init__(self, languages: Sequence[str], columns: dict[str, pa.ListArray],
-                 keys: list[str] | None = None) -> None:
+    def __init__(
+        self, languages: Sequence[str], columns: dict[str, pa.ListArray], keys: list[str] | None = None
+    ) -> None:
         self.languages = list(languages)
         self.keys = keys
         self.values: dict[str, np.ndarray] = {}
@@ -85,7 +90,7 @@ class ParallelCorpus:
         for lang in self.languages:
             col = columns[lang]
             offsets = col.offsets.to_numpy().astype(np.int64)
-            self.values[lang] = col.values.to_numpy()[offsets[0]: offsets[-1]]
+            self.values[lang] = col.values.to_numpy()[offsets[0] : offsets[-1]]
             self.offsets[lang] = offsets - offsets[0]
             self.lengths[lang] = np.diff(offsets).astype(np.int64)  # 0 where absent
         self.size = len(next(iter(self.lengths.values()))) if self.languages else 0
@@ -126,7 +131,7 @@ class ParallelCorpus:
 
     def ids(self, lang: str, row: int) -> np.ndarray:
         start = self.offsets[lang][row]
-        return self.values[lang][start: start + self.lengths[lang][row]]
+        return self.values[lang][start : start + self.lengths[lang][row]]
 
     def complete_rows(self) -> np.ndarray:
         """Rows that hold every language (dev/test tuples, for the similarity error)."""
@@ -154,8 +159,10 @@ class ParallelCorpus:
         return out
 
     def _teacher(self, lang: str, rows: np.ndarray) -> Pair:
-        return (torch.from_numpy(self.teacher[lang][rows].astype(np.float32)),
-                torch.from_numpy(self.teacher_has[lang][rows]))
+        return (
+            torch.from_numpy(self.teacher[lang][rows].astype(np.float32)),
+            torch.from_numpy(self.teacher_has[lang][rows]),
+        )
 
     def _pad(self, lang: str, rows: np.ndarray, *, eos: bool) -> Pair:
         """`pad` of `rows` in `lang`, gathered from the flat values at once."""
@@ -178,13 +185,17 @@ def shard_units(files: Sequence[str | Path]) -> list[Unit]:
     units = []
     for path in files:
         meta = storage.open_parquet(path).metadata
-        units += [Unit(str(path), i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups)
-                  if meta.row_group(i).num_rows]
+        units += [
+            Unit(str(path), i, meta.row_group(i).num_rows)
+            for i in range(meta.num_row_groups)
+            if meta.row_group(i).num_rows
+        ]
     return units
 
 
-def read_units(units: Sequence[Unit], languages: Sequence[str], *, keys: bool = False,
-               teacher: TeacherStore | None = None) -> ParallelCorpus:
+def read_units(
+    units: Sequence[Unit], languages: Sequence[str], *, keys: bool = False, teacher: TeacherStore | None = None
+) -> ParallelCorpus:
     """The token ids of the units' tuples, in the given order (and their keys); with `teacher`, its
     embeddings of them, from the same row groups of its files (ValueError where their keys differ)."""
     columns = [f"{lang}_ids" for lang in languages] + (["key"] if keys or teacher else [])
@@ -195,8 +206,10 @@ def read_units(units: Sequence[Unit], languages: Sequence[str], *, keys: bool = 
         parts = [read_row_group(teacher.file_for(u.path), u.row_group, langs) for u in units]
         for u, table, (keys_read, _, _) in zip(units, tables, parts):
             if keys_read != table.column("key").to_pylist():
-                raise ValueError(f"{teacher.file_for(u.path)}: row group {u.row_group} does not hold the tuples of "
-                                 f"{u.path}'s: the teacher embeddings are not of this dataset")
+                raise ValueError(
+                    f"{teacher.file_for(u.path)}: row group {u.row_group} does not hold the tuples of "
+                    f"{u.path}'s: the teacher embeddings are not of this dataset"
+                )
         for lang in langs:
             corpus.teacher[lang] = np.concatenate([vectors[lang] for _, vectors, _ in parts])
             corpus.teacher_has[lang] = np.concatenate([has[lang] for _, _, has in parts])

@@ -10,9 +10,11 @@ Output layer: the full softmax, or torch's adaptive softmax
 the most frequent tokens; `set_token_order` ranks the vocabulary by frequency
 for it (sentencepiece ids are not in frequency order).
 """
+
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +52,10 @@ class SentenceDecoder(nn.Module):
         self.init_state = nn.Linear(sentence_dim, 2 * num_layers * hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(
-            input_dim, hidden_size, num_layers=num_layers, batch_first=True,
+            input_dim,
+            hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.output = output

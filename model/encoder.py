@@ -13,6 +13,7 @@ direction is a left-to-right pass over right-padded input, the backward one over
 every sentence reversed within its own length, and the states of padding
 positions are masked out.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -93,7 +94,9 @@ class SentenceEncoder(nn.Module):
     def _direction(self, x: torch.Tensor, layer: int, suffix: str) -> torch.Tensor:
         """One direction of one layer, left to right over right-padded x (B, T, in) -> (B, T, H)."""
         lstm = self.lstm
-        weights = [getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        weights = [
+            getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
         zeros = x.new_zeros(1, x.shape[0], lstm.hidden_size)
         out, _, _ = torch.lstm(x, (zeros, zeros), weights, True, 1, 0.0, self.training, False, True)
         return out

@@ -1,7 +1,8 @@
 """Sentence embeddings of many sentences: sorted by length, batched by token budget, in order."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -39,12 +40,15 @@ def embed(
     return out
 
 
-def embed_rows(model: MultilingualNMT, corpus: ParallelCorpus, rows: Sequence[int], *,
-               device: torch.device) -> dict[str, np.ndarray]:
+def embed_rows(
+    model: MultilingualNMT, corpus: ParallelCorpus, rows: Sequence[int], *, device: torch.device
+) -> dict[str, np.ndarray]:
     """`embed` of the same `rows` (tuples) of `corpus` in each of its languages, under bf16 autocast on a
     GPU: what a similarity error over every ordered pair is computed from (the dev error of training)."""
-    return {lang: embed(model, [corpus.ids(lang, r) for r in rows], lang, device=device,
-                        autocast=device.type == "cuda") for lang in corpus.languages}
+    return {
+        lang: embed(model, [corpus.ids(lang, r) for r in rows], lang, device=device, autocast=device.type == "cuda")
+        for lang in corpus.languages
+    }
 
 
 def _read_back(pending: list[tuple[np.ndarray, torch.Tensor]], out: np.ndarray) -> None:

@@ -8,9 +8,10 @@ align the languages instead of random ones: on the 6-language Bible the
 bag of these vectors alone has about a third of the dev similarity error of
 chance (benchmarks/RESULTS.md).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp

@@ -15,9 +15,11 @@ embedding, through a learned linear map where the sizes differ, onto a
 teacher's embedding of the same sentence and of its tuple's pivot sentence
 (Reimers & Gurevych 2020; `forward`'s `teacher`).
 """
+
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -87,8 +89,12 @@ class MultilingualNMT(nn.Module):
 
         def encoder() -> SentenceEncoder:
             return SentenceEncoder(
-                vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=encoder_hidden,
-                num_layers=encoder_layers, pooling=pooling, dropout=dropout,
+                vocab_size=vocab_size,
+                embed_dim=embed_dim,
+                hidden_size=encoder_hidden,
+                num_layers=encoder_layers,
+                pooling=pooling,
+                dropout=dropout,
             )
 
         names = [SHARED] if shared_encoder else self.languages
@@ -97,10 +103,15 @@ class MultilingualNMT(nn.Module):
 
         def decoder() -> SentenceDecoder:
             return SentenceDecoder(
-                vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=decoder_hidden,
-                sentence_dim=self.embedding_dim, num_layers=decoder_layers, dropout=dropout,
+                vocab_size=vocab_size,
+                embed_dim=embed_dim,
+                hidden_size=decoder_hidden,
+                sentence_dim=self.embedding_dim,
+                num_layers=decoder_layers,
+                dropout=dropout,
                 num_languages=len(self.languages) if shared_decoder else 0,
-                output=output, adaptive_cutoffs=adaptive_cutoffs,
+                output=output,
+                adaptive_cutoffs=adaptive_cutoffs,
             )
 
         names = [SHARED] if shared_decoder else self.languages
@@ -109,8 +120,11 @@ class MultilingualNMT(nn.Module):
         if distill_loss not in DISTILL_LOSSES:
             raise ValueError(f"distill_loss must be one of {DISTILL_LOSSES}, got {distill_loss!r}")
         self.distill_dim, self.distill_objective = distill_dim, distill_loss
-        self.distill_map = (nn.Linear(self.embedding_dim, distill_dim, bias=False)
-                            if distill_dim and distill_dim != self.embedding_dim else None)
+        self.distill_map = (
+            nn.Linear(self.embedding_dim, distill_dim, bias=False)
+            if distill_dim and distill_dim != self.embedding_dim
+            else None
+        )
 
     def _module(self, modules: nn.ModuleDict, lang: str) -> nn.Module:
         if SHARED in modules:
@@ -147,8 +161,12 @@ class MultilingualNMT(nn.Module):
         return dict(zip(batches, out.split([len(lens) for _, lens in batches.values()])))
 
     def forward(
-        self, sources: dict[str, Pair], targets: dict[str, Pair], ranking_weight: float = 0.0,
-        teacher: dict[str, Teacher] | None = None, distill_weight: float = 0.0,
+        self,
+        sources: dict[str, Pair],
+        targets: dict[str, Pair],
+        ranking_weight: float = 0.0,
+        teacher: dict[str, Teacher] | None = None,
+        distill_weight: float = 0.0,
     ) -> Losses:
         """Losses of one homogeneous batch: every source holds the same B tuples (`Losses`). `teacher`: per
         language, the teacher's embeddings of the batch's sentences in it and which rows have one; each
@@ -234,6 +252,7 @@ class MultilingualNMT(nn.Module):
         off = 1 - torch.eye(langs, device=sim.device)
         return (losses * off[:, :, None]).sum() / (langs * (langs - 1) * batch)
 
+
 FORMAT = "interlingua-model/2"  # safetensors: the weights, and in its header the arguments and metadata as JSON
 
 
@@ -247,8 +266,11 @@ def save_model(model: MultilingualNMT, path: str, **meta: Any) -> None:
     runs none."""
     from safetensors.torch import save_model as save
 
-    save(model, str(path), metadata={"format": FORMAT, "args": model.args.model_dump_json(),
-                                     "meta": ModelMeta(**meta).model_dump_json()})
+    save(
+        model,
+        str(path),
+        metadata={"format": FORMAT, "args": model.args.model_dump_json(), "meta": ModelMeta(**meta).model_dump_json()},
+    )
 
 
 def read_header(path: str) -> tuple[ModelArgs, ModelMeta]:
@@ -295,9 +317,18 @@ def load_model(path: str, map_location: str | torch.device = "cpu") -> tuple[Mul
 
 
 # safetensors' dtype names (its file format's header)
-_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-           "BOOL": torch.bool}
+_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 
 
 def check_tensors(model: MultilingualNMT, path: str) -> None:
@@ -318,8 +349,10 @@ def check_tensors(model: MultilingualNMT, path: str) -> None:
             if dtype != tensor.dtype or shape != list(tensor.shape):
                 wrong.append(f"{key} is {piece.get_dtype()} {shape}, not {tensor.dtype} {list(tensor.shape)}")
     if wrong:
-        raise ModelFileError(f"{len(wrong)} tensors do not match the architecture its header describes "
-                             f"({'; '.join(wrong[:3])}): the file is damaged or crafted")
+        raise ModelFileError(
+            f"{len(wrong)} tensors do not match the architecture its header describes "
+            f"({'; '.join(wrong[:3])}): the file is damaged or crafted"
+        )
 
 
 def load_legacy_model(path: str) -> tuple[MultilingualNMT, ModelMeta]:

@@ -13,6 +13,7 @@ has a fused kernel for it, and an int8 one (DynamicQuantizeLSTM) that
 Sentencepiece stays outside: the graph sees token ids, EOS included, as
 `model.batching.pad` makes them.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,9 +44,12 @@ def encoder_graph(encoder: SentenceEncoder, *, name: str = "encoder"):
         pooled = _last_nodes(nodes, top) if encoder.pooling == "last" else _max_nodes(nodes, top)
     nodes.append(helper.make_node("Identity", [pooled], [OUTPUT]))
     graph = helper.make_graph(
-        nodes, name,
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "length"]),
-         helper.make_tensor_value_info("lengths", TensorProto.INT64, ["batch"])],
+        nodes,
+        name,
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "length"]),
+            helper.make_tensor_value_info("lengths", TensorProto.INT64, ["batch"]),
+        ],
         [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", encoder.output_dim])],
         initializer=weights,
     )
@@ -73,10 +77,12 @@ def _mask_nodes() -> list:
 
     return [
         helper.make_node("Shape", ["x0"], ["shape_tbf"]),
-        _const("zero", np.array(0, np.int64)), _const("one", np.array(1, np.int64)),
+        _const("zero", np.array(0, np.int64)),
+        _const("one", np.array(1, np.int64)),
         helper.make_node("Gather", ["shape_tbf", "zero"], ["steps"], axis=0),  # () T
         helper.make_node("Range", ["zero", "steps", "one"], ["positions"]),  # (T,)
-        _const("axis_1", np.array([1], np.int64)), _const("axis_0", np.array([0], np.int64)),
+        _const("axis_1", np.array([1], np.int64)),
+        _const("axis_0", np.array([0], np.int64)),
         helper.make_node("Unsqueeze", ["positions", "axis_1"], ["positions_t1"]),  # (T, 1)
         helper.make_node("Unsqueeze", ["lengths", "axis_0"], ["lengths_1b"]),  # (1, B)
         helper.make_node("Less", ["positions_t1", "lengths_1b"], ["mask_tb"]),  # (T, B)
@@ -100,14 +106,27 @@ def _lstm_nodes(lstm: torch.nn.LSTM, nodes: list, weights: list) -> str:
         for suffix in directions:
             w.append(_reorder(getattr(lstm, f"weight_ih_l{layer}{suffix}")))  # (4H, in)
             r.append(_reorder(getattr(lstm, f"weight_hh_l{layer}{suffix}")))  # (4H, H)
-            b.append(np.concatenate([_reorder(getattr(lstm, f"bias_ih_l{layer}{suffix}")),
-                                     _reorder(getattr(lstm, f"bias_hh_l{layer}{suffix}"))]))  # (8H,)
+            b.append(
+                np.concatenate(
+                    [
+                        _reorder(getattr(lstm, f"bias_ih_l{layer}{suffix}")),
+                        _reorder(getattr(lstm, f"bias_hh_l{layer}{suffix}")),
+                    ]
+                )
+            )  # (8H,)
         names = [f"lstm{layer}_{k}" for k in "WRB"]
         weights += [_tensor(n, np.stack(v)) for n, v in zip(names, (w, r, b))]
         y = f"lstm{layer}_y"
-        nodes.append(helper.make_node(
-            "LSTM", [x, *names, "lengths32"], [y], hidden_size=lstm.hidden_size,
-            direction="bidirectional" if lstm.bidirectional else "forward", layout=0))  # Y (T, D, B, H)
+        nodes.append(
+            helper.make_node(
+                "LSTM",
+                [x, *names, "lengths32"],
+                [y],
+                hidden_size=lstm.hidden_size,
+                direction="bidirectional" if lstm.bidirectional else "forward",
+                layout=0,
+            )
+        )  # Y (T, D, B, H)
         nodes.append(helper.make_node("Transpose", [y], [f"{y}_tbdh"], perm=[0, 2, 1, 3]))  # (T, B, D, H)
         x = f"lstm{layer}_out"
         nodes.append(helper.make_node("Reshape", [f"{y}_tbdh", "tb_flat"], [x]))  # (T, B, D * H)

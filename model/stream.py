@@ -18,14 +18,15 @@ sentences (`ParallelCorpus.teacher_batch`).
 The data position is (epoch, window, batch): a resumed worker reads the window it stopped in,
 rebuilds the same plan and skips the batches it had consumed, reading nothing before it.
 """
+
 from __future__ import annotations
 
 import atexit
 import hashlib
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -66,8 +67,9 @@ class Batch:
     teacher: dict[str, Pair] | None = None  # `ParallelCorpus.teacher_batch`, with a teacher
 
 
-def epoch_windows(units: Sequence[Unit], *, seed: int, epoch: int, rank: int, world: int,
-                  window_tuples: int) -> list[list[Unit]]:
+def epoch_windows(
+    units: Sequence[Unit], *, seed: int, epoch: int, rank: int, world: int, window_tuples: int
+) -> list[list[Unit]]:
     """This worker's windows of one epoch: its share of a seeded permutation of the units, cut into
     runs of up to `window_tuples` tuples (a larger unit is a window of its own)."""
     order = np.random.default_rng([seed, epoch]).permutation(len(units))[rank::world]
@@ -82,9 +84,18 @@ def epoch_windows(units: Sequence[Unit], *, seed: int, epoch: int, rank: int, wo
     return windows
 
 
-def plan_window(corpus: ParallelCorpus, paths: Sequence[TrainingPath], *, seed: int, epoch: int, rank: int,
-                window: int, max_tokens: int, monolingual: bool = False,
-                source_weights: dict[str, float] | None = None) -> list[tuple[Signature, np.ndarray]]:
+def plan_window(
+    corpus: ParallelCorpus,
+    paths: Sequence[TrainingPath],
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    window: int,
+    max_tokens: int,
+    monolingual: bool = False,
+    source_weights: dict[str, float] | None = None,
+) -> list[tuple[Signature, np.ndarray]]:
     """The batches of one window (see the module docstring); the same for the same inputs and `PLAN`. Without
     source weights every tuple is drawn once (the plan is the one before weights existed)."""
     rng = np.random.default_rng([seed, epoch, rank, window])
@@ -123,13 +134,28 @@ class BatchStream:
     next batch, so saving it with a checkpoint resumes the stream exactly. `digest` chains every batch
     handed out (its epoch, window and tuples): two streams that gave the same batches agree on it."""
 
-    def __init__(self, units: Sequence[Unit], languages: Sequence[str], paths: Sequence[TrainingPath], *,
-                 seed: int, rank: int, world: int, max_tokens: int, window_tuples: int,
-                 monolingual: bool = False, source_weights: dict[str, float] | None = None,
-                 position: DataPosition | None = None, digest: str = "", teacher: TeacherInput | None = None) -> None:
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        languages: Sequence[str],
+        paths: Sequence[TrainingPath],
+        *,
+        seed: int,
+        rank: int,
+        world: int,
+        max_tokens: int,
+        window_tuples: int,
+        monolingual: bool = False,
+        source_weights: dict[str, float] | None = None,
+        position: DataPosition | None = None,
+        digest: str = "",
+        teacher: TeacherInput | None = None,
+    ) -> None:
         if len(units) < world:
-            raise ValueError(f"{len(units)} Parquet row groups cannot be shared by {world} workers: "
-                             "prepare the dataset with more training shards (prepare.output.train_shards)")
+            raise ValueError(
+                f"{len(units)} Parquet row groups cannot be shared by {world} workers: "
+                "prepare the dataset with more training shards (prepare.output.train_shards)"
+            )
         self.units, self.languages, self.paths = list(units), list(languages), list(paths)
         self.seed, self.rank, self.world = seed, rank, world
         self.max_tokens, self.window_tuples, self.monolingual = max_tokens, window_tuples, monolingual
@@ -137,8 +163,10 @@ class BatchStream:
         self.teacher = teacher
         self.position = position or DataPosition()
         if self.position.plan != PLAN:
-            raise ValueError(f"data position {self.position} names a batch of plan {self.position.plan}, but this "
-                             f"version plans windows with plan {PLAN}: start a new epoch instead")
+            raise ValueError(
+                f"data position {self.position} names a batch of plan {self.position.plan}, but this "
+                f"version plans windows with plan {PLAN}: start a new epoch instead"
+            )
         self.digest = digest
         self._loaded: tuple[int, int] | None = None
         self._corpus: ParallelCorpus | None = None
@@ -155,8 +183,11 @@ class BatchStream:
             if p.batch < len(self._plan):
                 signature, rows = self._plan[p.batch]
                 sources, targets = self._corpus.batch(signature, rows)
-                teacher = (self._corpus.teacher_batch(signature[0], rows, self.teacher.pivot)
-                           if self.teacher is not None else None)
+                teacher = (
+                    self._corpus.teacher_batch(signature[0], rows, self.teacher.pivot)
+                    if self.teacher is not None
+                    else None
+                )
                 self._chain(p, rows)
                 self.position = DataPosition(p.epoch, p.window, p.batch + 1)
                 return Batch(p.epoch, signature, sources, targets, teacher)
@@ -168,13 +199,31 @@ class BatchStream:
         if self._loaded == (epoch, window):
             return
         if self._loaded is None or self._loaded[0] != epoch:
-            self._windows = epoch_windows(self.units, seed=self.seed, epoch=epoch, rank=self.rank,
-                                          world=self.world, window_tuples=self.window_tuples)
-        self._corpus = read_units(self._windows[window], self.languages, keys=bool(self.source_weights),
-                                  teacher=self.teacher.store if self.teacher is not None else None)
-        self._plan = plan_window(self._corpus, self.paths, seed=self.seed, epoch=epoch, rank=self.rank,
-                                 window=window, max_tokens=self.max_tokens, monolingual=self.monolingual,
-                                 source_weights=self.source_weights)
+            self._windows = epoch_windows(
+                self.units,
+                seed=self.seed,
+                epoch=epoch,
+                rank=self.rank,
+                world=self.world,
+                window_tuples=self.window_tuples,
+            )
+        self._corpus = read_units(
+            self._windows[window],
+            self.languages,
+            keys=bool(self.source_weights),
+            teacher=self.teacher.store if self.teacher is not None else None,
+        )
+        self._plan = plan_window(
+            self._corpus,
+            self.paths,
+            seed=self.seed,
+            epoch=epoch,
+            rank=self.rank,
+            window=window,
+            max_tokens=self.max_tokens,
+            monolingual=self.monolingual,
+            source_weights=self.source_weights,
+        )
         self._loaded = (epoch, window)
 
     def _chain(self, p: DataPosition, rows: np.ndarray) -> None:
@@ -190,18 +239,35 @@ class _StreamSource(torch.utils.data.IterableDataset):
     embeddings or None)."""
 
     def __init__(self, stream: BatchStream) -> None:
-        self.args = dict(units=stream.units, languages=stream.languages, paths=stream.paths, seed=stream.seed,
-                         rank=stream.rank, world=stream.world, max_tokens=stream.max_tokens,
-                         window_tuples=stream.window_tuples, monolingual=stream.monolingual,
-                         source_weights=stream.source_weights, position=stream.position, digest=stream.digest,
-                         teacher=stream.teacher)
+        self.args = dict(
+            units=stream.units,
+            languages=stream.languages,
+            paths=stream.paths,
+            seed=stream.seed,
+            rank=stream.rank,
+            world=stream.world,
+            max_tokens=stream.max_tokens,
+            window_tuples=stream.window_tuples,
+            monolingual=stream.monolingual,
+            source_weights=stream.source_weights,
+            position=stream.position,
+            digest=stream.digest,
+            teacher=stream.teacher,
+        )
 
     def __iter__(self):
         stream = BatchStream(**self.args)
         for batch in stream:
             p = stream.position
-            yield (batch.epoch, batch.signature, batch.sources, batch.targets, (p.epoch, p.window, p.batch, p.plan),
-                   stream.digest, batch.teacher)
+            yield (
+                batch.epoch,
+                batch.signature,
+                batch.sources,
+                batch.targets,
+                (p.epoch, p.window, p.batch, p.plan),
+                stream.digest,
+                batch.teacher,
+            )
 
 
 def _exit_without_finalizing(worker_id: int) -> None:
@@ -238,7 +304,11 @@ class PrefetchedStream:
     def __init__(self, stream: BatchStream, *, ahead: int, pin_memory: bool = False) -> None:
         self.position, self.digest = stream.position, stream.digest
         loader = torch.utils.data.DataLoader(
-            _StreamSource(stream), batch_size=None, num_workers=1, prefetch_factor=ahead, pin_memory=pin_memory,
+            _StreamSource(stream),
+            batch_size=None,
+            num_workers=1,
+            prefetch_factor=ahead,
+            pin_memory=pin_memory,
             multiprocessing_context="spawn",  # a fork of a Ray worker (threads, gRPC) is not safe
             worker_init_fn=_exit_without_finalizing,
         )
@@ -253,10 +323,13 @@ class PrefetchedStream:
         epoch, signature, sources, targets, position, digest, teacher = next(self._batches)
         self.position, self.digest = DataPosition(*position), digest
         # the loader hands tuples back as lists
-        return Batch(epoch, (tuple(signature[0]), tuple(signature[1])),
-                     {lang: tuple(pair) for lang, pair in sources.items()},
-                     {lang: tuple(pair) for lang, pair in targets.items()},
-                     {lang: tuple(pair) for lang, pair in teacher.items()} if teacher is not None else None)
+        return Batch(
+            epoch,
+            (tuple(signature[0]), tuple(signature[1])),
+            {lang: tuple(pair) for lang, pair in sources.items()},
+            {lang: tuple(pair) for lang, pair in targets.items()},
+            {lang: tuple(pair) for lang, pair in teacher.items()} if teacher is not None else None,
+        )
 
     def close(self) -> None:
         """Stops the worker process and waits for it (it also stops when this object is collected): the

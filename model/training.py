@@ -3,6 +3,7 @@
 Plain PyTorch over plain arguments: `orchestration.train.loop` calls them with
 values from the config, `benchmarks/train.py` with the same values outside Ray.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,13 @@ def train_step(
     embeddings (`MultilingualNMT.forward`), with `distill_weight`.
     """
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        out = model(to_device(sources, device), to_device(targets, device), ranking_weight=ranking_weight,
-                    teacher=to_device(teacher, device) if teacher else None, distill_weight=distill_weight)
+        out = model(
+            to_device(sources, device),
+            to_device(targets, device),
+            ranking_weight=ranking_weight,
+            teacher=to_device(teacher, device) if teacher else None,
+            distill_weight=distill_weight,
+        )
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()
     if grad_clip:
@@ -62,20 +68,29 @@ def to_device(pairs: dict[str, Pair], device: torch.device) -> dict[str, Pair]:
     """Token ids and lengths onto `device`, without waiting: nothing in a training step reads a value
     back to the host, so on a GPU the host queues step after step while the device works. (A host
     tensor used on the device is a blocking copy, which waits for every kernel queued before it.)"""
-    return {lang: (ids.to(device, non_blocking=True), lens.to(device, non_blocking=True))
-            for lang, (ids, lens) in pairs.items()}
+    return {
+        lang: (ids.to(device, non_blocking=True), lens.to(device, non_blocking=True))
+        for lang, (ids, lens) in pairs.items()
+    }
 
 
-def make_optimizer(model: torch.nn.Module, *, lr: float, weight_decay: float,
-                   device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(
+    model: torch.nn.Module, *, lr: float, weight_decay: float, device: torch.device
+) -> torch.optim.Optimizer:
     """AdamW; on a GPU its fused kernel (a few launches per step instead of several per parameter)."""
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
-                             fused=device.type == "cuda" or None)
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=device.type == "cuda" or None)
 
 
 def scheduled_lr(
-    step: int, elapsed_s: float, *, lr: float, warmup_steps: int, schedule: str, min_lr: float,
-    max_steps: int, max_minutes: float | None,
+    step: int,
+    elapsed_s: float,
+    *,
+    lr: float,
+    warmup_steps: int,
+    schedule: str,
+    min_lr: float,
+    max_steps: int,
+    max_minutes: float | None,
 ) -> float | None:
     """The learning rate of the step after `step` steps and `elapsed_s` seconds of training; None where
     ReduceLROnPlateau owns it (the plateau schedule after warmup)."""
@@ -93,4 +108,3 @@ def scheduled_lr(
     if max_minutes is not None:
         done = max(done, elapsed_s / (60 * max_minutes))
     return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
-

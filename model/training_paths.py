@@ -9,10 +9,12 @@ Paths are mixed by sampling each training tuple's path with probability
 proportional to `weight` (the paper's Table 3); a mini-batch holds one
 signature (source languages, target languages) only.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -37,7 +39,8 @@ def _candidates(path: TrainingPath, available: Sequence[str], monolingual: bool)
     """The source and target languages `path` may draw from in a tuple holding `available`, each sorted,
     or None when no draw can serve it (too few sources, or no target left once the sources are drawn)."""
     sources = sorted(
-        lang for lang in available
+        lang
+        for lang in available
         if (path.sources is None or lang in path.sources)
         # restricted targets (e.g. a fixed "en") are outputs only, unless auto-encoding
         and (monolingual or path.targets is None or lang not in path.targets)
@@ -51,7 +54,11 @@ def _candidates(path: TrainingPath, available: Sequence[str], monolingual: bool)
 
 
 def sample_signatures(
-    paths: Sequence[TrainingPath], languages: Sequence[str], present: np.ndarray, rng: np.random.Generator, *,
+    paths: Sequence[TrainingPath],
+    languages: Sequence[str],
+    present: np.ndarray,
+    rng: np.random.Generator,
+    *,
     monolingual: bool = False,
 ) -> tuple[list[Signature], np.ndarray]:
     """Each tuple's path and signature, drawn for all tuples at once.
@@ -87,11 +94,12 @@ def sample_signatures(
     return list(signatures), index
 
 
-def _draw(path: TrainingPath, sources: list[str], targets: list[str], n: int, rng: np.random.Generator,
-          monolingual: bool) -> tuple[np.ndarray, dict[int, Signature]]:
+def _draw(
+    path: TrainingPath, sources: list[str], targets: list[str], n: int, rng: np.random.Generator, monolingual: bool
+) -> tuple[np.ndarray, dict[int, Signature]]:
     """`n` signatures of one path from its candidates: a code per draw and the signature of each code."""
     # m sources without replacement: the first m of a random order of the candidates (as a mask: name order)
-    chosen = np.argsort(rng.random((n, len(sources))), axis=1)[:, :path.num_sources]
+    chosen = np.argsort(rng.random((n, len(sources))), axis=1)[:, : path.num_sources]
     drawn = np.zeros((n, len(sources)), dtype=bool)
     drawn[np.arange(n)[:, None], chosen] = True
     allowed = np.ones((n, len(targets)), dtype=bool)
@@ -106,7 +114,11 @@ def _draw(path: TrainingPath, sources: list[str], targets: list[str], n: int, rn
         allowed = np.zeros_like(allowed)
         allowed[np.arange(n), pick] = True
     _, first, codes = np.unique(np.hstack([drawn, allowed]), axis=0, return_index=True, return_inverse=True)
-    found = {code: (tuple(lang for lang, keep in zip(sources, drawn[row]) if keep),
-                    tuple(lang for lang, keep in zip(targets, allowed[row]) if keep))
-             for code, row in enumerate(first.tolist())}
+    found = {
+        code: (
+            tuple(lang for lang, keep in zip(sources, drawn[row]) if keep),
+            tuple(lang for lang, keep in zip(targets, allowed[row]) if keep),
+        )
+        for code, row in enumerate(first.tolist())
+    }
     return codes.reshape(-1), found

@@ -1,5 +1,6 @@
 """The counts a preparation publishes, and the checks on them before anything is published: every record
 read is written or dropped under a reason, no language and no split is left empty."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,10 +12,13 @@ from pipelines.errors import EmptyDataError
 def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
     """Turn flat stats names into {tuples: {...}, sentences: {lang: {...}}, sources: {name: {in, out}},
     normalized: {...}}."""
+
     def block(prefix: str) -> dict[str, Any]:
-        out = {"in": stats.get(f"{prefix}/in", 0),
-               "out": {s: stats.get(f"{prefix}/out/{s}", 0) for s in dataset.SPLITS},
-               "dropped": {}}
+        out = {
+            "in": stats.get(f"{prefix}/in", 0),
+            "out": {s: stats.get(f"{prefix}/out/{s}", 0) for s in dataset.SPLITS},
+            "dropped": {},
+        }
         for name, n in sorted(stats.items()):
             if name.startswith(f"{prefix}/dropped/"):
                 out["dropped"][name.rsplit("/", 1)[1]] = n
@@ -26,12 +30,18 @@ def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
             _, lang, pattern = name.split("/")
             normalized.setdefault(lang, {})[pattern] = n
     sources = sorted({name.split("/")[1] for name in stats if name.startswith("sources/")})
-    return {"tuples": block("tuples"),
-            "sentences": {lang: block(f"sentences/{lang}") for lang in languages},
-            "sources": {name: {"in": stats.get(f"sources/{name}/in", 0),
-                               "out": {s: stats.get(f"sources/{name}/out/{s}", 0) for s in dataset.SPLITS}}
-                        for name in sources},
-            "normalized": normalized}
+    return {
+        "tuples": block("tuples"),
+        "sentences": {lang: block(f"sentences/{lang}") for lang in languages},
+        "sources": {
+            name: {
+                "in": stats.get(f"sources/{name}/in", 0),
+                "out": {s: stats.get(f"sources/{name}/out/{s}", 0) for s in dataset.SPLITS},
+            }
+            for name in sources
+        },
+        "normalized": normalized,
+    }
 
 
 def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
@@ -39,13 +49,17 @@ def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
     sentence: a dataset that would train or measure nothing (or `nan`)."""
     t = counts["tuples"]
     if not sample:
-        raise EmptyDataError(f"no training sentence to learn the BPE model from: tuples {_tally(t)}; "
-                             f"sentences dropped {_by_language(counts)}; check prepare.sources, prepare.filters "
-                             "and prepare.split")
+        raise EmptyDataError(
+            f"no training sentence to learn the BPE model from: tuples {_tally(t)}; "
+            f"sentences dropped {_by_language(counts)}; check prepare.sources, prepare.filters "
+            "and prepare.split"
+        )
     for lang, s in counts["sentences"].items():
         if s["in"] and not sum(s["out"].values()):
-            raise EmptyDataError(f"language {lang!r} kept none of its sentences: {_tally(s)}; check the {lang} "
-                                 "input (its script, language code) and prepare.filters")
+            raise EmptyDataError(
+                f"language {lang!r} kept none of its sentences: {_tally(s)}; check the {lang} "
+                "input (its script, language code) and prepare.filters"
+            )
 
 
 def check_splits_not_empty(counts: dict[str, Any]) -> None:
@@ -58,8 +72,12 @@ def check_splits_not_empty(counts: dict[str, Any]) -> None:
 
 def _tally(block: dict[str, Any]) -> str:
     """`85 read, written train 0, dev 0, test 0; dropped duplicate 59, ...` (largest first)."""
-    return (f"{block['in']:,} read, written " + ", ".join(f"{s} {n:,}" for s, n in block["out"].items())
-            + "; dropped " + (_drops(block) or "none"))
+    return (
+        f"{block['in']:,} read, written "
+        + ", ".join(f"{s} {n:,}" for s, n in block["out"].items())
+        + "; dropped "
+        + (_drops(block) or "none")
+    )
 
 
 def _drops(block: dict[str, Any]) -> str:

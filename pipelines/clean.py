@@ -4,6 +4,7 @@
 filters; it returns the kept sentences and, for each dropped one, the reason.
 Reasons are stable strings: they are metric names and manifest keys.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,29 +38,48 @@ CJK_CHARS_PER_WORD = 1.5
 
 # ISO 639-1/3 code -> Unicode scripts whose letters the language is written in.
 SCRIPTS: dict[str, tuple[str, ...]] = {
-    **{lang: ("Latin",) for lang in (
-        "en fr es pt it de nl ro pl tr id vi tl sw ca cs da et fi ga hr hu is lt lv ms mt "
-        "no nb sk sl sq sv eu gl af cy eo la az uz so ha yo ig zu xh"
-    ).split()},
+    **{
+        lang: ("Latin",)
+        for lang in (
+            "en fr es pt it de nl ro pl tr id vi tl sw ca cs da et fi ga hr hu is lt lv ms mt "
+            "no nb sk sl sq sv eu gl af cy eo la az uz so ha yo ig zu xh"
+        ).split()
+    },
     **{lang: ("Cyrillic",) for lang in "ru uk bg be sr mk kk ky mn tg".split()},
     **{lang: ("Arabic",) for lang in "ar fa ur ps ug ku".split()},
-    "zh": ("Han",), "ja": ("Han", "Hiragana", "Katakana"), "ko": ("Hangul", "Han"),
-    "hi": ("Devanagari",), "mr": ("Devanagari",), "ne": ("Devanagari",), "bn": ("Bengali",),
-    "pa": ("Gurmukhi",), "gu": ("Gujarati",), "ta": ("Tamil",), "te": ("Telugu",),
-    "kn": ("Kannada",), "ml": ("Malayalam",), "si": ("Sinhala",), "th": ("Thai",),
-    "lo": ("Lao",), "km": ("Khmer",), "my": ("Myanmar",), "el": ("Greek",), "he": ("Hebrew",),
-    "yi": ("Hebrew",), "ka": ("Georgian",), "hy": ("Armenian",), "am": ("Ethiopic",),
+    "zh": ("Han",),
+    "ja": ("Han", "Hiragana", "Katakana"),
+    "ko": ("Hangul", "Han"),
+    "hi": ("Devanagari",),
+    "mr": ("Devanagari",),
+    "ne": ("Devanagari",),
+    "bn": ("Bengali",),
+    "pa": ("Gurmukhi",),
+    "gu": ("Gujarati",),
+    "ta": ("Tamil",),
+    "te": ("Telugu",),
+    "kn": ("Kannada",),
+    "ml": ("Malayalam",),
+    "si": ("Sinhala",),
+    "th": ("Thai",),
+    "lo": ("Lao",),
+    "km": ("Khmer",),
+    "my": ("Myanmar",),
+    "el": ("Greek",),
+    "he": ("Hebrew",),
+    "yi": ("Hebrew",),
+    "ka": ("Georgian",),
+    "hy": ("Armenian",),
+    "am": ("Ethiopic",),
     "bo": ("Tibetan",),
 }
 
-_URL_EMAIL = re.compile(
-    r"(?i)\b(?:https?://|ftp://|www\.)\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+\b"
-)
+_URL_EMAIL = re.compile(r"(?i)\b(?:https?://|ftp://|www\.)\S+|\b[\w.+-]+@[\w-]+\.[\w.-]+\b")
 _LETTER = regex.compile(r"\p{L}")
 _WORD_CHAR = regex.compile(r"[\p{L}\p{N}]")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def base_language(lang: str) -> str:
     """'zh_Hant' -> 'zh'."""
     return lang.split("_", 1)[0]
@@ -161,8 +181,11 @@ class WrongLanguage(Filter):
 def filters_for(config: FilterConfig) -> list[Filter]:
     """The filters `config` turns on, in the order they run: the cheap ones first, language id (about 0.2 ms a
     sentence) last. A sentence is counted under the first that rejects it."""
-    filters: list[Filter] = [NoWords(), TooShort(config.min_words, config.min_cjk_chars),
-                             TooLong(config.max_words, config.max_cjk_chars)]
+    filters: list[Filter] = [
+        NoWords(),
+        TooShort(config.min_words, config.min_cjk_chars),
+        TooLong(config.max_words, config.max_cjk_chars),
+    ]
     if config.drop_urls:
         filters.append(UrlOrEmail())
     if config.min_script_fraction > 0:

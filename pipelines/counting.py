@@ -17,11 +17,13 @@ Only steps that see many elements per call count often (a read task, a
 shard); the others count rare events (drops), so flushing per call stays
 nearly free.
 """
+
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -80,5 +82,7 @@ class CountedParDo(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> dict[str, beam.PCollection]:
         out = pcoll | "Apply" >> beam.ParDo(self.fn, *self.side_inputs)
-        return {self.main: out | "Forwarded" >> beam.Filter(_forwarded),
-                STATS: out | "Counts" >> beam.FlatMap(_stat_pair)}
+        return {
+            self.main: out | "Forwarded" >> beam.Filter(_forwarded),
+            STATS: out | "Counts" >> beam.FlatMap(_stat_pair),
+        }

@@ -13,10 +13,12 @@ therefore have been normalized alike; `open_trained_on` refuses otherwise. It ru
 work: it opens each dataset, checks it and verifies its training shards (sha256 from its manifest); each
 worker's `DropTrainedOnFn.setup` verifies them again before it reads them.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import AbstractSet, Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
+from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
@@ -39,7 +41,7 @@ INPUT_SOURCE = "decontaminate_against"  # the `source` of their shards' records 
 Tuple = tuple[str, dict[str, str]]
 
 
-def trained_on(sentences: dict[str, str], seen: AbstractSet[str]) -> list[str]:
+def trained_on(sentences: dict[str, str], seen: Set[str]) -> list[str]:
     """The languages of a tuple's (normalized) `sentences` whose sentence is in `seen` (`training_index`):
     the tuple is contaminated when this is not empty. Only the same sentence in the same language counts."""
     return [lang for lang, sentence_id in zip(sentences, sentence_ids(sentences)) if sentence_id in seen]
@@ -74,11 +76,15 @@ def open_trained_on(config: PrepareConfig, data_dir: str) -> list[Dataset]:
         except DatasetError as exc:
             raise DatasetError(f"{key}: {exc}") from None
         if entry.fingerprint is not None and data.fingerprint != entry.fingerprint:
-            raise SourceError(f"{key}: {entry.dataset} holds the dataset {data.fingerprint}, not the pinned "
-                              f"{entry.fingerprint}; pin the new one or prepare the pinned one again")
+            raise SourceError(
+                f"{key}: {entry.dataset} holds the dataset {data.fingerprint}, not the pinned "
+                f"{entry.fingerprint}; pin the new one or prepare the pinned one again"
+            )
         if not set(data.languages) & set(config.languages):
-            raise SourceError(f"{key}: {entry.dataset} holds {data.languages}, none of this dataset's "
-                              f"{config.languages}: no sentence could be shared; name another dataset")
+            raise SourceError(
+                f"{key}: {entry.dataset} holds {data.languages}, none of this dataset's "
+                f"{config.languages}: no sentence could be shared; name another dataset"
+            )
         _check_normalized_alike(config.normalize, data, f"{key}: {entry.dataset}")
         out.append(data)
     return out
@@ -88,25 +94,32 @@ def _check_normalized_alike(ours: NormalizeConfig, data: Dataset, what: str) -> 
     """SourceError when `data` was normalized otherwise than `ours` (its sentences would not compare)."""
     recorded = data.manifest.config.get("prepare", {}).get("normalize")
     if recorded is None:
-        log.warning("%s records no prepare.normalize: its sentences are taken as normalized as this "
-                    "dataset's (%s)", what, ours.model_dump(mode="json"))
+        log.warning(
+            "%s records no prepare.normalize: its sentences are taken as normalized as this dataset's (%s)",
+            what,
+            ours.model_dump(mode="json"),
+        )
         return
     try:
         theirs = NormalizeConfig.model_validate(recorded)
     except ValidationError:
         theirs = None
     if theirs != ours:
-        raise SourceError(f"{what} was normalized with prepare.normalize {recorded}, this dataset with "
-                          f"{ours.model_dump(mode='json')}: their sentences do not compare; prepare both with "
-                          "the same prepare.normalize")
+        raise SourceError(
+            f"{what} was normalized with prepare.normalize {recorded}, this dataset with "
+            f"{ours.model_dump(mode='json')}: their sentences do not compare; prepare both with "
+            "the same prepare.normalize"
+        )
 
 
 def input_records(datasets: list[Dataset]) -> list[dict[str, Any]]:
     """The training shards read, as the manifest's input records (`InputRecord`): in the fingerprint, so that
     this dataset is made again when one of them changes."""
-    return [{"source": INPUT_SOURCE, "path": storage.join(data.location, f.path), "sha256": f.sha256,
-             "bytes": f.bytes}
-            for data in datasets for f in data.manifest.splits["train"].files]
+    return [
+        {"source": INPUT_SOURCE, "path": storage.join(data.location, f.path), "sha256": f.sha256, "bytes": f.bytes}
+        for data in datasets
+        for f in data.manifest.splits["train"].files
+    ]
 
 
 class DropTrainedOnFn(beam.DoFn):
@@ -121,14 +134,19 @@ class DropTrainedOnFn(beam.DoFn):
         for expected in self.datasets:
             data = Dataset.open(expected.location)
             if data.fingerprint != expected.fingerprint:  # prepared again since the driver checked it
-                raise DatasetError(f"{expected.location}: its dataset changed during this preparation "
-                                   f"({expected.fingerprint[:12]} -> {data.fingerprint[:12]}); run it again")
+                raise DatasetError(
+                    f"{expected.location}: its dataset changed during this preparation "
+                    f"({expected.fingerprint[:12]} -> {data.fingerprint[:12]}); run it again"
+                )
             common = [lang for lang in self.languages if lang in data.languages]
             table = data.verify(["train"], spm=False).read("train", [f"{lang}_text" for lang in common])
             seen |= training_index(table, common)
         self.seen = frozenset(seen)
-        log.info("decontaminating dev and test against %d training sentences of %d datasets",
-                 len(self.seen), len(self.datasets))
+        log.info(
+            "decontaminating dev and test against %d training sentences of %d datasets",
+            len(self.seen),
+            len(self.datasets),
+        )
 
     def process(self, element: tuple[str, Tuple]) -> Iterator[Any]:
         split, (key, sentences) = element
@@ -159,6 +177,8 @@ class DropTrainedOn(beam.PTransform):
             | "DropContaminated" >> CountedParDo(DropTrainedOnFn(self.datasets, self.languages), main="kept")
         )
         # filters, not a Partition: see pipelines.counting on multi-output ParDos
-        out = {s: kept["kept"] | f"Kept{s.title()}" >> beam.FlatMap(lambda e, s=s: [e[1]] if e[0] == s else [])
-               for s in HELD_OUT}
+        out = {
+            s: kept["kept"] | f"Kept{s.title()}" >> beam.FlatMap(lambda e, s=s: [e[1]] if e[0] == s else [])
+            for s in HELD_OUT
+        }
         return {**out, STATS: kept[STATS]}

@@ -1,8 +1,10 @@
 """Deduplication: exact duplicates of whole tuples, and near-duplicates by MinHash LSH."""
+
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -31,7 +33,7 @@ class KeepFirstFn(beam.DoFn):
     def process(self, element: tuple[str, Iterable[Tuple]]) -> Iterator[Any]:
         group = sorted(element[1], key=lambda t: t[0])
         tally = Tally()
-        for key, sentences in group[1:]:
+        for _key, sentences in group[1:]:
             tally.drop_tuple(self.reason, sentences)
         yield group[0]
         yield from tally.flush()

@@ -1,9 +1,11 @@
 """BPE training on a language-balanced sample, encoding, and the Parquet shard writes."""
+
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import apache_beam as beam
 import sentencepiece as spm
@@ -24,11 +26,7 @@ SAMPLE_STAT = "spm/sample_sentences"
 def _sample(t: Tuple, rates: dict[str, float]) -> list[tuple[str, list[str]]]:
     """[(key, the copies of the tuple's sentences drawn into the BPE sample)], or [] if none was."""
     key, sentences = t
-    texts = [
-        text
-        for lang, text in sorted(sentences.items())
-        for _ in range(tokenizer.copies(rates[lang], key, lang))
-    ]
+    texts = [text for lang, text in sorted(sentences.items()) for _ in range(tokenizer.copies(rates[lang], key, lang))]
     return [(key, texts)] if texts else []
 
 
@@ -72,11 +70,15 @@ class TrainFn(beam.DoFn):
         sample = [text for _, texts in samples for text in texts]
         proto = tokenizer.train_bpe(sample, self.config)
         size = spm.SentencePieceProcessor(model_proto=proto).get_piece_size()
-        log.info("trained BPE on %d sampled sentences in %.1fs: %d pieces",
-                 len(sample), time.monotonic() - started, size)
+        log.info(
+            "trained BPE on %d sampled sentences in %.1fs: %d pieces", len(sample), time.monotonic() - started, size
+        )
         if size < self.config.vocab_size:
-            log.warning("the BPE vocabulary has %d pieces, fewer than vocab_size=%d: the sample is small",
-                        size, self.config.vocab_size)
+            log.warning(
+                "the BPE vocabulary has %d pieces, fewer than vocab_size=%d: the sample is small",
+                size,
+                self.config.vocab_size,
+            )
         tally = Tally()
         tally.add(SAMPLE_STAT, len(sample))
         yield from tally.flush()
@@ -183,16 +185,19 @@ class EncodeAndWrite(beam.PTransform):
         # the job's last step depends on (Beam 2.77's DaskRunner) still writes the model
         model_written = model | "WriteModel" >> beam.FlatMap(_write_model, self.root)
         keyed = [
-            pcoll | f"Shard{split.title()}" >> beam.Map(
-                lambda t, s=split: ((s, int(unit_hash("shard", t[0]) * self.shards[s])), t))
+            pcoll
+            | f"Shard{split.title()}"
+            >> beam.Map(lambda t, s=split: ((s, int(unit_hash("shard", t[0]) * self.shards[s])), t))
             for split, pcoll in splits.items()
         ]
         # the model joins each shard's tuples (a copy per shard) in the shard grouping, the shuffle
         # that was needed anyway: no side input on any runner (see pipelines.joins)
         every_shard = [(s, i) for s, n in self.shards.items() for i in range(n)]
         written = (
-            {"tuples": keyed | "AllSplits" >> beam.Flatten(),
-             "model": model | "ModelPerShard" >> beam.FlatMap(lambda m: [(k, m) for k in every_shard])}
+            {
+                "tuples": keyed | "AllSplits" >> beam.Flatten(),
+                "model": model | "ModelPerShard" >> beam.FlatMap(lambda m: [(k, m) for k in every_shard]),
+            }
             | "GroupByShard" >> beam.CoGroupByKey()
             | "EncodeAndWriteShards" >> beam.ParDo(WriteShardFn(self.root, self.languages, self.shards))
             | "ShardStats" >> beam.Map(lambda stat: (stat.name, stat.n))

@@ -1,4 +1,5 @@
 """The preparation's user errors, importable without Beam (the CLI catches them for every command)."""
+
 from __future__ import annotations
 
 from core.errors import UserError

@@ -14,9 +14,11 @@ spread over them by a hash of their key: one graph, each step computed once.
 That shuffle is not free: in process, the job's two joins done this way cost
 the 6-language Bible about 2 s of CPU (+18 %), which is why only Dask gets it.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import apache_beam as beam
 
@@ -41,8 +43,14 @@ class JoinSingleton(beam.PTransform):
     shuffle join (True) or a side input (False); by default, the shuffle on Dask only.
     """
 
-    def __init__(self, *, key: Callable[[Any], str], buckets: int = BUCKETS, default: Any = _NO_DEFAULT,
-                 by_shuffle: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        key: Callable[[Any], str],
+        buckets: int = BUCKETS,
+        default: Any = _NO_DEFAULT,
+        by_shuffle: bool | None = None,
+    ) -> None:
         super().__init__()
         self.key, self.buckets, self.default, self.by_shuffle = key, buckets, default, by_shuffle
 
@@ -69,8 +77,7 @@ def _alone_with(element: Any, value: Any) -> tuple[Any, list[Any]]:
     return value, [element]
 
 
-def _with_value(group: tuple[int, dict[str, Any]], default: Any,
-                has_default: bool) -> Iterator[tuple[Any, list[Any]]]:
+def _with_value(group: tuple[int, dict[str, Any]], default: Any, has_default: bool) -> Iterator[tuple[Any, list[Any]]]:
     bucket, joined = group
     elements, values = list(joined["elements"]), list(joined["value"])
     if not elements:

@@ -7,6 +7,7 @@ Spanish column gets ~0 for Spanish, a real Spanish verse mostly ~1 (measured on 
 benchmarks/RESULTS.md). Probabilities are over all the model's languages, so close varieties
 share the mass (Spanish and Extremaduran, Arabic and Egyptian Arabic): keep thresholds low.
 """
+
 from __future__ import annotations
 
 import functools

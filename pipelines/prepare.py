@@ -12,6 +12,7 @@ stats): Beam 2.77's DaskRunner runs only what the last step depends on. The
 dataset is written under a staging location and committed when complete
 (`pipelines.staging`): a local directory, or a URI (s3://, gs://, hdfs://).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,10 +20,11 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -65,20 +67,16 @@ class PrepareCorpus(beam.PTransform):
 
     def expand(self, tasks: beam.PCollection) -> beam.PCollection:
         cfg = self.config
-        shards = {"train": cfg.output.train_shards, "dev": cfg.output.heldout_shards,
-                  "test": cfg.output.heldout_shards}
-        read = (
-            tasks
-            | "DistributeTasks" >> beam.Reshuffle()
-            | "ReadTuples" >> CountedParDo(ReadTupleFn())
-        )
+        shards = {"train": cfg.output.train_shards, "dev": cfg.output.heldout_shards, "test": cfg.output.heldout_shards}
+        read = tasks | "DistributeTasks" >> beam.Reshuffle() | "ReadTuples" >> CountedParDo(ReadTupleFn())
         clean = read["tuples"] | "CleanTuples" >> CountedParDo(CleanTupleFn(cfg))
         unique = clean["tuples"] | "Deduplicate" >> DedupTuples(cfg.dedup)
         splits = unique["tuples"] | "SplitTuples" >> SplitTuples(cfg.split, cfg.languages)
         stats = [read[STATS], clean[STATS], unique[STATS], splits[STATS]]
         if self.trained_on:
             held_out = {"dev": splits["dev"], "test": splits["test"]} | "DecontaminateHeldOut" >> DropTrainedOn(
-                self.trained_on, cfg.languages)
+                self.trained_on, cfg.languages
+            )
             splits = {**splits, "dev": held_out["dev"], "test": held_out["test"]}
             stats.append(held_out[STATS])
         to_encode = {**{s: splits[s] for s in dataset.SPLITS}, "pool": unique["tuples"]}
@@ -152,8 +150,13 @@ def run_prepare(
     staged = staging.stage(data_dir, print_)
     try:  # from the staging on: an interrupt anywhere leaves no staging behind
         with _interrupt_is_keyboard_interrupt():  # before the first line: a Ctrl+C after it stops the job
-            log.info("preparing %d records from %d sources in %d read tasks -> %s",
-                     plan.records, len(config.sources), len(plan.tasks), data_dir)
+            log.info(
+                "preparing %d records from %d sources in %d read tasks -> %s",
+                plan.records,
+                len(config.sources),
+                len(plan.tasks),
+                data_dir,
+            )
             stats = _run_job(config, plan, staged.root, options, trained_on)
         manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
         if resolved_config is not None:
@@ -202,9 +205,12 @@ def warn_unchecked_scripts(config: PrepareConfig) -> list[str]:
     known = {**SCRIPTS, **config.filters.scripts}
     unknown = [lang for lang in config.languages if lang not in known and base_language(lang) not in known]
     for lang in unknown:
-        log.warning("language %r: no script known for it, so its sentences are not checked for script "
-                    "(wrong_script); if it is a real language, set prepare.filters.scripts.%s: [<Unicode script>]",
-                    lang, lang)
+        log.warning(
+            "language %r: no script known for it, so its sentences are not checked for script "
+            "(wrong_script); if it is a real language, set prepare.filters.scripts.%s: [<Unicode script>]",
+            lang,
+            lang,
+        )
     return unknown
 
 
@@ -214,12 +220,19 @@ def _warn_unchecked_languages(config: PrepareConfig) -> None:
 
         unknown = unchecked_languages(config.languages)
         if unknown:
-            log.warning("prepare.filters.language_id: the model does not know %s: their sentences are not "
-                        "checked", ", ".join(unknown))
+            log.warning(
+                "prepare.filters.language_id: the model does not know %s: their sentences are not checked",
+                ", ".join(unknown),
+            )
 
 
-def _run_job(config: PrepareConfig, plan: sources.SourcePlan, root: str, options: PipelineOptions,
-             trained_on: list[dataset.Dataset]) -> dict[str, int]:
+def _run_job(
+    config: PrepareConfig,
+    plan: sources.SourcePlan,
+    root: str,
+    options: PipelineOptions,
+    trained_on: list[dataset.Dataset],
+) -> dict[str, int]:
     """Run PrepareCorpus over the read tasks, writing under `root`; the summed stats."""
     pipeline = beam.Pipeline(options=for_cluster(options, tasks=len(plan.tasks)))
     try:
@@ -244,13 +257,25 @@ def _shard_files(staged: staging.Staging, split: str, count: int, languages: lis
         location = staged.location(name)
         if not storage.exists(location):
             dataset_writer.write_shard(location, [], languages)
-        files.append(dataset.ShardFile(path=staged.prefix + name, rows=dataset_writer.shard_rows(location),
-                                       bytes=storage.size(location), sha256=dataset.file_sha256(location)))
+        files.append(
+            dataset.ShardFile(
+                path=staged.prefix + name,
+                rows=dataset_writer.shard_rows(location),
+                bytes=storage.size(location),
+                sha256=dataset.file_sha256(location),
+            )
+        )
     return files
 
 
-def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, int], plan: sources.SourcePlan,
-              print_: str, resolved: dict[str, Any] | None) -> dataset.DatasetManifest:
+def _manifest(
+    config: PrepareConfig,
+    staged: staging.Staging,
+    stats: dict[str, int],
+    plan: sources.SourcePlan,
+    print_: str,
+    resolved: dict[str, Any] | None,
+) -> dataset.DatasetManifest:
     import sentencepiece as spm
 
     counts = count_table(stats, config.languages)
@@ -259,28 +284,38 @@ def _manifest(config: PrepareConfig, staged: staging.Staging, stats: dict[str, i
     dropped = counts["tuples"]["dropped"]
     check_held_out(config.split, counts["tuples"]["out"], {s: dropped.get(r, 0) for s, r in REASONS.items()})
     check_splits_not_empty(counts)
-    shards = {"train": config.output.train_shards, "dev": config.output.heldout_shards,
-              "test": config.output.heldout_shards}
+    shards = {
+        "train": config.output.train_shards,
+        "dev": config.output.heldout_shards,
+        "test": config.output.heldout_shards,
+    }
     splits = {}
     for split, count in shards.items():
         files = _shard_files(staged, split, count, config.languages)
         splits[split] = dataset.SplitFiles(tuples=sum(f.rows for f in files), files=files)
         if splits[split].tuples != counts["tuples"]["out"][split]:
-            raise RuntimeError(f"{split}: shards hold {splits[split].tuples} rows, "
-                               f"{counts['tuples']['out'][split]} were encoded")
+            raise RuntimeError(
+                f"{split}: shards hold {splits[split].tuples} rows, {counts['tuples']['out'][split]} were encoded"
+            )
     model = staged.location(dataset.SPM_MODEL)
     if not storage.exists(model):
-        raise RuntimeError(f"{model}: no BPE model was trained: no training sentence was left after cleaning, "
-                           "dedup and the split; check prepare.sources, prepare.filters and prepare.split")
+        raise RuntimeError(
+            f"{model}: no BPE model was trained: no training sentence was left after cleaning, "
+            "dedup and the split; check prepare.sources, prepare.filters and prepare.split"
+        )
     sp = spm.SentencePieceProcessor(model_proto=storage.read_bytes(model))
     return dataset.DatasetManifest(
         fingerprint=print_,
         languages=config.languages,
         splits=splits,
         table_schema=dataset_writer.schema(config.languages).to_string(show_schema_metadata=False).splitlines(),
-        spm=dataset.SpmFiles(model=staged.prefix + dataset.SPM_MODEL, vocab=staged.prefix + dataset.SPM_VOCAB,
-                             vocab_size=sp.get_piece_size(), sha256=dataset.file_sha256(model),
-                             sample_sentences=stats.get(SAMPLE_STAT, 0)),
+        spm=dataset.SpmFiles(
+            model=staged.prefix + dataset.SPM_MODEL,
+            vocab=staged.prefix + dataset.SPM_VOCAB,
+            vocab_size=sp.get_piece_size(),
+            sha256=dataset.file_sha256(model),
+            sample_sentences=stats.get(SAMPLE_STAT, 0),
+        ),
         counts=dataset.Counts.model_validate(counts),
         inputs=plan.fingerprints,
         config=resolved if resolved is not None else {"prepare": config.model_dump(mode="json")},
@@ -298,6 +333,8 @@ def summary(result: PrepareResult) -> str:
     for lang, b in m.counts.sentences.items():
         drops = ", ".join(f"{r} {n:,}" for r, n in b.dropped.items()) or "none"
         lines.append(f"  {lang}: read {b.read:,}, written {sum(b.out.values()):,}; dropped: {drops}")
-    lines.append(f"vocabulary {m.spm.vocab_size:,} BPE pieces; "
-                 + ("already up to date" if result.skipped else f"done in {result.seconds:.1f}s"))
+    lines.append(
+        f"vocabulary {m.spm.vocab_size:,} BPE pieces; "
+        + ("already up to date" if result.skipped else f"done in {result.seconds:.1f}s")
+    )
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """What a source plan hands the Beam job: `ReadTask`s (a chunk of one source each), and the markers a
 reader yields for a record that is not a tuple."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

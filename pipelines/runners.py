@@ -6,6 +6,7 @@ runs the job on a Dask cluster. What the job needs there (Beam 2.77): see
 `pipelines.counting` (one output per DoFn, counts from `process`) and
 `pipelines.joins` (no side inputs recomputed per task).
 """
+
 from __future__ import annotations
 
 import copy
@@ -95,8 +96,12 @@ def for_cluster(options: PipelineOptions, *, tasks: int) -> PipelineOptions:
     threads = _cluster_threads(dask)
     options = copy.deepcopy(options)
     options.view_as(DaskOptions).npartitions = max(1, min(threads, tasks))
-    log.info("Dask: %d worker threads, %d read tasks -> --dask_npartitions=%d",
-             threads, tasks, options.view_as(DaskOptions).npartitions)
+    log.info(
+        "Dask: %d worker threads, %d read tasks -> --dask_npartitions=%d",
+        threads,
+        tasks,
+        options.view_as(DaskOptions).npartitions,
+    )
     return options
 
 
@@ -118,5 +123,7 @@ def _cluster_threads(dask: PipelineOptions) -> int:
         with Client(address=dask.address, scheduler_file=dask.scheduler_file, **kwargs) as client:
             return sum(client.nthreads().values())
     except OSError as exc:
-        raise OSError(f"--dask_client_address/--dask_scheduler_file {where}: cannot reach the Dask "
-                      f"scheduler ({exc}); start it (`dask scheduler`) or fix the address") from exc
+        raise OSError(
+            f"--dask_client_address/--dask_scheduler_file {where}: cannot reach the Dask "
+            f"scheduler ({exc}); start it (`dask scheduler`) or fix the address"
+        ) from exc

@@ -9,6 +9,7 @@ options (`--default_sdk_harness_log_level` does not reach them, Beam 2.77). The 
 command (`INTERLINGUA_VERBOSITY`, set by `orchestration.adapters.logs.configure`, inherited): with -v the
 harness runs as Beam's own does. No Beam import at module level: Beam logs while it is imported.
 """
+
 from __future__ import annotations
 
 import logging

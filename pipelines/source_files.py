@@ -1,19 +1,20 @@
 """The file sources: line-aligned text files, a TSV or JSONL table, a mined pair file (`interlingua mine`'s
 Parquet). Each is opened once on the driver (hashed, its chunks' byte offsets noted) and read by chunk on
 the workers: `read_lines_task`, `read_mined`."""
+
 from __future__ import annotations
 
 import csv
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from core import mined, storage
 from core.dataset import file_sha256
-from pipelines.source_config import MinedSource, TableSource, TextSource
 from pipelines.errors import SourceError
 from pipelines.read_task import BELOW_MIN_SCORE, MALFORMED, ReadTask, SourcePlan
+from pipelines.source_config import MinedSource, TableSource, TextSource
 
 
 @dataclass
@@ -60,14 +61,20 @@ def plan_text(source: TextSource, name: str, chunk_lines: int) -> SourcePlan:
     n = next(iter(counts.values()))
     tasks = [
         ReadTask(
-            source=name, kind="text", languages=tuple(source.languages),
-            start_line=i * chunk_lines + 1, n_lines=min(chunk_lines, n - i * chunk_lines),
-            paths=paths, offsets={lang: scans[lang].offsets[i] for lang in paths},
+            source=name,
+            kind="text",
+            languages=tuple(source.languages),
+            start_line=i * chunk_lines + 1,
+            n_lines=min(chunk_lines, n - i * chunk_lines),
+            paths=paths,
+            offsets={lang: scans[lang].offsets[i] for lang in paths},
         )
         for i in range((n + chunk_lines - 1) // chunk_lines)
     ]
-    prints = [{"source": name, "path": p, "sha256": s.sha256, "bytes": s.size, "lines": s.lines}
-              for p, s in zip(paths.values(), scans.values())]
+    prints = [
+        {"source": name, "path": p, "sha256": s.sha256, "bytes": s.size, "lines": s.lines}
+        for p, s in zip(paths.values(), scans.values())
+    ]
     return SourcePlan(tasks, prints, n)
 
 
@@ -82,23 +89,25 @@ def plan_table(source: TableSource, name: str, chunk_lines: int) -> SourcePlan:
         for lang in source.languages:
             col = source.column(lang)
             if col not in header:
-                raise SourceError(
-                    f"{source.path}:1: no column {col!r} for language {lang!r} in header {header}"
-                )
+                raise SourceError(f"{source.path}:1: no column {col!r} for language {lang!r} in header {header}")
             columns[lang] = header.index(col)
     scan = scan_file(source.path, chunk_lines, skip_header=source.kind == "tsv")
     first = 2 if source.kind == "tsv" else 1
     tasks = [
         ReadTask(
-            source=name, kind=source.kind, languages=tuple(source.languages),
-            start_line=first + i * chunk_lines, n_lines=min(chunk_lines, scan.lines - i * chunk_lines),
-            paths={"": source.path}, offsets={"": scan.offsets[i]}, columns=columns,
+            source=name,
+            kind=source.kind,
+            languages=tuple(source.languages),
+            start_line=first + i * chunk_lines,
+            n_lines=min(chunk_lines, scan.lines - i * chunk_lines),
+            paths={"": source.path},
+            offsets={"": scan.offsets[i]},
+            columns=columns,
             fields={lang: source.column(lang) for lang in source.languages},
         )
         for i in range(len(scan.offsets))
     ]
-    prints = [{"source": name, "path": source.path, "sha256": scan.sha256, "bytes": scan.size,
-               "lines": scan.lines}]
+    prints = [{"source": name, "path": source.path, "sha256": scan.sha256, "bytes": scan.size, "lines": scan.lines}]
     return SourcePlan(tasks, prints, scan.lines)
 
 
@@ -128,16 +137,27 @@ def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
         raise SourceError(f"{exc}; point the source at a folder `interlingua mine` wrote") from None
     entry = next((e for e in manifest.pairs.values() if sorted(e.languages) == sorted(source.languages)), None)
     if entry is None:
-        raise SourceError(f"{manifest_path}: no mined pair of {source.languages}; it has "
-                          f"{[e.languages for e in manifest.pairs.values()]}")
+        raise SourceError(
+            f"{manifest_path}: no mined pair of {source.languages}; it has "
+            f"{[e.languages for e in manifest.pairs.values()]}"
+        )
     path = storage.join(folder, entry.file)
     digest = file_sha256(path)
     if digest != entry.sha256:
         raise SourceError(f"{path}: its sha256 differs from the mining manifest's: the file changed after mining")
     rows = entry.rows
-    tasks = [ReadTask(source=name, kind="mined", languages=tuple(source.languages), start_line=start + 1,
-                      n_lines=min(chunk_lines, rows - start), paths={"": path}, score=source.min_score)
-             for start in range(0, rows, chunk_lines)]
+    tasks = [
+        ReadTask(
+            source=name,
+            kind="mined",
+            languages=tuple(source.languages),
+            start_line=start + 1,
+            n_lines=min(chunk_lines, rows - start),
+            paths={"": path},
+            score=source.min_score,
+        )
+        for start in range(0, rows, chunk_lines)
+    ]
     return SourcePlan(tasks, [{"path": path, "sha256": digest, "bytes": storage.size(path)}], rows)
 
 
@@ -148,8 +168,10 @@ def read_mined(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None] | st
     texts = [table[f"{lang}_text"].to_pylist() for lang in task.languages]
     for i, score in enumerate(table["score"].to_pylist()):
         key = f"{task.source}:{task.start_line + i}"
-        yield key, ({lang: col[i] for lang, col in zip(task.languages, texts)} if score >= task.score
-                    else BELOW_MIN_SCORE)
+        yield (
+            key,
+            ({lang: col[i] for lang, col in zip(task.languages, texts)} if score >= task.score else BELOW_MIN_SCORE),
+        )
 
 
 def _decode(raw: bytes) -> str | None:

@@ -14,20 +14,30 @@ tuples, or `(key, MALFORMED)` for a record that cannot be parsed. Their DoFn
     tmx.py            translation memories: a read task per TMX file, streamed
     catalogs.py       gettext catalogs (PO, MO): a read task per catalog, its files in every language
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from pipelines import bible, catalogs, source_files, tmx
 from pipelines.bible import bible_db_path
 from pipelines.catalogs import Skip
 from pipelines.config import PrepareConfig
-from pipelines.source_config import GettextSource, MinedSource, TableSource, TextSource, TmxSource, source_name
 from pipelines.errors import SourceError
 from pipelines.read_task import BELOW_MIN_SCORE, MALFORMED, ReadTask, SourcePlan
+from pipelines.source_config import GettextSource, MinedSource, TableSource, TextSource, TmxSource, source_name
 
-__all__ = ["BELOW_MIN_SCORE", "MALFORMED", "ReadTask", "Skip", "SourceError", "SourcePlan", "bible_db_path",
-           "plan_reads", "read_task"]
+__all__ = [
+    "BELOW_MIN_SCORE",
+    "MALFORMED",
+    "ReadTask",
+    "Skip",
+    "SourceError",
+    "SourcePlan",
+    "bible_db_path",
+    "plan_reads",
+    "read_task",
+]
 
 
 def plan_reads(config: PrepareConfig) -> SourcePlan:

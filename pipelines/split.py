@@ -11,19 +11,21 @@ by fraction, each source gives its fraction. Candidates not taken go back to
 train, and every training tuple that shares a sentence with dev or test is
 dropped (decontamination). The same input and config always give the same split.
 """
+
 from __future__ import annotations
 
 import hashlib
 from collections import deque
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import apache_beam as beam
 
 from core.dataset import source_of
 from pipelines.config import SplitConfig
 from pipelines.counting import STATS, CountedParDo, Tally
-from pipelines.joins import JoinSingleton
 from pipelines.errors import HeldOutError
+from pipelines.joins import JoinSingleton
 from pipelines.tokenizer import unit_hash
 
 CONTAMINATED = "contaminated"
@@ -36,14 +38,11 @@ Tuple = tuple[str, dict[str, str]]
 def sentence_ids(sentences: dict[str, str]) -> list[str]:
     """Short hashes of (language, normalized sentence): the unit of held-out overlap."""
     return [
-        hashlib.blake2b(f"{lang}\x1f{text}".encode(), digest_size=12).hexdigest()
-        for lang, text in sentences.items()
+        hashlib.blake2b(f"{lang}\x1f{text}".encode(), digest_size=12).hexdigest() for lang, text in sentences.items()
     ]
 
 
-def select_held_out(
-    candidates: list[tuple[float, Tuple]], config: SplitConfig
-) -> Iterator[tuple[str, Tuple]]:
+def select_held_out(candidates: list[tuple[float, Tuple]], config: SplitConfig) -> Iterator[tuple[str, Tuple]]:
     """Yield (split, tuple) for every candidate: 'dev', 'test', or 'train' when not taken.
 
     When fewer distinct tuples exist than dev_size + test_size, the splits come
@@ -140,7 +139,8 @@ class SplitTuples(beam.PTransform):
         cfg = self.config
         complete = self.languages if cfg.heldout_complete else frozenset()
         hashed = tuples | "HashEligible" >> beam.FlatMap(
-            lambda t: [(unit_hash("split", cfg.seed, t[0]), t)] if complete <= t[1].keys() else [])
+            lambda t: [(unit_hash("split", cfg.seed, t[0]), t)] if complete <= t[1].keys() else []
+        )
         if cfg.by_fraction:
             threshold = cfg.dev_fraction + cfg.test_fraction
             candidates = (
@@ -156,14 +156,15 @@ class SplitTuples(beam.PTransform):
             candidates = (
                 hashed
                 | "BySource" >> beam.Map(lambda h: (source_of(h[1][0]), h))
-                | "SmallestHashes" >> beam.CombinePerKey(
-                    beam.combiners.TopCombineFn(k, key=lambda h: (h[0], h[1][0]), reverse=True))
+                | "SmallestHashes"
+                >> beam.CombinePerKey(beam.combiners.TopCombineFn(k, key=lambda h: (h[0], h[1][0]), reverse=True))
                 | "SourceCandidates" >> beam.Values()
                 | "GatherCandidates" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
                 | "Flatten" >> beam.Map(lambda lists: [c for found in lists for c in found])
             )
         chosen = candidates | "SelectHeldOut" >> beam.FlatMap(
-            lambda c: [(s, t) for s, t in select_held_out(c, cfg) if s != "train"])
+            lambda c: [(s, t) for s, t in select_held_out(c, cfg) if s != "train"]
+        )
         # two filters, not a Partition: see pipelines.counting on multi-output ParDos
         dev = chosen | "DevTuples" >> beam.FlatMap(lambda s: [s[1]] if s[0] == "dev" else [])
         test = chosen | "TestTuples" >> beam.FlatMap(lambda s: [s[1]] if s[0] == "test" else [])

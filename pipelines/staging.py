@@ -33,6 +33,7 @@ reader still on the previous manifest loses its files then (as with the
 rename). Consumers follow the manifest's paths (`manifest.spm.model`
 is `attempt-.../spm.model` here), not `<data_dir>/spm.model`.
 """
+
 from __future__ import annotations
 
 import time
@@ -71,9 +72,9 @@ def stage(data_dir: str | Path, fingerprint: str) -> Staging:
 
 
 def check_destination(data_dir: str | Path, name: str | None, fingerprint: str, force: bool) -> None:
-    """Before any work: ForeignDataError if `data_dir` holds anything but a dataset (`dataset_writer.check_replaceable`);
-    DatasetError if it holds the dataset of another config (by its `name`), unless `force`: a shared
-    `dataset_dir` is never replaced under another config's models without being asked."""
+    """Before any work: ForeignDataError if `data_dir` holds anything but a dataset
+    (`dataset_writer.check_replaceable`); DatasetError if it holds the dataset of another config (by its `name`),
+    unless `force`: a shared `dataset_dir` is never replaced under another config's models without being asked."""
     dataset_writer.check_replaceable(data_dir)
     if not storage.exists(storage.join(data_dir, dataset.MANIFEST)):
         return
@@ -83,7 +84,8 @@ def check_destination(data_dir: str | Path, name: str | None, fingerprint: str, 
         raise dataset.DatasetError(
             f"{data_dir} holds the dataset of config {owner!r} (fingerprint {old.fingerprint[:12]}), "
             f"not this one of {name!r} (fingerprint {fingerprint[:12]}); replacing it would strand {owner!r}'s "
-            "models: give this config its own dataset_dir, or pass --force to replace it")
+            "models: give this config its own dataset_dir, or pass --force to replace it"
+        )
 
 
 def commit(staging: Staging, data_dir: str | Path, manifest: dataset.DatasetManifest) -> None:
@@ -109,6 +111,7 @@ def _check_members(data_dir: str | Path, manifest: dataset.DatasetManifest) -> N
             if not storage.exists(location) or storage.size(location) != f.bytes:
                 raise dataset.DatasetError(
                     f"{location}: missing or not {f.bytes} bytes as its manifest says; "
-                    "nothing was committed: run `interlingua prepare --force` again")
+                    "nothing was committed: run `interlingua prepare --force` again"
+                )
     if not storage.exists(storage.join(data_dir, manifest.spm.model)):
         raise dataset.DatasetError(f"{data_dir}: {manifest.spm.model} is missing; nothing was committed")

@@ -7,16 +7,17 @@ A segment's inline codes (`bpt`, `ept`, `ph`, `it`, `ut`, with any `sub` inside)
 text. Elements are cleared as soon as they are read, so memory stays flat on a file of any size; one read task
 per file. A file that is not well-formed XML, or not TMX, fails before the job, naming the file and line.
 """
+
 from __future__ import annotations
 
 import glob
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from core.dataset import file_sha256
-from pipelines.source_config import TmxSource
 from pipelines.errors import SourceError
 from pipelines.read_task import ReadTask, SourcePlan
+from pipelines.source_config import TmxSource
 
 XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 CODES = frozenset({"bpt", "ept", "ph", "it", "ut"})  # native codes: removed with what they hold
@@ -55,16 +56,19 @@ def _units(path: str, lang_map: dict[str, str], wanted: frozenset[str]) -> Itera
     from lxml import etree
 
     try:
-        context = etree.iterparse(path, events=("start", "end"), huge_tree=True, resolve_entities=False,
-                                  no_network=True)
+        context = etree.iterparse(
+            path, events=("start", "end"), huge_tree=True, resolve_entities=False, no_network=True
+        )
         root_seen = False
         for event, element in context:
             if event == "start":
                 if not root_seen:
                     root_seen = True
                     if _local(element.tag) != "tmx":
-                        raise SourceError(f"{path}: line {element.sourceline}: the root is <{_local(element.tag)}>, "
-                                          "not <tmx>: not a translation memory")
+                        raise SourceError(
+                            f"{path}: line {element.sourceline}: the root is <{_local(element.tag)}>, "
+                            "not <tmx>: not a translation memory"
+                        )
                 continue
             if _local(element.tag) != "tu":
                 continue
@@ -95,8 +99,18 @@ def plan_tmx(source: TmxSource, name: str) -> SourcePlan:
         units = sum(1 for _ in _units(path, source.lang_map, wanted))
         records += units
         prints.append({"source": name, "path": path, "sha256": file_sha256(path)})
-        tasks.append(ReadTask(source=name, kind="tmx", languages=tuple(source.languages), start_line=0,
-                              n_lines=units, paths={"": path}, lang_map=dict(source.lang_map), index=index))
+        tasks.append(
+            ReadTask(
+                source=name,
+                kind="tmx",
+                languages=tuple(source.languages),
+                start_line=0,
+                n_lines=units,
+                paths={"": path},
+                lang_map=dict(source.lang_map),
+                index=index,
+            )
+        )
     return SourcePlan(tasks, prints, records)
 
 

@@ -2,16 +2,17 @@
 
 Plain functions over sentences; `pipelines.prepare` calls them inside Beam.
 """
+
 from __future__ import annotations
 
 import hashlib
 import io
-from typing import Iterable
+from collections.abc import Iterable
 
 import sentencepiece as spm
 
-from pipelines.config import SpmConfig
 from core.dataset import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from pipelines.config import SpmConfig
 
 
 def unit_hash(*parts: object) -> float:
@@ -56,7 +57,10 @@ def train_bpe(sentences: Iterable[str], config: SpmConfig) -> bytes:
         input_sentence_size=0,  # the sample is already drawn, deterministically
         hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary, not an error
         shuffle_input_sentence=False,
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
         max_sentence_length=1 << 14,
         minloglevel=2,
     )

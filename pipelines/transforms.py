@@ -4,11 +4,13 @@ They live apart so that the commands that run no Beam job (`train`, `embed`,
 `search`, `evaluate`, ...) can use the plain functions without importing Beam.
 Each yields its elements and its counts (`Stat`s): apply it with `CountedParDo`.
 """
+
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import apache_beam as beam
 
@@ -46,10 +48,10 @@ class ReadTupleFn(beam.DoFn):
             yield key, record
         yield from tally.flush()
         where = {"bible": f"book {task.book}", "tmx": task.paths.get(""), "gettext": task.catalog}.get(
-            task.kind, f"lines {task.start_line}+")
+            task.kind, f"lines {task.start_line}+"
+        )
         # one line per read task (66 for the Bible): for -v only; the job logs the totals
-        log.debug("read %s %s: %d records (%.0f/s)", task.source, where, n,
-                  n / max(time.monotonic() - started, 1e-6))
+        log.debug("read %s %s: %d records (%.0f/s)", task.source, where, n, n / max(time.monotonic() - started, 1e-6))
 
 
 class CleanTupleFn(beam.DoFn):

@@ -1,9 +1,9 @@
 """The test suite's plugins: the shared fixtures (tests/support/fixtures.py), the tiers and their guard
 (tests/support/tiers.py), and pytester for the guard's own test. docs/testing.md says how to run a tier."""
 
-pytest_plugins = ["pytester", "tests.support.fixtures", "tests.support.tiers", "tests.support.cpu"]
-
 import os
+
+pytest_plugins = ["pytester", "tests.support.fixtures", "tests.support.tiers", "tests.support.cpu"]
 
 # Ray Train's controller polls its workers every 2 s by default, so each training waits up to a poll to start
 # and to end; the suite runs about sixty. Its preemption watcher (an extra actor, hence a process, per

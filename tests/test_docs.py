@@ -2,6 +2,7 @@
 every flag of every command, every exit code and every field of every on-disk format. The keys and flags are
 found here by walking the schema and the parser anew, not by asking the generator (docs/hooks.py) what it
 wrote. Plus the limits the README and the results page keep to, and their links."""
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,10 @@ def _page(site: Path, name: str) -> str:
 
 def _codes(page_html: str) -> set[str]:
     """The text of every inline code span of a page."""
-    return {html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<code>(.*?)</code>", page_html, re.DOTALL)}
+    return {
+        html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+        for c in re.findall(r"<code>(.*?)</code>", page_html, re.DOTALL)
+    }
 
 
 def _models_in(annotation: typing.Any) -> list[tuple[type, bool]]:
@@ -98,11 +102,15 @@ def test_every_flag_of_every_command_is_in_its_section_of_the_built_reference(si
     missing = []
     for name, p in commands().items():
         start = page.index('id="global-flags"' if not name else f'id="interlingua-{name}"')
-        section = page[start:page.find("<h2", start + 1)]
+        section = page[start : page.find("<h2", start + 1)]
         found = _codes(section)
-        missing += [f"{name or 'interlingua'} {flag}" for action in p._actions
-                    if not isinstance(action, argparse._SubParsersAction) for flag in _names(action)
-                    if flag not in found]
+        missing += [
+            f"{name or 'interlingua'} {flag}"
+            for action in p._actions
+            if not isinstance(action, argparse._SubParsersAction)
+            for flag in _names(action)
+            if flag not in found
+        ]
     assert len(commands()) > 10
     assert not missing, f"flags missing from the built reference: {missing}"
 
@@ -118,8 +126,9 @@ def test_every_exit_code_is_in_the_built_reference(site):
 
 def test_every_field_of_every_on_disk_format_is_in_the_built_reference(site):
     found = _codes(_page(site, "reference/formats"))
-    missing = [f"{model}.{field}" for model, fields in hooks.format_fields().items() for field in fields
-               if field not in found]
+    missing = [
+        f"{model}.{field}" for model, fields in hooks.format_fields().items() for field in fields if field not in found
+    ]
     assert not missing, f"format fields missing from the built reference: {missing}"
 
 

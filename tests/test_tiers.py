@@ -2,6 +2,7 @@
 without its marker fails, naming the marker; with the marker it is let through. Each case is a small test file
 run by pytester in this process, the guard loaded as the suite loads it; the refused calls fail before they
 start anything, so this file belongs to the fast tier."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,7 +33,8 @@ def test_an_unmarked_beam_pipeline_fails_before_it_runs(run_file):
         "import apache_beam as beam\n\n"
         "def test_unmarked():\n"
         "    with beam.Pipeline() as p:\n"
-        "        p | beam.Create([1, 2])\n")
+        "        p | beam.Create([1, 2])\n"
+    )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*not marked `beam`*"])
 
@@ -49,10 +51,13 @@ def test_an_unmarked_listening_socket_and_server_process_fail(run_file):
         "def test_venv():\n"
         "    subprocess.run([sys.executable, '-m', 'venv', 'x'])\n\n"
         "def test_a_training_command_in_a_child():\n"
-        "    subprocess.run([sys.executable, '-m', 'orchestration.cli', 'train'])\n")
+        "    subprocess.run([sys.executable, '-m', 'orchestration.cli', 'train'])\n"
+    )
     result.assert_outcomes(failed=4)
-    result.stdout.fnmatch_lines(["*not marked `server`*", "*not marked `server`*", "*not marked `venv`*",
-                                 "*not marked `ray`*"], consecutive=False)
+    result.stdout.fnmatch_lines(
+        ["*not marked `server`*", "*not marked `server`*", "*not marked `venv`*", "*not marked `ray`*"],
+        consecutive=False,
+    )
 
 
 def test_a_marked_test_is_let_through_and_help_needs_no_marker(pytester, monkeypatch):
@@ -62,16 +67,19 @@ def test_a_marked_test_is_let_through_and_help_needs_no_marker(pytester, monkeyp
 
     monkeypatch.setenv("PYTHONPATH", str(PACKAGE_ROOT))
     pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
-    pytester.makepyfile(test_case=(
-        "import socket, subprocess, sys\nimport pytest\n\n"
-        "@pytest.mark.server\n"
-        "def test_marked_listen():\n"
-        "    with socket.socket() as s:\n"
-        "        s.bind(('127.0.0.1', 0))\n"
-        "        s.listen()\n\n"
-        "def test_help():\n"
-        "    assert subprocess.run([sys.executable, '-m', 'orchestration.cli', 'train', '--help'],\n"
-        "                          capture_output=True).returncode == 0\n"))
+    pytester.makepyfile(
+        test_case=(
+            "import socket, subprocess, sys\nimport pytest\n\n"
+            "@pytest.mark.server\n"
+            "def test_marked_listen():\n"
+            "    with socket.socket() as s:\n"
+            "        s.bind(('127.0.0.1', 0))\n"
+            "        s.listen()\n\n"
+            "def test_help():\n"
+            "    assert subprocess.run([sys.executable, '-m', 'orchestration.cli', 'train', '--help'],\n"
+            "                          capture_output=True).returncode == 0\n"
+        )
+    )
     result = pytester.runpytest_subprocess(*GUARD)
     result.assert_outcomes(passed=2)
 
@@ -94,14 +102,19 @@ def test_a_group_of_tests_stays_on_one_worker(pytester, monkeypatch, tmp_path):
     monkeypatch.setenv("WORKERS_LOG", str(tmp_path / "workers.log"))
     pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
     pytester.makeconftest("import pytest\n\n@pytest.fixture\ndef trained_run():\n    return None\n")
-    record = ("import os, pytest\n\n"
-              "def log(name):\n"
-              "    with open(os.environ['WORKERS_LOG'], 'a') as f:\n"
-              "        f.write(f\"{name} {os.environ['PYTEST_XDIST_WORKER']}\\n\")\n\n")
+    record = (
+        "import os, pytest\n\n"
+        "def log(name):\n"
+        "    with open(os.environ['WORKERS_LOG'], 'a') as f:\n"
+        "        f.write(f\"{name} {os.environ['PYTEST_XDIST_WORKER']}\\n\")\n\n"
+    )
     for module in ("a", "b"):
-        tests = [f"@pytest.mark.venv\ndef test_venv_{i}():\n    log('venv')\n\n"
-                 f"def test_trained_{i}(trained_run):\n    log('trained')\n\n"
-                 f"def test_plain_{i}():\n    log('plain')\n\n" for i in range(4)]
+        tests = [
+            f"@pytest.mark.venv\ndef test_venv_{i}():\n    log('venv')\n\n"
+            f"def test_trained_{i}(trained_run):\n    log('trained')\n\n"
+            f"def test_plain_{i}():\n    log('plain')\n\n"
+            for i in range(4)
+        ]
         pytester.makepyfile(**{f"test_{module}": record + "".join(tests)})
     result = pytester.runpytest_subprocess(*GUARD, "-n", "2", "--dist", "loadgroup")
     result.assert_outcomes(passed=24)
@@ -122,10 +135,16 @@ def test_no_test_module_imports_another():
     found = []
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            found += [(path.relative_to(root), n) for n in names
-                      if n.startswith("tests.") and (n.rsplit(".", 1)[-1].startswith("test_") or n == "tests.conftest")]
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
+            found += [
+                (path.relative_to(root), n)
+                for n in names
+                if n.startswith("tests.") and (n.rsplit(".", 1)[-1].startswith("test_") or n == "tests.conftest")
+            ]
     assert found == []
 
 
@@ -138,5 +157,6 @@ def test_a_test_that_monkeypatches_an_entry_point_leaves_no_guard_behind(run_fil
         "    monkeypatch.setattr(ray, 'init', lambda *a, **k: 'patched')\n\n"
         "@pytest.mark.ray\n"
         "def test_marked_after():\n"
-        "    assert ray.init.__name__ == 'checked_ray_init'\n")
+        "    assert ray.init.__name__ == 'checked_ray_init'\n"
+    )
     result.assert_outcomes(passed=2)

@@ -1,13 +1,15 @@
 """Ray: the one place a command connects to (or starts) a cluster, and the executor that runs
 the searches of `evaluation.xsim` as Ray tasks."""
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import os
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -15,8 +17,13 @@ from evaluation.store import StoredEmbeddings
 from orchestration.config.training import RuntimeConfig
 
 
-def ensure_ray(address: str | None, *, log_to_driver: bool = True, dashboard: bool = False,
-               worker_niceness: int = RuntimeConfig.model_fields["worker_niceness"].default) -> None:
+def ensure_ray(
+    address: str | None,
+    *,
+    log_to_driver: bool = True,
+    dashboard: bool = False,
+    worker_niceness: int = RuntimeConfig.model_fields["worker_niceness"].default,
+) -> None:
     """Connect to the Ray cluster at `address`, else the one `ray job submit` exports, else start a local one
     that listens on the loopback address only (`loopback_only`); an instance at a loopback address is joined
     as such (this driver on 127.0.0.1 too: Ray would otherwise look for it at the host's own address).
@@ -36,8 +43,12 @@ def ensure_ray(address: str | None, *, log_to_driver: bool = True, dashboard: bo
         local = target == "local"
         niceness = {_NICENESS_ENV: str(worker_niceness)} if local else {}
         with loopback_only() if local or _on_loopback(target) else contextlib.nullcontext(), _set(niceness):
-            ray.init(address=target, log_to_driver=log_to_driver, logging_level=logs.ray_logging_level(),
-                     **({"include_dashboard": dashboard} if local else {}))
+            ray.init(
+                address=target,
+                log_to_driver=log_to_driver,
+                logging_level=logs.ray_logging_level(),
+                **({"include_dashboard": dashboard} if local else {}),
+            )
         _started_here = ray.get_runtime_context().gcs_address if local else None
 
 
@@ -154,13 +165,17 @@ def check_every_node_reaches(uri: str | None = None, **locations) -> None:
         return
     spans = f"the Ray cluster spans {len(hosts)} hosts ({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})"
     if uri is not None and (uri.startswith("sqlite:") or uri.startswith("file:") or "://" not in uri):
-        raise ConfigError(f"tracking.uri: {uri} is a file on this host, but {spans} and each training worker would "
-                          "write its own host's copy; use an MLflow server (tracking.uri=http://HOST:PORT)")
+        raise ConfigError(
+            f"tracking.uri: {uri} is a file on this host, but {spans} and each training worker would "
+            "write its own host's copy; use an MLflow server (tracking.uri=http://HOST:PORT)"
+        )
     for key, location in locations.items():
         if not storage.is_uri(location):
-            raise ConfigError(f"{key}: {location} is a path on this host, but {spans} and the workers on the others "
-                              f"cannot read or write it; use an object store (s3://BUCKET/...), or file:///PATH "
-                              "for a filesystem every host mounts at that path")
+            raise ConfigError(
+                f"{key}: {location} is a path on this host, but {spans} and the workers on the others "
+                f"cannot read or write it; use an object store (s3://BUCKET/...), or file:///PATH "
+                "for a filesystem every host mounts at that path"
+            )
 
 
 def shipped(store: Any) -> Any:
@@ -188,8 +203,12 @@ class ShippedEmbeddings(StoredEmbeddings):
     def of(cls, store: StoredEmbeddings) -> ShippedEmbeddings:
         import ray
 
-        refs = {lang: {name: ray.put(store.rows(lang, a, b)) for name, a, b in
-                       zip(store.names, store.starts, store.starts[1:])} for lang in store.languages}
+        refs = {
+            lang: {
+                name: ray.put(store.rows(lang, a, b)) for name, a, b in zip(store.names, store.starts, store.starts[1:])
+            }
+            for lang in store.languages
+        }
         return cls(**{f.name: getattr(store, f.name) for f in dataclasses.fields(StoredEmbeddings)}, refs=refs)
 
     def _read(self, lang: str, name: str, a: int, b: int) -> np.ndarray:

@@ -11,6 +11,7 @@ read, so two hosts that take it over at once cannot both have it. A holder that 
 renewal refused) interrupts its own run, which then exits 130 with its MLflow runs KILLED: two hosts never both
 write the run dir.
 """
+
 from __future__ import annotations
 
 import _thread
@@ -22,10 +23,10 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Callable, Iterator
 
 from core import fencing
 from core.ownership import ForeignDataError
@@ -42,7 +43,9 @@ class LeaseLost(KeyboardInterrupt):
 LEASE_SIGNAL = signal.SIGUSR2  # how the renewing thread stops the main one; SIGINT may be ignored (`cmd &`)
 
 
-HOLDER = re.compile(r"pid \d+ on \S+")  # what `holder_name` writes, in a lease or a local lock file: anything else is a user's
+HOLDER = re.compile(
+    r"pid \d+ on \S+"
+)  # what `holder_name` writes, in a lease or a local lock file: anything else is a user's
 
 
 def holder_name() -> str:
@@ -129,8 +132,9 @@ class S3Lease:
 
         for _ in range(2):  # once more after a lease found dead was deleted: a rerun need not --wait
             try:
-                self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                                   IfNoneMatch="*")["ETag"]
+                self.etag = self.client.put_object(
+                    Bucket=self.bucket, Key=self.key, Body=self._body(), IfNoneMatch="*"
+                )["ETag"]
                 return True
             except ClientError as exc:
                 if _code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
@@ -160,11 +164,18 @@ class S3Lease:
                 return False  # renewed or released meanwhile: not stale
             raise
         if stale:
-            log.warning("%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
-                        self.location, head["LastModified"], self.ttl)
+            log.warning(
+                "%s was last renewed at %s, more than %.0f s ago: its holder is gone; taking it over",
+                self.location,
+                head["LastModified"],
+                self.ttl,
+            )
         elif _is_gone(lease.get("process")):  # a command of this host killed a moment ago: no need to wait
-            log.warning("%s is held by %s, a process of this host that has exited: taking it over",
-                        self.location, lease["holder"])
+            log.warning(
+                "%s is held by %s, a process of this host that has exited: taking it over",
+                self.location,
+                lease["holder"],
+            )
         else:
             return False
         try:
@@ -182,8 +193,9 @@ class S3Lease:
         while not stop.wait(self.ttl / 3):
             try:
                 with self.writing:
-                    self.etag = self.client.put_object(Bucket=self.bucket, Key=self.key, Body=self._body(),
-                                                       IfMatch=self.etag)["ETag"]
+                    self.etag = self.client.put_object(
+                        Bucket=self.bucket, Key=self.key, Body=self._body(), IfMatch=self.etag
+                    )["ETag"]
             except ClientError as exc:
                 if _code(exc) not in ("PreconditionFailed", *MISSING):
                     log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
@@ -206,8 +218,7 @@ class S3Lease:
                     raise
                 current = None
             if current != self.etag:
-                log.error("%s: the lease was taken over by another host; this run commits nothing more",
-                          self.location)
+                log.error("%s: the lease was taken over by another host; this run commits nothing more", self.location)
                 _LOST.append(self.location)
                 raise LeaseLost(LeaseLost.REASON)
 
@@ -226,13 +237,18 @@ class S3Lease:
         body = self.client.get_object(Bucket=self.bucket, Key=self.key, IfMatch=etag)["Body"].read()
         try:
             lease = json.loads(body)
-            ours = (isinstance(lease, dict) and set(lease) - {"process"} == {"holder", "token"}
-                    and HOLDER.fullmatch(lease["holder"]))
+            ours = (
+                isinstance(lease, dict)
+                and set(lease) - {"process"} == {"holder", "token"}
+                and HOLDER.fullmatch(lease["holder"])
+            )
         except (ValueError, TypeError):
             ours = False
         if not ours:
-            raise ForeignDataError(f"{self.location}: interlingua locks the run dir with this object, but it holds "
-                                   "what interlingua did not write; it never replaces such a file: move it away")
+            raise ForeignDataError(
+                f"{self.location}: interlingua locks the run dir with this object, but it holds "
+                "what interlingua did not write; it never replaces such a file: move it away"
+            )
         return lease
 
     def describe(self) -> str:
@@ -284,16 +300,20 @@ def worker_fence(lease: dict) -> Callable[[], None]:
                 raise
             current = None
         if not isinstance(current, dict) or (current.get("holder"), current.get("process")) != (
-                lease["holder"], lease["process"]):
-            raise LeaseTakenOver(f"{lease['location']}: the lease of the command this process works for "
-                                 f"({lease['holder']}) was taken over; it commits nothing more")
+            lease["holder"],
+            lease["process"],
+        ):
+            raise LeaseTakenOver(
+                f"{lease['location']}: the lease of the command this process works for "
+                f"({lease['holder']}) was taken over; it commits nothing more"
+            )
 
     return check
 
 
 def _bucket_key(location: str) -> tuple[str, str]:
     """The bucket and key of an s3:// URI."""
-    bucket, _, key = location[len("s3://"):].partition("/")
+    bucket, _, key = location[len("s3://") :].partition("/")
     return bucket, key
 
 

@@ -8,15 +8,16 @@ while the command runs; a holder whose lease was taken over stops (`orchestratio
 Other schemes (gs://, hdfs://) have no conditional create through pyarrow: `run` refuses them, naming the
 alternatives; every other command works there.
 """
+
 from __future__ import annotations
 
 import errno
 import fcntl
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from core import storage
 from core.errors import UserError
@@ -39,29 +40,39 @@ WAIT_HINT = "use --wait to wait for it"
 
 
 @contextmanager
-def run_lock(run_dir: str | Path, wait: bool = False, *, ttl: float = TTL_SECONDS,
-             poll: float = 2.0, hint: str = WAIT_HINT, name: str = LOCK_FILE) -> Iterator[None]:
+def run_lock(
+    run_dir: str | Path,
+    wait: bool = False,
+    *,
+    ttl: float = TTL_SECONDS,
+    poll: float = 2.0,
+    hint: str = WAIT_HINT,
+    name: str = LOCK_FILE,
+) -> Iterator[None]:
     """Hold the run dir's lock for the block. AlreadyRunning when another command holds it (unless `wait`),
     its message ending with `hint`. `name`: the lock file's name in `run_dir` (`output_lock`'s, beside an
     output folder)."""
     kind = storage.scheme(run_dir)
     if kind in ("local", "file"):
-        local = str(run_dir)[len("file://"):] if kind == "file" else str(run_dir)
+        local = str(run_dir)[len("file://") :] if kind == "file" else str(run_dir)
         with _flock(Path(local), wait, hint, name):
             yield
     elif kind == "s3":
         lease = S3Lease(storage.join(run_dir, name), ttl)
         while not lease.acquire():
             if not wait:
-                raise AlreadyRunning(f"{lease.location} is held by another interlingua command "
-                                     f"({lease.describe()}); {hint}")
+                raise AlreadyRunning(
+                    f"{lease.location} is held by another interlingua command ({lease.describe()}); {hint}"
+                )
             time.sleep(poll)  # polling the store: there is nothing to wait on but its answer
         with lease.held():
             yield
     else:
-        raise LockUnsupported(f"run_dir: {run_dir}: `interlingua run` locks its run dir with a conditional "
-                              f"create, which {kind}:// lacks here; use an s3:// or local run_dir for `run` "
-                              "(prepare, train and evaluate run on any scheme)")
+        raise LockUnsupported(
+            f"run_dir: {run_dir}: `interlingua run` locks its run dir with a conditional "
+            f"create, which {kind}:// lacks here; use an s3:// or local run_dir for `run` "
+            "(prepare, train and evaluate run on any scheme)"
+        )
 
 
 @contextmanager
@@ -72,8 +83,9 @@ def stage_lock(run_dir: str | Path, command: str, *, ttl: float = TTL_SECONDS) -
     if storage.scheme(run_dir) not in ("local", "file", "s3"):
         yield
         return
-    with run_lock(run_dir, ttl=ttl,
-                  hint=f"`interlingua {command}` waits for no one: run it again once that one is done"):
+    with run_lock(
+        run_dir, ttl=ttl, hint=f"`interlingua {command}` waits for no one: run it again once that one is done"
+    ):
         yield
 
 
@@ -90,8 +102,12 @@ def output_lock(out_dir: str | Path, command: str, *, ttl: float = TTL_SECONDS) 
     if storage.scheme(text) == "local":
         path = Path(text).resolve()
         parent, base = str(path.parent), path.name
-    with run_lock(parent, ttl=ttl, name=f".{base}.lock",
-                  hint=f"two `interlingua {command}` never write one output: run it again once that one is done"):
+    with run_lock(
+        parent,
+        ttl=ttl,
+        name=f".{base}.lock",
+        hint=f"two `interlingua {command}` never write one output: run it again once that one is done",
+    ):
         yield
 
 
@@ -123,8 +139,10 @@ def _flock(run_dir: Path, wait: bool, hint: str = WAIT_HINT, name: str = LOCK_FI
         handle.seek(0)
         found = handle.read()
         if found.strip() and not HOLDER.fullmatch(found.strip()):
-            raise ForeignDataError(f"{path}: interlingua locks the run dir with this file, but it holds what "
-                                   "interlingua did not write; it never overwrites such a file: move it away")
+            raise ForeignDataError(
+                f"{path}: interlingua locks the run dir with this file, but it holds what "
+                "interlingua did not write; it never overwrites such a file: move it away"
+            )
         handle.truncate(0)
         handle.write(holder_name())
         handle.flush()

@@ -12,6 +12,7 @@ setting (`RAY_WORKER_NOISE`). The level travels in `INTERLINGUA_VERBOSITY`, whic
 and subprocesses inherit (Beam's worker processes of `prepare --workers N`: `pipelines.sdk_worker`);
 a Ray Train worker is told it by its loop config (`configure_worker`).
 """
+
 from __future__ import annotations
 
 import logging

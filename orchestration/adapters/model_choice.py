@@ -9,6 +9,7 @@ A choice is "run" (the model this config trains, `<run_dir>/train/model`), "cham
 (a path or a URI). The champion decision itself (`lifecycle.champion`) reads the alias as it is, where
 "no champion yet" is an answer, not an error.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,13 +41,16 @@ def champion_version(config: Config, *, key: str) -> str:
     tracker = Tracker.of(config)
     found = tracker.champion()
     if found is None:
-        raise NoChampion(f"{key}=champion: registered model {tracker.model_name!r} in {tracker.uri} has no champion "
-                         f"yet; promote one (`interlingua run`) or set {key} to a model directory")
+        raise NoChampion(
+            f"{key}=champion: registered model {tracker.model_name!r} in {tracker.uri} has no champion "
+            f"yet; promote one (`interlingua run`) or set {key} to a model directory"
+        )
     return str(found.version)
 
 
-def choose_model(config: Config, choice: str, scratch: str | Path, *, key: str,
-                 version: str | None = None) -> ChosenModel:
+def choose_model(
+    config: Config, choice: str, scratch: str | Path, *, key: str, version: str | None = None
+) -> ChosenModel:
     """The model of `choice` (see the module); a champion (`version` of it, or the one holding the alias) is
     downloaded into `scratch`. NoChampion, or StorageError for a location no store knows, naming `key`."""
     if choice == "run":

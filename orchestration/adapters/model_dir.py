@@ -18,6 +18,7 @@ Readers verify it first (`verify`): model.safetensors and spm.model against thei
 recorded sha256, and (`check_tokenizer`) that a dataset whose token ids it
 is fed was encoded with the model's own spm.model.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import UserError
 from core import boundary, fencing, ownership, storage, transfer
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
+from core.errors import UserError
 
 if TYPE_CHECKING:
     from core.normalize import NormalizeConfig
@@ -83,8 +84,9 @@ def fetch(location: str | Path) -> Path:
         # on every use: the files against the copy's lineage.json, and its model against the source's sha256
         actual = verify(copy).get("model_sha256")
         if actual != key:
-            raise ModelDirError(f"{copy / MODEL_FILE}: sha256 {str(actual)[:12]} is not {key[:12]}, the model "
-                                f"{location} records")
+            raise ModelDirError(
+                f"{copy / MODEL_FILE}: sha256 {str(actual)[:12]} is not {key[:12]}, the model {location} records"
+            )
 
     return transfer.cached_copy(location, "models", key, check=check_copy)
 
@@ -138,8 +140,10 @@ def normalization(model_dir: Path) -> NormalizeConfig:
         return NormalizeConfig.model_validate(section)
     except (yaml.YAMLError, UnicodeDecodeError, AttributeError, ValidationError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelDirError(f"{path}: prepare.normalize is not a normalization ({first}); the model directory "
-                            "is damaged: export it again (`interlingua train`)") from None
+        raise ModelDirError(
+            f"{path}: prepare.normalize is not a normalization ({first}); the model directory "
+            "is damaged: export it again (`interlingua train`)"
+        ) from None
 
 
 def check(model_dir: str | Path) -> str | Path:
@@ -163,14 +167,19 @@ def _refuse_legacy(model_dir: str | Path, missing: list[str]) -> None:
         raise ModelDirError(
             f"{model_dir}: a model directory of an older version ({LEGACY_MODEL_FILE}, a torch pickle, which "
             f"interlingua no longer loads: unpickling runs code); convert it once with `interlingua upgrade-model "
-            f"{model_dir}` (it reads only tensors and plain values), or export the model again")
+            f"{model_dir}` (it reads only tensors and plain values), or export the model again"
+        )
 
 
 def check_replaceable(model_dir: Path) -> list[str]:
     """The files of `model_dir` once it holds nothing but a model's (what an export may replace);
     ForeignDataError naming the others."""
-    return ownership.check_only_ours(model_dir, lambda e: e in FILES, what="the model directory",
-                                   advice="move those files out of it; interlingua replaces only its model's files")
+    return ownership.check_only_ours(
+        model_dir,
+        lambda e: e in FILES,
+        what="the model directory",
+        advice="move those files out of it; interlingua replaces only its model's files",
+    )
 
 
 def trained_steps(model_dir: Path) -> int | None:
@@ -182,9 +191,11 @@ def trained_steps(model_dir: Path) -> int | None:
 
 def record_lineage(model_dir: str | Path, data: Dataset) -> dict[str, str]:
     """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.safetensors."""
-    lineage = {"dataset_fingerprint": data.fingerprint,
-               "spm_sha256": file_sha256(storage.join(model_dir, SPM_FILE)),
-               "model_sha256": file_sha256(storage.join(model_dir, MODEL_FILE))}
+    lineage = {
+        "dataset_fingerprint": data.fingerprint,
+        "spm_sha256": file_sha256(storage.join(model_dir, SPM_FILE)),
+        "model_sha256": file_sha256(storage.join(model_dir, MODEL_FILE)),
+    }
     storage.write_json(storage.join(model_dir, LINEAGE_FILE), lineage)
     return lineage
 
@@ -212,8 +223,10 @@ def verify(model_dir: Path) -> dict[str, str]:
             continue  # `check` and the loaders name a missing file
         actual = file_sha256(path)
         if key in record and record[key] != actual:
-            raise ModelDirError(f"{path}: sha256 {actual[:12]} differs from {record[key][:12]} recorded in "
-                                f"{LINEAGE_FILE}: the file is damaged or was replaced; export the model again")
+            raise ModelDirError(
+                f"{path}: sha256 {actual[:12]} differs from {record[key][:12]} recorded in "
+                f"{LINEAGE_FILE}: the file is damaged or was replaced; export the model again"
+            )
         record.setdefault(key, actual)
     check_trained_tokenizer(model_dir, record.get("spm_sha256"), in_lineage="spm_sha256" in recorded)
     return record
@@ -229,15 +242,22 @@ def check_trained_tokenizer(model_dir: Path, spm_sha256: str | None, *, in_linea
     trained_with = meta(model_path).spm_sha256
     if trained_with is None:
         if not in_lineage:
-            log.warning("%s: neither %s nor the tokenizer's sha256 in %s (exported before they were recorded): "
-                        "cannot check that %s is the tokenizer it was trained with; a model trained now records it",
-                        model_dir, LINEAGE_FILE, MODEL_FILE, SPM_FILE)
+            log.warning(
+                "%s: neither %s nor the tokenizer's sha256 in %s (exported before they were recorded): "
+                "cannot check that %s is the tokenizer it was trained with; a model trained now records it",
+                model_dir,
+                LINEAGE_FILE,
+                MODEL_FILE,
+                SPM_FILE,
+            )
         return
     if trained_with != spm_sha256:
         # not a TokenizerMismatch: re-encoding with this spm.model (evaluate's fallback) would be as wrong
-        raise ModelDirError(f"{spm_path}: sha256 {spm_sha256[:12]} is not the tokenizer {trained_with[:12]} "
-                            f"recorded in {model_path}: the model was trained with another {SPM_FILE}; put its own "
-                            "back, or export the model again")
+        raise ModelDirError(
+            f"{spm_path}: sha256 {spm_sha256[:12]} is not the tokenizer {trained_with[:12]} "
+            f"recorded in {model_path}: the model was trained with another {SPM_FILE}; put its own "
+            "back, or export the model again"
+        )
 
 
 def check_tokenizer(model_dir: Path, data: Dataset) -> None:
@@ -246,14 +266,20 @@ def check_tokenizer(model_dir: Path, data: Dataset) -> None:
     record = verify(model_dir)
     model_spm, data_spm, data_dir = record.get("spm_sha256"), data.spm_sha256, data.location
     if model_spm is None:
-        log.warning("%s: no %s and no %s: cannot check that it was trained with the tokenizer of %s",
-                    model_dir, LINEAGE_FILE, SPM_FILE, data_dir)
+        log.warning(
+            "%s: no %s and no %s: cannot check that it was trained with the tokenizer of %s",
+            model_dir,
+            LINEAGE_FILE,
+            SPM_FILE,
+            data_dir,
+        )
         return
     if model_spm != data_spm:
         raise TokenizerMismatch(
             f"{model_dir} was trained with tokenizer {model_spm[:12]} ({SPM_FILE}) but {data_dir} is encoded "
             f"with {str(data_spm)[:12]}: its token ids would give wrong embeddings. Use the dataset it was trained "
-            "on (dataset_dir=...), or train a model on this one")
+            "on (dataset_dir=...), or train a model on this one"
+        )
 
 
 def load(model_path: Path, map_location: Any = "cpu"):
@@ -281,8 +307,10 @@ def _readable(model_path: Path, read):
     except FileNotFoundError:
         raise
     except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, SafetensorError) as exc:
-        raise ModelDirError(f"{model_path}: not a readable model file ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else ''}); export it again") from None
+        raise ModelDirError(
+            f"{model_path}: not a readable model file ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); export it again"
+        ) from None
 
 
 def load_tokenizer(spm_path: Path):
@@ -292,8 +320,9 @@ def load_tokenizer(spm_path: Path):
     try:
         return spm.SentencePieceProcessor(model_file=str(spm_path))
     except (OSError, RuntimeError) as exc:
-        raise ModelDirError(f"{spm_path}: not a readable sentencepiece model ({str(exc).splitlines()[0]}); "
-                            "export the model again") from None
+        raise ModelDirError(
+            f"{spm_path}: not a readable sentencepiece model ({str(exc).splitlines()[0]}); export the model again"
+        ) from None
 
 
 def check_readable(model_dir: Path) -> Path:

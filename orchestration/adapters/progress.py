@@ -8,6 +8,7 @@ elsewhere (cron, CI, `ray job submit`), both with the rate and the time left.
 Nothing is drawn under `--quiet` (`logs.QUIET`); on a terminal the bar goes to stderr, so
 stdout holds the command's result alone.
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,8 +52,10 @@ class Progress:
         eta = eta_s if eta_s is not None else (self.total - self.done) / rate if rate else float("inf")
         share = self.done / max(self.total, 1)
         drawn = f"[{'#' * round(BAR_WIDTH * share):<{BAR_WIDTH}}] " if bar else ""
-        return (f"{self.verb} {drawn}{self.done:,}/{self.total:,} {self.unit} ({100 * share:.0f} %), "
-                f"{rate:,.0f} {self.unit}/s, ETA {duration(eta)}" + (f", {note}" if note else ""))
+        return (
+            f"{self.verb} {drawn}{self.done:,}/{self.total:,} {self.unit} ({100 * share:.0f} %), "
+            f"{rate:,.0f} {self.unit}/s, ETA {duration(eta)}" + (f", {note}" if note else "")
+        )
 
     def log_last(self) -> None:
         """Log the last update if no line showed it: work that ended before `total` (training on a

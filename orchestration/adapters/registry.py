@@ -1,11 +1,12 @@
 """The MLflow model registry (champion / challenger): registered versions of the project's models, their tags
 and the `champion` alias. Every registry call of the project; the runs are `adapters.tracking`'s.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from core import fencing
 from orchestration.adapters import tracking
@@ -13,8 +14,16 @@ from orchestration.adapters import tracking
 CHAMPION = "champion"
 
 
-def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim: int, *,
-                     code: str | os.PathLike, wheel: Path, requirements: list[str]):
+def log_pyfunc_model(
+    uri: str,
+    run_id: str,
+    model_dir: str | os.PathLike,
+    embedding_dim: int,
+    *,
+    code: str | os.PathLike,
+    wheel: Path,
+    requirements: list[str],
+):
     """Log the model directory as a pyfunc model in `run_id`, its code the file `code` (MLflow's models from
     code: nothing is pickled); returns mlflow's ModelInfo. The project's `wheel` goes into the model's `code/`
     folder and its requirements.txt names it, beside `requirements` (pinned distributions), so that it
@@ -30,8 +39,12 @@ def log_pyfunc_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedd
     signature = infer_signature(example, np.zeros((1, embedding_dim), dtype=np.float32))
     with mlflow.start_run(run_id=run_id):
         return mlflow.pyfunc.log_model(
-            name="pyfunc", python_model=str(code), artifacts={"model_dir": str(model_dir)},
-            code_paths=[str(wheel)], signature=signature, input_example=example,
+            name="pyfunc",
+            python_model=str(code),
+            artifacts={"model_dir": str(model_dir)},
+            code_paths=[str(wheel)],
+            signature=signature,
+            input_example=example,
             # relative to the model's folder, where MLflow's environment managers run pip
             pip_requirements=[f"code/{wheel.name}", *requirements],
         )

@@ -8,6 +8,7 @@ data searched). The dataset's manifest plays this part for `prepare`. A stage
 whose recorded fingerprint (`core.dataset.fingerprint`) equals the current one
 is up to date.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -46,8 +47,10 @@ def read_state(path: str | Path, record: type[R]) -> R | None:
     try:
         return record.model_validate_json(storage.read_bytes(path))
     except ValidationError as exc:
-        raise StateError(f"{path}: not a {record.__name__} ({wrong_fields(exc, 3)}); interlingua keeps its record of what the "
-                         "stage's output was made from there: move the file away, or start the stage over with --force") from None
+        raise StateError(
+            f"{path}: not a {record.__name__} ({wrong_fields(exc, 3)}); interlingua keeps its record of what the "
+            "stage's output was made from there: move the file away, or start the stage over with --force"
+        ) from None
 
 
 def write_state(path: str | Path, state: StageRecord) -> None:
@@ -69,5 +72,7 @@ def check_writable(folder: str | Path, what: str) -> None:
         storage.write_bytes(probe, b"")
         storage.delete_file(probe)
     except OSError as exc:  # pyarrow's errors for a refused PUT or a read-only folder are OSErrors
-        raise ConfigError(f"{what}: cannot write in {folder} ({getattr(exc, 'strerror', None) or exc}); choose "
-                          f"another {what}, fix its permissions or the store's credentials") from None
+        raise ConfigError(
+            f"{what}: cannot write in {folder} ({getattr(exc, 'strerror', None) or exc}); choose "
+            f"another {what}, fix its permissions or the store's credentials"
+        ) from None

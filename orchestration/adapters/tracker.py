@@ -10,11 +10,13 @@
 elsewhere reach the same one), `experiment` is `tracking.experiment`, `model_name` the registered model
 (`registry.model_name`, or the config's name). Workers get the plain URI (`WorkerJob.mlflow_uri`).
 """
+
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from orchestration.adapters import registry, tracking
 
@@ -41,8 +43,9 @@ class Tracker:
         """ConnectionError (or TrackingLoginError) now, before any long work, when the store cannot be used."""
         tracking.check_reachable(self.uri)
 
-    def run(self, run_name: str, params: Mapping[str, Any], *, stage: str,
-            **options: Any) -> contextlib.AbstractContextManager[str]:
+    def run(
+        self, run_name: str, params: Mapping[str, Any], *, stage: str, **options: Any
+    ) -> contextlib.AbstractContextManager[str]:
         """A stage's MLflow run in the experiment (`tracking.run`: its `options` too)."""
         return tracking.run(self.uri, self.experiment, run_name, params, stage=stage, **options)
 

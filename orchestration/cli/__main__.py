@@ -1,4 +1,5 @@
 """`python -m orchestration.cli`: the `interlingua` command."""
+
 import sys
 
 from orchestration.cli import main

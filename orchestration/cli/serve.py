@@ -1,4 +1,5 @@
 """`interlingua serve`: the embedding endpoint on Ray Serve, until SIGINT or SIGTERM."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,13 +14,17 @@ from orchestration.config import Config
 
 
 def add_serve(sub: argparse._SubParsersAction) -> None:
-    command(sub, "serve", serve,
-            example="interlingua serve -c configs/bible6-cpu.yaml serve.port=8000   # POST /embed",
-            help="an HTTP endpoint embedding sentences with the champion (Ray Serve), swapped as it changes",
-            description="Serve POST /embed {\"sentences\": [...], \"lang\": \"fr\"} -> embeddings and the model "
-            "version, with GET /healthz and /readyz, on serve.host:serve.port. serve.model=champion (default) serves "
-            "the registered champion of registry.model_name and switches to a newly promoted one without dropping a "
-            "request; a model directory is served as is. Limits: 413/422 with a message; overload: 503.")
+    command(
+        sub,
+        "serve",
+        serve,
+        example="interlingua serve -c configs/bible6-cpu.yaml serve.port=8000   # POST /embed",
+        help="an HTTP endpoint embedding sentences with the champion (Ray Serve), swapped as it changes",
+        description='Serve POST /embed {"sentences": [...], "lang": "fr"} -> embeddings and the model '
+        "version, with GET /healthz and /readyz, on serve.host:serve.port. serve.model=champion (default) serves "
+        "the registered champion of registry.model_name and switches to a newly promoted one without dropping a "
+        "request; a model directory is served as is. Limits: 413/422 with a message; overload: 503.",
+    )
 
 
 def serve(config: Config, args: argparse.Namespace) -> int:

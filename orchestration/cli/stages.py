@@ -1,5 +1,6 @@
 """The commands of the pipeline's stages: prepare, train, evaluate, run, tune. Each is `add_<name>(sub)`,
 its flags beside its handler `<name>(config, args) -> exit code`."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,15 +17,25 @@ log = logging.getLogger("interlingua")
 
 
 def add_prepare(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "prepare", prepare, writes=True, locks=True, beam=True,
-                example="interlingua prepare -c configs/bible6-cpu.yaml prepare.spm.vocab_size=8000 --workers 2",
-                help="clean, deduplicate, split, BPE-encode and shard a corpus into Parquet (Apache Beam)",
-                description="Run the corpus-preparation Beam job. Unrecognized --flags are Beam pipeline options "
-                "(--runner, --flink_master, --project, ...); without --runner the job runs in this process.")
+    p = command(
+        sub,
+        "prepare",
+        prepare,
+        writes=True,
+        locks=True,
+        beam=True,
+        example="interlingua prepare -c configs/bible6-cpu.yaml prepare.spm.vocab_size=8000 --workers 2",
+        help="clean, deduplicate, split, BPE-encode and shard a corpus into Parquet (Apache Beam)",
+        description="Run the corpus-preparation Beam job. Unrecognized --flags are Beam pipeline options "
+        "(--runner, --flink_master, --project, ...); without --runner the job runs in this process.",
+    )
     p.add_argument("--workers", type=int, default=1, help="processes for the in-process runner (default 1)")
-    p.add_argument("--force", action="store_true",
-                   help="rebuild even if the dataset is up to date; replace another config's dataset in a shared "
-                   "dataset_dir (never files interlingua did not write)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild even if the dataset is up to date; replace another config's dataset in a shared "
+        "dataset_dir (never files interlingua did not write)",
+    )
 
 
 def prepare(config: Config, args: argparse.Namespace) -> int:
@@ -33,18 +44,30 @@ def prepare(config: Config, args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
-    result = run_prepare(config.prepare, config.data_dir, options=pipeline_options(args.beam_args, workers=args.workers),
-                         resolved_config=config.to_dict(), force=args.force)
+    result = run_prepare(
+        config.prepare,
+        config.data_dir,
+        options=pipeline_options(args.beam_args, workers=args.workers),
+        resolved_config=config.to_dict(),
+        force=args.force,
+    )
     print(summary(result))
     print(f"dataset: {config.data_dir}")
     return Exit.OK
 
 
 def add_train(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "train", train, writes=True, locks=True, example="interlingua train -c configs/bible6-cpu.yaml train.max_minutes=5",
-                help="train the multilingual encoders on the prepared dataset (Ray Train; resumes a stopped run)",
-                description="Train with Ray Train on runtime.num_workers workers, on the cluster at "
-                "runtime.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.")
+    p = command(
+        sub,
+        "train",
+        train,
+        writes=True,
+        locks=True,
+        example="interlingua train -c configs/bible6-cpu.yaml train.max_minutes=5",
+        help="train the multilingual encoders on the prepared dataset (Ray Train; resumes a stopped run)",
+        description="Train with Ray Train on runtime.num_workers workers, on the cluster at "
+        "runtime.ray_address or a local one. Rerunning the same config resumes from the last checkpoint.",
+    )
     p.add_argument("--force", action="store_true", help="discard this run's checkpoints and start over")
 
 
@@ -60,16 +83,23 @@ def train(config: Config, args: argparse.Namespace) -> int:
 
 
 def add_evaluate(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "evaluate", evaluate, writes=True, locks=True,
-                example="interlingua evaluate -c configs/bible6-cpu.yaml evaluate.split=dev",
-                help="similarity-search error of a trained model on the dev or test split (Ray + faiss)",
-                description="Embed evaluate.split with a Ray Data actor pool, search every ordered language pair "
-                "in evaluate.shards shards with Ray tasks, log the L x L matrix to MLflow; then each of "
-                "evaluate.testsets, each its own MLflow run.")
+    p = command(
+        sub,
+        "evaluate",
+        evaluate,
+        writes=True,
+        locks=True,
+        example="interlingua evaluate -c configs/bible6-cpu.yaml evaluate.split=dev",
+        help="similarity-search error of a trained model on the dev or test split (Ray + faiss)",
+        description="Embed evaluate.split with a Ray Data actor pool, search every ordered language pair "
+        "in evaluate.shards shards with Ray tasks, log the L x L matrix to MLflow; then each of "
+        "evaluate.testsets, each its own MLflow run.",
+    )
     p.add_argument("--testset", help="evaluate only this evaluate.testsets entry")
     p.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
-    p.add_argument("--force", action="store_true",
-                   help="evaluate again even if this model was evaluated on this data and config")
+    p.add_argument(
+        "--force", action="store_true", help="evaluate again even if this model was evaluated on this data and config"
+    )
 
 
 def evaluate(config: Config, args: argparse.Namespace) -> int:
@@ -87,12 +117,18 @@ def evaluate(config: Config, args: argparse.Namespace) -> int:
 
 
 def add_run(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "run", run, writes=True, beam=True,
-                example="interlingua run -c configs/bible6-cpu.yaml --wait   # in a crontab; exit codes as above",
-                help="prepare -> train -> evaluate -> register, skipping unchanged stages (for cron and schedulers)",
-                description="Exit codes: 0 trained and promoted, 3 nothing to do, 4 trained but not promoted, "
-                "5 another run holds the lock, 1 failed, 2 bad configuration or input, 130 interrupted. "
-                "Unrecognized --flags go to the Beam job.")
+    p = command(
+        sub,
+        "run",
+        run,
+        writes=True,
+        beam=True,
+        example="interlingua run -c configs/bible6-cpu.yaml --wait   # in a crontab; exit codes as above",
+        help="prepare -> train -> evaluate -> register, skipping unchanged stages (for cron and schedulers)",
+        description="Exit codes: 0 trained and promoted, 3 nothing to do, 4 trained but not promoted, "
+        "5 another run holds the lock, 1 failed, 2 bad configuration or input, 130 interrupted. "
+        "Unrecognized --flags go to the Beam job.",
+    )
     p.add_argument("--wait", action="store_true", help="wait for a running job instead of exiting with 5")
 
 
@@ -119,11 +155,17 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
 
 def add_tune(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "tune", tune, writes=True, locks=True,
-                example="interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml",
-                help="search hyperparameters with Ray Tune (ASHA); writes the best trial's config",
-                description="Each trial is a training run of the config plus its sampled keys, nested under one "
-                "MLflow tune run; weak trials stop early. Rerunning the same command resumes the search.")
+    p = command(
+        sub,
+        "tune",
+        tune,
+        writes=True,
+        locks=True,
+        example="interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml",
+        help="search hyperparameters with Ray Tune (ASHA); writes the best trial's config",
+        description="Each trial is a training run of the config plus its sampled keys, nested under one "
+        "MLflow tune run; weak trials stop early. Rerunning the same command resumes the search.",
+    )
     p.add_argument("--space", required=True, help="the search space (YAML: space, num_samples, scheduler)")
 
 

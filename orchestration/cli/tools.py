@@ -1,5 +1,6 @@
 """The commands around the stages: compare, search, embed, mine, config. Each is `add_<name>(sub)`, its flags
 beside its handler `<name>(config, args) -> exit code`."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,30 +12,55 @@ from orchestration.config import Config, ConfigError
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "compare", compare, help="the runs of an MLflow experiment side by side",
-                example="interlingua compare -c configs/bible6-cpu.yaml --pairs --plot runs/compare.png")
+    p = command(
+        sub,
+        "compare",
+        compare,
+        help="the runs of an MLflow experiment side by side",
+        example="interlingua compare -c configs/bible6-cpu.yaml --pairs --plot runs/compare.png",
+    )
     p.add_argument("--experiment", help="experiment name (default: tracking.experiment)")
     p.add_argument("--max-runs", type=int, default=20, help="most recent evaluation runs to show (default 20)")
     p.add_argument("--pairs", action="store_true", help="also show every language pair's error")
-    p.add_argument("--stage", choices=["evaluate", "train"], default="evaluate",
-                   help="evaluation runs (test error, default) or training runs and tune trials (dev error)")
+    p.add_argument(
+        "--stage",
+        choices=["evaluate", "train"],
+        default="evaluate",
+        help="evaluation runs (test error, default) or training runs and tune trials (dev error)",
+    )
     p.add_argument("--testset", help="the evaluation runs of this evaluate.testsets name (default: the split's)")
-    p.add_argument("--plot", help="write a figure (learning curves, error-matrix differences) to this PNG "
-                   "(an existing file only if interlingua compare wrote it)")
+    p.add_argument(
+        "--plot",
+        help="write a figure (learning curves, error-matrix differences) to this PNG "
+        "(an existing file only if interlingua compare wrote it)",
+    )
 
 
 def compare(config: Config, args: argparse.Namespace) -> int:
     from orchestration.lifecycle.compare import compare_runs
 
-    print(compare_runs(config, experiment=args.experiment, max_runs=args.max_runs, pairs=args.pairs,
-                       plot=args.plot, stage=args.stage, testset=args.testset))
+    print(
+        compare_runs(
+            config,
+            experiment=args.experiment,
+            max_runs=args.max_runs,
+            pairs=args.pairs,
+            plot=args.plot,
+            stage=args.stage,
+            testset=args.testset,
+        )
+    )
     return Exit.OK
 
 
 def add_search(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "search", search,
-                example="interlingua search -c configs/bible6-cpu.yaml -q \"Dieu est amour.\" -l fr --in en,zh -k 3",
-                help="the nearest sentences of the evaluation split to a query sentence, in other languages")
+    p = command(
+        sub,
+        "search",
+        search,
+        example='interlingua search -c configs/bible6-cpu.yaml -q "Dieu est amour." -l fr --in en,zh -k 3',
+        help="the nearest sentences of the evaluation split to a query sentence, in other languages",
+    )
     p.add_argument("--query", "-q", required=True, help="the query sentence")
     p.add_argument("--lang", "-l", required=True, help="the query's language")
     p.add_argument("--in", dest="targets", help="languages to search, comma-separated (default: all others)")
@@ -59,33 +85,53 @@ def search(config: Config, args: argparse.Namespace) -> int:
 
 
 def add_embed(sub: argparse._SubParsersAction) -> None:
-    p = command(sub, "embed", embed,
-                example="interlingua embed -c configs/bible6-cpu.yaml -l en -i corpus/ 'more/*.txt' -o embeddings/",
-                help="sentences (text lines or a Parquet column) -> embedding blocks + manifest (Ray Data)",
-                description="Embed text files (one sentence per line) and Parquet files (--column) with a Ray Data "
-                "actor pool (runtime.embed_actors, runtime.cpus_per_task or a GPU each) into "
-                "OUT/<lang>/part-NNNNN.npy blocks, each with its record OUT/part-NNNNN.json, and OUT/manifest.json. "
-                "A rerun skips complete blocks. -o FILE.npy embeds small text input "
-                "in this process.")
+    p = command(
+        sub,
+        "embed",
+        embed,
+        example="interlingua embed -c configs/bible6-cpu.yaml -l en -i corpus/ 'more/*.txt' -o embeddings/",
+        help="sentences (text lines or a Parquet column) -> embedding blocks + manifest (Ray Data)",
+        description="Embed text files (one sentence per line) and Parquet files (--column) with a Ray Data "
+        "actor pool (runtime.embed_actors, runtime.cpus_per_task or a GPU each) into "
+        "OUT/<lang>/part-NNNNN.npy blocks, each with its record OUT/part-NNNNN.json, and OUT/manifest.json. "
+        "A rerun skips complete blocks. -o FILE.npy embeds small text input "
+        "in this process.",
+    )
     p.add_argument("--lang", "-l", required=True, help="the sentences' language")
-    p.add_argument("--input", "-i", nargs="+", default=["-"],
-                   help="text or Parquet files, directories, globs ('corpus/*.txt'), local or URIs "
-                   "(s3://bucket/corpus/*.txt); '-' is stdin (with FILE.npy)")
-    p.add_argument("--output", "-o", required=True,
-                   help="a directory or URI prefix (blocks + manifest.json), or FILE.npy: one (N, D) array "
-                   "(small inputs)")
+    p.add_argument(
+        "--input",
+        "-i",
+        nargs="+",
+        default=["-"],
+        help="text or Parquet files, directories, globs ('corpus/*.txt'), local or URIs "
+        "(s3://bucket/corpus/*.txt); '-' is stdin (with FILE.npy)",
+    )
+    p.add_argument(
+        "--output",
+        "-o",
+        required=True,
+        help="a directory or URI prefix (blocks + manifest.json), or FILE.npy: one (N, D) array (small inputs)",
+    )
     p.add_argument("--column", default="text", help="the text column of Parquet inputs (default: text)")
     p.add_argument("--block-rows", type=int, default=20000, help="sentences per block (default 20000)")
-    p.add_argument("--dtype", choices=["float32", "float16"], default="float32",
-                   help="the stored vectors' number type; float16 halves their size (default float32)")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "float16"],
+        default="float32",
+        help="the stored vectors' number type; float16 halves their size (default float32)",
+    )
     p.add_argument("--model", help="a model directory, local or a URI (default: <run_dir>/train/model)")
-    p.add_argument("--force", action="store_true", help="replace interlingua's embeddings of other inputs in the "
-                   "output directory (never other files), or an existing -o FILE.npy")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace interlingua's embeddings of other inputs in the "
+        "output directory (never other files), or an existing -o FILE.npy",
+    )
 
 
 def embed(config: Config, args: argparse.Namespace) -> int:
-    from orchestration.adapters import model_dir
     from core import storage
+    from orchestration.adapters import model_dir
 
     model = args.model or model_dir.default(config.train_dir)
     check_embed_locations(args, model)
@@ -97,14 +143,30 @@ def embed(config: Config, args: argparse.Namespace) -> int:
 
     r = config.runtime
     output = args.output if storage.is_uri(args.output) else Path(args.output)
-    result = embed_corpus(args.input, output, lang=args.lang, model_dir=model, config=config.to_dict(),
-                          column=args.column, dtype=args.dtype, block_rows=args.block_rows, actors=r.embed_actors,
-                          cpus_per_actor=r.cpus_per_task, use_gpu=r.use_gpu, max_tokens=config.evaluate.max_tokens,
-                          force=args.force, ray_address=r.ray_address, backend=r.backend,
-                          dashboard=r.ray_dashboard, worker_niceness=r.worker_niceness)
-    print(f"{result.rows} sentences ({result.empty} empty) -> {result.out_dir}/ in {result.blocks} blocks "
-          f"({result.computed} embedded now, {result.blocks - result.computed} complete already; "
-          f"{result.seconds:.0f} s); see manifest.json")
+    result = embed_corpus(
+        args.input,
+        output,
+        lang=args.lang,
+        model_dir=model,
+        config=config.to_dict(),
+        column=args.column,
+        dtype=args.dtype,
+        block_rows=args.block_rows,
+        actors=r.embed_actors,
+        cpus_per_actor=r.cpus_per_task,
+        use_gpu=r.use_gpu,
+        max_tokens=config.evaluate.max_tokens,
+        force=args.force,
+        ray_address=r.ray_address,
+        backend=r.backend,
+        dashboard=r.ray_dashboard,
+        worker_niceness=r.worker_niceness,
+    )
+    print(
+        f"{result.rows} sentences ({result.empty} empty) -> {result.out_dir}/ in {result.blocks} blocks "
+        f"({result.computed} embedded now, {result.blocks - result.computed} complete already; "
+        f"{result.seconds:.0f} s); see manifest.json"
+    )
     return Exit.OK
 
 
@@ -156,9 +218,11 @@ def check_npy_output(output: str, inputs: list[str], force: bool) -> None:
     except (OSError, ValueError):
         ours = False
     if not ours:
-        raise ForeignDataError(f"-o {output}: this file is not an (N, D) array of embeddings, so not one "
-                               "interlingua wrote; it never overwrites such a file, even with --force: move it "
-                               "or give another output file")
+        raise ForeignDataError(
+            f"-o {output}: this file is not an (N, D) array of embeddings, so not one "
+            "interlingua wrote; it never overwrites such a file, even with --force: move it "
+            "or give another output file"
+        )
 
 
 def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> int:
@@ -189,12 +253,17 @@ def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> i
 
 
 def add_mine(sub: argparse._SubParsersAction) -> None:
-    command(sub, "mine", mine, writes=True,
-            example="interlingua mine -c configs/bible6-cpu.yaml \"mine.inputs=[{lang: fr, path: fr.txt}, "
-                    "{lang: en, path: en.txt}]\" mine.threshold=1.06",
-            help="mine parallel sentences from monolingual text by margin (faiss); the pairs feed `prepare`",
-            description="Embed every mine.inputs language, search both ways, score by ratio margin, drop the "
-            "known garbage, keep pairs above mine.threshold (or the max-F1 threshold on mine.gold).")
+    command(
+        sub,
+        "mine",
+        mine,
+        writes=True,
+        example='interlingua mine -c configs/bible6-cpu.yaml "mine.inputs=[{lang: fr, path: fr.txt}, '
+        '{lang: en, path: en.txt}]" mine.threshold=1.06',
+        help="mine parallel sentences from monolingual text by margin (faiss); the pairs feed `prepare`",
+        description="Embed every mine.inputs language, search both ways, score by ratio margin, drop the "
+        "known garbage, keep pairs above mine.threshold (or the max-F1 threshold on mine.gold).",
+    )
 
 
 def mine(config: Config, args: argparse.Namespace) -> int:
@@ -203,15 +272,22 @@ def mine(config: Config, args: argparse.Namespace) -> int:
     result = mine_pairs(config)
     for pair in result.pairs:
         gold = "" if pair.scores is None else " P {precision:.3f} R {recall:.3f} F1 {f1:.3f}".format(**pair.scores)
-        print(f"{pair.name}: {pair.candidates:,} candidates, {len(pair.kept):,} pairs above {pair.threshold:.4f}"
-              f"{gold}; dropped: " + ", ".join(f"{r} {n:,}" for r, n in pair.dropped.items()))
+        print(
+            f"{pair.name}: {pair.candidates:,} candidates, {len(pair.kept):,} pairs above {pair.threshold:.4f}"
+            f"{gold}; dropped: " + ", ".join(f"{r} {n:,}" for r, n in pair.dropped.items())
+        )
     print(f"pairs and report: {result.out_dir}  (MLflow run {result.run_id})")
     return Exit.OK
 
 
 def add_config(sub: argparse._SubParsersAction) -> None:
-    command(sub, "config", show_config, help="print the resolved configuration as YAML",
-            example="interlingua config -c configs/bible6-cpu.yaml train.lr=3e-4")
+    command(
+        sub,
+        "config",
+        show_config,
+        help="print the resolved configuration as YAML",
+        example="interlingua config -c configs/bible6-cpu.yaml train.lr=3e-4",
+    )
 
 
 def show_config(config: Config, args: argparse.Namespace) -> int:

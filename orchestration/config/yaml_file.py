@@ -1,6 +1,7 @@
 """Reading a run's YAML: the file with the line of every key (for errors that name where a value was given),
 `section.key=value` overrides, and YAML 1.2 floats. `ConfigError` is what every configuration problem raises.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,11 +23,14 @@ class YamlLoader(yaml.SafeLoader):
 
 YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
     |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
+    |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
     list("-+0123456789."),
 )
 
@@ -88,9 +92,7 @@ def apply_override(data: dict[str, Any], override: str) -> tuple[str, ...]:
         if child is None:
             child = node[part] = {}
         if not isinstance(child, dict):
-            raise ConfigError(
-                f"override {override!r}: {'.'.join(parts[: depth + 1])} is not a section"
-            )
+            raise ConfigError(f"override {override!r}: {'.'.join(parts[: depth + 1])} is not a section")
         node = child
     node[parts[-1]] = value
     return tuple(parts)

@@ -17,6 +17,7 @@
 `OnnxEncoder` has what `model.inference.embed` uses of a `MultilingualNMT` (`encode`, `embedding_dim`,
 `languages`, `eval`/`train`), so the batching code is one for every backend.
 """
+
 from __future__ import annotations
 
 import logging
@@ -73,8 +74,15 @@ def _int64(tensor: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
-def load_encoder(model_dir: Path, *, backend: str = "auto", device: str = "cpu", threads: int | None = None,
-                 export_dir: Path | None = None, exact: bool = False):
+def load_encoder(
+    model_dir: Path,
+    *,
+    backend: str = "auto",
+    device: str = "cpu",
+    threads: int | None = None,
+    export_dir: Path | None = None,
+    exact: bool = False,
+):
     """The encoder of the (verified) model directory on `backend` (see the module docstring): a
     MultilingualNMT on `device`, or an OnnxEncoder (`threads`: ONNX Runtime's intra-op threads, None: its
     default). `export_dir`: where the export is (default `export.default_dir`); `exact`: see `resolve`.
@@ -86,14 +94,14 @@ def load_encoder(model_dir: Path, *, backend: str = "auto", device: str = "cpu",
         return model.to(device)
     folder = Path(export_dir) if export_dir else export.default_dir(model_dir)
     manifest = export.read_manifest(folder)
-    sessions = {name: session(folder / export.file_name(name, chosen), threads=threads)
-                for name in manifest.encoders}
+    sessions = {name: session(folder / export.file_name(name, chosen), threads=threads) for name in manifest.encoders}
     log.info("encoder backend %s (%s)", chosen, folder)
     return OnnxEncoder(sessions, languages=manifest.languages, embedding_dim=manifest.embedding_dim)
 
 
-def resolve(model_dir: Path, backend: str, *, device: str = "cpu", export_dir: Path | None = None,
-            exact: bool = False) -> str:
+def resolve(
+    model_dir: Path, backend: str, *, device: str = "cpu", export_dir: Path | None = None, exact: bool = False
+) -> str:
     """The backend that runs: `backend` itself once it can, or for "auto" the fastest that can (`exact`: the
     fastest whose embeddings are the model's own, never int8)."""
     if backend not in BACKENDS:
@@ -124,9 +132,11 @@ def _unusable(model_dir: Path, folder: Path, device: str) -> str | None:
         return f"no export at {folder}; write it with `interlingua export --model {model_dir}`"
     model_sha = file_sha256(Path(model_dir) / model_files.MODEL_FILE)
     if manifest.model.model_sha256 != model_sha:
-        return (f"the export at {folder} is of another model.safetensors "
-                f"(sha256 {manifest.model.model_sha256[:12]}, not {model_sha[:12]}); export this model again "
-                f"with `interlingua export --model {model_dir}`")
+        return (
+            f"the export at {folder} is of another model.safetensors "
+            f"(sha256 {manifest.model.model_sha256[:12]}, not {model_sha[:12]}); export this model again "
+            f"with `interlingua export --model {model_dir}`"
+        )
     for name, recorded in manifest.files.items():
         path = folder / name
         if not path.is_file() or file_sha256(path) != recorded:

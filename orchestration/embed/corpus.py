@@ -27,35 +27,44 @@ into the output as it comes, its record after it, and the manifest last. A rerun
 store, so it resumes from the blocks written and never downloads a block. Local inputs on a cluster that
 spans hosts are refused before any work: the actors on the other hosts cannot read them.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
+from core import ownership, storage
+from core.dataset import file_sha256, fingerprint
 from evaluation import store, store_writer
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.cluster import check_every_node_reaches, data_job, ensure_ray
 from orchestration.embed.folder import (
-    MANIFEST, TMP_BLOCK, BlockSource, EmbedJob, EmbedMeta, EmbedModel, check_not_inside, check_output, owned,
-    read_own_manifest, scan_records,
+    MANIFEST,
+    TMP_BLOCK,
+    BlockSource,
+    EmbedJob,
+    EmbedMeta,
+    EmbedModel,
+    check_not_inside,
+    check_output,
+    owned,
+    read_own_manifest,
+    scan_records,
 )
+from orchestration.embed.inputs import BlockSpec, CorpusError, InputFile, plan_blocks, read_lines, resolve_inputs
 from orchestration.embed.job import BlockEmbedFn, cell_vectors, run_actors, save_input_block, ship_model
-from orchestration.embed.inputs import (BlockSpec, CorpusError, InputFile, plan_blocks, read_lines,
-                                        resolve_inputs)
-from core import ownership, storage
-from core.dataset import file_sha256, fingerprint
 
 Location = str | Path
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -68,11 +77,26 @@ class CorpusResult:
     seconds: float
 
 
-def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_dir: Location,
-                 config: dict[str, Any], column: str = "text", dtype: str = "float32", block_rows: int = 20000,
-                 actors: int = 1, cpus_per_actor: int = 1, use_gpu: bool = False, max_tokens: int = 8000,
-                 force: bool = False, ray_address: str | None = None, backend: str = "torch",
-                 dashboard: bool = False, worker_niceness: int = 0) -> CorpusResult:
+def embed_corpus(
+    inputs: Sequence[str],
+    out_dir: Location,
+    *,
+    lang: str,
+    model_dir: Location,
+    config: dict[str, Any],
+    column: str = "text",
+    dtype: str = "float32",
+    block_rows: int = 20000,
+    actors: int = 1,
+    cpus_per_actor: int = 1,
+    use_gpu: bool = False,
+    max_tokens: int = 8000,
+    force: bool = False,
+    ray_address: str | None = None,
+    backend: str = "torch",
+    dashboard: bool = False,
+    worker_niceness: int = 0,
+) -> CorpusResult:
     """Embed every sentence of `inputs` (files, directories, globs; local or URIs) into blocks in `out_dir`
     (a local folder or a URI; see the module) by the model directory `model_dir` (local or a URI), on the
     Ray cluster at `ray_address` (`orchestration.adapters.cluster.ensure_ray`) when blocks are left to do;
@@ -83,16 +107,47 @@ def embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_d
     from orchestration.adapters.lock import output_lock
 
     with output_lock(out_dir, "embed"):
-        return _embed_corpus(inputs, out_dir, lang=lang, model_dir=model_dir, config=config, column=column,
-                             dtype=dtype, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
-                             use_gpu=use_gpu, max_tokens=max_tokens, force=force, ray_address=ray_address,
-                             backend=backend, dashboard=dashboard, worker_niceness=worker_niceness)
+        return _embed_corpus(
+            inputs,
+            out_dir,
+            lang=lang,
+            model_dir=model_dir,
+            config=config,
+            column=column,
+            dtype=dtype,
+            block_rows=block_rows,
+            actors=actors,
+            cpus_per_actor=cpus_per_actor,
+            use_gpu=use_gpu,
+            max_tokens=max_tokens,
+            force=force,
+            ray_address=ray_address,
+            backend=backend,
+            dashboard=dashboard,
+            worker_niceness=worker_niceness,
+        )
 
 
-def _embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_dir: Location,
-                  config: dict[str, Any], column: str, dtype: str, block_rows: int, actors: int, cpus_per_actor: int,
-                  use_gpu: bool, max_tokens: int, force: bool, ray_address: str | None, backend: str,
-                  dashboard: bool, worker_niceness: int) -> CorpusResult:
+def _embed_corpus(
+    inputs: Sequence[str],
+    out_dir: Location,
+    *,
+    lang: str,
+    model_dir: Location,
+    config: dict[str, Any],
+    column: str,
+    dtype: str,
+    block_rows: int,
+    actors: int,
+    cpus_per_actor: int,
+    use_gpu: bool,
+    max_tokens: int,
+    force: bool,
+    ray_address: str | None,
+    backend: str,
+    dashboard: bool,
+    worker_niceness: int,
+) -> CorpusResult:
     from orchestration.embed.backends import resolve
 
     started = time.monotonic()
@@ -107,35 +162,74 @@ def _embed_corpus(inputs: Sequence[str], out_dir: Location, *, lang: str, model_
     files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows)
     check_not_inside(out_dir, files)
     model = EmbedModel(dir=str(storage.absolute(model_dir)), model_sha256=file_sha256(model_path))
-    fp = fingerprint({"inputs": [[f.path, f.bytes, f.sha256] for f in files], "model": model.model_sha256,
-                      "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows,
-                      **({"backend": engine} if engine != "torch" else {})})  # torch: the fingerprint of before
+    fp = fingerprint(
+        {
+            "inputs": [[f.path, f.bytes, f.sha256] for f in files],
+            "model": model.model_sha256,
+            "lang": lang,
+            "column": column,
+            "dtype": dtype,
+            "block_rows": block_rows,
+            **({"backend": engine} if engine != "torch" else {}),
+        }
+    )  # torch: the fingerprint of before
     done, previous = _completed(out_dir, fp, blocks, force)
     final, out_dir = out_dir, _replacement(out_dir, previous)  # with --force over other embeddings: staged
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
-    log.info("%d sentences (%d empty) in %d files -> %d blocks of %d, %d complete already", total,
-             sum(f.empty for f in files), len(files), len(blocks), block_rows, len(done))
+    log.info(
+        "%d sentences (%d empty) in %d files -> %d blocks of %d, %d complete already",
+        total,
+        sum(f.empty for f in files),
+        len(files),
+        len(blocks),
+        block_rows,
+        len(done),
+    )
     warn_empty(sum(f.empty for f in files), total)
     if pending:
         ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard, worker_niceness=worker_niceness)
         local = [f.path for f in files if not storage.is_uri(f.path)]
         if local:  # the actors read the inputs, on any node
             check_every_node_reaches(input=local[0])
-        job = dict(lang=lang, column=column, dtype=dtype, max_tokens=max_tokens, device=device,
-                   threads=cpus_per_actor, backend=engine,
-                   storage_env=storage.environment())  # the actors read URI inputs from the same store
+        job = dict(
+            lang=lang,
+            column=column,
+            dtype=dtype,
+            max_tokens=max_tokens,
+            device=device,
+            threads=cpus_per_actor,
+            backend=engine,
+            storage_env=storage.environment(),
+        )  # the actors read URI inputs from the same store
         _run(pending, out_dir, fp, local_model, job, actors, cpus_per_actor, use_gpu)
     records = scan_records(out_dir).records
     records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
-    manifest = _manifest(files, records, model, lang, dtype, dim, config, fp,
-                         EmbedJob(column=column, block_rows=block_rows, actors=actors, cpus_per_actor=cpus_per_actor,
-                                  use_gpu=use_gpu, max_tokens=max_tokens, backend=engine))
+    manifest = _manifest(
+        files,
+        records,
+        model,
+        lang,
+        dtype,
+        dim,
+        config,
+        fp,
+        EmbedJob(
+            column=column,
+            block_rows=block_rows,
+            actors=actors,
+            cpus_per_actor=cpus_per_actor,
+            use_gpu=use_gpu,
+            max_tokens=max_tokens,
+            backend=engine,
+        ),
+    )
     store_writer.write_manifest(out_dir, manifest)
     if out_dir != final:
         ownership.swap_in(Path(out_dir), Path(final), previous)  # the old output stays whole until now
-    return CorpusResult(final, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending),
-                        time.monotonic() - started)
+    return CorpusResult(
+        final, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending), time.monotonic() - started
+    )
 
 
 def load_embeddings(out_dir: Location) -> np.ndarray:
@@ -149,7 +243,7 @@ def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 
     by chunk: ((N, D) float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
     chunks, batch, empty = [], [], 0
     for name in names:
-        with (open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else storage.open_input(name)) as handle:
+        with open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else storage.open_input(name) as handle:
             for line in read_lines(handle, "<stdin>" if name == "-" else name):
                 batch.append(line)
                 empty += not line
@@ -169,12 +263,24 @@ def warn_empty(empty: int, total: int) -> None:
     if total and empty == total:
         raise CorpusError(f"all {total} input lines are empty: nothing to embed")
     if empty:
-        log.warning("%d of %d lines are empty: each is embedded as end-of-sentence alone, the same vector "
-                    "(kept so that row i is line i); drop empty lines first if they are not wanted", empty, total)
+        log.warning(
+            "%d of %d lines are empty: each is embedded as end-of-sentence alone, the same vector "
+            "(kept so that row i is line i); drop empty lines first if they are not wanted",
+            empty,
+            total,
+        )
 
 
-def _run(pending: list[BlockSpec], out_dir: Location, fp: str, model_dir: Path, job: dict[str, Any], actors: int,
-         cpus: int, use_gpu: bool) -> None:
+def _run(
+    pending: list[BlockSpec],
+    out_dir: Location,
+    fp: str,
+    model_dir: Path,
+    job: dict[str, Any],
+    actors: int,
+    cpus: int,
+    use_gpu: bool,
+) -> None:
     """The blocks still to do, through the one embedding job (`embed.job`), a block per batch, each written
     into `out_dir` (local or a URI) as it comes, its record after it."""
     import ray.data
@@ -190,9 +296,18 @@ def _run(pending: list[BlockSpec], out_dir: Location, fp: str, model_dir: Path, 
 
     with data_job():  # a task that a dying node failed is run again
         dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
-    run_actors(dataset, BlockEmbedFn, {**job, "model": ship_model(model_dir, job["backend"])}, write=write,
-               rows=sum(b.rows for b in pending), rows_of=lambda r: r.rows,
-               actors=min(actors, len(pending)), cpus=cpus, use_gpu=use_gpu, batch_size=1)
+    run_actors(
+        dataset,
+        BlockEmbedFn,
+        {**job, "model": ship_model(model_dir, job["backend"])},
+        write=write,
+        rows=sum(b.rows for b in pending),
+        rows_of=lambda r: r.rows,
+        actors=min(actors, len(pending)),
+        cpus=cpus,
+        use_gpu=use_gpu,
+        batch_size=1,
+    )
 
 
 def _replacement(out_dir: Location, previous: list[str] | None) -> Location:
@@ -221,30 +336,49 @@ def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool)
     if manifest.legacy or (manifest.current is not None and manifest.current.meta.get("fingerprint") != fp):
         stale.append(MANIFEST)
     if stale and not force:
-        raise CorpusError(f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
-                          "pass --force to replace them, or choose another output directory")
+        raise CorpusError(
+            f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
+            "pass --force to replace them, or choose another output directory"
+        )
     if stale:
         return set(), found
     for name in found:
         if TMP_BLOCK.fullmatch(name):
             storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
     wanted = {store.block_name(b.index): b for b in blocks}
-    return {wanted[record.name].index for record in scanned.records.values() if record.name in wanted
-            and all(f"{lang}/{record.name}.npy" in found for lang in record.sha256)}, None
+    return {
+        wanted[record.name].index
+        for record in scanned.records.values()
+        if record.name in wanted and all(f"{lang}/{record.name}.npy" in found for lang in record.sha256)
+    }, None
 
 
-def _manifest(files: list[InputFile], records: list[store.BlockRecord], model: EmbedModel, lang: str, dtype: str,
-              dim: int, config: dict[str, Any], fp: str, job: EmbedJob) -> store.StoreManifest:
+def _manifest(
+    files: list[InputFile],
+    records: list[store.BlockRecord],
+    model: EmbedModel,
+    lang: str,
+    dtype: str,
+    dim: int,
+    config: dict[str, Any],
+    fp: str,
+    job: EmbedJob,
+) -> store.StoreManifest:
     """The manifest (`store_writer.make_manifest`, this job's under `meta`), once every block's rows and empty lines
     add up to the inputs'."""
     rows, empty = sum(r.rows for r in records), sum(r.empty or 0 for r in records)
     if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
-        raise AssertionError(f"blocks hold {rows} sentences ({empty} empty), the inputs "
-                             f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})")
+        raise AssertionError(
+            f"blocks hold {rows} sentences ({empty} empty), the inputs "
+            f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})"
+        )
     sources = [BlockSource.model_validate(r.model_dump()) for r in records]
-    meta = EmbedMeta(fingerprint=fp, lang=lang, empty=empty, inputs=files, model=model, sources=sources, job=job,
-                     config=config)
-    return store_writer.make_manifest(records, languages=[lang], dim=dim, dtype=dtype, meta=meta.model_dump(mode="json"))
+    meta = EmbedMeta(
+        fingerprint=fp, lang=lang, empty=empty, inputs=files, model=model, sources=sources, job=job, config=config
+    )
+    return store_writer.make_manifest(
+        records, languages=[lang], dim=dim, dtype=dtype, meta=meta.model_dump(mode="json")
+    )
 
 
 def _model_languages(model_path: Path) -> tuple[list[str], int]:

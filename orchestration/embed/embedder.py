@@ -9,20 +9,21 @@ and config.yaml; the text goes through the same normalization as `prepare`
 `model.inference.embed`. `interlingua embed`, `interlingua search` and the
 MLflow pyfunc model use this one class.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import sentencepiece as spm
 import torch
 
 from core.errors import UserError
+from core.normalize import Normalizer
 from model.inference import embed
 from model.nmt import MultilingualNMT
 from orchestration.adapters import model_dir as model_files
-from core.normalize import Normalizer
 
 
 class UnknownLanguage(UserError, ValueError):
@@ -30,14 +31,28 @@ class UnknownLanguage(UserError, ValueError):
 
 
 class SentenceEmbedder:
-    def __init__(self, model: MultilingualNMT, processor: spm.SentencePieceProcessor, normalizer: Normalizer,
-                 *, max_tokens: int = 8000, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model: MultilingualNMT,
+        processor: spm.SentencePieceProcessor,
+        normalizer: Normalizer,
+        *,
+        max_tokens: int = 8000,
+        device: str = "cpu",
+    ) -> None:
         self.model, self.processor, self.normalizer = model, processor, normalizer
         self.max_tokens, self.device = max_tokens, torch.device(device)
 
     @classmethod
-    def load(cls, model_dir: str | Path, *, device: str = "cpu", max_tokens: int = 8000,
-             backend: str = "auto", threads: int | None = None) -> SentenceEmbedder:
+    def load(
+        cls,
+        model_dir: str | Path,
+        *,
+        device: str = "cpu",
+        max_tokens: int = 8000,
+        backend: str = "auto",
+        threads: int | None = None,
+    ) -> SentenceEmbedder:
         """`backend`: runtime.backend (`embed.backends`); its encoder stands in for the model in `embed`
         (`threads`: an ONNX backend's intra-op threads)."""
         from orchestration.embed.backends import load_encoder
@@ -46,8 +61,13 @@ class SentenceEmbedder:
         model_files.verify(model_dir)  # model.safetensors and spm.model as exported (ModelDirError otherwise)
         model = load_encoder(model_dir, backend=backend, device=device, threads=threads)
         processor = model_files.load_tokenizer(model_dir / model_files.SPM_FILE)
-        return cls(model.to(device), processor, Normalizer(model_files.normalization(model_dir)),
-                   max_tokens=max_tokens, device=device)
+        return cls(
+            model.to(device),
+            processor,
+            Normalizer(model_files.normalization(model_dir)),
+            max_tokens=max_tokens,
+            device=device,
+        )
 
     @property
     def languages(self) -> list[str]:
@@ -61,5 +81,11 @@ class SentenceEmbedder:
         """(len(sentences), D) float32; an empty sentence gets the embedding of EOS alone."""
         if lang not in self.languages:
             raise UnknownLanguage(f"the model knows {self.languages}, not {lang!r}")
-        return embed(self.model, self.token_ids(sentences, lang), lang, max_tokens=self.max_tokens,
-                     device=self.device, autocast=self.device.type == "cuda")
+        return embed(
+            self.model,
+            self.token_ids(sentences, lang),
+            lang,
+            max_tokens=self.max_tokens,
+            device=self.device,
+            autocast=self.device.type == "cuda",
+        )

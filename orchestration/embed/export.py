@@ -12,6 +12,7 @@ holds nothing but an earlier export's files (its manifest names them); anything 
 there is refused (ForeignDataError, exit 2), never overwritten. Sentencepiece and the
 normalization stay outside the graphs: the model directory keeps them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -104,10 +105,16 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
     model, _ = model_files.load(model_dir / model_files.MODEL_FILE)
     files, quantized = _write_graphs(model, staging)
     manifest = ExportManifest(
-        model=ExportedModel(dir=str(model_dir), model_sha256=lineage["model_sha256"],
-                            spm_sha256=lineage.get("spm_sha256")),
-        languages=list(model.languages), encoders=sorted(model.encoders), embedding_dim=model.embedding_dim,
-        quantized_ops=quantized, files=files, versions=_versions())
+        model=ExportedModel(
+            dir=str(model_dir), model_sha256=lineage["model_sha256"], spm_sha256=lineage.get("spm_sha256")
+        ),
+        languages=list(model.languages),
+        encoders=sorted(model.encoders),
+        embedding_dim=model.embedding_dim,
+        quantized_ops=quantized,
+        files=files,
+        versions=_versions(),
+    )
     storage.write_json(staging / MANIFEST, manifest.model_dump(mode="json"))  # last: a folder without it is no export
     ownership.swap_in(staging, out_dir, previous)
     log.info("exported %s to %s (%s)", model_dir, out_dir, ", ".join(files))
@@ -120,8 +127,12 @@ def _replaceable(out_dir: Path) -> list[str] | None:
         return None
     manifest = read_manifest(out_dir)
     ours = {*manifest.files, MANIFEST} if manifest else set()
-    return ownership.check_only_ours(out_dir, lambda e: e in ours, what=f"-o {out_dir}",
-                                   advice="give an empty or new directory; interlingua replaces only its own export")
+    return ownership.check_only_ours(
+        out_dir,
+        lambda e: e in ours,
+        what=f"-o {out_dir}",
+        advice="give an empty or new directory; interlingua replaces only its own export",
+    )
 
 
 def _write_graphs(model, staging: Path) -> tuple[dict[str, str], list[str]]:
@@ -164,14 +175,17 @@ def upgrade_model_dir(model_dir: Path) -> Path:
         raise model_files.ModelDirError(f"{model_dir}: no {model_files.LEGACY_MODEL_FILE} to convert")
     recorded = model_files.lineage(model_dir)
     if "model_sha256" in recorded and recorded["model_sha256"] != file_sha256(legacy):
-        raise model_files.ModelDirError(f"{legacy}: sha256 differs from the one recorded in "
-                                        f"{model_files.LINEAGE_FILE}: the file is damaged or was replaced; not converted")
+        raise model_files.ModelDirError(
+            f"{legacy}: sha256 differs from the one recorded in "
+            f"{model_files.LINEAGE_FILE}: the file is damaged or was replaced; not converted"
+        )
     try:
         model, meta = load_legacy_model(str(legacy))
     except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
-        raise model_files.ModelDirError(f"{legacy}: refused ({type(exc).__name__}: {first}); "
-                                        "only a file of tensors and plain values is converted") from None
+        raise model_files.ModelDirError(
+            f"{legacy}: refused ({type(exc).__name__}: {first}); only a file of tensors and plain values is converted"
+        ) from None
     partial = model_dir / f".{model_files.MODEL_FILE}.partial"
     save_model(model, str(partial), **meta.model_dump())
     partial.rename(target)

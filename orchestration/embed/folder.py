@@ -2,11 +2,13 @@
 folder's files are embed's own (its manifest, blocks and records, of this layout or the earlier one, and a
 killed run's temporary files), so that a user's file there is never replaced.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -18,6 +20,7 @@ Location = str | Path
 
 MANIFEST = store.MANIFEST
 LEGACY_FORMAT = "interlingua-embeddings/1"  # blocks at the top (part-N.npy): recognised as ours, never resumed
+
 
 class BlockSource(BaseModel):
     """Where one block's sentences came from."""
@@ -78,8 +81,11 @@ def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], b
     caller has read the folder's records already); ForeignDataError naming the others (a user's files, or
     the inputs themselves when the output is their folder)."""
     return ownership.check_only_ours(
-        out_dir, ours or own_entries(out_dir), what=what,
-        advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)")
+        out_dir,
+        ours or own_entries(out_dir),
+        what=what,
+        advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)",
+    )
 
 
 def own_entries(out_dir: Location) -> Callable[[str], bool]:
@@ -162,8 +168,13 @@ def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
         root = str(out_dir).rstrip("/") + "/"
         inside = [f.path for f in files if f.path.startswith(root)]
     else:
-        inside = [f.path for f in files if not storage.is_uri(f.path)
-                  and Path(out_dir).resolve() in Path(f.path).resolve().parents]
+        inside = [
+            f.path
+            for f in files
+            if not storage.is_uri(f.path) and Path(out_dir).resolve() in Path(f.path).resolve().parents
+        ]
     if inside:
-        raise CorpusError(f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
-                          "write the embeddings to a directory of their own")
+        raise CorpusError(
+            f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
+            "write the embeddings to a directory of their own"
+        )

@@ -1,4 +1,5 @@
-"""The one input reader (`interlingua embed`, `mine`, test sets): text files (one sentence per line) and Parquet files (a text column).
+"""The one input reader (`interlingua embed`, `mine`, test sets): text files (one sentence per line) and Parquet
+files (a text column).
 
     paths = resolve_inputs(["corpus/", "more/*.txt", "news.parquet"])
     files, blocks = plan_blocks(paths, column="text", block_rows=20000)
@@ -15,14 +16,16 @@ own (by byte offset, or by Parquet row groups) and the same inputs always give
 the same blocks. A line ends with LF or CRLF; a byte-order mark opening a file
 is dropped; empty lines (and null Parquet values) are sentences too.
 """
+
 from __future__ import annotations
 
 import fnmatch
 import glob
 import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, Sequence
+from typing import BinaryIO
 
 from core import storage
 from core.errors import UserError
@@ -93,8 +96,8 @@ def _uri_matches(spec: str) -> list[str]:
         if not names and not storage.entries(spec):
             raise CorpusError(f"{spec}: no such file or prefix")
         return [storage.join(spec, n) for n in names]
-    base = spec[:spec.rindex("/", 0, glob_at)]  # the prefix above the first wildcard: listed once
-    pattern = spec[len(base) + 1:].split("/")
+    base = spec[: spec.rindex("/", 0, glob_at)]  # the prefix above the first wildcard: listed once
+    pattern = spec[len(base) + 1 :].split("/")
     return [storage.join(base, n) for n in storage.files(base) if _glob_match(n.split("/"), pattern)]
 
 
@@ -117,8 +120,16 @@ def plan_blocks(paths: Iterable[str], *, column: str, block_rows: int) -> tuple[
         info, offsets = scan
         files.append(info)
         for n, first in enumerate(range(0, info.rows, block_rows)):
-            blocks.append(BlockSpec(len(blocks), info.path, info.kind, first, min(block_rows, info.rows - first),
-                                    offsets[n] if info.kind == "text" else 0))
+            blocks.append(
+                BlockSpec(
+                    len(blocks),
+                    info.path,
+                    info.kind,
+                    first,
+                    min(block_rows, info.rows - first),
+                    offsets[n] if info.kind == "text" else 0,
+                )
+            )
     return files, blocks
 
 
@@ -143,8 +154,10 @@ def decode_line(raw: bytes, path: Path | str, number: int, *, first: bool = Fals
     try:
         return raw.rstrip(b"\r\n").decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CorpusError(f"{path}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line: "
-                          f"{raw[exc.start:exc.start + 4]!r}); convert the file to UTF-8 (e.g. iconv)") from None
+        raise CorpusError(
+            f"{path}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line: "
+            f"{raw[exc.start : exc.start + 4]!r}); convert the file to UTF-8 (e.g. iconv)"
+        ) from None
 
 
 def read_lines(handle: BinaryIO, name: str) -> Iterator[str]:
@@ -204,8 +217,10 @@ def read_block(block: BlockSpec, *, column: str) -> list[str]:
     if block.kind == "text":
         with storage.open_input(block.path) as handle:
             handle.seek(block.offset)
-            return [decode_line(handle.readline(), block.path, block.first + i + 1, first=block.offset == 0 and i == 0)
-                    for i in range(block.rows)]
+            return [
+                decode_line(handle.readline(), block.path, block.first + i + 1, first=block.offset == 0 and i == 0)
+                for i in range(block.rows)
+            ]
     parquet = storage.open_parquet(block.path)
     groups, start = [], 0
     for g in range(parquet.num_row_groups):

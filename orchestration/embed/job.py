@@ -17,18 +17,20 @@ have no CPUs: a head started with `--num-cpus 0`): the model's files come throug
 (`ship_model`; each actor lands a private copy, verifies it as every reader does and loads it), and an actor
 returns its vectors instead of writing them. The driver writes each block as it comes, in the one format of
 `evaluation.store`: the first three's key-ordered blocks into a staging folder, published as one folder
-(`store_writer.write_block`, `store_writer.publish`); `BlockEmbedFn`'s input-ordered blocks in place, locally or at a URI,
-each with its record, the completion marker a rerun looks for (`save_input_block`, `store_writer.save_block`).
+(`store_writer.write_block`, `store_writer.publish`); `BlockEmbedFn`'s input-ordered blocks in place, locally or
+at a URI, each with its record, the completion marker a rerun looks for (`save_input_block`, `store_writer.save_block`).
 Every array is written whole or not at all (`evaluation.npy.save_array`, or one PUT).
 """
+
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -41,8 +43,19 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, write: Callable[[dict], T], rows: int,
-               rows_of: Callable[[T], int], actors: int, cpus: int, use_gpu: bool, batch_size: int) -> list[T]:
+def run_actors(
+    dataset: Any,
+    actor: type,
+    kwargs: dict[str, Any],
+    *,
+    write: Callable[[dict], T],
+    rows: int,
+    rows_of: Callable[[T], int],
+    actors: int,
+    cpus: int,
+    use_gpu: bool,
+    batch_size: int,
+) -> list[T]:
     """Map `dataset` (made under `cluster.data_job`: its settings are the dataset's) through a pool of `actors`
     actors of `actor` (`kwargs` to its constructor, `cpus` CPUs or a GPU each, on any node) in batches of
     `batch_size`; each row an actor returns goes to `write` on the driver as it comes, and what `write` returns
@@ -54,9 +67,15 @@ def run_actors(dataset: Any, actor: type, kwargs: dict[str, Any], *, write: Call
     bars, context.enable_progress_bars = context.enable_progress_bars, logs.verbosity() >= logs.VERBOSE
     progress, records = Progress(rows, verb="embedded", unit="sentences"), []
     try:
-        written = dataset.map_batches(actor, fn_constructor_kwargs=kwargs, batch_size=batch_size,
-                                      batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
-                                      num_cpus=cpus, num_gpus=1 if use_gpu else 0)
+        written = dataset.map_batches(
+            actor,
+            fn_constructor_kwargs=kwargs,
+            batch_size=batch_size,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=cpus,
+            num_gpus=1 if use_gpu else 0,
+        )
         for row in written.iter_rows():
             records.append(write(row))
             progress.update(rows_of(records[-1]))
@@ -77,14 +96,22 @@ def ship_model(model_dir: Path | None, backend: str = "torch") -> list[dict[str,
     from orchestration.adapters import model_dir as model_files
     from orchestration.embed import export
 
-    files = [name for name in model_files.FILES
-             if name != model_files.LEGACY_MODEL_FILE and (Path(model_dir) / name).is_file()]
+    files = [
+        name
+        for name in model_files.FILES
+        if name != model_files.LEGACY_MODEL_FILE and (Path(model_dir) / name).is_file()
+    ]
     folders = {"model": (Path(model_dir), files)}
     if backend != "torch":
         folder = export.default_dir(Path(model_dir))
         folders["model-onnx"] = (folder, [export.MANIFEST, *export.read_manifest(folder).files])
-    return [{f"{name}/{file}": ray.put((folder / file).read_bytes()) for name, (folder, files) in folders.items()
-             for file in files}]
+    return [
+        {
+            f"{name}/{file}": ray.put((folder / file).read_bytes())
+            for name, (folder, files) in folders.items()
+            for file in files
+        }
+    ]
 
 
 @contextlib.contextmanager
@@ -128,10 +155,15 @@ class _TuplesFn:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         names = ["keys", *(f"{lang}_{c}" for lang in self.languages for c in ("texts", "vectors"))]
         if not len(batch["key"]):
-            return {"rows": np.array([], np.int64), "dim": np.array([], np.int64),
-                    **{name: np.array([], object) for name in names}}
-        out = {"rows": np.array([len(batch["key"])]), "keys": np.array([json.dumps([str(k) for k in batch["key"]])],
-                                                                        object)}
+            return {
+                "rows": np.array([], np.int64),
+                "dim": np.array([], np.int64),
+                **{name: np.array([], object) for name in names},
+            }
+        out = {
+            "rows": np.array([len(batch["key"])]),
+            "keys": np.array([json.dumps([str(k) for k in batch["key"]])], object),
+        }
         for lang in self.languages:
             vectors = self.embed_language(batch, lang).astype(self.dtype)  # (n, D)
             out[f"{lang}_vectors"], out["dim"] = vectors_cell(vectors), np.array([vectors.shape[1]])
@@ -144,17 +176,27 @@ def tuples_block(staging: Path, row: dict[str, Any], languages: list[str], dtype
     """A `_TuplesFn` row written by the driver as a block of `staging` (`store_writer.write_block`); its record."""
     from evaluation.store_writer import write_block
 
-    return write_block(staging, json.loads(row["keys"]),
-                       {lang: cell_vectors(row[f"{lang}_vectors"], row["rows"], row["dim"], dtype)
-                        for lang in languages},
-                       {lang: json.loads(row[f"{lang}_texts"]) for lang in languages})
+    return write_block(
+        staging,
+        json.loads(row["keys"]),
+        {lang: cell_vectors(row[f"{lang}_vectors"], row["rows"], row["dim"], dtype) for lang in languages},
+        {lang: json.loads(row[f"{lang}_texts"]) for lang in languages},
+    )
 
 
 class SplitEmbedFn(_TuplesFn):
     """A trained model (`model.safetensors`) on a split's stored token ids."""
 
-    def __init__(self, model: list[dict[str, Any]], languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 backend: str = "torch", threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: list[dict[str, Any]],
+        languages: list[str],
+        max_tokens: int,
+        use_gpu: bool,
+        dtype: str,
+        backend: str = "torch",
+        threads: int | None = None,
+    ) -> None:
         import torch
 
         from orchestration.embed.backends import load_encoder
@@ -170,22 +212,32 @@ class SplitEmbedFn(_TuplesFn):
         from model.inference import embed
 
         seqs = [np.asarray(ids, dtype=np.int64) for ids in batch[f"{lang}_ids"]]
-        return embed(self.model, seqs, lang, max_tokens=self.max_tokens, device=self.device,
-                     autocast=self.device.type == "cuda")
+        return embed(
+            self.model, seqs, lang, max_tokens=self.max_tokens, device=self.device, autocast=self.device.type == "cuda"
+        )
 
 
 class TextEmbedFn(_TuplesFn):
     """A trained model on texts (a test set's, or a split's whose token ids are of another tokenizer): its
     own normalization and sentencepiece model."""
 
-    def __init__(self, model: list[dict[str, Any]], languages: list[str], max_tokens: int, use_gpu: bool, dtype: str,
-                 backend: str = "torch", threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: list[dict[str, Any]],
+        languages: list[str],
+        max_tokens: int,
+        use_gpu: bool,
+        dtype: str,
+        backend: str = "torch",
+        threads: int | None = None,
+    ) -> None:
         from orchestration.embed.embedder import SentenceEmbedder
 
         super().__init__(languages, dtype)
         with landed_model(model) as model_dir:
-            self.embedder = SentenceEmbedder.load(model_dir, device="cuda" if use_gpu else "cpu",
-                                                  max_tokens=max_tokens, backend=backend, threads=threads)
+            self.embedder = SentenceEmbedder.load(
+                model_dir, device="cuda" if use_gpu else "cpu", max_tokens=max_tokens, backend=backend, threads=threads
+            )
 
     def embed_language(self, batch: dict[str, np.ndarray], lang: str) -> np.ndarray:
         return self.embedder.embed(list(batch[f"{lang}_text"]), lang)
@@ -209,8 +261,18 @@ class BlockEmbedFn:
     reaches), embedded by the shipped model directory; out, one row per block: `index`, `rows`, `empty`, `dim`
     and `vectors` (`vectors_cell`), which the driver writes (`save_input_block`)."""
 
-    def __init__(self, model: list[dict[str, Any]], lang: str, column: str, dtype: str, max_tokens: int, device: str,
-                 threads: int, backend: str = "torch", storage_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        model: list[dict[str, Any]],
+        lang: str,
+        column: str,
+        dtype: str,
+        max_tokens: int,
+        device: str,
+        threads: int,
+        backend: str = "torch",
+        storage_env: dict[str, str] | None = None,
+    ) -> None:
         import os
 
         from model.training import cpu_threads
@@ -222,8 +284,9 @@ class BlockEmbedFn:
         cpu_threads(threads)
         # the backend the driver resolved: never the loader's own "auto", which may pick an int8 export
         with landed_model(model) as model_dir:
-            self.embedder = SentenceEmbedder.load(model_dir, device=device, max_tokens=max_tokens, backend=backend,
-                                                  threads=threads)
+            self.embedder = SentenceEmbedder.load(
+                model_dir, device=device, max_tokens=max_tokens, backend=backend, threads=threads
+            )
         self.lang, self.column, self.dtype = lang, column, dtype
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -235,8 +298,13 @@ class BlockEmbedFn:
             sentences = read_block(spec, column=self.column)
             vectors = self.embedder.embed(sentences, self.lang).astype(self.dtype)  # (rows, D)
             assert len(vectors) == spec.rows, (spec, vectors.shape)
-            for name, value in (("index", spec.index), ("rows", spec.rows), ("empty", sum(not s for s in sentences)),
-                                ("dim", vectors.shape[1]), ("vectors", vectors_cell(vectors)[0])):
+            for name, value in (
+                ("index", spec.index),
+                ("rows", spec.rows),
+                ("empty", sum(not s for s in sentences)),
+                ("dim", vectors.shape[1]),
+                ("vectors", vectors_cell(vectors)[0]),
+            ):
                 out[name].append(value)
         return {name: np.array(values, object if name == "vectors" else np.int64) for name, values in out.items()}
 
@@ -245,12 +313,23 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def save_input_block(out_dir: Path | str, spec: Any, lang: str, vectors: np.ndarray, empty: int, fp: str
-                     ) -> BlockRecord:
+def save_input_block(
+    out_dir: Path | str, spec: Any, lang: str, vectors: np.ndarray, empty: int, fp: str
+) -> BlockRecord:
     """An input file's block (`inputs.BlockSpec`) in `out_dir` (local or a URI): <lang>/part-NNNNN.npy whole
-    or not at all, then its record part-NNNNN.json: the completion marker a rerun looks for (`store_writer.save_block`)."""
+    or not at all, then its record part-NNNNN.json: the completion marker a rerun looks for
+    (`store_writer.save_block`)."""
     from evaluation import store, store_writer
 
     assert len(vectors) == spec.rows, (spec, vectors.shape)
-    return store_writer.save_block(out_dir, store.block_name(spec.index), {lang: vectors}, index=spec.index,
-                            source=spec.path, kind=spec.kind, first_line=spec.first + 1, empty=empty, fingerprint=fp)
+    return store_writer.save_block(
+        out_dir,
+        store.block_name(spec.index),
+        {lang: vectors},
+        index=spec.index,
+        source=spec.path,
+        kind=spec.kind,
+        first_line=spec.first + 1,
+        empty=empty,
+        fingerprint=fp,
+    )

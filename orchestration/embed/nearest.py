@@ -6,6 +6,7 @@ Tables 5-8). The candidates are the embeddings `interlingua evaluate` wrote
 (`evaluation.store`, the split's complete tuples), read block by block when
 they are of this model; otherwise the split is embedded here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,13 +17,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from core import storage, transfer
+from core.dataset import Dataset, file_sha256
 from evaluation.search import search, search_blocks
 from evaluation.store import MANIFEST, EmbeddingsMeta, StoredEmbeddings
 from orchestration.adapters import model_dir as model_files
 from orchestration.config import Config, ConfigError
 from orchestration.embed.embedder import SentenceEmbedder
-from core import storage, transfer
-from core.dataset import Dataset, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,11 @@ def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | Non
     try:  # embeddings of token ids of another tokenizer (written before evaluate checked it) are wrong
         model_files.check_tokenizer(model_dir, Dataset.open(config.data_dir))
     except model_files.TokenizerMismatch:
-        log.warning("%s: the split was encoded with another tokenizer than the model's; embedding its text "
-                    "here with the model's own", folder)
+        log.warning(
+            "%s: the split was encoded with another tokenizer than the model's; embedding its text "
+            "here with the model's own",
+            folder,
+        )
         return None
     return store
 
@@ -107,8 +111,13 @@ def search_stored(store: StoredEmbeddings, query_vecs: np.ndarray, target: str, 
     """The k nearest stored sentences in `target` of each query (Q, D), read block by block; one Hits per
     query (`interlingua search`, and `interlingua serve`'s nearest)."""
     scores, ids = search_blocks(query_vecs, store.blocks(target), min(k, len(store)), "cosine")  # (Q, k)
-    return [[(float(s), str(store.column("key", i, i + 1)[0]), str(store.column(f"{target}_text", i, i + 1)[0]))
-             for s, i in zip(row_scores, row_ids)] for row_scores, row_ids in zip(scores, ids)]
+    return [
+        [
+            (float(s), str(store.column("key", i, i + 1)[0]), str(store.column(f"{target}_text", i, i + 1)[0]))
+            for s, i in zip(row_scores, row_ids)
+        ]
+        for row_scores, row_ids in zip(scores, ids)
+    ]
 
 
 def _search_split(config: Config, embedder: SentenceEmbedder, query_vec: np.ndarray, target: str, k: int) -> Hits:

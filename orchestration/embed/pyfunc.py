@@ -13,6 +13,7 @@ requirements.txt names, beside the pinned `REQUIREMENTS`
 MLflow logs this file as the model's code (models from code: nothing is
 pickled); `set_model` at the end names the model it defines.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,8 +26,7 @@ import pandas as pd
 # The third-party distributions imported when the model loads (`orchestration.embed.embedder` and what it
 # imports: the Beam-free `core`, `model`), pinned at logging time to the versions installed then; neither
 # Apache Beam nor Ray (tests/orchestration/test_imports.py). mlflow pins itself.
-REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex",
-                "pyarrow")
+REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow")
 
 
 class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):

@@ -1,9 +1,10 @@
 """`interlingua evaluate`: the Ray batch job that measures a model by similarity search.
 
-    embedding.py   Ray Data: a split's complete tuples -> embeddings per language on disk (model or USE)
-    job.py         evaluate(): the stage cache, embedding, sharded search (`evaluation.xsim` on Ray
-                   tasks reading the stored embeddings), metrics, report files and the MLflow run
+embedding.py   Ray Data: a split's complete tuples -> embeddings per language on disk (model or USE)
+job.py         evaluate(): the stage cache, embedding, sharded search (`evaluation.xsim` on Ray
+               tasks reading the stored embeddings), metrics, report files and the MLflow run
 """
+
 from __future__ import annotations
 
 from pydantic import ConfigDict
@@ -23,4 +24,3 @@ class EvaluationRecord(StageRecord):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     data: str
-

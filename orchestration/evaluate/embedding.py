@@ -12,20 +12,21 @@ the texts, and return each batch's vectors; the driver writes each as a block
 of `evaluation.store` (embeddings per language, keys, texts and their hashes)
 into a staging folder as it comes and publishes the folder.
 """
+
 from __future__ import annotations
 
 import functools
 import logging
 from pathlib import Path
 
+from core import ownership
+from core.dataset import Dataset
 from evaluation.store import BlockRecord, EmbeddingsMeta, StoredEmbeddings
 from evaluation.store_writer import publish
 from orchestration.adapters.cluster import data_job
 from orchestration.config import Config
-from orchestration.evaluate import EvaluateError
 from orchestration.embed.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, run_actors, ship_model, tuples_block
-from core import ownership
-from core.dataset import Dataset
+from orchestration.evaluate import EvaluateError
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,9 @@ def complete_only(batch, *, columns: list[str]):
 READ_HERE_ROWS = 20_000
 
 
-def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows: int = 1024,
-                    read_here_rows: int = READ_HERE_ROWS):
+def complete_tuples(
+    config: Config, languages: list[str], use: bool, batch_rows: int = 1024, read_here_rows: int = READ_HERE_ROWS
+):
     """A Ray Dataset of the split's tuples that hold every language in `languages`, in key order: `key`,
     each language's `_text` and, unless `use` (texts only: the baseline, or a model reading text), `_ids`;
     the first `evaluate.max_sentences` when set. A split of at most `read_here_rows` tuples is read by this
@@ -61,12 +63,14 @@ def complete_tuples(config: Config, languages: list[str], use: bool, batch_rows:
     if total <= read_here_rows:
         return _read_here(files, ordered, columns, required, e.max_sentences, batch_rows, config.runtime.embed_actors)
     # about a batch per block: the sort's tasks stay few for a small split, many for a large one
-    dataset = ray.data.read_parquet(ordered or files, columns=columns,
-                                    override_num_blocks=max(len(files), -(-total // batch_rows)))
+    dataset = ray.data.read_parquet(
+        ordered or files, columns=columns, override_num_blocks=max(len(files), -(-total // batch_rows))
+    )
     if ordered is None:
         dataset = dataset.sort("key")  # straight after the read: the sort's partitions are the read's blocks
-    dataset = dataset.map_batches(complete_only, batch_format="pyarrow", batch_size=None,
-                                  fn_kwargs={"columns": required})
+    dataset = dataset.map_batches(
+        complete_only, batch_format="pyarrow", batch_size=None, fn_kwargs={"columns": required}
+    )
     if e.max_sentences:
         dataset = dataset.limit(e.max_sentences)
     # a batch per block, in order, so that every actor gets work (one Parquet file reads as one block)
@@ -79,8 +83,15 @@ def _blocks(rows: int, batch_rows: int, actors: int) -> int:
     return max(-(-rows // batch_rows), actors, 1)
 
 
-def _read_here(files: list[str], ordered: list[str] | None, columns: list[str], required: list[str],
-               limit: int | None, batch_rows: int, actors: int):
+def _read_here(
+    files: list[str],
+    ordered: list[str] | None,
+    columns: list[str],
+    required: list[str],
+    limit: int | None,
+    batch_rows: int,
+    actors: int,
+):
     """`complete_tuples` of a small split, read by this process: its complete tuples in key order, the first
     `limit`, as a Ray Dataset of about a batch per block and at least a block per actor."""
     import pyarrow as pa
@@ -112,7 +123,8 @@ def key_ordered(files: list[str]) -> list[str] | None:
             if not len(keys):
                 continue
             if (last is not None and keys[0].as_py() <= last) or (
-                    len(keys) > 1 and not pc.all(pc.less(keys[:-1], keys[1:])).as_py()):
+                len(keys) > 1 and not pc.all(pc.less(keys[:-1], keys[1:])).as_py()
+            ):
                 return None
             first, last = keys[0].as_py() if first is None else first, keys[-1].as_py()
         if first is not None:
@@ -123,9 +135,17 @@ def key_ordered(files: list[str]) -> list[str] | None:
     return [path for _, _, path in spans] + [path for path in files if path not in {s[2] for s in spans}]
 
 
-def embed_split(config: Config, model_path: Path | None, languages: list[str], folder: Path,
-                meta: EmbeddingsMeta | None = None, batch_rows: int = 1024, own_text: bool = False,
-                backend: str = "torch", read_here_rows: int = READ_HERE_ROWS) -> StoredEmbeddings:
+def embed_split(
+    config: Config,
+    model_path: Path | None,
+    languages: list[str],
+    folder: Path,
+    meta: EmbeddingsMeta | None = None,
+    batch_rows: int = 1024,
+    own_text: bool = False,
+    backend: str = "torch",
+    read_here_rows: int = READ_HERE_ROWS,
+) -> StoredEmbeddings:
     """Embed the split's complete tuples into `folder` (`evaluation.store`: per language, in key order,
     with keys and texts; a block per batch of `batch_rows`; `model_path` None: the USE baseline; `own_text`:
     the model reads the text with its own tokenizer instead of the stored token ids; `read_here_rows`: see
@@ -134,51 +154,88 @@ def embed_split(config: Config, model_path: Path | None, languages: list[str], f
     with _ordered():
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
-        tuples = complete_tuples(config, languages, actor is not SplitEmbedFn, batch_rows,
-                                 read_here_rows).materialize()
-        records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows,
-                         backend)
+        tuples = complete_tuples(config, languages, actor is not SplitEmbedFn, batch_rows, read_here_rows).materialize()
+        records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows, backend)
     rows = sum(record.rows for record in records)
     if rows < 2:
         ownership.remove_staging(_staging(folder))
         raise EvaluateError(f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2")
     _log_skipped(config, rows)
-    return publish(_staging(folder), folder, records, languages=languages,
-                   meta=meta.model_dump() if meta else None)
+    return publish(_staging(folder), folder, records, languages=languages, meta=meta.model_dump() if meta else None)
 
 
-def embed_texts(config: Config, table, model_path: Path | None, languages: list[str], folder: Path,
-                meta: EmbeddingsMeta | None = None, batch_rows: int = 1024, backend: str = "torch"
-                ) -> StoredEmbeddings:
+def embed_texts(
+    config: Config,
+    table,
+    model_path: Path | None,
+    languages: list[str],
+    folder: Path,
+    meta: EmbeddingsMeta | None = None,
+    batch_rows: int = 1024,
+    backend: str = "torch",
+) -> StoredEmbeddings:
     """Embed a test set's texts (a pyarrow table: key, <lang>_text, in key order) into `folder`, each
     model with its own tokenizer (`model_path` None: the USE baseline)."""
     import ray.data
 
     with _ordered():  # the dataset keeps the settings it was made under
         tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
-        records = _embed(config, tuples, len(table), UseEmbedFn if model_path is None else TextEmbedFn, model_path,
-                         languages, folder, batch_rows, backend)
-    return publish(_staging(folder), folder, records, languages=languages,
-                   meta=meta.model_dump() if meta else None)
+        records = _embed(
+            config,
+            tuples,
+            len(table),
+            UseEmbedFn if model_path is None else TextEmbedFn,
+            model_path,
+            languages,
+            folder,
+            batch_rows,
+            backend,
+        )
+    return publish(_staging(folder), folder, records, languages=languages, meta=meta.model_dump() if meta else None)
 
 
 def _staging(folder: Path) -> Path:
     return folder.with_name(f".{folder.name}.partial")
 
 
-def _embed(config: Config, tuples, rows: int, actor: type, model_path: Path | None, languages: list[str],
-           folder: Path, batch_rows: int, backend: str) -> list[BlockRecord]:
+def _embed(
+    config: Config,
+    tuples,
+    rows: int,
+    actor: type,
+    model_path: Path | None,
+    languages: list[str],
+    folder: Path,
+    batch_rows: int,
+    backend: str,
+) -> list[BlockRecord]:
     """The block records of the `rows` `tuples` embedded by the one embedding job (`embed.job`) and written
     into the staging folder here, the model on `backend` (resolved: `embed.backends`)."""
     e, r = config.evaluate, config.runtime
     staging = _staging(folder)
     ownership.make_staging(staging)
     shipped = ship_model(None if model_path is None else Path(model_path).parent, backend)
-    kwargs = dict(model=shipped, languages=languages, max_tokens=e.max_tokens, use_gpu=r.use_gpu, dtype=e.dtype,
-                  backend=backend, threads=r.cpus_per_task)
-    return run_actors(tuples, actor, kwargs, write=lambda row: tuples_block(staging, row, languages, e.dtype),
-                      rows=rows * len(languages), rows_of=lambda record: record.rows * len(languages),
-                      actors=r.embed_actors, cpus=r.cpus_per_task, use_gpu=r.use_gpu, batch_size=batch_rows)
+    kwargs = dict(
+        model=shipped,
+        languages=languages,
+        max_tokens=e.max_tokens,
+        use_gpu=r.use_gpu,
+        dtype=e.dtype,
+        backend=backend,
+        threads=r.cpus_per_task,
+    )
+    return run_actors(
+        tuples,
+        actor,
+        kwargs,
+        write=lambda row: tuples_block(staging, row, languages, e.dtype),
+        rows=rows * len(languages),
+        rows_of=lambda record: record.rows * len(languages),
+        actors=r.embed_actors,
+        cpus=r.cpus_per_task,
+        use_gpu=r.use_gpu,
+        batch_size=batch_rows,
+    )
 
 
 def _log_skipped(config: Config, rows: int) -> None:

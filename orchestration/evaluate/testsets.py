@@ -16,6 +16,7 @@ that models with different tokenizers are measured on the same input:
 
 Test sets are small (thousands of lines), so the driver reads them whole.
 """
+
 from __future__ import annotations
 
 import functools
@@ -66,11 +67,18 @@ def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
     else:
         testset = _from_dataset(spec, languages)
     if len(testset.table) < 2:
-        raise EvaluateError(f"evaluate.testsets {spec.name}: {len(testset.table)} complete tuples of "
-                            f"{testset.read} (dropped: {testset.dropped}); the search needs at least 2")
+        raise EvaluateError(
+            f"evaluate.testsets {spec.name}: {len(testset.table)} complete tuples of "
+            f"{testset.read} (dropped: {testset.dropped}); the search needs at least 2"
+        )
     if testset.dropped:
-        log.warning("test set %s: %d of %d tuples dropped (%s)", spec.name, sum(testset.dropped.values()),
-                    testset.read, ", ".join(f"{reason} {n}" for reason, n in testset.dropped.items()))
+        log.warning(
+            "test set %s: %d of %d tuples dropped (%s)",
+            spec.name,
+            sum(testset.dropped.values()),
+            testset.read,
+            ", ".join(f"{reason} {n}" for reason, n in testset.dropped.items()),
+        )
     return testset
 
 
@@ -90,12 +98,18 @@ def _from_files(spec: TestsetConfig) -> Testset:
         identity[lang] = {"path": path, "sha256": hashlib.sha256(raw).hexdigest()}
     counts = {lang: len(lines) for lang, lines in columns.items()}
     if len(set(counts.values())) > 1:
-        raise EvaluateError(f"evaluate.testsets {spec.name}: the files must be line-aligned, but have "
-                            + ", ".join(f"{spec.files[lang]} {n} lines" for lang, n in counts.items()))
+        raise EvaluateError(
+            f"evaluate.testsets {spec.name}: the files must be line-aligned, but have "
+            + ", ".join(f"{spec.files[lang]} {n} lines" for lang, n in counts.items())
+        )
     read = next(iter(counts.values()))
     keep = [i for i in range(read) if all(lines[i].strip() for lines in columns.values())]
-    table = pa.table({"key": [f"{i + 1:09d}" for i in keep],
-                      **{f"{lang}_text": [lines[i] for i in keep] for lang, lines in columns.items()}})
+    table = pa.table(
+        {
+            "key": [f"{i + 1:09d}" for i in keep],
+            **{f"{lang}_text": [lines[i] for i in keep] for lang, lines in columns.items()},
+        }
+    )
     dropped = {"empty": read - len(keep)} if read > len(keep) else {}
     verified = {entry["path"]: entry["sha256"] for entry in identity.values()}
     return Testset(spec.name, table, list(columns), {"files": identity}, read, dropped, verified)
@@ -107,15 +121,18 @@ def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} holds no prepared dataset ({MANIFEST})")
     data = Dataset.open(folder)
     if spec.fingerprint is None:
-        raise EvaluateError(f"evaluate.testsets {spec.name}: pin the dataset with fingerprint: "
-                            f"{data.fingerprint} (its manifest's), so that a changed set is refused")
+        raise EvaluateError(
+            f"evaluate.testsets {spec.name}: pin the dataset with fingerprint: "
+            f"{data.fingerprint} (its manifest's), so that a changed set is refused"
+        )
     if data.fingerprint != spec.fingerprint:
-        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has fingerprint {data.fingerprint}, "
-                            f"pinned {spec.fingerprint}: the pinned set changed; restore it, or pin the new one")
+        raise EvaluateError(
+            f"evaluate.testsets {spec.name}: {folder} has fingerprint {data.fingerprint}, "
+            f"pinned {spec.fingerprint}: the pinned set changed; restore it, or pin the new one"
+        )
     missing = [lang for lang in languages if lang not in data.languages]
     if missing:
-        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has no {missing} (it holds "
-                            f"{data.languages})")
+        raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} has no {missing} (it holds {data.languages})")
     # the fingerprint pins what the manifest says; the shards' sha256 pin what is read (the text: no spm)
     try:
         data.verify((spec.split,), spm=False)
@@ -127,5 +144,4 @@ def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
     table = table.sort_by("key")
     dropped = {"incomplete": read - len(table)} if read > len(table) else {}
     identity = {"dataset": folder, "split": spec.split, "fingerprint": spec.fingerprint}
-    return Testset(spec.name, table, list(languages), identity, read, dropped,
-                   data.sha256((spec.split,), spm=False))
+    return Testset(spec.name, table, list(languages), identity, read, dropped, data.sha256((spec.split,), spm=False))

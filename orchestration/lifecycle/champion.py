@@ -13,16 +13,17 @@ than the champion's by more than that budget (`decide`). The errors, the
 rule's parameters, the pairs that blocked the promotion and the decision are
 logged to the pipeline run.
 """
+
 from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from orchestration.adapters import registry, tracking
-from orchestration.lifecycle import packaging
 from orchestration.config import Config
+from orchestration.lifecycle import packaging
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,9 @@ def beats(challenger_error: float, champion_error: float, min_improvement: float
     return challenger_error < champion_error - min_improvement - TOLERANCE
 
 
-def pair_regressions(challenger: Mapping[Pair, float], champion: Mapping[Pair, float],
-                     max_pair_regression: float | None) -> tuple[PairRegression, ...]:
+def pair_regressions(
+    challenger: Mapping[Pair, float], champion: Mapping[Pair, float], max_pair_regression: float | None
+) -> tuple[PairRegression, ...]:
     """The pairs on which the challenger's error exceeds the champion's by more than `max_pair_regression`,
     worst first; none when the budget is None. A pair the champion was measured on and the challenger was
     not (a language it dropped) counts as 100 % error for the challenger; pairs only the challenger has
@@ -98,31 +100,52 @@ def pair_regressions(challenger: Mapping[Pair, float], champion: Mapping[Pair, f
     return tuple(sorted(worse, key=lambda r: (-r.delta, r.pair)))
 
 
-def decide(*, challenger_error: float, champion_error: float, challenger_matrix: Mapping[Pair, float],
-           champion_matrix: Mapping[Pair, float], min_improvement: float,
-           max_pair_regression: float | None) -> Verdict:
+def decide(
+    *,
+    challenger_error: float,
+    champion_error: float,
+    challenger_matrix: Mapping[Pair, float],
+    champion_matrix: Mapping[Pair, float],
+    min_improvement: float,
+    max_pair_regression: float | None,
+) -> Verdict:
     """Both rules on both models' errors measured on the same split (matrices: {(src, tgt): error}).
     The pairs are checked even when the average already fails, so that the log says every reason."""
-    return Verdict(beats(challenger_error, champion_error, min_improvement),
-                   pair_regressions(challenger_matrix, champion_matrix, max_pair_regression))
+    return Verdict(
+        beats(challenger_error, champion_error, min_improvement),
+        pair_regressions(challenger_matrix, champion_matrix, max_pair_regression),
+    )
 
 
-def explain(verdict: Verdict, *, challenger: str, champion: str, challenger_error: float, champion_error: float,
-            min_improvement: float, max_pair_regression: float | None) -> str:
+def explain(
+    verdict: Verdict,
+    *,
+    challenger: str,
+    champion: str,
+    challenger_error: float,
+    champion_error: float,
+    min_improvement: float,
+    max_pair_regression: float | None,
+) -> str:
     """The reason, for people: both averages, the margin, and the blocking pairs with both errors."""
-    reason = (f"challenger {challenger} {100 * challenger_error:.2f}% vs champion {champion} "
-              f"{100 * champion_error:.2f}% (needs {100 * min_improvement:.2f} points better)")
+    reason = (
+        f"challenger {challenger} {100 * challenger_error:.2f}% vs champion {champion} "
+        f"{100 * champion_error:.2f}% (needs {100 * min_improvement:.2f} points better)"
+    )
     if verdict.blocking:
         listed = ", ".join(str(r) for r in verdict.blocking[:MAX_LISTED_PAIRS])
         more = len(verdict.blocking) - MAX_LISTED_PAIRS
-        reason += (f"; {len(verdict.blocking)} pair(s) worse than the champion's by more than "
-                   f"{100 * max_pair_regression:.2f} points (challenger vs champion): {listed}"
-                   + (f" and {more} more" if more > 0 else ""))
+        reason += (
+            f"; {len(verdict.blocking)} pair(s) worse than the champion's by more than "
+            f"{100 * max_pair_regression:.2f} points (challenger vs champion): {listed}"
+            + (f" and {more} more" if more > 0 else "")
+        )
     return reason
 
 
-def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, challenger,
-                        parent_run_id: str) -> Decision:
+def register_and_decide(
+    config: Config, uri: str, name: str, sha: str, trained, challenger, parent_run_id: str
+) -> Decision:
     """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult on the split, or on the
     test set `registry.decide_on`); promote it when `decide` says so against the champion re-evaluated on
     the same data (RuntimeError if that data's fingerprint differs: numbers on different inputs)."""
@@ -133,13 +156,23 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
     dim = model_files.load(local / model_files.MODEL_FILE)[0].embedding_dim
     lineage = model_files.verify(local)
     info = packaging.log_model(uri, trained.run_id, local, dim)
-    version = registry.register_model(uri, info.model_uri, name, {
-        MODEL_TAG: sha, "eval.xsim_error": f"{challenger.averages['all']:.6f}", "train_run_id": trained.run_id,
-        SPM_TAG: lineage["spm_sha256"], DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),
-    })
+    version = registry.register_model(
+        uri,
+        info.model_uri,
+        name,
+        {
+            MODEL_TAG: sha,
+            "eval.xsim_error": f"{challenger.averages['all']:.6f}",
+            "train_run_id": trained.run_id,
+            SPM_TAG: lineage["spm_sha256"],
+            DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),
+        },
+    )
     challenger_error, champion_error = challenger.averages["all"], None
-    rule = {"min_improvement": config.registry.min_improvement,
-            "max_pair_regression": config.registry.max_pair_regression}
+    rule = {
+        "min_improvement": config.registry.min_improvement,
+        "max_pair_regression": config.registry.max_pair_regression,
+    }
     current = registry.champion(uri, name)
     if current is None:
         verdict, reason = Verdict(better=True), "no champion yet"
@@ -147,45 +180,84 @@ def register_and_decide(config: Config, uri: str, name: str, sha: str, trained, 
         with tempfile.TemporaryDirectory(prefix="champion-") as tmp:
             champion_dir = registry.download_model_dir(uri, name, current.version, tmp)
             # the same sentences as the challenger's, as token ids of the champion's own tokenizer
-            champion = evaluate(config, model_dir=champion_dir, label=f"champion-v{current.version}",
-                                parent_run_id=parent_run_id, testset=config.registry.decide_on, reencode=True)
+            champion = evaluate(
+                config,
+                model_dir=champion_dir,
+                label=f"champion-v{current.version}",
+                parent_run_id=parent_run_id,
+                testset=config.registry.decide_on,
+                reencode=True,
+            )
         if champion.data != challenger.data:
-            raise RuntimeError(f"the champion was measured on data {champion.data}, the challenger on "
-                               f"{challenger.data}: not comparable; rerun")
+            raise RuntimeError(
+                f"the champion was measured on data {champion.data}, the challenger on "
+                f"{challenger.data}: not comparable; rerun"
+            )
         champion_error = champion.averages["all"]
-        verdict = decide(challenger_error=challenger_error, champion_error=champion_error,
-                         challenger_matrix=challenger.matrix, champion_matrix=champion.matrix, **rule)
-        reason = explain(verdict, challenger=f"v{version}", champion=f"v{current.version}",
-                         challenger_error=challenger_error, champion_error=champion_error, **rule)
+        verdict = decide(
+            challenger_error=challenger_error,
+            champion_error=champion_error,
+            challenger_matrix=challenger.matrix,
+            champion_matrix=champion.matrix,
+            **rule,
+        )
+        reason = explain(
+            verdict,
+            challenger=f"v{version}",
+            champion=f"v{current.version}",
+            challenger_error=challenger_error,
+            champion_error=champion_error,
+            **rule,
+        )
     if verdict.promoted:
         registry.promote(uri, name, version)
-    log_decision(uri, parent_run_id, verdict, challenger_error=challenger_error, champion_error=champion_error,
-                 **rule)
-    tracking.set_tags(uri, parent_run_id, {"register.evaluation_set": config.registry.decide_on or
-                                           config.evaluate.split, "register.evaluation_data": challenger.data})
+    log_decision(uri, parent_run_id, verdict, challenger_error=challenger_error, champion_error=champion_error, **rule)
+    tracking.set_tags(
+        uri,
+        parent_run_id,
+        {
+            "register.evaluation_set": config.registry.decide_on or config.evaluate.split,
+            "register.evaluation_data": challenger.data,
+        },
+    )
     message = f"{'promoted' if verdict.promoted else 'not promoted'} {name} v{version}: {reason}"
     log.info(message)
     return Decision(verdict.promoted, message, version, challenger_error, champion_error, verdict.blocking)
 
 
-def log_decision(uri: str, run_id: str, verdict: Verdict, *, challenger_error: float,
-                 champion_error: float | None, min_improvement: float, max_pair_regression: float | None) -> None:
+def log_decision(
+    uri: str,
+    run_id: str,
+    verdict: Verdict,
+    *,
+    challenger_error: float,
+    champion_error: float | None,
+    min_improvement: float,
+    max_pair_regression: float | None,
+) -> None:
     """The decision's inputs and outcome on the pipeline run: both averages, `register/promoted`, and per
     blocking pair `register/pair_regression/<src>-<tgt>` (challenger minus champion error) as metrics; the
     rule's parameters and the blocking pairs with both errors as `register.*` tags."""
-    metrics = {"register/challenger_error": challenger_error, "register/promoted": float(verdict.promoted),
-               "register/blocking_pairs": float(len(verdict.blocking))}
+    metrics = {
+        "register/challenger_error": challenger_error,
+        "register/promoted": float(verdict.promoted),
+        "register/blocking_pairs": float(len(verdict.blocking)),
+    }
     if champion_error is not None:
         metrics["register/champion_error"] = champion_error
     metrics.update({f"register/pair_regression/{r.name}": r.delta for r in verdict.blocking})
     items = list(metrics.items())
     for start in range(0, len(items), 1000):  # MLflow takes at most 1,000 metrics per batch
-        tracking.log_metrics(uri, run_id, dict(items[start:start + 1000]), 0)
+        tracking.log_metrics(uri, run_id, dict(items[start : start + 1000]), 0)
     blocking = "; ".join(str(r) for r in verdict.blocking) or "none"
     if len(blocking) > MAX_TAG_CHARS:
-        blocking = blocking[:MAX_TAG_CHARS - 40].rsplit(";", 1)[0] + "; ... (all in register/pair_regression/*)"
-    tracking.set_tags(uri, run_id, {
-        "register.min_improvement": str(min_improvement),
-        "register.max_pair_regression": "none" if max_pair_regression is None else str(max_pair_regression),
-        "register.blocking_pairs": blocking,
-    })
+        blocking = blocking[: MAX_TAG_CHARS - 40].rsplit(";", 1)[0] + "; ... (all in register/pair_regression/*)"
+    tracking.set_tags(
+        uri,
+        run_id,
+        {
+            "register.min_improvement": str(min_improvement),
+            "register.max_pair_regression": "none" if max_pair_regression is None else str(max_pair_regression),
+            "register.blocking_pairs": blocking,
+        },
+    )

@@ -6,6 +6,7 @@ pair's error; and a figure with the learning curves (dev similarity error of
 each run's training) and each run's error matrix minus the best run's.
 Works against any tracking URI, the embedded sqlite store or a server.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from core import storage
+from core.ownership import ForeignDataError
 from evaluation.report import grid
 from orchestration.adapters import tracking
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config, ConfigError
-from core import storage
-from core.ownership import ForeignDataError
 
 IGNORED = {"run_dir", "dataset_dir", "name"}  # differ by construction
 PLOT_SOFTWARE = "interlingua compare"  # in the PNG it writes: the one kind of file --plot may replace
@@ -42,8 +43,16 @@ LABELS = {"evaluate": "evaluation", "train": "training"}
 METRICS = {"evaluate": ("eval/xsim_error", "eval/xsim_error/"), "train": ("dev/best_xsim_error", "dev/xsim_error/")}
 
 
-def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int = 20, pairs: bool = False,
-                 plot: str | None = None, stage: str = "evaluate", testset: str | None = None) -> str:
+def compare_runs(
+    config: Config,
+    *,
+    experiment: str | None = None,
+    max_runs: int = 20,
+    pairs: bool = False,
+    plot: str | None = None,
+    stage: str = "evaluate",
+    testset: str | None = None,
+) -> str:
     """The runs of `stage` (evaluation runs by test error, on the split or on the test set `testset`;
     training runs and tune trials by best dev error). ConfigError for an experiment that does not exist or
     holds no such run (naming what exists): an empty table answers nothing."""
@@ -59,12 +68,16 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
     if plot and not Path(plot).resolve().parent.is_dir():
         raise ConfigError(f"--plot {plot}: the folder {Path(plot).resolve().parent} does not exist")
     if plot and Path(plot).exists() and _written_by(Path(plot)) != PLOT_SOFTWARE:
-        raise ForeignDataError(f"--plot {plot}: the file exists and is not a figure interlingua compare wrote; "
-                               "it is never overwritten: give another path")
+        raise ForeignDataError(
+            f"--plot {plot}: the file exists and is not a figure interlingua compare wrote; "
+            "it is never overwritten: give another path"
+        )
     tracking.check_reachable(uri)
     if experiment not in (names := tracking.experiment_names(uri)):
-        raise ConfigError(f"{flag} {experiment!r}: no such experiment in {uri} (it has: "
-                          f"{', '.join(map(repr, names)) or 'none'}); a stage's first run creates it")
+        raise ConfigError(
+            f"{flag} {experiment!r}: no such experiment in {uri} (it has: "
+            f"{', '.join(map(repr, names)) or 'none'}); a stage's first run creates it"
+        )
     metric, pair_prefix = METRICS[stage]
     where = f"tags.`{tracking.STAGE_TAG}` = '{stage}'"
     if stage == "evaluate":
@@ -80,16 +93,26 @@ def compare_runs(config: Config, *, experiment: str | None = None, max_runs: int
     rows = []
     for r in runs:
         m = r.data.metrics
-        rows.append([r.info.run_name or r.info.run_id[:8], *[r.data.params.get(k, "") for k in differing],
-                     _pct(m.get(metric)), *[_pct(m.get(f"{pair_prefix}avg_{a}")) for a in averages]]
-                    + ([r.info.status] if stage == "train" else []))
+        rows.append(
+            [
+                r.info.run_name or r.info.run_id[:8],
+                *[r.data.params.get(k, "") for k in differing],
+                _pct(m.get(metric)),
+                *[_pct(m.get(f"{pair_prefix}avg_{a}")) for a in averages],
+            ]
+            + ([r.info.status] if stage == "train" else [])
+        )
     out = [f"experiment {experiment!r}: {len(runs)} {LABELS[stage]} runs, best first", _table(header, rows)]
     if pairs:
-        names = sorted({k.rsplit("/", 1)[1] for r in runs for k in r.data.metrics
-                        if k.startswith(pair_prefix) and "avg_" not in k})
+        names = sorted(
+            {k.rsplit("/", 1)[1] for r in runs for k in r.data.metrics if k.startswith(pair_prefix) and "avg_" not in k}
+        )
         pair_rows = [[n, *[_pct(r.data.metrics.get(f"{pair_prefix}{n}")) for r in runs]] for n in names]
-        out += ["", "error % per pair", _table(["pair", *[r.info.run_name or r.info.run_id[:8] for r in runs]],
-                                                pair_rows)]
+        out += [
+            "",
+            "error % per pair",
+            _table(["pair", *[r.info.run_name or r.info.run_id[:8] for r in runs]], pair_rows),
+        ]
     if plot:
         _plot(uri, runs, plot)
         out.append(f"\nfigure: {plot}")
@@ -118,8 +141,11 @@ def _pct(value: float | None) -> str:
 
 
 def _matrix(run: Any) -> tuple[list[str], np.ndarray]:
-    pairs = {k.rsplit("/", 1)[1]: v for k, v in run.data.metrics.items()
-             if k.startswith("eval/xsim_error/") and "avg_" not in k}
+    pairs = {
+        k.rsplit("/", 1)[1]: v
+        for k, v in run.data.metrics.items()
+        if k.startswith("eval/xsim_error/") and "avg_" not in k
+    }
     langs = sorted({lang for pair in pairs for lang in pair.split("-")})
     return langs, grid({tuple(pair.split("-")): value for pair, value in pairs.items()}, langs)
 
@@ -169,7 +195,9 @@ def _plot(uri: str, runs: list, path: str) -> None:
         fig.colorbar(image, ax=ax)
     fig.tight_layout()
     figure = io.BytesIO()
-    fig.savefig(figure, format="png", dpi=110, metadata={"Software": PLOT_SOFTWARE})  # how a rerun knows it may replace it
+    fig.savefig(
+        figure, format="png", dpi=110, metadata={"Software": PLOT_SOFTWARE}
+    )  # how a rerun knows it may replace it
     plt.close(fig)
     storage.replace_bytes(path, figure.getvalue())  # whole, under exactly this name, never through a link
 

@@ -1,11 +1,11 @@
 """What a registered model carries: the project as a wheel inside the MLflow model, and the pinned
 requirements beside it; `log_model` logs `orchestration/embed/pyfunc.py` with both
 (`registry.log_pyfunc_model`)."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
 
 DISTRIBUTION = "interlingua"  # setup.cfg's name
 BUILD_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
@@ -27,8 +27,15 @@ def log_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim
 
     with tempfile.TemporaryDirectory(prefix="interlingua-wheel-") as tmp:
         wheel = build_project_wheel(tmp)  # before the run is entered: a failed build leaves its status alone
-        return registry.log_pyfunc_model(uri, run_id, model_dir, embedding_dim, code=pyfunc.__file__, wheel=wheel,
-                                         requirements=pinned(pyfunc.REQUIREMENTS))
+        return registry.log_pyfunc_model(
+            uri,
+            run_id,
+            model_dir,
+            embedding_dim,
+            code=pyfunc.__file__,
+            wheel=wheel,
+            requirements=pinned(pyfunc.REQUIREMENTS),
+        )
 
 
 def build_project_wheel(dst: str | os.PathLike) -> Path:
@@ -52,7 +59,8 @@ def build_project_wheel(dst: str | os.PathLike) -> Path:
     if not (root / "setup.cfg").is_file():
         raise FileNotFoundError(
             f"{root} holds no setup.cfg: a registered model carries a wheel of the project, built from its "
-            "source tree; install the project from a checkout (`pip install -e .`) to register models")
+            "source tree; install the project from a checkout (`pip install -e .`) to register models"
+        )
     packages = importlib.metadata.distribution(DISTRIBUTION).read_text("top_level.txt").split()
     tree, out = Path(dst) / "src", Path(dst) / "dist"
     tree.mkdir(parents=True)
@@ -86,9 +94,24 @@ def _build(tree: Path, root: Path) -> Path:
         _BUILT_DIR.append(Path(tempfile.mkdtemp(prefix="interlingua-wheels-")))
         atexit.register(shutil.rmtree, _BUILT_DIR[0], True)
     out = Path(tempfile.mkdtemp(dir=_BUILT_DIR[0]))
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--disable-pip-version-check", "-q", "-w", str(out), str(tree)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(out),
+            str(tree),
+        ],
+        capture_output=True,
+        text=True,
+    )
     wheels = sorted(out.glob("*.whl"))
     if done.returncode != 0 or len(wheels) != 1:
         raise RuntimeError(f"building the project's wheel from {root} failed:\n{(done.stdout + done.stderr)[-3000:]}")

@@ -7,6 +7,7 @@
 The mined pairs are a `prepare` source (`kind: mined`), so `interlingua run`
 retrains on them and promotes the model only when the evaluation improves.
 """
+
 from __future__ import annotations
 
 from core.errors import UserError

@@ -1,18 +1,18 @@
 """The monolingual sentences of one language, normalized as at training time and deduplicated; the
 files (local or URIs) are found and read by `embed.inputs`, the one input reader (that of `embed` and the
 test sets)."""
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from core import storage
+from core.normalize import NormalizeConfig, Normalizer
 from orchestration.config.stages import MineConfig, MineInput
-from orchestration.mine import MineError
 from orchestration.embed.inputs import CorpusError, read_column, read_lines, resolve_inputs
-from core.normalize import Normalizer
-from core.normalize import NormalizeConfig
+from orchestration.mine import MineError
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,16 @@ def check_inputs(m: MineConfig) -> None:
     matching no file, or holding no sentence; a Parquet input without its column; a missing gold file."""
     for spec in m.inputs:
         if not any([_has_sentence(path, spec) for path in input_files(spec)]):  # every file: each column checked
-            raise MineError(f"mine.inputs ({spec.lang}): {spec.path}: no sentence to mine (empty); "
-                            "give files with one sentence per line")
+            raise MineError(
+                f"mine.inputs ({spec.lang}): {spec.path}: no sentence to mine (empty); "
+                "give files with one sentence per line"
+            )
     gold = m.gold.path if m.gold is not None else None
     if gold is not None and not storage.exists(storage.check_location(gold, "mine.gold.path")):
-        raise MineError(f"mine.gold.path: {gold}: file not found; give a TSV file of true pairs (source<TAB>target "
-                        "per line), or mine.gold={split: dev}")
+        raise MineError(
+            f"mine.gold.path: {gold}: file not found; give a TSV file of true pairs (source<TAB>target "
+            "per line), or mine.gold={split: dev}"
+        )
 
 
 def _has_sentence(path: str, spec: MineInput) -> bool:
@@ -61,8 +65,10 @@ def _has_sentence(path: str, spec: MineInput) -> bool:
             raise MineError(f"mine.inputs ({spec.lang}): {path}: not a readable Parquet file ({exc})") from None
         names = meta.schema.to_arrow_schema().names
         if spec.column not in names:
-            raise MineError(f"mine.inputs ({spec.lang}): {path} has no column {spec.column!r} (it has "
-                            f"{', '.join(names)}); set the input's column")
+            raise MineError(
+                f"mine.inputs ({spec.lang}): {path} has no column {spec.column!r} (it has "
+                f"{', '.join(names)}); set the input's column"
+            )
         return meta.num_rows > 0
     with storage.open_input(path) as handle:
         return any(line.strip() for line in handle)  # stops at the first sentence
@@ -84,8 +90,13 @@ def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
             out.raw.append(raw)
     if not out.texts:  # every line empty once normalized: nothing to embed
         raise MineError(f"mine.inputs ({spec.lang}): {spec.path}: no sentence to mine ({out.read} lines, all empty)")
-    log.info("%s: %d lines, %d distinct sentences (dropped: %s)", spec.lang, out.read, len(out.texts),
-             ", ".join(f"{r} {n}" for r, n in out.dropped.items()) or "none")
+    log.info(
+        "%s: %d lines, %d distinct sentences (dropped: %s)",
+        spec.lang,
+        out.read,
+        len(out.texts),
+        ", ".join(f"{r} {n}" for r, n in out.dropped.items()) or "none",
+    )
     return out
 
 

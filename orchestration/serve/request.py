@@ -11,12 +11,13 @@ Everything one request can get wrong is refused here, before it joins a batch: a
 an error found there would have to be kept from the requests batched with it (serve/batch.py does, as the
 second line).
 """
+
 from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from orchestration.config.stages import ServeConfig
 
@@ -40,23 +41,30 @@ class EmbedRequest:
 def check_length(declared: str | None, limits: ServeConfig) -> None:
     """413 when the Content-Length header already says the body is above `max_body_bytes`."""
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise RequestRejected(413, f"the body is {int(declared)} bytes, above serve.max_body_bytes "
-                                   f"({limits.max_body_bytes}); send fewer sentences per request")
+        raise RequestRejected(
+            413,
+            f"the body is {int(declared)} bytes, above serve.max_body_bytes "
+            f"({limits.max_body_bytes}); send fewer sentences per request",
+        )
 
 
-def parse_embed(body: bytes, limits: ServeConfig, languages: list[str], *,
-                stored: Sequence[str] | None) -> EmbedRequest:
+def parse_embed(
+    body: bytes, limits: ServeConfig, languages: list[str], *, stored: Sequence[str] | None
+) -> EmbedRequest:
     """The checked request of a raw /embed body (see the module docstring); RequestRejected otherwise.
     `languages`: the model's; `stored`: those its stored embedding set can be searched in for "nearest"
     (`ServedModel.searchable`), None when it has no stored set."""
     if len(body) > limits.max_body_bytes:
-        raise RequestRejected(413, f"the body is above serve.max_body_bytes ({limits.max_body_bytes} bytes); "
-                                   "send fewer sentences per request")
+        raise RequestRejected(
+            413,
+            f"the body is above serve.max_body_bytes ({limits.max_body_bytes} bytes); send fewer sentences per request",
+        )
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, a huge number
-        raise RequestRejected(422, f"the body is not JSON we accept ({str(exc)[:200]}); send "
-                                   '{"sentences": ["..."], "lang": "fr"}') from None
+        raise RequestRejected(
+            422, f'the body is not JSON we accept ({str(exc)[:200]}); send {{"sentences": ["..."], "lang": "fr"}}'
+        ) from None
     if not isinstance(data, dict):
         raise RequestRejected(422, 'the body must be a JSON object: {"sentences": ["..."], "lang": "fr"}')
     unknown = sorted(set(data) - {"sentences", "lang", "nearest"})
@@ -66,19 +74,24 @@ def parse_embed(body: bytes, limits: ServeConfig, languages: list[str], *,
     if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
         raise RequestRejected(422, '"sentences" must be a list of strings')
     if len(sentences) > limits.max_sentences:
-        raise RequestRejected(413, f"{len(sentences)} sentences, above serve.max_sentences "
-                                   f"({limits.max_sentences}); split the batch")
+        raise RequestRejected(
+            413, f"{len(sentences)} sentences, above serve.max_sentences ({limits.max_sentences}); split the batch"
+        )
     if not isinstance(lang, str) or lang not in languages:
         raise RequestRejected(422, f'"lang": the model knows {languages}, not {lang!r}')
     for i, sentence in enumerate(sentences):
         if len(sentence) > limits.max_sentence_chars:
-            raise RequestRejected(422, f"sentence {i} has {len(sentence)} characters, above "
-                                       f"serve.max_sentence_chars ({limits.max_sentence_chars}); cut it")
+            raise RequestRejected(
+                422,
+                f"sentence {i} has {len(sentence)} characters, above "
+                f"serve.max_sentence_chars ({limits.max_sentence_chars}); cut it",
+            )
         try:  # a lone surrogate ("\ud800") is valid JSON but no text: it would fail the whole batch it joins
             sentence.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise RequestRejected(422, f"sentence {i} is not valid Unicode text ({exc.reason} at character "
-                                       f"{exc.start}); send UTF-8 text") from None
+            raise RequestRejected(
+                422, f"sentence {i} is not valid Unicode text ({exc.reason} at character {exc.start}); send UTF-8 text"
+            ) from None
         check_normalized_length(sentence, i, limits)
     k, targets = _nearest(data.get("nearest"), limits, languages, stored)
     return EmbedRequest(tuple(sentences), lang, k, targets)
@@ -94,13 +107,17 @@ def check_normalized_length(sentence: str, index: int, limits: ServeConfig) -> N
         return
     chars = len(unicodedata.normalize("NFKC", sentence))
     if chars > limits.max_sentence_chars:
-        raise RequestRejected(422, f"sentence {index} has {chars} characters once NFKC-normalized (as the model "
-                                   f"reads it; {len(sentence)} as sent), above serve.max_sentence_chars "
-                                   f"({limits.max_sentence_chars}); cut it")
+        raise RequestRejected(
+            422,
+            f"sentence {index} has {chars} characters once NFKC-normalized (as the model "
+            f"reads it; {len(sentence)} as sent), above serve.max_sentence_chars "
+            f"({limits.max_sentence_chars}); cut it",
+        )
 
 
-def _nearest(value: object, limits: ServeConfig, languages: list[str],
-             stored: Sequence[str] | None) -> tuple[int, tuple[str, ...]]:
+def _nearest(
+    value: object, limits: ServeConfig, languages: list[str], stored: Sequence[str] | None
+) -> tuple[int, tuple[str, ...]]:
     """(k, languages) of the optional `nearest` field: {"k": 3, "in": ["en", "zh"]}, each language one the
     model knows and its stored set holds."""
     if value is None:
@@ -109,8 +126,9 @@ def _nearest(value: object, limits: ServeConfig, languages: list[str],
         raise RequestRejected(422, '"nearest" must be an object {"k": 3, "in": ["en"]}')
     k, targets = value.get("k", 3), value.get("in")
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= limits.max_nearest_k:
-        raise RequestRejected(422, f'"nearest.k" must be an integer from 1 to serve.max_nearest_k '
-                                   f"({limits.max_nearest_k}), not {k!r}")
+        raise RequestRejected(
+            422, f'"nearest.k" must be an integer from 1 to serve.max_nearest_k ({limits.max_nearest_k}), not {k!r}'
+        )
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise RequestRejected(422, '"nearest.in" must be a non-empty list of languages, e.g. ["en"]')
     unknown = [t for t in targets if t not in languages]
@@ -127,11 +145,12 @@ def _nearest(value: object, limits: ServeConfig, languages: list[str],
 def no_stored_set_message(version: str | None = None) -> str:
     """Why "nearest" cannot be answered by a model without a stored embedding set (`version`: which model)."""
     model = f"model version {version}" if version else "the served model"
-    return (f"{model} has no stored embedding set to search (`interlingua evaluate` writes it); "
-            'ask without "nearest"')
+    return f'{model} has no stored embedding set to search (`interlingua evaluate` writes it); ask without "nearest"'
 
 
 def missing_stored_message(missing: Sequence[str], stored: Sequence[str]) -> str:
     """Why "nearest.in" languages the model knows cannot be searched: its stored set lacks them."""
-    return (f'"nearest.in": the stored embedding set holds {list(stored)}, not {list(missing)}; '
-            "ask for those (`interlingua evaluate` stores the languages of its split)")
+    return (
+        f'"nearest.in": the stored embedding set holds {list(stored)}, not {list(missing)}; '
+        "ask for those (`interlingua evaluate` stores the languages of its split)"
+    )

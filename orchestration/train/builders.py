@@ -1,4 +1,5 @@
 """Config -> the flat arguments of the model and the training loop, checked before any work starts."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,27 +44,51 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> ModelAr
             f"model.adaptive_cutoffs {cutoffs}: must increase and stay below the vocabulary size {vocab_size}"
         )
     return ModelArgs(
-        languages=languages, vocab_size=vocab_size,
+        languages=languages,
+        vocab_size=vocab_size,
         pooling={"blstm_max": "max", "lstm_last": "last", "bow_mean": "mean"}[m.encoder],
-        embed_dim=m.embed_dim, encoder_hidden=m.encoder_hidden, encoder_layers=m.encoder_layers,
-        decoder_hidden=m.decoder_hidden, decoder_layers=m.decoder_layers, dropout=m.dropout,
-        shared_encoder=m.shared_encoder, shared_decoder=m.shared_decoder, output=m.output,
+        embed_dim=m.embed_dim,
+        encoder_hidden=m.encoder_hidden,
+        encoder_layers=m.encoder_layers,
+        decoder_hidden=m.decoder_hidden,
+        decoder_layers=m.decoder_layers,
+        dropout=m.dropout,
+        shared_encoder=m.shared_encoder,
+        shared_decoder=m.shared_decoder,
+        output=m.output,
         adaptive_cutoffs=cutoffs if m.output == "adaptive" else [],
-        ranking_scale=m.ranking_scale, ranking_margin=m.ranking_margin, nmt_weight=m.nmt_weight,
-        ranking_pairs=m.ranking_pairs, distill_loss=m.distill_loss,
+        ranking_scale=m.ranking_scale,
+        ranking_margin=m.ranking_margin,
+        nmt_weight=m.nmt_weight,
+        ranking_pairs=m.ranking_pairs,
+        distill_loss=m.distill_loss,
     )
 
 
 def training_paths(train: TrainConfig) -> list[TrainingPath]:
     """The training paths of `train.paths`."""
-    return [TrainingPath(kind=p.kind, weight=p.weight, m=p.m, sources=tuple(p.sources) if p.sources else None,
-                         targets=tuple(p.targets) if p.targets else None) for p in train.paths]
+    return [
+        TrainingPath(
+            kind=p.kind,
+            weight=p.weight,
+            m=p.m,
+            sources=tuple(p.sources) if p.sources else None,
+            targets=tuple(p.targets) if p.targets else None,
+        )
+        for p in train.paths
+    ]
 
 
 def schedule_args(train: TrainConfig) -> dict[str, Any]:
     """The keyword arguments of `model.training.scheduled_lr`."""
-    return dict(lr=train.lr, warmup_steps=train.warmup_steps, schedule=train.schedule, min_lr=train.min_lr,
-                max_steps=train.max_steps, max_minutes=train.max_minutes)
+    return dict(
+        lr=train.lr,
+        warmup_steps=train.warmup_steps,
+        schedule=train.schedule,
+        min_lr=train.min_lr,
+        max_steps=train.max_steps,
+        max_minutes=train.max_minutes,
+    )
 
 
 def trained_languages(config: Config, available: list[str]) -> list[str]:
@@ -91,5 +116,7 @@ def dev_languages(config: Config, languages: list[str]) -> list[str]:
 def check_losses(config: Config) -> None:
     """Refuse option combinations that leave a batch without a loss."""
     if config.model.nmt_weight == 0 and config.train.monolingual:
-        raise ConfigError("train.monolingual with model.nmt_weight=0: an auto-encoding batch has no ranking "
-                          "pair and so no loss; turn one of them off")
+        raise ConfigError(
+            "train.monolingual with model.nmt_weight=0: an auto-encoding batch has no ranking "
+            "pair and so no loss; turn one of them off"
+        )

@@ -8,6 +8,7 @@ the weights, optimizer, scheduler and progress; with the folder's model
 file (the best weights so far, not stored twice) everything a restarted
 worker group needs to go on from the same step (= data position).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,14 @@ from typing import Any
 
 import torch
 
+from core import fencing, ownership, storage
+from core.dataset import file_sha256
+from core.schema import dump_yaml
 from model.args import ModelArgs
-from model.stream import DataPosition
 from model.nmt import MultilingualNMT, load_model, save_model
+from model.stream import DataPosition
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
-from core import fencing, ownership, storage
-from core.schema import dump_yaml
-from core.dataset import file_sha256
 
 STATE_FILE = model_files.CHECKPOINT_STATE
 
@@ -82,19 +83,40 @@ def restore(resume_from: str | None = None) -> TrainingState | None:
         best = blob.get("best_model")  # in state.pt itself in checkpoints written before 2026-11-27
         if best is None:
             best = load_model(str(Path(path) / MODEL_FILE))[0].state_dict()
-    return TrainingState(blob["model"], blob["optimizer"], blob["scheduler"], TrainingProgress.from_dict(blob["progress"]),
-                         best, blob.get("positions", {}))
+    return TrainingState(
+        blob["model"],
+        blob["optimizer"],
+        blob["scheduler"],
+        TrainingProgress.from_dict(blob["progress"]),
+        best,
+        blob.get("positions", {}),
+    )
 
 
 def save_state(state: TrainingState, path: Path) -> None:
     """`state.pt`: tensors and plain values only (`restore` reads it with weights_only=True). The best
     weights are left out: they are the checkpoint's model file, which `restore` reads them from."""
-    torch.save({"model": state.model, "optimizer": state.optimizer, "scheduler": state.scheduler,
-                "progress": asdict(state.progress), "positions": state.positions}, path)
+    torch.save(
+        {
+            "model": state.model,
+            "optimizer": state.optimizer,
+            "scheduler": state.scheduler,
+            "progress": asdict(state.progress),
+            "positions": state.positions,
+        },
+        path,
+    )
 
 
-def report(rank: int, state: TrainingState, model_args: ModelArgs, *, spm_model: str,
-           config: dict[str, Any], metrics: dict[str, float]) -> None:
+def report(
+    rank: int,
+    state: TrainingState,
+    model_args: ModelArgs,
+    *,
+    spm_model: str,
+    config: dict[str, Any],
+    metrics: dict[str, float],
+) -> None:
     """Rank 0 writes a checkpoint directory and reports it; every other rank reports without one.
 
     The directory is written in a private temporary folder and handed to Ray only when whole, so a
@@ -123,16 +145,22 @@ def report(rank: int, state: TrainingState, model_args: ModelArgs, *, spm_model:
         best.load_state_dict(state.best_model)
         # the tokenizer's identity inside the weights' file: a model folder whose spm.model was replaced is
         # refused even without lineage.json (`model_dir.verify`)
-        save_model(best, str(folder / MODEL_FILE), step=progress.best_step, dev_error=progress.dev_error,
-                   spm_sha256=file_sha256(spm_model))
+        save_model(
+            best,
+            str(folder / MODEL_FILE),
+            step=progress.best_step,
+            dev_error=progress.dev_error,
+            spm_sha256=file_sha256(spm_model),
+        )
         (folder / SPM_FILE).write_bytes(storage.read_bytes(spm_model))  # the dataset's, local or at a URI
         (folder / CONFIG_FILE).write_text(dump_yaml(config))
         (folder / PROGRESS_FILE).write_text(json.dumps(asdict(progress), indent=2))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    ray.train.report(summary, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                     checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
+    ray.train.report(
+        summary, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_upload_mode=CheckpointUploadMode.ASYNC
+    )
 
 
 def export(checkpoint, model_dir: str | Path, data=None) -> TrainingProgress:

@@ -1,4 +1,5 @@
 """The two collectives of the loop: rank 0's decisions on every rank, and sums over the workers."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -10,6 +10,7 @@ registered in the folder `run.json` names, else the checkpoint that folder's run
 folder, so a woken holder's late upload lands where nothing reads it. The other folders are removed once the
 training is done, and by the next command that trains in the run dir.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,10 @@ SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of the check
 # Ray Train's layout in its folder: its storage marker, its snapshot, the checkpoints' folders and the files a
 # checkpoint holds (`train.checkpoint`: the model directory's and the resume state)
 _CHECKPOINT_FILES = "|".join(re.escape(n) for n in (*model_files.FILES, model_files.CHECKPOINT_STATE))
-_RAY_FILES = re.compile(rf"{_FOLDER.pattern}(/(\.validate_storage_marker|{re.escape(SNAPSHOT)}|"
-                        rf"checkpoint_[^/]+(/({_CHECKPOINT_FILES}))?))?")
+_RAY_FILES = re.compile(
+    rf"{_FOLDER.pattern}(/(\.validate_storage_marker|{re.escape(SNAPSHOT)}|"
+    rf"checkpoint_[^/]+(/({_CHECKPOINT_FILES}))?))?"
+)
 
 
 def is_ray_entry(entry: str) -> bool:
@@ -99,8 +102,9 @@ def prune_checkpoints(train_dir: storage.Location, folder: str) -> None:
 def _remove(train_dir: storage.Location, entry: str, *, what: str) -> bool:
     folder = storage.join(train_dir, entry)
     try:
-        found = ownership.check_only_ours(folder, lambda e: is_ray_entry(f"{entry}/{e}"), what=what,
-                                          advice="it is kept")
+        found = ownership.check_only_ours(
+            folder, lambda e: is_ray_entry(f"{entry}/{e}"), what=what, advice="it is kept"
+        )
     except ownership.ForeignDataError as exc:
         log.warning("%s", exc)
         return False

@@ -6,12 +6,14 @@ do not wait); a thread of the driver reads the board every `poll_s` seconds whil
 the main thread. A board works wherever the workers run, with no file shared between hosts. The
 workers' own lines per log window are shown with -v only (`loop.end_of_window`).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from orchestration.adapters.progress import Progress
 

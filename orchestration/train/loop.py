@@ -15,6 +15,7 @@
 Its state is a `Worker`, where it stands a `checkpoint.TrainingProgress` (the line the driver draws
 is an `orchestration.adapters.progress.Progress`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,21 +32,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from core import fencing, storage
+from core.dataset import Dataset
 from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, shard_units
-from model.stream import PLAN, BatchStream, DataPosition, PrefetchedStream, prefetched
 from model.inference import embed_rows
 from model.nmt import MultilingualNMT
+from model.stream import PLAN, BatchStream, DataPosition, PrefetchedStream, prefetched
 from model.training import cpu_threads, input_tokens, make_optimizer, scheduled_lr, train_step
 from orchestration.adapters import logs, tracking
-from orchestration.config import Config
 from orchestration.adapters.lease import worker_fence
+from orchestration.config import Config
 from orchestration.train import checkpoint, live
 from orchestration.train.builders import WorkerJob, schedule_args, training_paths
 from orchestration.train.checkpoint import TrainingProgress, TrainingState
 from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress, remaining_s
-from core import fencing, storage
-from core.dataset import Dataset
 
 log = logging.getLogger("interlingua.train")
 
@@ -138,9 +139,13 @@ def set_up(job: WorkerJob) -> Worker:
     model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
     core: MultilingualNMT = model.module if hasattr(model, "module") else model
     optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=device)
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-        optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience_evals, min_lr=t.min_lr
-    ) if t.schedule == "plateau" else None
+    scheduler = (
+        torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience_evals, min_lr=t.min_lr
+        )
+        if t.schedule == "plateau"
+        else None
+    )
     progress, best_state = TrainingProgress(world=world), copy.deepcopy(core.state_dict())
     if state:
         optimizer.load_state_dict(state.optimizer)
@@ -148,21 +153,39 @@ def set_up(job: WorkerJob) -> Worker:
             scheduler.load_state_dict(state.scheduler)
         progress, best_state = _resumed(state.progress, world, rank), state.best_model
     position, digest = _stream_start(state, rank, world)
-    stream = BatchStream(units, job.languages, training_paths(t), seed=t.seed, rank=rank, world=world,
-                         max_tokens=t.max_tokens, window_tuples=t.window_tuples, monolingual=t.monolingual,
-                         source_weights=t.source_weights, position=position, digest=digest, teacher=job.teacher)
+    stream = BatchStream(
+        units,
+        job.languages,
+        training_paths(t),
+        seed=t.seed,
+        rank=rank,
+        world=world,
+        max_tokens=t.max_tokens,
+        window_tuples=t.window_tuples,
+        monolingual=t.monolingual,
+        source_weights=t.source_weights,
+        position=position,
+        digest=digest,
+        teacher=job.teacher,
+    )
     ahead = config.runtime.prefetch_batches
-    stream = prefetched(stream, 8 if ahead is None and config.runtime.use_gpu else ahead or 0,
-                        pin_memory=device.type == "cuda")
+    stream = prefetched(
+        stream, 8 if ahead is None and config.runtime.use_gpu else ahead or 0, pin_memory=device.type == "cuda"
+    )
     worker = Worker(job, rank, device, model, core, optimizer, scheduler, progress, best_state, stream)
     if rank == 0:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
         # the first step: the first metrics window measures training, and a bad store fails now
         tracking.get_run(job.mlflow_uri, job.run_id)
         if state:  # the attempt that was stopped logged past its last checkpoint, up to its last window
-            worker.logged_through = max((s for key in ("train/loss", "dev/xsim_error")
-                                         for s, _ in tracking.metric_history(job.mlflow_uri, job.run_id, key)),
-                                        default=0)
+            worker.logged_through = max(
+                (
+                    s
+                    for key in ("train/loss", "dev/xsim_error")
+                    for s, _ in tracking.metric_history(job.mlflow_uri, job.run_id, key)
+                ),
+                default=0,
+            )
         worker.dev = ParallelCorpus.read(job.data_dir, "dev", job.dev_languages, keys=True)
         worker.dev_rows, worker.dev_sources = dev_rows_by_source(worker.dev, t.dev_max_sentences)
         live.post(job.progress_board, step=progress.step)
@@ -178,9 +201,17 @@ def step(worker: Worker, window: Window) -> int:
             group["lr"] = lr
     sources, targets = batch.sources, batch.targets
     ranking_weight = worker.config.model.ranking_weight
-    out = train_step(worker.model, worker.optimizer, sources, targets, ranking_weight=ranking_weight,
-                     grad_clip=worker.config.train.grad_clip, device=worker.device, teacher=batch.teacher,
-                     distill_weight=worker.config.model.distill_weight)
+    out = train_step(
+        worker.model,
+        worker.optimizer,
+        sources,
+        targets,
+        ranking_weight=ranking_weight,
+        grad_clip=worker.config.train.grad_clip,
+        device=worker.device,
+        teacher=batch.teacher,
+        distill_weight=worker.config.model.distill_weight,
+    )
     worker.progress.step += 1
     window.add(out, input_tokens(sources, targets, ranking_weight))
     return batch.epoch
@@ -192,8 +223,10 @@ def end_of_window(worker: Worker, window: Window, epoch: int, metrics: dict[str,
     t, progress = worker.config.train, worker.progress
     metrics.update(window.metrics(worker.device))
     if not math.isfinite(metrics["train/loss"]):  # summed over workers: every rank stops here
-        raise FloatingPointError(f"training diverged: the loss is {metrics['train/loss']} before step "
-                                 f"{progress.step}; lower train.lr, set train.grad_clip or raise train.warmup_steps")
+        raise FloatingPointError(
+            f"training diverged: the loss is {metrics['train/loss']} before step "
+            f"{progress.step}; lower train.lr, set train.grad_clip or raise train.warmup_steps"
+        )
     metrics["train/lr"] = worker.optimizer.param_groups[0]["lr"]
     metrics["train/epoch"] = epoch
     metrics["train/max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # this worker's peak
@@ -214,8 +247,11 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
     if worker.rank == 0:
         embeddings = embed_rows(worker.core, worker.dev, worker.dev_rows, device=worker.device)
         pairs = error_matrix(embeddings)
-        by_source = {name: average_error(error_matrix({lang: e[at] for lang, e in embeddings.items()}))
-                     for name, at in worker.dev_sources.items() if len(at) > 1}
+        by_source = {
+            name: average_error(error_matrix({lang: e[at] for lang, e in embeddings.items()}))
+            for name, at in worker.dev_sources.items()
+            if len(at) > 1
+        }
     value = broadcast([average_error(pairs) if pairs else 0.0], worker.device)[0]
     if worker.scheduler is not None and progress.step >= t.warmup_steps:
         worker.scheduler.step(value)
@@ -234,17 +270,26 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
         # each source's tuples searched among themselves: how the model does on each kind of text
         metrics.update({f"dev/source_xsim_error/{name}": e for name, e in by_source.items()})
         if logs.verbosity() >= logs.VERBOSE:  # else the driver's progress line shows the best
-            log.info("step %d dev similarity error %.4f (best %.4f at step %s)",
-                     progress.step, value, progress.dev_error, progress.best_step)
+            log.info(
+                "step %d dev similarity error %.4f (best %.4f at step %s)",
+                progress.step,
+                value,
+                progress.dev_error,
+                progress.best_step,
+            )
     return stop
 
 
 def post_progress(worker: Worker, metrics: dict[str, float]) -> None:
     """Rank 0's numbers to the driver's progress line (`live`): step, ETA, tokens/s, the best dev error."""
     t, progress = worker.config.train, worker.progress
-    live.post(worker.job.progress_board, step=progress.step, tokens_per_s=metrics.get("train/tokens_per_s"),
-              eta_s=remaining_s(progress.step, progress.elapsed_s, max_steps=t.max_steps, max_minutes=t.max_minutes),
-              dev_error=progress.dev_error)
+    live.post(
+        worker.job.progress_board,
+        step=progress.step,
+        tokens_per_s=metrics.get("train/tokens_per_s"),
+        eta_s=remaining_s(progress.step, progress.elapsed_s, max_steps=t.max_steps, max_minutes=t.max_minutes),
+        dev_error=progress.dev_error,
+    )
 
 
 def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
@@ -252,11 +297,22 @@ def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
     data position."""
     positions = gather({"position": asdict(worker.stream.position), "digest": worker.stream.digest})
     worker.progress.data, worker.progress.data_digest = worker.stream.position, worker.stream.digest
-    state = TrainingState(worker.core.state_dict(), worker.optimizer.state_dict(),
-                          worker.scheduler.state_dict() if worker.scheduler is not None else None,
-                          worker.progress, worker.best_state, dict(enumerate(positions)))
-    checkpoint.report(worker.rank, state, worker.core.args, spm_model=worker.job.spm_model,
-                      config=worker.config.to_dict(), metrics=metrics)
+    state = TrainingState(
+        worker.core.state_dict(),
+        worker.optimizer.state_dict(),
+        worker.scheduler.state_dict() if worker.scheduler is not None else None,
+        worker.progress,
+        worker.best_state,
+        dict(enumerate(positions)),
+    )
+    checkpoint.report(
+        worker.rank,
+        state,
+        worker.core.args,
+        spm_model=worker.job.spm_model,
+        config=worker.config.to_dict(),
+        metrics=metrics,
+    )
 
 
 def _stream_start(state: TrainingState | None, rank: int, world: int) -> tuple[DataPosition | None, str]:
@@ -270,8 +326,12 @@ def _stream_start(state: TrainingState | None, rank: int, world: int) -> tuple[D
     if len(positions) == world and plans == {PLAN}:
         return positions[rank], state.positions[rank]["digest"]
     if plans != {PLAN} and rank == 0:
-        log.warning("the checkpoint's batches were planned by plan %s, this version plans with %d: "
-                    "training goes on from the next epoch", "/".join(map(str, sorted(plans))), PLAN)
+        log.warning(
+            "the checkpoint's batches were planned by plan %s, this version plans with %d: "
+            "training goes on from the next epoch",
+            "/".join(map(str, sorted(plans))),
+            PLAN,
+        )
     epoch = max([p.epoch for p in positions.values()] or [state.progress.data.epoch])
     return DataPosition(epoch=epoch + 1), ""
 
@@ -292,19 +352,27 @@ def _init_lsi(model: MultilingualNMT, corpus: ParallelCorpus, seed: int, rank: i
     from model.lsi import cooccurrence_matrix, lsi_embeddings
 
     started = time.monotonic()
-    matrix = cooccurrence_matrix([corpus.values[lang] for lang in corpus.languages],
-                                 [corpus.lengths[lang] for lang in corpus.languages],
-                                 vocab_size=model.vocab_size)
+    matrix = cooccurrence_matrix(
+        [corpus.values[lang] for lang in corpus.languages],
+        [corpus.lengths[lang] for lang in corpus.languages],
+        vocab_size=model.vocab_size,
+    )
     model.set_token_embeddings(torch.from_numpy(lsi_embeddings(matrix, dim=model.embed_dim, seed=seed)))
     if rank == 0:
-        log.info("token embeddings from cross-language LSI of %d tuples in %.1fs", corpus.size,
-                 time.monotonic() - started)
+        log.info(
+            "token embeddings from cross-language LSI of %d tuples in %.1fs", corpus.size, time.monotonic() - started
+        )
 
 
 def _register_worker(train_dir: str, rank: int, world: int) -> None:
     """workers/rank-N.json: which process on which node holds each rank (for operators and fault tests)."""
     import ray
 
-    info = {"pid": os.getpid(), "node": socket.gethostname(), "ip": ray.util.get_node_ip_address(),
-            "world": world, "started": time.time()}
+    info = {
+        "pid": os.getpid(),
+        "node": socket.gethostname(),
+        "ip": ray.util.get_node_ip_address(),
+        "world": world,
+        "started": time.time(),
+    }
     storage.write_json(storage.join(train_dir, "workers", f"rank-{rank}.json"), info, indent=None)

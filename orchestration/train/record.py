@@ -1,6 +1,7 @@
 """`<run_dir>/train/run.json`, the stage state of `train` (`adapters.state`): what the run was made from, its
 MLflow run, the Ray Train folder it writes, and once done where training ended (the exported
 `checkpoint.TrainingProgress`, flat beside the rest as it always was)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict

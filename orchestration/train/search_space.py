@@ -1,6 +1,7 @@
 """The search space of `interlingua tune` (the file given to `--space`): each config key's domain, Ray Tune's
 objects made of them, and the sampler and scheduler options. ConfigError names the file and key of a problem.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,7 +20,9 @@ class Domain(Schema):
     choice: list[Any] | None = Field(default=None, min_length=1)
     grid: list[Any] | None = Field(default=None, min_length=1)
     uniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high].")
-    loguniform: list[float] | None = Field(default=None, min_length=2, max_length=2, description="[low, high], low > 0.")
+    loguniform: list[float] | None = Field(
+        default=None, min_length=2, max_length=2, description="[low, high], low > 0."
+    )
     randint: list[int] | None = Field(default=None, min_length=2, max_length=2, description="[low, high), integers.")
 
     @field_validator("uniform", "loguniform", "randint")
@@ -64,8 +67,11 @@ def load_space(path: str | Path) -> SearchSpace:
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc']))}: "
-            + ("unknown key (check its spelling)" if e["type"] == "extra_forbidden"
-               else e["msg"].removeprefix("Value error, "))
+            + (
+                "unknown key (check its spelling)"
+                if e["type"] == "extra_forbidden"
+                else e["msg"].removeprefix("Value error, ")
+            )
             for e in exc.errors()
         )
         raise ConfigError(f"{path}: invalid search space: {problems}") from None
@@ -85,8 +91,13 @@ def tune_domains(space: SearchSpace) -> dict[str, Any]:
     """Ray Tune's search-space objects, one per config key."""
     from ray import tune
 
-    make = {"choice": tune.choice, "grid": tune.grid_search, "uniform": lambda b: tune.uniform(*b),
-            "loguniform": lambda b: tune.loguniform(*b), "randint": lambda b: tune.randint(*b)}
+    make = {
+        "choice": tune.choice,
+        "grid": tune.grid_search,
+        "uniform": lambda b: tune.uniform(*b),
+        "loguniform": lambda b: tune.loguniform(*b),
+        "randint": lambda b: tune.randint(*b),
+    }
     out = {}
     for key, domain in space.space.items():
         kind, bounds = next((k, v) for k, v in domain.model_dump().items() if v is not None)

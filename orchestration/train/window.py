@@ -1,10 +1,11 @@
 """The sums of a log window (between two progress lines) and the metrics they give."""
+
 from __future__ import annotations
 
 import logging
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -20,8 +21,13 @@ class Window:
     `wall_clock` and `cpu_clock` (seconds) default to the monotonic clock and this process's CPU time.
     """
 
-    def __init__(self, languages: list[str], *, wall_clock: Callable[[], float] = time.monotonic,
-                 cpu_clock: Callable[[], float] = time.process_time) -> None:
+    def __init__(
+        self,
+        languages: list[str],
+        *,
+        wall_clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
         self.languages = languages
         self.wall_clock, self.cpu_clock = wall_clock, cpu_clock
         self.reset()
@@ -55,13 +61,20 @@ class Window:
         """
         keys = self.languages
         cpu_seconds = self.cpu_clock() - self.cpu_start
-        values = all_sum([float(v) for v in (
-            [self.nll[k] for k in keys] + [self.tokens[k] for k in keys]
-            + [self.loss, self.ranking, self.distill, self.steps, self.input_tokens, cpu_seconds]
-        )], device)
+        values = all_sum(
+            [
+                float(v)
+                for v in (
+                    [self.nll[k] for k in keys]
+                    + [self.tokens[k] for k in keys]
+                    + [self.loss, self.ranking, self.distill, self.steps, self.input_tokens, cpu_seconds]
+                )
+            ],
+            device,
+        )
         n = len(keys)
-        nll, tokens = values[:n], values[n:2 * n]
-        loss, ranking, distill, steps, input_tokens, cpu_seconds = values[2 * n:]
+        nll, tokens = values[:n], values[n : 2 * n]
+        loss, ranking, distill, steps, input_tokens, cpu_seconds = values[2 * n :]
         seconds = max(self.wall_clock() - self.start, 1e-9)
         out = {
             "train/loss": loss / max(steps, 1),
@@ -88,8 +101,9 @@ def remaining_s(step: int, elapsed: float, *, max_steps: int, max_minutes: float
     return max(remaining, 0.0)
 
 
-def log_progress(step: int, metrics: dict[str, float], elapsed: float, *, max_steps: int,
-                 max_minutes: float | None) -> None:
+def log_progress(
+    step: int, metrics: dict[str, float], elapsed: float, *, max_steps: int, max_minutes: float | None
+) -> None:
     """One worker's progress line (shown with -v): step, losses (the NMT loss's per-token NLL when it
     is on), tokens/s, learning rate, elapsed time and the ETA."""
     columns = [f"step {step}/{max_steps}", f"loss {metrics['train/loss']:.3f}"]
@@ -100,6 +114,10 @@ def log_progress(step: int, metrics: dict[str, float], elapsed: float, *, max_st
     if "train/distill_loss" in metrics:
         columns.append(f"distill {metrics['train/distill_loss']:.4f}")
     eta = remaining_s(step, elapsed, max_steps=max_steps, max_minutes=max_minutes)
-    columns += [f"{metrics['train/tokens_per_s']:.0f} tok/s", f"lr {metrics['train/lr']:.2g}",
-                f"elapsed {elapsed:.0f}s", f"ETA {eta:.0f}s"]
+    columns += [
+        f"{metrics['train/tokens_per_s']:.0f} tok/s",
+        f"lr {metrics['train/lr']:.2g}",
+        f"elapsed {elapsed:.0f}s",
+        f"ETA {eta:.0f}s",
+    ]
     log.info("%s", " ".join(columns))

@@ -13,13 +13,15 @@ the folder's last test, so none of its processes runs beside the rest of the sui
     tracked_ray       (per test) a local Ray instance of the test's own whose processes hold the tracking
                       server's user, as a node of a cluster holds its own
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from tests.support import dask_nodes, network, ray_nodes, s3, tracking_server as tracking
+from tests.support import dask_nodes, network, ray_nodes, s3
+from tests.support import tracking_server as tracking
 from tests.support.fixtures import own_ray, reset_ray
 
 NODES = ("a", "b")
@@ -51,10 +53,12 @@ def _tracking_credentials() -> dict[str, str]:
 
 
 @pytest.fixture(scope="package")
-def _tracking_server(cluster_network, s3_server, _tracking_credentials,
-                     tmp_path_factory) -> Iterator[tracking.TrackingServer]:
-    with tracking.tracking_server(tmp_path_factory.mktemp("tracking"), s3_server, admin=_tracking_credentials,
-                                  host=cluster_network.host_ip) as server:
+def _tracking_server(
+    cluster_network, s3_server, _tracking_credentials, tmp_path_factory
+) -> Iterator[tracking.TrackingServer]:
+    with tracking.tracking_server(
+        tmp_path_factory.mktemp("tracking"), s3_server, admin=_tracking_credentials, host=cluster_network.host_ip
+    ) as server:
         yield server
 
 
@@ -77,8 +81,7 @@ def tracked_ray(tracking_server) -> Iterator[None]:
 @pytest.fixture(scope="package")
 def _cluster_ray_nodes(cluster_network, s3_server, _tracking_credentials) -> Iterator[ray_nodes.RayCluster]:
     # the head has no CPUs, as a KubeRay head: every command must run its work on the worker nodes
-    with ray_nodes.ray_cluster(cluster_network, env={**s3_server.env, **_tracking_credentials},
-                               head_cpus=0) as cluster:
+    with ray_nodes.ray_cluster(cluster_network, env={**s3_server.env, **_tracking_credentials}, head_cpus=0) as cluster:
         yield cluster
 
 

@@ -1,4 +1,5 @@
 """The test cluster's own checks: each server is real, reachable from the nodes, and fails loudly."""
+
 from __future__ import annotations
 
 import sys
@@ -14,10 +15,14 @@ TEXT = "Au commencement, Dieu créa les cieux et la terre.\n"
 
 
 def test_a_server_that_exits_is_named_with_its_log(tmp_path):
-    server = spawn("the broken server", [sys.executable, "-c", "import sys; print('port already in use');"
-                                         " sys.exit(3)"], tmp_path / "broken.log")
-    with pytest.raises(ClusterStartError, match="(?s)the broken server did not start: it exited with 3.*"
-                                                "port already in use"):
+    server = spawn(
+        "the broken server",
+        [sys.executable, "-c", "import sys; print('port already in use'); sys.exit(3)"],
+        tmp_path / "broken.log",
+    )
+    with pytest.raises(
+        ClusterStartError, match="(?s)the broken server did not start: it exited with 3.*port already in use"
+    ):
         wait_until(lambda: False, timeout_s=60, server=server, what="an answer")
 
 
@@ -46,8 +51,9 @@ def test_an_object_written_through_pyarrow_is_read_back_on_a_worker_node(s3_serv
         return os.environ["TMPDIR"], remote.open_input_stream(path).read().decode()
 
     with Client(cluster_dask.address, timeout=60) as client:
-        tmpdir, text = client.submit(read_there, f"{s3_server.bucket}/smoke/genesis.txt",
-                                     resources={"node_b": 1}).result(timeout=60)
+        tmpdir, text = client.submit(
+            read_there, f"{s3_server.bucket}/smoke/genesis.txt", resources={"node_b": 1}
+        ).result(timeout=60)
     assert text == TEXT and tmpdir == str(cluster_dask.workers[1].scratch / "tmp")
 
 
@@ -63,8 +69,11 @@ def test_a_dask_computation_runs_on_both_workers(cluster_dask):
 
     lines = TEXT.split(",") * 2
     with Client(cluster_dask.address, timeout=60) as client:
-        futures = [client.submit(where, line, resources={f"node_{name}": 1}, pure=False)
-                   for line in lines for name in ("a", "b")]
+        futures = [
+            client.submit(where, line, resources={f"node_{name}": 1}, pure=False)
+            for line in lines
+            for name in ("a", "b")
+        ]
         results = client.gather(futures)
     assert {name for _, name, _ in results} == {"a", "b"}
     assert sum(words for words, _, _ in results) == 2 * 2 * len(TEXT.split())
@@ -74,7 +83,8 @@ def test_a_dask_computation_runs_on_both_workers(cluster_dask):
 
 
 def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket_and_refuses_strangers(
-        tracking_server, s3_server, tmp_path, monkeypatch, capsys):
+    tracking_server, s3_server, tmp_path, monkeypatch, capsys
+):
     import contextlib
 
     import psycopg2
@@ -105,8 +115,10 @@ def test_the_tracking_server_keeps_runs_in_postgres_and_artifacts_in_the_bucket_
     with contextlib.closing(psycopg2.connect(dsn)) as connection, connection.cursor() as cursor:
         cursor.execute("SELECT name FROM runs WHERE run_uuid = %s", (run,))
         assert cursor.fetchone() == ("genesis",)
-    keys = [o["Key"] for o in s3_server.client().list_objects_v2(
-        Bucket=s3_server.bucket, Prefix="mlflow/").get("Contents", [])]
+    keys = [
+        o["Key"]
+        for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket, Prefix="mlflow/").get("Contents", [])
+    ]
     assert any(key.endswith(f"/{run}/artifacts/genesis.txt") for key in keys), keys
 
 
@@ -125,14 +137,16 @@ def test_the_ray_cluster_has_three_nodes_and_places_work_by_resource(cluster_ray
         assert len({n["ip"] for n in nodes}) == 3
     ray.init(address=cluster_ray.address)
     try:
+
         @ray.remote(num_cpus=0)
         def where(path: str) -> tuple[str, str, bool]:
             import os
 
             return ray.util.get_node_ip_address(), os.environ["TMPDIR"], os.path.exists(path)
 
-        placed = ray.get([where.options(resources={r: 1}).remote(str(probe)) for r in ("node_a", "node_b")],
-                         timeout=120)
+        placed = ray.get(
+            [where.options(resources={r: 1}).remote(str(probe)) for r in ("node_a", "node_b")], timeout=120
+        )
     finally:
         ray.shutdown()
     assert [ip for ip, _, _ in placed] == [by_resource["node_a"], by_resource["node_b"]]
@@ -176,11 +190,16 @@ def test_a_search_of_the_drivers_embeddings_runs_on_the_worker_nodes_of_a_head_w
 def test_a_killed_raylet_takes_its_node_out_of_the_cluster_until_it_restarts(cluster_ray):
     """Last in this module (pytest runs them in order): it kills a node of the module's cluster."""
     pid = cluster_ray.node("b").kill_raylet()
-    wait_until(lambda: {r for n in cluster_ray.alive_nodes() for r in n["resources"]}.isdisjoint({"node_b"}),
-               timeout_s=120, server=cluster_ray.head.server, what="node b marked dead")
+    wait_until(
+        lambda: {r for n in cluster_ray.alive_nodes() for r in n["resources"]}.isdisjoint({"node_b"}),
+        timeout_s=120,
+        server=cluster_ray.head.server,
+        what="node b marked dead",
+    )
     assert cluster_ray.node("b").raylet_pid() != pid
     assert len(cluster_ray.alive_nodes()) == 2
     cluster_ray.restart("b")  # the host comes back
     assert sorted(r for n in cluster_ray.alive_nodes() for r in n["resources"] if r.startswith("node_")) == [
-        "node_a", "node_b"]
-
+        "node_a",
+        "node_b",
+    ]

@@ -1,5 +1,6 @@
 """Every command that talks to MLflow, against a real tracking server: `mlflow server` on PostgreSQL with
 its artifacts in the S3 server's bucket (tests/support), on real Bible text. The run folders are local."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,10 +19,19 @@ NAME = "served"
 
 
 def overrides(tmp_path: Path, template: str, uri: str, *more: str) -> list[str]:
-    return [f"name={NAME}", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
-            f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
-            "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
-            *TINY, "train.max_steps=10", "evaluate.shards=2", *more]
+    return [
+        f"name={NAME}",
+        f"run_dir={tmp_path / 'run'}",
+        f"tracking.uri={uri}",
+        f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
+        "prepare.split.dev_size=40",
+        "prepare.split.test_size=40",
+        "prepare.spm.vocab_size=1500",
+        *TINY,
+        "train.max_steps=10",
+        "evaluate.shards=2",
+        *more,
+    ]
 
 
 def bucket_keys(s3_server, prefix: str) -> list[str]:
@@ -30,7 +40,8 @@ def bucket_keys(s3_server, prefix: str) -> list[str]:
 
 
 def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
-        tmp_path, book_lines, verse, tracking_server, s3_server, tracked_ray, capsys, monkeypatch):
+    tmp_path, book_lines, verse, tracking_server, s3_server, tracked_ray, capsys, monkeypatch
+):
     for key in ("AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key, raising=False)  # the client has no way to the bucket but the server's proxy
     uri = tracking_server.uri

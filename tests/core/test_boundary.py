@@ -2,11 +2,11 @@
 or writer goes through a link. Generated over every reader of a folder someone else may have written and every
 manifest field that names a file; each case checks a sentinel outside the folder and that errors never quote it.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 from pathlib import Path
 
@@ -16,8 +16,19 @@ from pydantic import ValidationError
 from core import boundary, ownership, storage
 
 SECRET = b"sentinel: a user's file outside every folder; never read, written or deleted\n"
-ESCAPES = ["../outside.txt", "/etc/passwd", "a/../../outside.txt", "./a", "a//b", "", "s3://bucket/x", "C:/x",
-           "a\\..\\b", "a\x00b", ".."]
+ESCAPES = [
+    "../outside.txt",
+    "/etc/passwd",
+    "a/../../outside.txt",
+    "./a",
+    "a//b",
+    "",
+    "s3://bucket/x",
+    "C:/x",
+    "a\\..\\b",
+    "a\x00b",
+    "..",
+]
 INSIDE = ["manifest.json", "train/part-00000.parquet", ".hidden", "en/part-1.npy", "a..b"]
 
 
@@ -32,8 +43,11 @@ def outside(tmp_path) -> Path:
 
 
 def snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 @pytest.mark.parametrize("name", ESCAPES)
@@ -61,12 +75,35 @@ def _manifest_fields():
     from evaluation.store import BlockEntry, BlockRecord
     from orchestration.embed.export import ExportManifest
 
-    export = dict(model={"dir": "/m", "model_sha256": "ab"}, languages=["en"], encoders=["shared"], embedding_dim=8,
-                  quantized_ops=[], files={"encoder-shared.onnx": "cd"}, versions={})
-    teacher = dict(teacher={"kind": "use"}, languages=["en"], dim=8, data={}, rows=1,
-                   files={"en/part-0.npy": {"rows": 1, "bytes": 1, "sha256": "ab"}})
-    mined = dict(file="pairs-fr-en.parquet", rows=1, sha256="ab", languages=["fr", "en"], index="flat", candidates=1,
-                 threshold=1.0, dropped={}, gold=None, kept_per_threshold={})
+    export = dict(
+        model={"dir": "/m", "model_sha256": "ab"},
+        languages=["en"],
+        encoders=["shared"],
+        embedding_dim=8,
+        quantized_ops=[],
+        files={"encoder-shared.onnx": "cd"},
+        versions={},
+    )
+    teacher = dict(
+        teacher={"kind": "use"},
+        languages=["en"],
+        dim=8,
+        data={},
+        rows=1,
+        files={"en/part-0.npy": {"rows": 1, "bytes": 1, "sha256": "ab"}},
+    )
+    mined = dict(
+        file="pairs-fr-en.parquet",
+        rows=1,
+        sha256="ab",
+        languages=["fr", "en"],
+        index="flat",
+        candidates=1,
+        threshold=1.0,
+        dropped={},
+        gold=None,
+        kept_per_threshold={},
+    )
     return [
         (ShardFile, dict(path="train/part-0.parquet", rows=1, bytes=1, sha256="ab"), lambda v, n: {**v, "path": n}),
         (SpmFiles, dict(vocab_size=8), lambda v, n: {**v, "model": n}),
@@ -100,9 +137,16 @@ def _readers():
     from orchestration.adapters import model_dir
     from orchestration.embed import export
 
-    return [("dataset", Dataset.open), ("model directory", model_dir.check), ("model files", model_dir.verify),
-            ("model config", model_dir.normalization), ("export", export.read_manifest),
-            ("embeddings", StoredEmbeddings.open), ("teacher", TeacherStore.open), ("mined", read_mined)]
+    return [
+        ("dataset", Dataset.open),
+        ("model directory", model_dir.check),
+        ("model files", model_dir.verify),
+        ("model config", model_dir.normalization),
+        ("export", export.read_manifest),
+        ("embeddings", StoredEmbeddings.open),
+        ("teacher", TeacherStore.open),
+        ("mined", read_mined),
+    ]
 
 
 LINKS = {"to a file": "secret.txt", "to a folder": "dir", "dangling": "missing.txt"}
@@ -193,12 +237,12 @@ def test_weights_whose_dtype_is_relabelled_are_refused(tmp_path):
     save_model(small_model(), str(path))
     data = path.read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + length])
+    header = json.loads(data[8 : 8 + length])
     key = next(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32")
     header[key]["dtype"] = "I32"
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (length - len(text))
     assert len(text) == length
-    path.write_bytes(data[:8] + text + data[8 + length:])
+    path.write_bytes(data[:8] + text + data[8 + length :])
     with pytest.raises(ModelFileError, match=f"{key} is I32"):
         load_model(str(path))

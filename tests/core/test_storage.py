@@ -1,4 +1,5 @@
 """The storage layer on a real S3 server (moto's): locations, endpoint configuration, whole directories."""
+
 from pathlib import Path
 
 import pytest
@@ -7,8 +8,10 @@ from core import ownership, storage, transfer
 from orchestration.config import ConfigError, load_config
 
 
-@pytest.mark.parametrize("location", ["s3:/bucket/runs/x", "s3:bucket/runs", "ftp://host/x", "file://relative/x",
-                                      "s3://", "s3:///runs/x", "gs://"])
+@pytest.mark.parametrize(
+    "location",
+    ["s3:/bucket/runs/x", "s3:bucket/runs", "ftp://host/x", "file://relative/x", "s3://", "s3:///runs/x", "gs://"],
+)
 def test_a_location_that_is_no_supported_uri_is_refused_naming_its_key(location):
     with pytest.raises(ConfigError, match="run_dir"):
         load_config(None, [f"run_dir={location}"])
@@ -29,8 +32,7 @@ def test_the_endpoint_comes_from_the_environment_or_the_storage_section(monkeypa
     monkeypatch.delenv(storage.REGION_ENV, raising=False)
     assert storage.s3_options() == {"endpoint_override": "127.0.0.1:9999", "scheme": "http"}
     storage.configure(endpoint="https://store.example:443", region="eu-west-1")
-    assert storage.s3_options() == {"endpoint_override": "store.example:443", "scheme": "https",
-                                    "region": "eu-west-1"}
+    assert storage.s3_options() == {"endpoint_override": "store.example:443", "scheme": "https", "region": "eu-west-1"}
     assert storage.environment()[storage.ENDPOINT_ENV] == "https://store.example:443"  # what Ray workers inherit
 
 
@@ -66,8 +68,9 @@ def test_files_json_and_directories_round_trip_through_the_bucket(s3_bucket, tmp
     assert storage.sha256(f"{s3_bucket}/m/model.safetensors") == storage.sha256(local / "model.safetensors")
 
 
-def test_a_directory_is_uploaded_several_files_at_once_and_its_commit_file_last(s3_bucket, tmp_path, verse,
-                                                                              monkeypatch):
+def test_a_directory_is_uploaded_several_files_at_once_and_its_commit_file_last(
+    s3_bucket, tmp_path, verse, monkeypatch
+):
     import threading
 
     local = tmp_path / "eval"
@@ -114,8 +117,10 @@ def test_an_unreachable_store_or_missing_bucket_is_one_line_and_exit_1(s3_bucket
 
     assert main(["train", "run_dir=s3://no-such-bucket/runs/x"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == ("interlingua train: error: run_dir: s3://no-such-bucket/runs/x: bucket 'no-such-bucket' does "
-                   f"not exist at {storage.os.environ[storage.ENDPOINT_ENV]}; create it first")
+    assert err == (
+        "interlingua train: error: run_dir: s3://no-such-bucket/runs/x: bucket 'no-such-bucket' does "
+        f"not exist at {storage.os.environ[storage.ENDPOINT_ENV]}; create it first"
+    )
     monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
     assert main(["evaluate", f"dataset_dir={s3_bucket}/data"]) == 1
     err = capsys.readouterr().err.strip()
@@ -131,8 +136,18 @@ def test_tune_refuses_a_users_best_yaml_in_the_bucket_before_any_work(s3_bucket,
     space.write_text("space:\n  train.lr: {loguniform: [0.0001, 0.01]}\n")
     notes = b"# my own notes on the search\n"
     storage.write_bytes(f"{s3_bucket}/runs/x/tune/best.yaml", notes)
-    assert main(["tune", "--space", str(space), f"run_dir={s3_bucket}/runs/x",
-                 f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]) == 2
+    assert (
+        main(
+            [
+                "tune",
+                "--space",
+                str(space),
+                f"run_dir={s3_bucket}/runs/x",
+                f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"tune: {s3_bucket}/runs/x/tune holds what interlingua did not write (best.yaml)" in err
     assert storage.files(f"{s3_bucket}/runs/x") == ["tune/best.yaml"]  # nothing else written, nothing replaced
@@ -141,7 +156,8 @@ def test_tune_refuses_a_users_best_yaml_in_the_bucket_before_any_work(s3_bucket,
 
 
 def test_a_file_is_replaced_whole_through_a_temporary_name_of_its_own_and_never_over_a_file_there(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     import uuid
 
     target = tmp_path / "out" / "vectors.npy"

@@ -1,12 +1,23 @@
 """The mining arithmetic of `evaluation.mining` on small arrays worked out by hand."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from evaluation import mining
-from evaluation.mining import (Neighbours, Pairs, approximate_index, calibrate, filter_pairs, hub_counts, knn, margin,
-                               mine, precision_recall_f1)
+from evaluation.mining import (
+    Neighbours,
+    Pairs,
+    approximate_index,
+    calibrate,
+    filter_pairs,
+    hub_counts,
+    knn,
+    margin,
+    mine,
+    precision_recall_f1,
+)
 
 
 def neighbours(scores, ids) -> Neighbours:
@@ -29,8 +40,11 @@ def test_a_neighbourhood_whose_mean_cosine_is_not_positive_is_refused_not_divide
     # x0's neighbours: y0 (.3), y1 (-.5), mean -.1; y0's: x0 (.3), x1 (-.4), mean -.05: no ratio exists
     fwd = neighbours([[0.3, -0.5]], [[0, 1]])
     bwd = neighbours([[0.3, -0.4], [-0.5, -0.6]], [[0, 1], [0, 1]])
-    with pytest.raises(ValueError, match="the margin is undefined for 1 of 1 sentences: the mean cosine of "
-                                         "their 2 nearest neighbours is not positive"):
+    with pytest.raises(
+        ValueError,
+        match="the margin is undefined for 1 of 1 sentences: the mean cosine of "
+        "their 2 nearest neighbours is not positive",
+    ):
         margin(fwd, bwd)  # it was .3 / 1e-9 = 3e8
 
 
@@ -80,12 +94,28 @@ def test_precision_recall_f1_of_a_kept_set():
 
 def test_filters_drop_each_kind_of_garbage_under_its_first_reason():
     src = ["Le même texte.", "12 345, 678 !", "Bonjour.", "Une phrase tout à fait normale.", "Un aimant.", "Bien."]
-    trg = ["Le même texte.", "12 345 678.", "Hello there, a much much longer line.", "A normal sentence.",
-           "A magnet.", "Good."]
-    pairs = Pairs(*(np.arange(6) for _ in range(2)), np.array([1.3, 1.2, 1.2, 1.1, 1.1, 1.9]),
-                  np.zeros(6, int), np.zeros(6, int))
-    kept, dropped = filter_pairs(pairs, src, trg, src_hubs=np.array([0, 0, 0, 0, 9, 0]), trg_hubs=np.zeros(6, int),
-                                 max_hub=5, max_length_ratio=3.0, min_letter_share=0.5, max_score=1.5)
+    trg = [
+        "Le même texte.",
+        "12 345 678.",
+        "Hello there, a much much longer line.",
+        "A normal sentence.",
+        "A magnet.",
+        "Good.",
+    ]
+    pairs = Pairs(
+        *(np.arange(6) for _ in range(2)), np.array([1.3, 1.2, 1.2, 1.1, 1.1, 1.9]), np.zeros(6, int), np.zeros(6, int)
+    )
+    kept, dropped = filter_pairs(
+        pairs,
+        src,
+        trg,
+        src_hubs=np.array([0, 0, 0, 0, 9, 0]),
+        trg_hubs=np.zeros(6, int),
+        max_hub=5,
+        max_length_ratio=3.0,
+        min_letter_share=0.5,
+        max_score=1.5,
+    )
     assert dropped == {"identical": 1, "few_letters": 1, "length_ratio": 1, "hub": 1, "score_cap": 1}
     assert kept.src.tolist() == [3]
     assert len(kept) + sum(dropped.values()) == len(pairs)

@@ -1,4 +1,5 @@
 """Sharded search equals unsharded search exactly; ranks and metrics against brute force."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,7 @@ def test_shards_smaller_than_k_and_global_ids():
     rng = np.random.default_rng(1)
     q = normalized(rng.normal(size=(4, 3)), "cosine")
     c = normalized(rng.normal(size=(10, 3)), "cosine")
-    parts = [search_shard(q, c[s:s + 2], 5, "cosine", s) for s in range(0, 10, 2)]
+    parts = [search_shard(q, c[s : s + 2], 5, "cosine", s) for s in range(0, 10, 2)]
     assert parts[1][1].min() >= 2  # ids are offset into the whole candidate set
     scores, ids = merge(parts, 4, 5, "cosine")
     np.testing.assert_array_equal(ids, search(q, c, 5, "cosine")[1])
@@ -50,7 +51,7 @@ def test_count_better_gives_the_true_rank(metric):
     q = normalized(rng.normal(size=(40, 8)), metric)
     c = normalized(rng.normal(size=(40, 8)), metric)
     reference = pair_scores(q, c, metric)
-    counts = sum(count_better(q, c[s:s + 9], reference, metric, block=16) for s in range(0, 40, 9))
+    counts = sum(count_better(q, c[s : s + 9], reference, metric, block=16) for s in range(0, 40, 9))
     order = brute_force(q, c, 40, metric)
     expected = np.array([list(row).index(i) for i, row in enumerate(order)])
     np.testing.assert_array_equal(counts, expected)
@@ -62,8 +63,9 @@ def test_approximate_indexes_report_their_recall(index):
     candidates = normalized(rng.normal(size=(4000, 32)), "cosine")
     queries = normalized(candidates[:300] + 0.3 * rng.normal(size=(300, 32)).astype(np.float32), "cosine")
     exact = search_shard(queries, candidates, 5, "cosine")[1]
-    approx = merge([search_shard(queries, candidates[s:s + 2000], 5, "cosine", s, index) for s in (0, 2000)],
-                   300, 5, "cosine")[1]
+    approx = merge(
+        [search_shard(queries, candidates[s : s + 2000], 5, "cosine", s, index) for s in (0, 2000)], 300, 5, "cosine"
+    )[1]
     assert recall_at(approx, exact, 1) > 0.7  # isotropic random vectors: the hard case for IVF
     assert recall_at(exact, exact, 5) == 1.0
     assert recall_at(approx[:, ::-1], exact, 1) < 1.0  # a wrong order is seen

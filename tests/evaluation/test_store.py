@@ -1,4 +1,5 @@
 """Embeddings on disk: blocks written in any order come back in key order, aligned, by row range."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ def stored(tmp_path, n=50, dim=6, cuts=(0, 7, 8, 30, 50), seed=0):
     records = []
     for a, b in reversed(list(zip(cuts, cuts[1:]))):  # blocks finish in any order, rows shuffled
         rows = rng.permutation(np.arange(a, b))
-        records.append(write_block(staging, [keys[i] for i in rows], {lang: x[rows] for lang, x in arrays.items()},
-                                   {lang: [t[i] for i in rows] for lang, t in texts.items()}))
+        records.append(
+            write_block(
+                staging,
+                [keys[i] for i in rows],
+                {lang: x[rows] for lang, x in arrays.items()},
+                {lang: [t[i] for i in rows] for lang, t in texts.items()},
+            )
+        )
     store = publish(staging, tmp_path / "emb", records, languages=["en", "fr"], meta={"model": "m"})
     return store, keys, arrays, texts
 
@@ -55,10 +62,17 @@ def test_every_block_has_its_record_and_the_manifest_its_checksums(tmp_path):
     for block in manifest["blocks"]:
         record = json.loads((folder / f"{block['name']}.json").read_text())
         assert {k: record[k] for k in ("name", "start", "rows", "sha256")} == block
-        assert block["sha256"] == {lang: storage.sha256(folder / lang / f"{block['name']}.npy")
-                                   for lang in ("en", "fr")}
+        assert block["sha256"] == {
+            lang: storage.sha256(folder / lang / f"{block['name']}.npy") for lang in ("en", "fr")
+        }
     assert sorted(p.name for p in folder.iterdir()) == [
-        "en", "fr", "keys.json", "manifest.json", *(f"part-{i:05d}.json" for i in range(4)), "rows"]
+        "en",
+        "fr",
+        "keys.json",
+        "manifest.json",
+        *(f"part-{i:05d}.json" for i in range(4)),
+        "rows",
+    ]
 
 
 def test_a_folder_of_the_first_format_still_opens_and_is_replaced(tmp_path):
@@ -84,8 +98,10 @@ def test_a_store_without_rows_files_says_so(tmp_path):
 
     folder = tmp_path / "vectors"
     vectors = np.arange(12, dtype=np.float32).reshape(4, 3)
-    records = [save_block(folder, "part-00000", {"fr": vectors[:3]}),
-               save_block(folder, "part-00001", {"fr": vectors[3:]})]
+    records = [
+        save_block(folder, "part-00000", {"fr": vectors[:3]}),
+        save_block(folder, "part-00001", {"fr": vectors[3:]}),
+    ]
     write_manifest(folder, make_manifest(records, languages=["fr"], dim=3, dtype="float32"))
     store = StoredEmbeddings.open(folder)
     np.testing.assert_array_equal(store.rows("fr"), vectors)
@@ -103,8 +119,16 @@ def test_block_records_and_manifests_read_back_as_written(tmp_path):
     from evaluation.store_writer import make_manifest, save_block, write_manifest
 
     folder = tmp_path / "vectors"
-    record = save_block(folder, "part-00000", {"fr": np.ones((3, 2), np.float32)}, index=0, source="a.txt",
-                        first_line=1, empty=1, fingerprint="fp")
+    record = save_block(
+        folder,
+        "part-00000",
+        {"fr": np.ones((3, 2), np.float32)},
+        index=0,
+        source="a.txt",
+        first_line=1,
+        empty=1,
+        fingerprint="fp",
+    )
     on_disk = json.loads((folder / "part-00000.json").read_text())
     assert set(on_disk) == {"name", "rows", "sha256", "index", "source", "first_line", "empty", "fingerprint"}
     assert read_record(folder / "part-00000.json") == record == BlockRecord.model_validate(on_disk)
@@ -129,8 +153,10 @@ def test_publishing_again_replaces_the_folder_whole(tmp_path):
 def test_overlapping_blocks_are_refused(tmp_path):
     staging = tmp_path / "s"
     vectors = {"en": np.zeros((2, 3), np.float32)}
-    records = [write_block(staging, ["a", "c"], vectors, {"en": ["x", "y"]}),
-               write_block(staging, ["b", "d"], vectors, {"en": ["x", "y"]})]
+    records = [
+        write_block(staging, ["a", "c"], vectors, {"en": ["x", "y"]}),
+        write_block(staging, ["b", "d"], vectors, {"en": ["x", "y"]}),
+    ]
     with pytest.raises(AssertionError, match="overlap"):
         publish(staging, tmp_path / "out", records, languages=["en"])
 
@@ -166,7 +192,9 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
     (folder / "en" / "notes.txt").write_text("mine")
     with pytest.raises(ownership.ForeignDataError, match="en/notes.txt"):
         publish(*staged(2.0), languages=["en"])
-    assert (folder / "en" / "notes.txt").read_text() == "mine" and StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 1.0
+    assert (folder / "en" / "notes.txt").read_text() == "mine" and StoredEmbeddings.open(folder).rows("en", 0, 2)[
+        0, 0
+    ] == 1.0
     (folder / "en" / "notes.txt").unlink()
     publish(*staged(2.0), languages=["en"])
     assert StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 2.0
@@ -174,8 +202,8 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
 
 
 def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
-    from evaluation.report import check_output
     from core import ownership
+    from evaluation.report import check_output
 
     for name in ("metrics.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """The one similarity-search routine against brute-force numpy on hand-built vectors: the dev error
 (`error_matrix`) and the evaluation's metrics (`search_pairs` + `pair_metrics`) agree."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,10 @@ def test_known_errors():
 def test_agrees_with_brute_force_and_matrix_is_asymmetric():
     rng = np.random.default_rng(0)
     base = rng.normal(size=(200, 16)).astype(np.float32)
-    langs = {lang: base + rng.normal(scale=s, size=base.shape).astype(np.float32)
-             for lang, s in [("en", 0.0), ("fr", 0.8), ("zh", 1.6)]}
+    langs = {
+        lang: base + rng.normal(scale=s, size=base.shape).astype(np.float32)
+        for lang, s in [("en", 0.0), ("fr", 0.8), ("zh", 1.6)]
+    }
     matrix = error_matrix(langs)
     assert set(matrix) == {(p, q) for p in langs for q in langs if p != q}
     for (p, q), err in matrix.items():

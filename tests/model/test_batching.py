@@ -1,5 +1,6 @@
 """Training batches streamed from the shards: windows, per-window plans, resuming at a data position,
 disjoint workers, padding and token budgets (on the real Bible token ids of the test dataset)."""
+
 from __future__ import annotations
 
 import functools
@@ -8,12 +9,13 @@ import multiprocessing
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from core.dataset import EOS_ID, PAD_ID, split_files
 from model.batching import ParallelCorpus, pad, read_units, sample_corpus, shard_units, token_budget_batches
 from model.stream import PLAN, BatchStream, DataPosition, epoch_windows, plan_window, prefetched
 from model.training_paths import TrainingPath
-from core.dataset import EOS_ID, PAD_ID, split_files
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
@@ -31,8 +33,9 @@ def stream(units, **kwargs) -> BatchStream:
 
 def batch_ids(batch) -> list[tuple]:
     """A batch as plain values: epoch, signature, every token id and the teacher's vectors."""
-    tensors = [t for pair in (*batch.sources.values(), *batch.targets.values(), *(batch.teacher or {}).values())
-               for t in pair]
+    tensors = [
+        t for pair in (*batch.sources.values(), *batch.targets.values(), *(batch.teacher or {}).values()) for t in pair
+    ]
     return [batch.epoch, batch.signature, sorted(batch.teacher or {}), *[t.tolist() for t in tensors]]
 
 
@@ -46,8 +49,10 @@ def test_units_are_the_row_groups_and_windows_are_bounded(units, small_dataset):
     assert [len(w) for w in windows] == [1, 1, 1]  # a unit larger than the window is a window of its own
     whole = epoch_windows(units, seed=0, epoch=0, rank=0, world=1, window_tuples=10**6)
     assert len(whole) == 1 and sorted(u.path for u in whole[0]) == sorted(u.path for u in units)
-    orders = {tuple(w[0].path for w in epoch_windows(units, seed=0, epoch=e, rank=0, world=1, window_tuples=1))
-              for e in range(8)}
+    orders = {
+        tuple(w[0].path for w in epoch_windows(units, seed=0, epoch=e, rank=0, world=1, window_tuples=1))
+        for e in range(8)
+    }
     assert len(orders) > 1  # every epoch its own order
 
 
@@ -187,8 +192,9 @@ def test_source_weights_draw_each_tuple_as_often_as_its_source_says(units):
         return np.bincount(rows, minlength=corpus.size)
 
     assert drawn({}).tolist() == [1] * corpus.size == drawn({source: 1.0, "other": 1.0}).tolist()
-    assert [r.tolist() for _, r in plan_window(corpus, epoch=0, **kwargs)] == \
-        [r.tolist() for _, r in plan_window(corpus, epoch=0, source_weights={}, **kwargs)]  # the plan of before
+    assert [r.tolist() for _, r in plan_window(corpus, epoch=0, **kwargs)] == [
+        r.tolist() for _, r in plan_window(corpus, epoch=0, source_weights={}, **kwargs)
+    ]  # the plan of before
     counts = drawn({source: 3.0, "other": 0.0})
     assert set(counts[:half]) == {0} and set(counts[half:]) == {3}
     # a tuple drawn three times is in three batches: in one batch it would be its own ranking negative

@@ -1,4 +1,5 @@
 """Cross-language LSI token embeddings: the matrix by hand, and alignment on real Bible text."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 import torch
 
 from evaluation.xsim import error_matrix
-from model.lsi import cooccurrence_matrix, idf_weights, lsi_embeddings
 from model.batching import ParallelCorpus
+from model.lsi import cooccurrence_matrix, idf_weights, lsi_embeddings
 from tests.support.models import small_model
 
 
@@ -17,8 +18,9 @@ def test_cooccurrence_matrix_counts_every_language_of_a_tuple_in_one_column():
     lengths = [np.array([3, 1]), np.array([1, 0])]
     matrix = cooccurrence_matrix(values, lengths, vocab_size=6).toarray()
     idf_one = np.log(3 / 2) + 1  # a token in one of two tuples
-    np.testing.assert_allclose(matrix[:, 0], [0, np.log1p(2) * idf_one, idf_one * np.log(2), 0, idf_one * np.log(2), 0],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        matrix[:, 0], [0, np.log1p(2) * idf_one, idf_one * np.log(2), 0, idf_one * np.log(2), 0], rtol=1e-6
+    )
     np.testing.assert_allclose(matrix[:, 1], [0, 0, 0, idf_one * np.log(2), 0, 0], rtol=1e-6)
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 4\)"):
         cooccurrence_matrix(values, lengths, vocab_size=4)
@@ -37,8 +39,7 @@ def test_lsi_vectors_align_translations_of_real_verses(small_dataset):
     dev = ParallelCorpus.read(small_dataset.data_dir, "dev", langs)
     rows = dev.complete_rows()
     idf = idf_weights(matrix)
-    bag = {x: np.stack([(vectors[dev.ids(x, r)] * idf[dev.ids(x, r), None]).sum(axis=0) for r in rows])
-           for x in langs}
+    bag = {x: np.stack([(vectors[dev.ids(x, r)] * idf[dev.ids(x, r), None]).sum(axis=0) for r in rows]) for x in langs}
     matrix = error_matrix(bag)
     errors = [matrix[("fr", "en")], matrix[("zh", "en")]]
     assert len(rows) >= 30 and max(errors) < 0.6, errors

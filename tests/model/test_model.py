@@ -1,4 +1,5 @@
 """The model on real Bible token ids: shapes, padding, gradient placement per path, overfitting."""
+
 from __future__ import annotations
 
 import pickle
@@ -12,7 +13,6 @@ from model.batching import ParallelCorpus, pad
 from model.inference import embed
 from model.nmt import ModelFileError, MultilingualNMT, load_legacy_model, load_meta, load_model, save_model
 from tests.support.models import LANGS, small_model
-
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +66,17 @@ def grads(model: MultilingualNMT) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("signature,ranking,expected", [
-    ((("fr",), ("en",)), 0.0, {"encoders.fr", "decoders.en"}),  # 1:1
-    ((("fr",), ("en",)), 1.0, {"encoders.fr", "decoders.en", "encoders.en"}),  # + ranking
-    ((("fr",), ("en", "es", "ru")), 0.0, {"encoders.fr", "decoders.en", "decoders.es", "decoders.ru"}),  # 1:N
-    ((("es", "fr"), ("en",)), 0.0, {"encoders.es", "encoders.fr", "decoders.en"}),  # M:1
-    ((("es", "fr"), ("ar", "zh")), 0.0, {"encoders.es", "encoders.fr", "decoders.ar", "decoders.zh"}),  # M:N
-    ((("fr",), ("en", "ru")), -1.0, {"encoders.fr", "encoders.en", "encoders.ru"}),  # ranking only
-])
+@pytest.mark.parametrize(
+    "signature,ranking,expected",
+    [
+        ((("fr",), ("en",)), 0.0, {"encoders.fr", "decoders.en"}),  # 1:1
+        ((("fr",), ("en",)), 1.0, {"encoders.fr", "decoders.en", "encoders.en"}),  # + ranking
+        ((("fr",), ("en", "es", "ru")), 0.0, {"encoders.fr", "decoders.en", "decoders.es", "decoders.ru"}),  # 1:N
+        ((("es", "fr"), ("en",)), 0.0, {"encoders.es", "encoders.fr", "decoders.en"}),  # M:1
+        ((("es", "fr"), ("ar", "zh")), 0.0, {"encoders.es", "encoders.fr", "decoders.ar", "decoders.zh"}),  # M:N
+        ((("fr",), ("en", "ru")), -1.0, {"encoders.fr", "encoders.en", "encoders.ru"}),  # ranking only
+    ],
+)
 def test_each_path_puts_gradients_exactly_where_it_should(corpus, signature, ranking, expected):
     model = small_model(nmt_weight=0.0 if ranking < 0 else 1.0)
     ranking = abs(ranking)
@@ -178,8 +181,9 @@ def test_unpacked_lstm_equals_torchs_packed_lstm(corpus, pooling, layers):
     ids, lengths = pad([corpus.ids("fr", r) for r in rows_with(corpus, ["fr"], 7)], eos=True)
     assert lengths.min() < lengths.max()
     ours = encoder(ids, lengths)
-    packed, (h, _) = encoder.lstm(pack_padded_sequence(encoder.embed(ids), lengths, batch_first=True,
-                                                       enforce_sorted=False))
+    packed, (h, _) = encoder.lstm(
+        pack_padded_sequence(encoder.embed(ids), lengths, batch_first=True, enforce_sorted=False)
+    )
     if pooling == "last":
         reference = h[-1]
     else:
@@ -218,8 +222,9 @@ def test_ranking_all_pairs_trains_every_language_of_the_batch_through_one_shared
         if pairs == "all":
             expected = model.multiway_ranking_loss(torch.stack([encoded[lang] for lang in ("fr", "en", "ru")]))
         else:
-            expected = (model.ranking_loss(encoded["fr"], encoded["en"])
-                        + model.ranking_loss(encoded["fr"], encoded["ru"])) / 2
+            expected = (
+                model.ranking_loss(encoded["fr"], encoded["en"]) + model.ranking_loss(encoded["fr"], encoded["ru"])
+            ) / 2
         torch.testing.assert_close(out.ranking, expected, rtol=1e-5, atol=1e-6)
     assert calls[0] == calls[4] == 12  # one encoder call over the 3 languages x 4 tuples
     with pytest.raises(ValueError, match="ranking_pairs"):
@@ -277,8 +282,9 @@ def test_contrastive_distillation_ranks_the_students_sentence_among_the_teachers
     labels = torch.arange(len(keep))
     expected = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
     torch.testing.assert_close(out.distill, expected, rtol=1e-4, atol=1e-5)
-    shuffled = model(sources, targets, ranking_weight=1.0, distill_weight=1.0,
-                     teacher={PIVOT: (vectors[[1, 0, 2, 4, 3]], present)})
+    shuffled = model(
+        sources, targets, ranking_weight=1.0, distill_weight=1.0, teacher={PIVOT: (vectors[[1, 0, 2, 4, 3]], present)}
+    )
     assert shuffled.distill > out.distill + 1.0
     shuffled.distill.backward()
     assert model.distill_map.weight.grad.abs().sum() > 0
@@ -301,8 +307,11 @@ def test_a_header_of_wrong_arguments_is_named_by_its_field(tmp_path):
     from model.nmt import FORMAT, read_header
 
     path = tmp_path / "model.safetensors"
-    save_file({"w": torch.zeros(1)}, str(path),
-              metadata={"format": FORMAT, "args": '{"languages": "en", "vocab_size": 8}', "meta": "{}"})
+    save_file(
+        {"w": torch.zeros(1)},
+        str(path),
+        metadata={"format": FORMAT, "args": '{"languages": "en", "vocab_size": 8}', "meta": "{}"},
+    )
     with pytest.raises(ModelFileError, match="languages"):
         read_header(str(path))
     args, meta = read_header(_saved(tmp_path, small_model(), step=7, spm_sha256="ab"))

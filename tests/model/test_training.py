@@ -1,4 +1,5 @@
 """The shared training step and the learning-rate schedule."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,14 +32,21 @@ def test_scheduled_lr_warms_up_then_follows_the_schedule():
 
 def test_train_step_updates_the_weights_and_counts_the_encoded_tokens():
     torch.manual_seed(0)
-    model = MultilingualNMT(languages=["en", "fr"], vocab_size=30, embed_dim=8, encoder_hidden=8,
-                            decoder_hidden=8, dropout=0.0, shared_encoder=True, nmt_weight=0.0)
+    model = MultilingualNMT(
+        languages=["en", "fr"],
+        vocab_size=30,
+        embed_dim=8,
+        encoder_hidden=8,
+        decoder_hidden=8,
+        dropout=0.0,
+        shared_encoder=True,
+        nmt_weight=0.0,
+    )
     sources = {"fr": pad([torch.tensor([5, 6, 7]).numpy(), torch.tensor([8, 9]).numpy()], eos=True)}
     targets = {"en": pad([torch.tensor([10, 11]).numpy(), torch.tensor([12]).numpy()], eos=False)}
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    out = train_step(model, optimizer, sources, targets, ranking_weight=1.0, grad_clip=1.0,
-                     device=torch.device("cpu"))
+    out = train_step(model, optimizer, sources, targets, ranking_weight=1.0, grad_clip=1.0, device=torch.device("cpu"))
     assert out.ranking is not None and out.nll == {}
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert input_tokens(sources, targets, ranking_weight=1.0) == (4 + 3) + (2 + 1)  # sources with EOS, targets

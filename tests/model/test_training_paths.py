@@ -1,4 +1,5 @@
 """Training paths: the signatures a tuple can serve, sampled by weight, for a whole window at once."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -14,8 +15,9 @@ LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 def draw(paths, available, n, seed=0, *, languages=LANGS, monolingual=False) -> list:
     """`n` draws for tuples that all hold `available` (None where no path serves them)."""
     present = np.tile([lang in available for lang in languages], (n, 1))
-    signatures, index = sample_signatures(paths, languages, present, np.random.default_rng(seed),
-                                          monolingual=monolingual)
+    signatures, index = sample_signatures(
+        paths, languages, present, np.random.default_rng(seed), monolingual=monolingual
+    )
     return [signatures[i] if i >= 0 else None for i in index]
 
 
@@ -51,11 +53,16 @@ def test_fixed_target_monolingual_and_infeasible():
 
 
 def test_tuples_holding_different_languages_draw_from_their_own():
-    present = np.array([[True, True, False, False, False, False],    # en fr
-                        [False, False, True, True, True, False],     # es ru ar
-                        [True, False, False, False, False, False]])  # en alone: no pair
-    signatures, index = sample_signatures([TrainingPath(kind="1:N")], LANGS, np.repeat(present, 40, axis=0),
-                                          np.random.default_rng(0))
+    present = np.array(
+        [
+            [True, True, False, False, False, False],  # en fr
+            [False, False, True, True, True, False],  # es ru ar
+            [True, False, False, False, False, False],
+        ]
+    )  # en alone: no pair
+    signatures, index = sample_signatures(
+        [TrainingPath(kind="1:N")], LANGS, np.repeat(present, 40, axis=0), np.random.default_rng(0)
+    )
     drawn = [signatures[i] if i >= 0 else None for i in index]
     assert all(set(s + t) == {"en", "fr"} for s, t in drawn[:40])
     assert all(set(s + t) == {"es", "ru", "ar"} and len(t) == 2 for s, t in drawn[40:80])

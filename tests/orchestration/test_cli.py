@@ -1,4 +1,5 @@
 """The `interlingua` command line, as a user runs it."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,9 @@ from tests.support.corpus import SMALL_BOOKS
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, timeout=600
+    )
 
 
 def test_help_lists_the_commands():
@@ -52,17 +54,29 @@ def test_user_errors_exit_2_with_a_message_and_no_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "prepare.spm.vocab_sise: unknown key" in err and "Traceback" not in err
     (tmp_path / "c.en").write_text("In the beginning.\n")
-    code = main(["prepare", f"run_dir={tmp_path / 'run'}",
-                 f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr]}}]"])
+    code = main(
+        [
+            "prepare",
+            f"run_dir={tmp_path / 'run'}",
+            f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr]}}]",
+        ]
+    )
     assert code == 2
     assert f"{tmp_path}/c.fr: file not found" in capsys.readouterr().err
 
 
 @pytest.mark.beam
 def test_prepare_end_to_end_with_overrides_and_beam_flags(tmp_path):
-    args = ["prepare", f"run_dir={tmp_path / 'run'}", f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
-            "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1500",
-            "--direct_runner_bundle_repeat", "0"]  # any Beam flag, with a separate value, passes through
+    args = [
+        "prepare",
+        f"run_dir={tmp_path / 'run'}",
+        f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
+        "prepare.split.dev_size=20",
+        "prepare.split.test_size=20",
+        "prepare.spm.vocab_size=1500",
+        "--direct_runner_bundle_repeat",
+        "0",
+    ]  # any Beam flag, with a separate value, passes through
     out = run_cli(*args)
     assert out.returncode == 0, out.stderr
     assert "tuples read 231" in out.stdout and "dropped" in out.stdout
@@ -88,14 +102,18 @@ STORE_COMMANDS = {
     "tune": ["--space", "{space}"],
     "compare": [],
     "serve": [],
-    "mine": ["mine.inputs=[{{lang: en, path: '{en}'}}, {{lang: fr, path: '{fr}'}}]", "mine.model={model}",
-             "mine.threshold=1.0"],
+    "mine": [
+        "mine.inputs=[{{lang: en, path: '{en}'}}, {{lang: fr, path: '{fr}'}}]",
+        "mine.model={model}",
+        "mine.threshold=1.0",
+    ],
 }
 
 
 @pytest.mark.parametrize("command", sorted(STORE_COMMANDS))
-def test_an_unreachable_tracking_server_fails_every_command_before_any_work(command, small_dataset, book_lines,
-                                                                             tmp_path, capsys, monkeypatch):
+def test_an_unreachable_tracking_server_fails_every_command_before_any_work(
+    command, small_dataset, book_lines, tmp_path, capsys, monkeypatch
+):
     import ray
 
     from tests.support.corpus import write_lines
@@ -108,18 +126,34 @@ def test_an_unreachable_tracking_server_fails_every_command_before_any_work(comm
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # whatever an earlier test left running
     monkeypatch.setattr(ray, "init", no_ray)
     lines = book_lines({"en": "k", "fr": "l"}, [57])  # Philemon
-    files = {"model": untrained_model_dir(small_dataset, tmp_path / "model"),
-             "en": write_lines(tmp_path / "en.txt", lines["en"]), "fr": write_lines(tmp_path / "fr.txt", lines["fr"]),
-             "space": tmp_path / "space.yaml"}
+    files = {
+        "model": untrained_model_dir(small_dataset, tmp_path / "model"),
+        "en": write_lines(tmp_path / "en.txt", lines["en"]),
+        "fr": write_lines(tmp_path / "fr.txt", lines["fr"]),
+        "space": tmp_path / "space.yaml",
+    }
     files["space"].write_text("space:\n  train.lr: {loguniform: [0.001, 0.01]}\nnum_samples: 2\n")
     (port,) = free_ports(1)
     run_dir = tmp_path / "run"
     args = [a.format(**files) for a in STORE_COMMANDS[command]]
-    assert main([command, *args, f"run_dir={run_dir}", f"dataset_dir={small_dataset.data_dir}",
-                 "prepare.spm.vocab_size=2000", f"tracking.uri=http://127.0.0.1:{port}"]) == 1
+    assert (
+        main(
+            [
+                command,
+                *args,
+                f"run_dir={run_dir}",
+                f"dataset_dir={small_dataset.data_dir}",
+                "prepare.spm.vocab_size=2000",
+                f"tracking.uri=http://127.0.0.1:{port}",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
-    assert err.splitlines() == [f"interlingua {command}: error: MLflow tracking store http://127.0.0.1:{port} "
-                                f"is unreachable: {err.split('unreachable: ', 1)[-1].strip()}"], err
+    assert err.splitlines() == [
+        f"interlingua {command}: error: MLflow tracking store http://127.0.0.1:{port} "
+        f"is unreachable: {err.split('unreachable: ', 1)[-1].strip()}"
+    ], err
     assert not run_dir.exists() or [p.name for p in run_dir.iterdir()] == [], "work was done"
 
 
@@ -134,7 +168,9 @@ def test_every_command_help_shows_an_example(capsys):
     from orchestration.cli import parser
 
     commands = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert {"prepare", "train", "evaluate", "search", "embed", "run", "compare", "tune", "mine", "config"} <= set(commands)
+    assert {"prepare", "train", "evaluate", "search", "embed", "run", "compare", "tune", "mine", "config"} <= set(
+        commands
+    )
     for name in commands:
         with pytest.raises(SystemExit):
             main([name, "--help"])

@@ -1,5 +1,6 @@
 """Every user error of the command line: exit 2 with one line naming the key, flag or path and what to do,
 found before any work; and the odd inputs that are accepted say so. Real Bible verses, tiny models."""
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,18 @@ def test_a_source_with_no_languages_is_a_config_error(tmp_path, capsys):
 @pytest.mark.parametrize("command", ["prepare", "run"])
 def test_an_unknown_beam_runner_is_refused_before_any_work(tmp_path, capsys, command):
     run_dir = tmp_path / "run"
-    assert main([command, "--runner=NoSuchRunner", f"run_dir={run_dir}",
-                 f"tracking.uri=sqlite:///{tmp_path / 'm.db'}", *BIBLE]) == 2
+    assert (
+        main(
+            [
+                command,
+                "--runner=NoSuchRunner",
+                f"run_dir={run_dir}",
+                f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
+                *BIBLE,
+            ]
+        )
+        == 2
+    )
     assert error_line(capsys).startswith(f"interlingua {command}: error: --runner=NoSuchRunner: Unexpected")
     assert not (run_dir / "data").exists() and not list(run_dir.glob(".data.partial-*"))
 
@@ -63,13 +74,16 @@ def test_embed_into_a_missing_directory_is_refused_before_embedding(model, tmp_p
 
     monkeypatch.setattr(SentenceEmbedder, "load", no_model)
     text = write_lines(tmp_path / "ruth.en", [verse("k", 8, 1, n) for n in range(1, 6)])
-    assert main(["embed", "--model", str(model), "-l", "en", "-i", str(text),
-                 "-o", str(tmp_path / "missing" / "ruth.npy")]) == 2
+    assert (
+        main(
+            ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "missing" / "ruth.npy")]
+        )
+        == 2
+    )
     assert f"directory {tmp_path / 'missing'} does not exist" in error_line(capsys)
 
 
-def test_embedding_empty_lines_warns_with_their_count_and_all_empty_is_refused(model, tmp_path, verse, capsys,
-                                                                                caplog):
+def test_embedding_empty_lines_warns_with_their_count_and_all_empty_is_refused(model, tmp_path, verse, capsys, caplog):
     lines = [verse("k", 8, 1, 1), "", verse("k", 8, 1, 2), ""]
     text = write_lines(tmp_path / "ruth.en", lines)
     with caplog.at_level(logging.WARNING):
@@ -79,15 +93,43 @@ def test_embedding_empty_lines_warns_with_their_count_and_all_empty_is_refused(m
     vectors = np.load(tmp_path / "e.npy")
     assert np.array_equal(vectors[1], vectors[3]) and not np.array_equal(vectors[0], vectors[1])
     write_lines(tmp_path / "blank.en", ["", "", ""])
-    assert main(["embed", "--model", str(model), "-l", "en", "-i", str(tmp_path / "blank.en"),
-                 "-o", str(tmp_path / "b.npy")]) == 2
+    assert (
+        main(
+            [
+                "embed",
+                "--model",
+                str(model),
+                "-l",
+                "en",
+                "-i",
+                str(tmp_path / "blank.en"),
+                "-o",
+                str(tmp_path / "b.npy"),
+            ]
+        )
+        == 2
+    )
     assert "all 3 input lines are empty: nothing to embed" in error_line(capsys)
     assert not (tmp_path / "b.npy").exists()
 
 
 def test_search_refuses_an_empty_query(small_dataset, model, capsys):
-    assert main(["search", "--model", str(model), "-q", "  ", "-l", "fr", f"dataset_dir={small_dataset.data_dir}",
-                 "prepare.spm.vocab_size=2000"]) == 2
+    assert (
+        main(
+            [
+                "search",
+                "--model",
+                str(model),
+                "-q",
+                "  ",
+                "-l",
+                "fr",
+                f"dataset_dir={small_dataset.data_dir}",
+                "prepare.spm.vocab_size=2000",
+            ]
+        )
+        == 2
+    )
     assert "--query is empty" in error_line(capsys)
 
 
@@ -99,26 +141,39 @@ def test_an_unknown_language_code_is_accepted_with_a_warning_that_no_script_chec
     with caplog.at_level(logging.WARNING):
         assert warn_unchecked_scripts(config.prepare) == ["xx"]
     assert "language 'xx': no script known for it" in caplog.text and "prepare.filters.scripts.xx" in caplog.text
-    named = load_config(None, ["prepare.sources=[{kind: bible, books: [8], versions: {en: k, xx: l}}]",
-                               "prepare.filters.scripts={xx: [Latin]}"])
+    named = load_config(
+        None,
+        [
+            "prepare.sources=[{kind: bible, books: [8], versions: {en: k, xx: l}}]",
+            "prepare.filters.scripts={xx: [Latin]}",
+        ],
+    )
     assert warn_unchecked_scripts(named.prepare) == []
 
 
 @pytest.mark.beam
-def test_a_dev_split_without_complete_tuples_is_refused_before_training_not_a_nan_dev_error(tmp_path, book_lines,
-                                                                                            capsys, monkeypatch):
+def test_a_dev_split_without_complete_tuples_is_refused_before_training_not_a_nan_dev_error(
+    tmp_path, book_lines, capsys, monkeypatch
+):
     asked = []  # `ensure_ray`, the one way a command starts or joins Ray (the run's shared one may be up)
     monkeypatch.setattr("orchestration.train.driver.ensure_ray", lambda *args, **kwargs: asked.append(args))
     ruth, jonah = book_lines({"en": "k", "fr": "l"}, [8]), book_lines({"en": "k", "es": "v"}, [32])
     for name, lines in (("ruth", ruth), ("jonah", jonah)):
         for lang, texts in lines.items():
             write_lines(tmp_path / f"{name}.{lang}", texts)
-    where = [f"run_dir={tmp_path / 'run'}", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
-             f"prepare.sources=[{{kind: text, path: '{tmp_path}/ruth.{{lang}}', languages: [en, fr]}}, "
-             f"{{kind: text, path: '{tmp_path}/jonah.{{lang}}', languages: [en, es]}}]",
-             "prepare.split.dev_size=10", "prepare.split.test_size=10", "prepare.spm.vocab_size=500",
-             "prepare.split.heldout_complete=false", "model.embed_dim=16", "model.encoder_hidden=16",
-             "model.decoder_hidden=16"]
+    where = [
+        f"run_dir={tmp_path / 'run'}",
+        f"tracking.uri=sqlite:///{tmp_path / 'm.db'}",
+        f"prepare.sources=[{{kind: text, path: '{tmp_path}/ruth.{{lang}}', languages: [en, fr]}}, "
+        f"{{kind: text, path: '{tmp_path}/jonah.{{lang}}', languages: [en, es]}}]",
+        "prepare.split.dev_size=10",
+        "prepare.split.test_size=10",
+        "prepare.spm.vocab_size=500",
+        "prepare.split.heldout_complete=false",
+        "model.embed_dim=16",
+        "model.encoder_hidden=16",
+        "model.decoder_hidden=16",
+    ]
     assert main(["prepare", *where]) == 0  # bitexts: no dev tuple holds en, fr and es together
     capsys.readouterr()
     assert main(["train", *where]) == 2

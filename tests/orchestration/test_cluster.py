@@ -1,6 +1,8 @@
 """Ray as the search executor: searches as Ray tasks give what the in-process search gives, from
 arrays in the object store or from embeddings on disk that each task reads itself, or that the driver's disk
-shipped through the object store; the checks of what every node must reach; a command's own Ray instance listening on the loopback address alone."""
+shipped through the object store; the checks of what every node must reach; a command's own Ray instance
+listening on the loopback address alone."""
+
 from __future__ import annotations
 
 import os
@@ -41,7 +43,8 @@ def test_ray_tasks_read_stored_embeddings_a_few_in_flight(local_ray, tmp_path):
         np.testing.assert_array_equal(on_ray[pair].ids[0:90], local[pair].ids)
         np.testing.assert_array_equal(on_ray[pair].better[0:90], local[pair].better)
     assert pair_metrics(on_ray, store.hashes(), metric="cosine", margin_k=4) == pair_metrics(
-        local, texts, metric="cosine", margin_k=4)
+        local, texts, metric="cosine", margin_k=4
+    )
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////srv/mlflow.db", "/srv/mlruns", "file:///srv/mlruns"])
@@ -51,8 +54,10 @@ def test_a_tracking_file_or_a_local_folder_is_refused_on_a_cluster_of_several_ho
     from orchestration.adapters.cluster import check_every_node_reaches
     from orchestration.config import ConfigError
 
-    hosts = [{"NodeManagerAddress": ip, "Alive": alive} for ip, alive in
-             [("10.0.0.1", True), ("10.0.0.1", True), ("10.0.0.9", False)]]
+    hosts = [
+        {"NodeManagerAddress": ip, "Alive": alive}
+        for ip, alive in [("10.0.0.1", True), ("10.0.0.1", True), ("10.0.0.9", False)]
+    ]
     monkeypatch.setattr(ray, "nodes", lambda: hosts)
     check_every_node_reaches(uri, run_dir="/srv/run")  # one host (the dead node aside): its files are everyone's
     hosts.append({"NodeManagerAddress": "10.0.0.2", "Alive": True})
@@ -115,17 +120,29 @@ def test_a_local_ray_that_a_command_starts_listens_on_the_loopback_address_only(
     assert owns_ray()
     assert _dashboard_url().startswith("127.0.0.1:")
     tree = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}  # the driver too
-    bound = [(c.pid, c.laddr) for c in psutil.net_connections(kind="inet")
-             if c.pid in tree and c.laddr and (c.status == psutil.CONN_LISTEN or not c.raddr)]
+    bound = [
+        (c.pid, c.laddr)
+        for c in psutil.net_connections(kind="inet")
+        if c.pid in tree and c.laddr and (c.status == psutil.CONN_LISTEN or not c.raddr)
+    ]
     names = {psutil.Process(pid).name() for pid, _ in bound}
     assert {"gcs_server", "raylet"} <= names, names
     assert all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, address in bound), bound
     # another command joins it at its address (`runtime.ray_address=127.0.0.1:PORT`), as a driver on loopback
     address = ray.get_runtime_context().gcs_address
     assert address.startswith("127.0.0.1:")
-    join = subprocess.run([sys.executable, "-c", "import ray; from orchestration.adapters.cluster import ensure_ray, owns_ray; "
-                           f"ensure_ray({address!r}); print(ray.get(ray.remote(lambda: 2).remote()), owns_ray())"],
-                          capture_output=True, text=True, timeout=180, cwd=PACKAGE_ROOT)
+    join = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ray; from orchestration.adapters.cluster import ensure_ray, owns_ray; "
+            f"ensure_ray({address!r}); print(ray.get(ray.remote(lambda: 2).remote()), owns_ray())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=PACKAGE_ROOT,
+    )
     assert join.stdout.strip() == "2 False", join.stderr[-3000:]
 
 
@@ -153,8 +170,9 @@ class _DiesOnce:
 
 
 @pytest.mark.parametrize("under_data_job", [True, False])
-def test_a_ray_data_task_that_a_dead_node_failed_runs_again_and_any_other_error_fails(local_ray, tmp_path,
-                                                                                     under_data_job):
+def test_a_ray_data_task_that_a_dead_node_failed_runs_again_and_any_other_error_fails(
+    local_ray, tmp_path, under_data_job
+):
     import ray.data
 
     from orchestration.adapters.cluster import data_job

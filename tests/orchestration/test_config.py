@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from core.schema import dump_yaml
 from orchestration.config import ConfigError, load_config
 from pipelines.source_config import DEFAULT_BIBLE_VERSIONS, BibleSource, TextSource
-from core.schema import dump_yaml
 
 
 def write(tmp_path, text: str):
@@ -24,15 +24,25 @@ def test_defaults_are_the_six_language_bible():
 
 
 def test_file_values_and_command_line_overrides(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 name: small
 prepare:
   sources:
     - {kind: text, path: "data/corpus.{lang}", languages: [en, fr]}
   spm: {vocab_size: 8000}
-""")
-    cfg = load_config(path, ["prepare.spm.vocab_size=4000", "prepare.normalize.lowercase=false",
-                             "prepare.split.dev_fraction=0.1", "prepare.split.test_fraction=0.1"])
+""",
+    )
+    cfg = load_config(
+        path,
+        [
+            "prepare.spm.vocab_size=4000",
+            "prepare.normalize.lowercase=false",
+            "prepare.split.dev_fraction=0.1",
+            "prepare.split.test_fraction=0.1",
+        ],
+    )
     assert cfg.name == "small"
     assert isinstance(cfg.prepare.sources[0], TextSource)
     assert cfg.prepare.spm.vocab_size == 4000
@@ -53,15 +63,18 @@ def test_unknown_key_on_command_line():
         load_config(None, ["prepare.spn.vocab_size=3"])
 
 
-@pytest.mark.parametrize("override, key", [
-    ("prepare.spm.vocab_size=big", "prepare.spm.vocab_size"),
-    ("prepare.spm.vocab_size=12.5", "prepare.spm.vocab_size"),
-    ("prepare.normalize.lowercase=[1]", "prepare.normalize.lowercase"),
-    ("prepare.output.train_shards=-4", "prepare.output.train_shards"),
-    ("prepare.split.dev_size=-1", "prepare.split.dev_size"),
-    ("prepare.filters.min_script_fraction=1.5", "prepare.filters.min_script_fraction"),
-    ("serve.max_queued_requests=0", "serve.max_queued_requests"),  # Ray Serve's deployment refuses it at start
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("prepare.spm.vocab_size=big", "prepare.spm.vocab_size"),
+        ("prepare.spm.vocab_size=12.5", "prepare.spm.vocab_size"),
+        ("prepare.normalize.lowercase=[1]", "prepare.normalize.lowercase"),
+        ("prepare.output.train_shards=-4", "prepare.output.train_shards"),
+        ("prepare.split.dev_size=-1", "prepare.split.dev_size"),
+        ("prepare.filters.min_script_fraction=1.5", "prepare.filters.min_script_fraction"),
+        ("serve.max_queued_requests=0", "serve.max_queued_requests"),  # Ray Serve's deployment refuses it at start
+    ],
+)
 def test_wrong_types_and_impossible_values(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(None, [override])
@@ -80,28 +93,34 @@ def test_unknown_source_kind(tmp_path):
 
 @pytest.mark.parametrize("kind", ["mined", "text"])
 def test_a_bad_field_of_a_source_names_its_key_and_line_whatever_the_kind(tmp_path, kind):
-    path = write(tmp_path, f"""name: x
+    path = write(
+        tmp_path,
+        f"""name: x
 prepare:
   sources:
     - kind: {kind}
       path: "pairs.{{lang}}"
       languages: [fr, en]
       min_scor: 1.1
-""")
+""",
+    )
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert f"prepare.sources.0.min_scor: unknown key (check its spelling and section) [{path}:7]" in str(err.value)
 
 
 def test_a_value_is_blamed_on_where_it_was_given(tmp_path):
-    path = write(tmp_path, """name: x
+    path = write(
+        tmp_path,
+        """name: x
 prepare:
   sources:
     - kind: text
       path: "c.{lang}"
       languages: [en, fr]
   split: {dev_fraction: 0.6}
-""")
+""",
+    )
     duplicate = "prepare.sources=[{kind: text, path: 'c.{lang}', languages: [en, en]}]"
     for config_file in (path, None):  # over a file's list, and over the defaults: the command line's
         with pytest.raises(ConfigError) as err:
@@ -109,8 +128,9 @@ prepare:
         assert "prepare.sources.0.languages: Value error, language 'en' is given twice [command line]" in str(err.value)
     with pytest.raises(ConfigError) as err:  # a section's check over a file value and an override: both
         load_config(path, ["prepare.split.test_fraction=0.5"])
-    assert f"prepare.split: Value error, dev_fraction + test_fraction must be below 1 [{path}:7, command line]" \
-        in str(err.value)
+    assert f"prepare.split: Value error, dev_fraction + test_fraction must be below 1 [{path}:7, command line]" in str(
+        err.value
+    )
     path.write_text("prepare:\n  spm:\n    vocab_size: 5\n")
     with pytest.raises(ConfigError) as err:  # the file's own value, beside an override of its section
         load_config(path, ["prepare.spm.character_coverage=1.0"])
@@ -168,7 +188,9 @@ def test_how_it_runs_is_apart_from_what_is_learned():
 
 
 def test_keys_that_moved_still_load_from_old_configs_and_model_directories(tmp_path, caplog):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 train:
   lr: 0.01
   num_workers: 2
@@ -178,7 +200,8 @@ evaluate:
 tracking:
   registered_model: prod
   min_improvement: 0.02
-""")
+""",
+    )
     cfg = load_config(path, ["train.use_gpu=true"])
     assert cfg.train.lr == 0.01 and cfg.runtime.num_workers == 2 and cfg.runtime.checkpoint_every_steps == 50
     assert cfg.runtime.use_gpu and cfg.runtime.embed_actors == 3

@@ -1,12 +1,12 @@
 """Only `prepare` (and `run`, which prepares) imports Apache Beam: its import is slow and warns about
 GCS and BigQuery client libraries, which an `embed` or a `search` has no use for."""
+
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
-
 
 # What train, evaluate, search, embed, mine, compare and tune import, at module level and in their functions.
 BEAM_FREE = [
@@ -49,8 +49,17 @@ def test_the_commands_that_run_no_beam_job_do_not_import_beam():
 
 
 # What the served model imports: the Beam-free core, the model and the embedder.
-SERVING = ["core.dataset", "core.storage", "core.normalize", "core.schema", "core.errors", "model.nmt",
-           "model.inference", "orchestration.embed.embedder", "orchestration.embed.pyfunc"]
+SERVING = [
+    "core.dataset",
+    "core.storage",
+    "core.normalize",
+    "core.schema",
+    "core.errors",
+    "model.nmt",
+    "model.inference",
+    "orchestration.embed.embedder",
+    "orchestration.embed.pyfunc",
+]
 
 
 def test_the_model_the_embedder_and_the_pyfunc_need_neither_beam_nor_ray_train():
@@ -73,8 +82,11 @@ def test_model_and_evaluation_import_nothing_of_the_beam_job():
     for package in ("core", "model", "evaluation"):
         for path in (root / package).glob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                )
                 assert not [n for n in names if n.split(".")[0] in ("pipelines", "orchestration")], (path, names)
 
 
@@ -136,11 +148,16 @@ def test_no_module_of_the_product_imports_itself_back():
 # imports another; what two of them need lives below them.
 RANKS = {
     "core": 0,
-    "model": 1, "evaluation": 1, "pipelines": 1,
+    "model": 1,
+    "evaluation": 1,
+    "pipelines": 1,
     "orchestration.config": 2,
     "orchestration.adapters": 3,
     "orchestration.embed": 4,
-    "orchestration.train": 5, "orchestration.evaluate": 5, "orchestration.mine": 5, "orchestration.serve": 5,
+    "orchestration.train": 5,
+    "orchestration.evaluate": 5,
+    "orchestration.mine": 5,
+    "orchestration.serve": 5,
     "orchestration.lifecycle": 6,
     "orchestration.cli": 7,
 }
@@ -153,8 +170,12 @@ def room(module: str) -> str:
 
 def running_up(graph: dict[str, set[str]]) -> list[str]:
     """The imports of `graph` into a room of the importer's rank or above."""
-    return sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
-                  if room(target) not in (room(name), "orchestration") and RANKS[room(target)] >= RANKS[room(name)])
+    return sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if room(target) not in (room(name), "orchestration") and RANKS[room(target)] >= RANKS[room(name)]
+    )
 
 
 def test_every_import_runs_down_the_rooms_and_the_root_of_orchestration_holds_only_rooms():
@@ -167,9 +188,14 @@ def test_every_import_runs_down_the_rooms_and_the_root_of_orchestration_holds_on
     assert sorted(p.name for p in root.glob("*.py")) == ["__init__.py"], "a module at the root of orchestration/"
     # the check can fail: tracking once imported the registry's packaging from the serving package, and
     # training the run lock from lifecycle (which imports training)
-    assert running_up({"orchestration.adapters.tracking": {"orchestration.lifecycle.packaging"},
-                       "orchestration.train.loop": {"orchestration.lifecycle.run", "orchestration.adapters.lock"},
-                       "orchestration.serve.app": {"orchestration.mine.job"}}) == [
+    assert running_up(
+        {
+            "orchestration.adapters.tracking": {"orchestration.lifecycle.packaging"},
+            "orchestration.train.loop": {"orchestration.lifecycle.run", "orchestration.adapters.lock"},
+            "orchestration.serve.app": {"orchestration.mine.job"},
+        }
+    ) == [
         "orchestration.adapters.tracking -> orchestration.lifecycle.packaging",
         "orchestration.serve.app -> orchestration.mine.job",
-        "orchestration.train.loop -> orchestration.lifecycle.run"]
+        "orchestration.train.loop -> orchestration.lifecycle.run",
+    ]

@@ -1,20 +1,20 @@
 """Lineage and verify-on-read: a model is never fed token ids of another tokenizer, and damaged model or
 dataset files are named before any work (exit 2, one line). Real Bible text, untrained tiny models."""
-from __future__ import annotations
 
-from pathlib import Path
+from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from core.dataset import Dataset, DatasetManifest, load_manifest
 from orchestration.adapters import model_dir as model_files
 from orchestration.cli import main
 from orchestration.embed.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
-from core.dataset import Dataset, DatasetManifest, load_manifest
 from pipelines.tokenizer import train_bpe
 from tests.support.corpus import VERSIONS
 from tests.support.runs import config_for, untrained_model_dir
@@ -26,8 +26,12 @@ OTHER_BOOKS = [1, 40]
 @pytest.fixture
 def where(small_dataset, tmp_path):
     config = config_for(small_dataset, tmp_path)
-    return [f"run_dir={config.run_dir}", f"dataset_dir={config.data_dir}", f"tracking.uri={config.tracking.uri}",
-            "prepare.spm.vocab_size=2000"]
+    return [
+        f"run_dir={config.run_dir}",
+        f"dataset_dir={config.data_dir}",
+        f"tracking.uri={config.tracking.uri}",
+        "prepare.spm.vocab_size=2000",
+    ]
 
 
 def other_tokenizer(book_lines, path):
@@ -43,8 +47,7 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
-def test_evaluate_refuses_a_model_of_another_tokenizer_naming_both(small_dataset, tmp_path, book_lines, where,
-                                                                   capsys):
+def test_evaluate_refuses_a_model_of_another_tokenizer_naming_both(small_dataset, tmp_path, book_lines, where, capsys):
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     other_tokenizer(book_lines, model / model_files.SPM_FILE)  # an old model dir: no lineage.json
     data_sha = load_manifest(small_dataset.data_dir).dump()["spm"]["sha256"]
@@ -66,8 +69,10 @@ def test_a_damaged_model_file_is_named_by_every_reader(small_dataset, tmp_path, 
     text.write_text("In the beginning God created the heaven and the earth.\n")
     path = model / model_files.MODEL_FILE
     path.write_bytes(path.read_bytes()[:1000])  # truncated, no lineage.json to compare with
-    for command in (["evaluate", "--model", str(model)],
-                    ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "e.npy")]):
+    for command in (
+        ["evaluate", "--model", str(model)],
+        ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "e.npy")],
+    ):
         assert main([*command, *where]) == 2
         line = one_line(capsys.readouterr().err)
         assert f"{path}: not a readable model file" in line and "Errno" not in line
@@ -76,9 +81,11 @@ def test_a_damaged_model_file_is_named_by_every_reader(small_dataset, tmp_path, 
     model_files.record_lineage(model, Dataset.open(small_dataset.data_dir))
     shutil.copy(tmp_path / "model" / model_files.MODEL_FILE, model / model_files.MODEL_FILE)
     (model / model_files.SPM_FILE).write_bytes(b"")
-    for command in (["evaluate", "--model", str(model)],
-                    ["search", "--model", str(model), "-q", "Dieu est amour.", "-l", "fr"],
-                    ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "e.npy")]):
+    for command in (
+        ["evaluate", "--model", str(model)],
+        ["search", "--model", str(model), "-q", "Dieu est amour.", "-l", "fr"],
+        ["embed", "--model", str(model), "-l", "en", "-i", str(text), "-o", str(tmp_path / "e.npy")],
+    ):
         assert main([*command, *where]) == 2
         line = one_line(capsys.readouterr().err)
         assert str(model / model_files.MODEL_FILE) in line and "recorded in lineage.json" in line
@@ -102,8 +109,9 @@ def _not_a_tokenizer(model, book_lines):
 
 
 @pytest.mark.parametrize("damage", [_truncated_model, _another_tokenizer, _not_a_tokenizer])
-def test_embed_names_a_damaged_model_before_ray_starts(damage, small_dataset, tmp_path, book_lines, where, capsys,
-                                                       monkeypatch):
+def test_embed_names_a_damaged_model_before_ray_starts(
+    damage, small_dataset, tmp_path, book_lines, where, capsys, monkeypatch
+):
     import ray
 
     def no_ray(*args, **kwargs):
@@ -140,8 +148,18 @@ def test_evaluate_refuses_a_model_of_languages_the_dataset_lacks(small_dataset, 
 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     vocab = load_manifest(small_dataset.data_dir).dump()["spm"]["vocab_size"]
-    save_model(MultilingualNMT(languages=["en", "fr", "de"], vocab_size=vocab, embed_dim=16, encoder_hidden=16,
-                               decoder_hidden=16, shared_encoder=True), str(model / "model.safetensors"), step=0)
+    save_model(
+        MultilingualNMT(
+            languages=["en", "fr", "de"],
+            vocab_size=vocab,
+            embed_dim=16,
+            encoder_hidden=16,
+            decoder_hidden=16,
+            shared_encoder=True,
+        ),
+        str(model / "model.safetensors"),
+        step=0,
+    )
     assert main(["evaluate", "--model", str(model), *where]) == 2
     line = one_line(capsys.readouterr().err)
     assert "lacks ['de']" in line and "evaluate.languages" in line
@@ -152,9 +170,15 @@ def copied(small_dataset, tmp_path):
     """The prepared dataset copied, to damage; overrides that point a run at it."""
     data = tmp_path / "data"
     shutil.copytree(small_dataset.data_dir, data)
-    return data, [f"run_dir={tmp_path / 'run'}", f"dataset_dir={data}", f"tracking.uri=sqlite:///{tmp_path}/m.db",
-                  "prepare.spm.vocab_size=2000", "model.embed_dim=16", "model.encoder_hidden=16",
-                  "model.decoder_hidden=16"]
+    return data, [
+        f"run_dir={tmp_path / 'run'}",
+        f"dataset_dir={data}",
+        f"tracking.uri=sqlite:///{tmp_path}/m.db",
+        "prepare.spm.vocab_size=2000",
+        "model.embed_dim=16",
+        "model.encoder_hidden=16",
+        "model.decoder_hidden=16",
+    ]
 
 
 def test_a_shard_replaced_by_another_is_named_before_evaluating(small_dataset, copied, tmp_path, capsys):
@@ -205,20 +229,37 @@ def exported_model_dir(small_dataset, folder, monkeypatch):
 
     manifest = load_manifest(small_dataset.data_dir)
     torch.manual_seed(0)
-    model = MultilingualNMT(languages=manifest.languages, vocab_size=manifest.spm.vocab_size,
-                            embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
-    state = checkpoint.TrainingState(model.state_dict(), {}, None, checkpoint.TrainingProgress(step=10, best_step=10),
-                                     model.state_dict())
-    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **_: shutil.move(
-        checkpoint.path, folder.with_name("checkpoint")))  # uploaded, the local copy gone, as Ray does
-    checkpoint.report(0, state, model.args, spm_model=str(Path(small_dataset.data_dir) / "spm.model"),
-                      config=small_dataset.to_dict(), metrics={})
+    model = MultilingualNMT(
+        languages=manifest.languages,
+        vocab_size=manifest.spm.vocab_size,
+        embed_dim=16,
+        encoder_hidden=16,
+        decoder_hidden=16,
+        shared_encoder=True,
+    )
+    state = checkpoint.TrainingState(
+        model.state_dict(), {}, None, checkpoint.TrainingProgress(step=10, best_step=10), model.state_dict()
+    )
+    monkeypatch.setattr(
+        ray.train,
+        "report",
+        lambda metrics, checkpoint=None, **_: shutil.move(checkpoint.path, folder.with_name("checkpoint")),
+    )  # uploaded, the local copy gone, as Ray does
+    checkpoint.report(
+        0,
+        state,
+        model.args,
+        spm_model=str(Path(small_dataset.data_dir) / "spm.model"),
+        config=small_dataset.to_dict(),
+        metrics={},
+    )
     checkpoint.export(ray.train.Checkpoint.from_directory(str(folder.with_name("checkpoint"))), folder)
     return folder
 
 
 def test_a_model_records_its_tokenizer_and_a_replaced_spm_model_is_refused_naming_both(
-        small_dataset, tmp_path, book_lines, where, monkeypatch, capsys, caplog):
+    small_dataset, tmp_path, book_lines, where, monkeypatch, capsys, caplog
+):
     from model.nmt import load_model
 
     model = exported_model_dir(small_dataset, tmp_path / "model", monkeypatch)
@@ -240,8 +281,7 @@ def test_a_model_records_its_tokenizer_and_a_replaced_spm_model_is_refused_namin
     assert not (tmp_path / "run" / "eval").exists()  # refused before any work
 
 
-def test_an_old_model_dir_with_no_tokenizer_record_loads_with_a_warning(small_dataset, tmp_path, book_lines,
-                                                                        caplog):
+def test_an_old_model_dir_with_no_tokenizer_record_loads_with_a_warning(small_dataset, tmp_path, book_lines, caplog):
     model = untrained_model_dir(small_dataset, tmp_path / "model")  # saved without the tokenizer's sha256
     other_tokenizer(book_lines, model / model_files.SPM_FILE)  # replaced: nothing can tell
     with caplog.at_level("WARNING"):
@@ -256,8 +296,7 @@ def test_an_old_model_dir_with_no_tokenizer_record_loads_with_a_warning(small_da
     assert "cannot check" not in caplog.text
 
 
-def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(small_dataset, tmp_path, verse,
-                                                                            capsys):
+def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(small_dataset, tmp_path, verse, capsys):
     """A model directory of an older version holds model.pt (a torch pickle): every reader refuses it, naming
     `interlingua upgrade-model`, which converts it once (tensors and plain values only, checked against its
     lineage) into a directory that embeds exactly as before; a model.pt holding code is never converted."""
@@ -270,8 +309,10 @@ def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(sma
     # the same model as an older version saved it
     loaded, meta = model_files.load(model / model_files.MODEL_FILE)
     (model / model_files.MODEL_FILE).unlink()
-    torch.save({"args": loaded.args.model_dump(), "state_dict": loaded.state_dict(), "meta": meta.model_dump()},
-               model / "model.pt")
+    torch.save(
+        {"args": loaded.args.model_dump(), "state_dict": loaded.state_dict(), "meta": meta.model_dump()},
+        model / "model.pt",
+    )
     lineage = json.loads((model / "lineage.json").read_text())
     lineage["model_sha256"] = model_files.file_sha256(model / "model.pt")
     (model / "lineage.json").write_text(json.dumps(lineage))
@@ -294,8 +335,10 @@ def test_an_older_model_directory_is_refused_until_upgrade_model_converts_it(sma
     shutil.copytree(model, hostile)
     (hostile / model_files.MODEL_FILE).unlink()
     (hostile / "lineage.json").unlink()
-    torch.save({"args": loaded.args.model_dump(), "state_dict": loaded.state_dict(), "meta": {"x": Payload()}},
-               hostile / "model.pt")
+    torch.save(
+        {"args": loaded.args.model_dump(), "state_dict": loaded.state_dict(), "meta": {"x": Payload()}},
+        hostile / "model.pt",
+    )
     assert main(["upgrade-model", str(hostile)]) == 2
     assert "refused (UnpicklingError" in one_line(capsys.readouterr().err)
     assert not (hostile / model_files.MODEL_FILE).exists()
@@ -307,7 +350,8 @@ def test_the_normalization_is_read_from_the_model_directory_alone(tmp_path):
     from core.normalize import NormalizeConfig
 
     (tmp_path / model_files.CONFIG_FILE).write_text(
-        "name: old\ntrain:\n  a_key_since_removed: 3\nprepare:\n  normalize:\n    lowercase: false\n")
+        "name: old\ntrain:\n  a_key_since_removed: 3\nprepare:\n  normalize:\n    lowercase: false\n"
+    )
     assert model_files.normalization(tmp_path) == NormalizeConfig(lowercase=False)
     (tmp_path / model_files.CONFIG_FILE).write_text("name: old\n")  # none recorded: the defaults it trained with
     assert model_files.normalization(tmp_path) == NormalizeConfig()

@@ -1,5 +1,6 @@
 """The workers of a command's own Ray instance run at the command's niceness, or `runtime.worker_niceness`
 above it: not at Ray's own default, 15, at which a training beside any other work got a few percent of a core."""
+
 from __future__ import annotations
 
 import os

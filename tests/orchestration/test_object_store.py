@@ -2,6 +2,7 @@
 the bucket, nothing is written to a local folder named after the URI, and a rerun finds its work done.
 Prepare, train and evaluate with the run dir in a bucket are asserted so by the bucket variant of
 test_output_trees.py, which runs every command there."""
+
 import io
 
 import numpy as np
@@ -12,7 +13,11 @@ from core.errors import Exit
 from orchestration.cli import main
 from tests.support.corpus import SMALL_BOOKS
 
-pytestmark = [pytest.mark.beam, pytest.mark.ray, pytest.mark.usefixtures("local_ray")]  # one Ray for the module's commands
+pytestmark = [
+    pytest.mark.beam,
+    pytest.mark.ray,
+    pytest.mark.usefixtures("local_ray"),
+]  # one Ray for the module's commands
 
 
 def test_prepare_reads_line_aligned_files_from_the_bucket(s3_bucket, tmp_path, monkeypatch, book_lines):
@@ -21,17 +26,30 @@ def test_prepare_reads_line_aligned_files_from_the_bucket(s3_bucket, tmp_path, m
     for lang, texts in lines.items():
         storage.write_bytes(f"{s3_bucket}/corpus/bible.{lang}", ("\n".join(texts) + "\n").encode("utf-8"))
     data = f"{s3_bucket}/prepared"
-    args = [f"dataset_dir={data}", f"run_dir={s3_bucket}/runs/y",
-            f"prepare.sources=[{{kind: text, path: '{s3_bucket}/corpus/bible.{{lang}}', languages: [en, fr]}}]",
-            "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1000"]
+    args = [
+        f"dataset_dir={data}",
+        f"run_dir={s3_bucket}/runs/y",
+        f"prepare.sources=[{{kind: text, path: '{s3_bucket}/corpus/bible.{{lang}}', languages: [en, fr]}}]",
+        "prepare.split.dev_size=20",
+        "prepare.split.test_size=20",
+        "prepare.spm.vocab_size=1000",
+    ]
     assert main(["prepare", *args]) == Exit.OK
     manifest = storage.read_json(f"{data}/manifest.json")
     read = {entry["path"]: entry["sha256"] for entry in manifest["inputs"]}  # the bytes it read, from the bucket
     assert read[f"{s3_bucket}/corpus/bible.fr"] == storage.sha256(f"{s3_bucket}/corpus/bible.fr")
     assert 0 < sum(manifest["splits"][s]["tuples"] for s in ("train", "dev", "test")) <= len(lines["en"])
     assert list(tmp_path.iterdir()) == []
-    assert main(["prepare", *args, f"prepare.sources=[{{kind: text, path: '{s3_bucket}/corpus/none.{{lang}}', "
-                 "languages: [en, fr]}]"]) == Exit.USER_ERROR
+    assert (
+        main(
+            [
+                "prepare",
+                *args,
+                f"prepare.sources=[{{kind: text, path: '{s3_bucket}/corpus/none.{{lang}}', languages: [en, fr]}}]",
+            ]
+        )
+        == Exit.USER_ERROR
+    )
 
 
 def _lines_bytes(lines: list[str]) -> bytes:
@@ -48,8 +66,9 @@ def bucket_model(s3_bucket, small_dataset, tmp_path_factory):
     return local, f"{s3_bucket}/models/m"
 
 
-def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(s3_bucket, bucket_model, small_dataset, tmp_path,
-                                                               monkeypatch, book_lines, capsys):
+def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(
+    s3_bucket, bucket_model, small_dataset, tmp_path, monkeypatch, book_lines, capsys
+):
     from evaluation.store import StoredEmbeddings
     from orchestration.embed.embedder import SentenceEmbedder
 
@@ -59,14 +78,27 @@ def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(s3_bucket, bucket
     storage.write_bytes(f"{s3_bucket}/corpus/ruth.txt", _lines_bytes(fr[:85]))
     storage.write_bytes(f"{s3_bucket}/corpus/obadiah.txt", _lines_bytes(fr[85:]))
     out = f"{s3_bucket}/emb"
-    args = ["embed", f"dataset_dir={small_dataset.data_dir}", "-l", "fr", "--model", model, "--block-rows", "32",
-            "-i", f"{s3_bucket}/corpus/*.txt", "-o", out]
+    args = [
+        "embed",
+        f"dataset_dir={small_dataset.data_dir}",
+        "-l",
+        "fr",
+        "--model",
+        model,
+        "--block-rows",
+        "32",
+        "-i",
+        f"{s3_bucket}/corpus/*.txt",
+        "-o",
+        out,
+    ]
     assert main(args) == Exit.OK
     assert "106 sentences (0 empty)" in capsys.readouterr().out
     manifest = storage.read_json(f"{out}/manifest.json")
     # the glob's matches in name order, read from the bucket: Obadiah, then Ruth
-    assert [i["path"] for i in manifest["meta"]["inputs"]] == [f"{s3_bucket}/corpus/{n}.txt"
-                                                               for n in ("obadiah", "ruth")]
+    assert [i["path"] for i in manifest["meta"]["inputs"]] == [
+        f"{s3_bucket}/corpus/{n}.txt" for n in ("obadiah", "ruth")
+    ]
     assert manifest["meta"]["model"]["dir"] == model
     blocks = [f"{x}part-0000{i}.{e}" for i in range(4) for x, e in (("", "json"), ("fr/", "npy"))]
     assert sorted(storage.files(out)) == sorted(["manifest.json", *blocks])
@@ -87,21 +119,31 @@ def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(s3_bucket, bucket
     # -o FILE.npy in the bucket: written whole, never replaced without --force
     small = [*args[:-4], "-i", f"{s3_bucket}/corpus/obadiah.txt", "-o", f"{s3_bucket}/obadiah.npy"]
     assert main(small) == Exit.OK
-    np.testing.assert_allclose(np.load(io.BytesIO(storage.read_bytes(f"{s3_bucket}/obadiah.npy"))), expected[:21],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.load(io.BytesIO(storage.read_bytes(f"{s3_bucket}/obadiah.npy"))), expected[:21], rtol=1e-5, atol=1e-6
+    )
     assert main(small) == Exit.USER_ERROR and "pass --force" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing written to a local folder named after a URI
 
 
-def test_embed_refuses_a_foreign_object_in_the_output_prefix_and_bad_schemes(s3_bucket, bucket_model, small_dataset,
-                                                                             tmp_path, monkeypatch, book_lines, capsys):
+def test_embed_refuses_a_foreign_object_in_the_output_prefix_and_bad_schemes(
+    s3_bucket, bucket_model, small_dataset, tmp_path, monkeypatch, book_lines, capsys
+):
     monkeypatch.chdir(tmp_path)
     _, model = bucket_model
     storage.write_bytes(f"{s3_bucket}/corpus/ruth.txt", _lines_bytes(book_lines({"fr": "l"}, [8])["fr"]))
     sentinel = b"a user's notes: never overwrite me\n"
     storage.write_bytes(f"{s3_bucket}/emb/notes.txt", sentinel)
-    args = ["embed", f"dataset_dir={small_dataset.data_dir}", "-l", "fr", "--model", model,
-            "-i", f"{s3_bucket}/corpus/ruth.txt"]
+    args = [
+        "embed",
+        f"dataset_dir={small_dataset.data_dir}",
+        "-l",
+        "fr",
+        "--model",
+        model,
+        "-i",
+        f"{s3_bucket}/corpus/ruth.txt",
+    ]
     assert main([*args, "-o", f"{s3_bucket}/emb", "--force"]) == Exit.USER_ERROR
     err = capsys.readouterr().err
     assert "-o" in err and "notes.txt" in err and "Traceback" not in err
@@ -116,7 +158,8 @@ def test_embed_refuses_a_foreign_object_in_the_output_prefix_and_bad_schemes(s3_
 
 
 def test_mine_with_inputs_and_output_in_the_bucket_finds_the_pairs_it_finds_locally(
-        s3_bucket, bucket_model, tmp_path, monkeypatch, book_lines):
+    s3_bucket, bucket_model, tmp_path, monkeypatch, book_lines
+):
     import pyarrow.parquet as pq
 
     from tests.support.corpus import write_lines
@@ -134,16 +177,29 @@ def test_mine_with_inputs_and_output_in_the_bucket_finds_the_pairs_it_finds_loca
         storage.write_bytes(f"{s3_bucket}/in/{name}", _lines_bytes(lines))
 
     def mine_in(where: str, model_dir: str, out: str) -> int:
-        return main(["mine", f"run_dir={local / 'run'}", f"tracking.uri=sqlite:///{local / 'mlflow.db'}",
-                     f"mine.model={model_dir}", f"mine.output_dir={out}", f"mine.gold={{path: '{where}/gold.tsv'}}",
-                     f"mine.inputs=[{{lang: fr, path: '{where}/fr.txt'}}, {{lang: en, path: '{where}/en.txt'}}]"])
+        return main(
+            [
+                "mine",
+                f"run_dir={local / 'run'}",
+                f"tracking.uri=sqlite:///{local / 'mlflow.db'}",
+                f"mine.model={model_dir}",
+                f"mine.output_dir={out}",
+                f"mine.gold={{path: '{where}/gold.tsv'}}",
+                f"mine.inputs=[{{lang: fr, path: '{where}/fr.txt'}}, {{lang: en, path: '{where}/en.txt'}}]",
+            ]
+        )
 
     assert mine_in(str(local), str(local_model), str(local / "mined")) == Exit.OK
     out = f"{s3_bucket}/mine"
     assert mine_in(f"{s3_bucket}/in", model, out) == Exit.OK
     found = storage.files(out)
-    assert {"manifest.json", "report.png", "pairs-fr-en.parquet", "embeddings/fr/sentences.parquet",
-            "embeddings/en/blocks/manifest.json"} <= set(found) and ownership.JOURNAL not in found
+    assert {
+        "manifest.json",
+        "report.png",
+        "pairs-fr-en.parquet",
+        "embeddings/fr/sentences.parquet",
+        "embeddings/en/blocks/manifest.json",
+    } <= set(found) and ownership.JOURNAL not in found
     remote = storage.open_parquet(f"{out}/pairs-fr-en.parquet").read()
     assert remote.equals(pq.read_table(local / "mined" / "pairs-fr-en.parquet")) and len(remote) > 0
     manifest = storage.read_json(f"{out}/manifest.json")
@@ -157,19 +213,25 @@ def test_mine_with_inputs_and_output_in_the_bucket_finds_the_pairs_it_finds_loca
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local"]
 
 
-def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit_1(s3_bucket, tmp_path, monkeypatch,
-                                                                                   book_lines, capsys):
+def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit_1(
+    s3_bucket, tmp_path, monkeypatch, book_lines, capsys
+):
     from tests.support.corpus import write_lines
 
     monkeypatch.chdir(tmp_path)
     fr = write_lines(tmp_path / "fr.txt", book_lines({"fr": "l"}, [57])["fr"])  # Philemon
     embed = ["embed", "-l", "fr", "--model", str(tmp_path / "model"), "-i", str(fr)]
-    mine = ["mine", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "mine.threshold=1.1",
-            f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: 's3://no-such-bucket/en.txt'}}]"]
+    mine = [
+        "mine",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        "mine.threshold=1.1",
+        f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: 's3://no-such-bucket/en.txt'}}]",
+    ]
     assert main([*embed, "-o", "s3://no-such-bucket/emb"]) == Exit.FAILED
     assert capsys.readouterr().err.strip() == (
         "interlingua embed: error: -o: s3://no-such-bucket/emb: bucket 'no-such-bucket' does not exist at "
-        f"{storage.os.environ[storage.ENDPOINT_ENV]}; create it first")
+        f"{storage.os.environ[storage.ENDPOINT_ENV]}; create it first"
+    )
     assert main(mine) == Exit.FAILED
     assert "error: mine.inputs (en): s3://no-such-bucket/en.txt: bucket 'no-such-bucket'" in capsys.readouterr().err
     monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
@@ -177,8 +239,16 @@ def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"interlingua embed: error: -o: {s3_bucket}/emb: the store does not answer")
     assert "\n" not in err
-    assert main([*mine[:-1], f"mine.output_dir={s3_bucket}/mine",
-                 f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: '{fr}'}}]"]) == Exit.FAILED
+    assert (
+        main(
+            [
+                *mine[:-1],
+                f"mine.output_dir={s3_bucket}/mine",
+                f"mine.inputs=[{{lang: fr, path: '{fr}'}}, {{lang: en, path: '{fr}'}}]",
+            ]
+        )
+        == Exit.FAILED
+    )
     assert "error: mine.output_dir: s3://bucket/mine: the store does not answer" in capsys.readouterr().err
     assert not (tmp_path / "s3:").exists()
 
@@ -224,7 +294,8 @@ def test_export_takes_a_model_in_the_bucket(s3_bucket, small_dataset, tmp_path, 
 
 
 def test_a_model_in_the_bucket_is_found_by_its_lineage_a_replaced_model_is_refused_and_a_planted_copy_replaced(
-        s3_bucket, bucket_model, small_dataset, tmp_path, monkeypatch):
+    s3_bucket, bucket_model, small_dataset, tmp_path, monkeypatch
+):
     import shutil
 
     from core.dataset import Dataset
@@ -236,8 +307,11 @@ def test_a_model_in_the_bucket_is_found_by_its_lineage_a_replaced_model_is_refus
     storage.write_bytes(f"{model}/lineage.json", (local / "lineage.json").read_bytes())
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "host-a"))  # this user's cache folder, empty
     real = storage.sha256
-    monkeypatch.setattr(storage, "sha256", lambda location: pytest.fail(f"{location} hashed at the store")
-                        if storage.is_uri(location) else real(location))
+    monkeypatch.setattr(
+        storage,
+        "sha256",
+        lambda location: pytest.fail(f"{location} hashed at the store") if storage.is_uri(location) else real(location),
+    )
     fetched = model_files.fetch(model)  # the key from lineage.json: the model is read once, by the download
     assert fetched.name == model_files.lineage(local)["model_sha256"]
     assert fetched.parent == tmp_path / "host-a" / "interlingua" / "models"
@@ -255,7 +329,9 @@ def test_a_model_in_the_bucket_is_found_by_its_lineage_a_replaced_model_is_refus
     assert model_files.fetch(model) == fetched
     assert (fetched / "model.safetensors").read_bytes() == (local / "model.safetensors").read_bytes()
 
-    storage.write_bytes(f"{model}/model.safetensors", (local / "model.safetensors").read_bytes() + b"\0")  # not its lineage's
+    storage.write_bytes(
+        f"{model}/model.safetensors", (local / "model.safetensors").read_bytes() + b"\0"
+    )  # not its lineage's
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "host-b"))
     with pytest.raises(model_files.ModelDirError, match="model.safetensors"):
         model_files.fetch(model)

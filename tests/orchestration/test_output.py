@@ -1,11 +1,11 @@
 """What a person sees: real commands' output holds our stage lines and the result, none of the
 libraries' chatter; `--quiet` prints the result alone."""
+
 from __future__ import annotations
 
 import logging
 import os
 import re
-import subprocess
 
 import pytest
 
@@ -16,8 +16,14 @@ from tests.support.runs import TINY
 
 @pytest.mark.beam
 def test_prepare_prints_its_stages_and_result_and_quiet_only_the_result(tmp_path):
-    args = ["prepare", f"run_dir={tmp_path / 'run'}", f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
-            "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1500"]
+    args = [
+        "prepare",
+        f"run_dir={tmp_path / 'run'}",
+        f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
+        "prepare.split.dev_size=20",
+        "prepare.split.test_size=20",
+        "prepare.spm.vocab_size=1500",
+    ]
     out = interlingua(*args)
     assert_no_noise(out)
     stages = lines(out.stderr)
@@ -37,8 +43,15 @@ def test_evaluate_prints_no_library_chatter_and_the_use_baseline_runs_through_th
     from orchestration.adapters import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = ["evaluate", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
-            f"tracking.uri={uri}", "evaluate.encoder=use", "evaluate.shards=2", "runtime.embed_actors=1"]
+    args = [
+        "evaluate",
+        f"run_dir={tmp_path / 'run'}",
+        f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri={uri}",
+        "evaluate.encoder=use",
+        "evaluate.shards=2",
+        "runtime.embed_actors=1",
+    ]
     out = interlingua(*args)
     assert_no_noise(out)
     assert len(lines(out.stderr)) <= 6, out.stderr  # embedded ...; searching ...; the progress lines
@@ -72,8 +85,9 @@ def test_no_ray_colour_codes_when_output_is_not_a_terminal(monkeypatch):
     logs.plain_ray_output()
     assert os.environ["RAY_COLOR_PREFIX"] == "0"  # Ray's "(RayTrainWorker pid=...)" prefix: plain
     assert ray_logging._color(" [repeated 2x across cluster]") == " [repeated 2x across cluster]"
-    record = logging.LogRecord("ray", logging.INFO, "worker.py", 1, "dashboard at %s%s%s",
-                               ("\x1b[1m", "url", "\x1b[0m"), None)
+    record = logging.LogRecord(
+        "ray", logging.INFO, "worker.py", 1, "dashboard at %s%s%s", ("\x1b[1m", "url", "\x1b[0m"), None
+    )
     assert handler.filter(record) and record.getMessage() == "dashboard at url"
 
 
@@ -82,16 +96,25 @@ def test_train_shows_one_progress_line_no_colour_codes_and_no_worker_lines(small
     """Without -v. The workers' lines that -v shows are asserted on a training that runs anyway
     (train/test_fault_tolerance.py, `test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position`): a
     second training here cost about 40 CPU-seconds."""
-    args = ["train", f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
-            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "prepare.spm.vocab_size=2000", *TINY,
-            "train.max_steps=20"]
+    args = [
+        "train",
+        f"run_dir={tmp_path / 'run'}",
+        f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+        "prepare.spm.vocab_size=2000",
+        *TINY,
+        "train.max_steps=20",
+    ]
     out = interlingua(*args)
     assert_no_noise(out)
     assert "\x1b[" not in out.stdout + out.stderr  # captured output is no terminal
     progress = [line for line in lines(out.stderr) if "INFO orchestration.adapters.progress: trained " in line]
     # the driver's line like evaluate's (a line every 30 s and the last one): step, rate, ETA, dev error, tokens/s
-    assert progress and re.search(r"trained 20/20 steps \(100 %\), [\d,]+ steps/s, ETA 0:00:00, "
-                                  r"best dev error [\d.]+ %, [\d,]+ tokens/s$", progress[-1]), out.stderr
+    assert progress and re.search(
+        r"trained 20/20 steps \(100 %\), [\d,]+ steps/s, ETA 0:00:00, "
+        r"best dev error [\d.]+ %, [\d,]+ tokens/s$",
+        progress[-1],
+    ), out.stderr
     # the workers' step and dev lines: -v only (no count of all lines: with another Ray instance on the machine,
     # Ray's placement-group cleaner prints a traceback of its own)
     assert not re.search(r"step \d+/20 loss|dev similarity error", out.stderr), out.stderr

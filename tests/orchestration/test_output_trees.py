@@ -3,16 +3,17 @@
 The trees are generated, not listed: every command that writes a folder runs once, then a user's file is
 put in every folder of every tree it wrote (its subfolders too: Ray's checkpoints, each language's
 embeddings, the search results, the tune trials, the teacher's embeddings beside the dataset, the staging left
-by nobody), and every command runs again with `--force` where it has one. Each either finishes or refuses (exit 2, naming a file of the user's);
-afterwards every user's file is there, byte for byte. Real Bible text, a tiny model. In the bucket, every
-output (the run dir, `embed -o`, `mine.output_dir`) is a prefix of the S3 test server and each "folder" a
-prefix there; `export` writes a local folder only, so it is in the local variant alone. The commands are the
-CLI's own: one that writes no tree says why in NO_TREE, checked against the parser.
+by nobody), and every command runs again with `--force` where it has one. Each either finishes or refuses
+(exit 2, naming a file of the user's); afterwards every user's file is there, byte for byte. Real Bible text, a
+tiny model. In the bucket, every output (the run dir, `embed -o`, `mine.output_dir`) is a prefix of the S3 test
+server and each "folder" a prefix there; `export` writes a local folder only, so it is in the local variant
+alone. The commands are the CLI's own: one that writes no tree says why in NO_TREE, checked against the parser.
 
 Slow (a Beam job, Ray training and a one-trial search, evaluation, embedding and mining, three times: about
 four minutes): the rule is about the trees the commands really write, which no unit test of one check
 generates.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,6 @@ from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
 from tests.support.runs import TINY, store_uri
 
 
-
 def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]]:
     """{name: (argv, whether it has --force)} of every command that writes an output tree under `out` (a
     local folder or a URI)."""
@@ -33,12 +33,19 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
     write_lines(tmp_path / "corpus" / "ruth.fr", texts["fr"])
     write_lines(tmp_path / "corpus" / "ruth.en", texts["en"][::-1])
     run = storage.join(out, "run")
-    common = [f"run_dir={run}", f"tracking.uri={store_uri(tmp_path)}",
-              f"prepare.sources=[{{kind: text, path: '{corpus}', languages: {LANGS}}}]",
-              "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
-              *TINY, "train.max_steps=10",
-              # the teacher's embeddings: a tree of their own beside the dataset's shards (core.teacher)
-              "model.teacher=use", "model.distill_weight=0.1"]
+    common = [
+        f"run_dir={run}",
+        f"tracking.uri={store_uri(tmp_path)}",
+        f"prepare.sources=[{{kind: text, path: '{corpus}', languages: {LANGS}}}]",
+        "prepare.split.dev_size=40",
+        "prepare.split.test_size=40",
+        "prepare.spm.vocab_size=1500",
+        *TINY,
+        "train.max_steps=10",
+        # the teacher's embeddings: a tree of their own beside the dataset's shards (core.teacher)
+        "model.teacher=use",
+        "model.distill_weight=0.1",
+    ]
     model = storage.join(run, "train", "model")
     space = tmp_path / "space.yaml"
     space.write_text("num_samples: 1\nscheduler: fifo\nspace:\n  train.lr: {choice: [0.01]}\n")
@@ -48,11 +55,33 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
         "evaluate": (["evaluate", *common], True),
         "run": (["run", *common], False),  # every stage up to date by then: its lock, checks and the champion
         "tune": (["tune", *common, "--space", str(space)], False),  # one trial; a rerun restores the search
-        "embed": (["embed", *common, "-l", "fr", "--model", model, "-i", str(tmp_path / "corpus" / "ruth.fr"),
-                   "-o", storage.join(out, "embedded")], True),
-        "mine": (["mine", *common, f"mine.model={model}", f"mine.output_dir={storage.join(out, 'mined')}",
-                  "mine.threshold=1.05", f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'corpus' / 'ruth.fr'}'}}, "
-                  f"{{lang: en, path: '{tmp_path / 'corpus' / 'ruth.en'}'}}]"], False),
+        "embed": (
+            [
+                "embed",
+                *common,
+                "-l",
+                "fr",
+                "--model",
+                model,
+                "-i",
+                str(tmp_path / "corpus" / "ruth.fr"),
+                "-o",
+                storage.join(out, "embedded"),
+            ],
+            True,
+        ),
+        "mine": (
+            [
+                "mine",
+                *common,
+                f"mine.model={model}",
+                f"mine.output_dir={storage.join(out, 'mined')}",
+                "mine.threshold=1.05",
+                f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'corpus' / 'ruth.fr'}'}}, "
+                f"{{lang: en, path: '{tmp_path / 'corpus' / 'ruth.en'}'}}]",
+            ],
+            False,
+        ),
     }
     if not storage.is_uri(out):
         todo["export"] = (["export", *common, "--model", model, "-o", storage.join(out, "onnx")], False)
@@ -103,8 +132,11 @@ def rerun_all(todo, planted: dict[str, str], capsys) -> dict[str, int]:
         assert codes[name] in (*finished(name), Exit.USER_ERROR), (name, codes[name], err[-3000:])
         if codes[name] == Exit.USER_ERROR:
             assert "zz-users-" in err, (name, err[-3000:])
-        changed = [location for location, digest in planted.items()
-                   if not storage.exists(location) or storage.sha256(location) != digest]
+        changed = [
+            location
+            for location, digest in planted.items()
+            if not storage.exists(location) or storage.sha256(location) != digest
+        ]
         assert not changed, f"`{name}` deleted or changed a user's files: {changed}"
     return codes
 
@@ -117,9 +149,9 @@ def test_no_command_touches_a_users_file_anywhere_in_its_output_trees(tmp_path, 
 
 @pytest.mark.beam
 @pytest.mark.ray
-def test_no_command_touches_a_users_object_anywhere_in_its_output_prefixes_in_a_bucket(s3_bucket, local_ray, tmp_path,
-                                                                                       book_lines, capsys,
-                                                                                       monkeypatch):
+def test_no_command_touches_a_users_object_anywhere_in_its_output_prefixes_in_a_bucket(
+    s3_bucket, local_ray, tmp_path, book_lines, capsys, monkeypatch
+):
     """Also what a test of its own asserted of prepare, train and evaluate with the run dir in a bucket: each
     stage's files land there, nothing local is named after the URI, and a rerun finds its work done."""
     monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
@@ -131,8 +163,14 @@ def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
     assert f"model: {run}/train/model" in printed
     found = storage.files(run)
     assert "data/manifest.json" in found and "data/spm.model" not in found  # the manifest names its attempt's
-    assert {"train/run.json", "train/config.yaml", "train/model/model.safetensors", "train/model/spm.model",
-            "train/model/lineage.json", "train/workers/rank-0.json"} <= set(found)
+    assert {
+        "train/run.json",
+        "train/config.yaml",
+        "train/model/model.safetensors",
+        "train/model/spm.model",
+        "train/model/lineage.json",
+        "train/workers/rank-0.json",
+    } <= set(found)
     folder = storage.read_json(storage.join(run, "train/run.json"))["ray_dir"]  # Ray's, of the lease holder's own
     assert folder.startswith("ray-") and {f.split("/")[1] for f in found if f.startswith("train/ray")} == {folder}
     assert any(f.startswith(f"train/{folder}/checkpoint_") and f.endswith("/state.pt") for f in found)
@@ -142,8 +180,10 @@ def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
     # a rerun reads its states from the bucket: it trains and evaluates nothing
     assert main(todo["train"][0]) == Exit.OK and main(todo["evaluate"][0]) == Exit.OK
     assert storage.files(run) == found
-    assert storage.sha256(f"{run}/train/model/model.safetensors") == storage.read_json(
-        f"{run}/train/model/lineage.json")["model_sha256"]
+    assert (
+        storage.sha256(f"{run}/train/model/model.safetensors")
+        == storage.read_json(f"{run}/train/model/lineage.json")["model_sha256"]
+    )
 
 
 def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None) -> None:
@@ -155,8 +195,16 @@ def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None) -> None:
         also(todo, out, tmp_path, printed)
     found = folders(out)
     ray_dir = storage.read_json(storage.join(out, "run/train/run.json"))["ray_dir"]  # `ray`, or the lease holder's
-    assert {"run/data", f"run/train/{ray_dir}", "run/train/model", "run/eval/test/embeddings", "run/eval/test/search",
-            "run/tune/trials", "embedded", "mined"} <= set(found), found
+    assert {
+        "run/data",
+        f"run/train/{ray_dir}",
+        "run/train/model",
+        "run/eval/test/embeddings",
+        "run/eval/test/search",
+        "run/tune/trials",
+        "embedded",
+        "mined",
+    } <= set(found), found
     # first the deepest folders alone (a command that takes a whole subfolder for its own is found out
     # there), then every folder
     leaves = [f for f in found if f and not any(g.startswith(f + "/") for g in found)]
@@ -174,7 +222,6 @@ def test_every_command_writes_a_tree_of_this_test_or_says_why_not():
     (sub,) = [a for a in parser()._actions if a.dest == "command"]
     assert set(sub.choices) == set(TREES) | set(NO_TREE), set(sub.choices) ^ (set(TREES) | set(NO_TREE))
     assert not set(TREES) & set(NO_TREE)
-
 
 
 SECRET = b"a user's file outside every output tree: never read, written or deleted through a link\n"
@@ -205,8 +252,11 @@ def test_no_command_reads_writes_or_deletes_through_a_link_in_its_output_trees(t
     moved.mkdir()
     found = folders(str(out))
     linked = [f for f in found if f.rsplit("/", 1)[-1] in LINKED_DIRS]
-    linked += [f for f in storage.files(str(out)) if f.rsplit("/", 1)[-1] in LINKED
-               and not any(f.startswith(d + "/") for d in linked)]
+    linked += [
+        f
+        for f in storage.files(str(out))
+        if f.rsplit("/", 1)[-1] in LINKED and not any(f.startswith(d + "/") for d in linked)
+    ]
     for i, relative in enumerate(linked):
         copy = moved / f"{i}-{relative.rsplit('/', 1)[-1]}"
         (out / relative).rename(copy)

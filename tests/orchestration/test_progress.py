@@ -1,4 +1,5 @@
 """Progress: a bar on a terminal, a plain line now and then elsewhere, nothing under --quiet."""
+
 from __future__ import annotations
 
 import io
@@ -19,6 +20,7 @@ class Terminal(io.StringIO):
 def level(monkeypatch):
     def set_level(value: int) -> None:
         monkeypatch.setenv(logs.ENV, str(value))
+
     return set_level
 
 

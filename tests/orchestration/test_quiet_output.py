@@ -1,5 +1,6 @@
 """No library's chatter from the processes a command starts: `prepare --workers 2`'s Beam workers print our
 lines in our format and none of Beam's, `-v` shows Beam's; no line of Ray's C++ core in a command's output."""
+
 from __future__ import annotations
 
 import os
@@ -7,8 +8,8 @@ import re
 
 import pytest
 
-from tests.support.output import RAY_CPP, assert_no_noise, interlingua, lines
 from tests.support.corpus import SMALL_BOOKS
+from tests.support.output import RAY_CPP, assert_no_noise, interlingua, lines
 
 # A Beam SDK worker's own logging: Python's default format (`INFO:apache_beam.runners.worker.sdk_worker:...`),
 # or a Beam logger's line in ours.
@@ -21,8 +22,10 @@ def assert_no_library_lines(text: str) -> None:
 
 
 def test_the_patterns_match_what_they_are_for():
-    assert RAY_CPP.search("[2026-11-29 01:51:11,171 E 6672 6672] core_worker.cc:2465: Actor with class name: "
-                          "'MapWorker(ReadRange->MapBatches(M))' has constructor arguments in the object store")
+    assert RAY_CPP.search(
+        "[2026-11-29 01:51:11,171 E 6672 6672] core_worker.cc:2465: Actor with class name: "
+        "'MapWorker(ReadRange->MapBatches(M))' has constructor arguments in the object store"
+    )
     assert RAY_CPP.search("(raylet) [2026-11-29 01:54:12,815 I 12911 12911] logging.cc:303: Set ray log level")
     assert BEAM_WORKER.search("INFO:apache_beam.runners.worker.sdk_worker:Control channel established.")
     assert BEAM_WORKER.search("WARNING:root:apitools not found, and bigquery client libraries are not available")
@@ -39,12 +42,16 @@ def test_the_ray_worker_line_of_ray_53727_is_held_back_by_ray_s_own_setting_and_
     monkeypatch.setattr(logging.getLogger(), "level", logging.getLogger().level)
     logs.configure(logs.DEFAULT)
     skip = re.compile(os.environ["RAY_DEDUP_LOGS_SKIP_REGEX"])  # read by Ray's driver when it imports Ray
-    assert skip.search("[2026-11-29 01:58:18,932 E 22706 22740] core_worker.cc:2465: Actor with class name: "
-                       "'PreemptionWatcher' and ID: 'ef8d9388c241b18306410c6f01000000' has constructor arguments in "
-                       "the object store and max_restarts > 0. If the arguments in the object store go out of scope")
+    assert skip.search(
+        "[2026-11-29 01:58:18,932 E 22706 22740] core_worker.cc:2465: Actor with class name: "
+        "'PreemptionWatcher' and ID: 'ef8d9388c241b18306410c6f01000000' has constructor arguments in "
+        "the object store and max_restarts > 0. If the arguments in the object store go out of scope"
+    )
     # what a worker or the raylet says about the user's work stays: an out-of-memory kill, a task's error
-    assert not skip.search("[2026-11-29 02:00:00,000 E 12404 12404] node_manager.cc:3100: 1 Workers (tasks / "
-                           "actors) killed due to memory pressure (OOM)")
+    assert not skip.search(
+        "[2026-11-29 02:00:00,000 E 12404 12404] node_manager.cc:3100: 1 Workers (tasks / "
+        "actors) killed due to memory pressure (OOM)"
+    )
     assert not skip.search("ValueError: the user's own error in an actor's constructor arguments")
 
 
@@ -57,15 +64,26 @@ def test_a_beam_worker_logs_in_the_command_s_format():
 
 @pytest.mark.beam
 def test_prepare_on_two_worker_processes_prints_no_beam_line_and_v_shows_them(tmp_path):
-    args = ["prepare", f"run_dir={tmp_path / 'run'}", f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
-            "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1500", "--workers", "2"]
+    args = [
+        "prepare",
+        f"run_dir={tmp_path / 'run'}",
+        f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
+        "prepare.split.dev_size=20",
+        "prepare.split.test_size=20",
+        "prepare.spm.vocab_size=1500",
+        "--workers",
+        "2",
+    ]
     out = interlingua(*args)
     assert_no_noise(out)
     assert_no_library_lines(out.stdout + out.stderr)
     stages = lines(out.stderr)
     # our own lines, a worker's among them (the BPE model is trained in one), in our format
     assert [line.split(" ", 2)[2].split(":")[0] for line in stages] == [
-        "pipelines.prepare", "pipelines.encode", "pipelines.prepare"], out.stderr
+        "pipelines.prepare",
+        "pipelines.encode",
+        "pipelines.prepare",
+    ], out.stderr
     assert lines(out.stdout)[0].startswith("tuples read 231")
 
     quiet = interlingua("--quiet", *args, "--force")  # the workers too: warnings only

@@ -1,4 +1,5 @@
 """Every MLflow call of the project, on its own, against an embedded sqlite store."""
+
 from __future__ import annotations
 
 import os
@@ -29,13 +30,17 @@ def test_a_relative_sqlite_store_is_made_absolute(tmp_path, monkeypatch):
 
 def test_params_are_the_flattened_config():
     assert tracking.flatten({"train": {"lr": 0.001, "paths": [1]}, "name": "x"}) == {
-        "train.lr": "0.001", "train.paths": "[1]", "name": "x"}
+        "train.lr": "0.001",
+        "train.paths": "[1]",
+        "name": "x",
+    }
 
 
 def test_runs_nest_resume_and_keep_their_metrics(uri):
     parent = tracking.start_run(uri, "exp", "parent", {"name": "p"})
-    run = tracking.start_run(uri, "exp", "child", {"train": {"lr": 0.5}}, parent_run_id=parent,
-                             tags={"interlingua.stage": "train"})
+    run = tracking.start_run(
+        uri, "exp", "child", {"train": {"lr": 0.5}}, parent_run_id=parent, tags={"interlingua.stage": "train"}
+    )
     tracking.log_metrics(uri, run, {"dev/xsim_error": 0.5}, step=10)
     tracking.log_metrics(uri, run, {"dev/xsim_error": 0.25}, step=20)
     tracking.end_run(uri, run, "FAILED")
@@ -106,7 +111,8 @@ def test_the_project_wheel_holds_the_packages_and_is_named_after_their_contents(
     names = set(zipfile.ZipFile(first).namelist())
     assert {f"{p}/__init__.py" for p in ("core", "pipelines", "model", "orchestration", "evaluation")} <= names
     assert {n.split("/")[0] for n in names} - {"core", "pipelines", "model", "orchestration", "evaluation"} == {
-        f"{first.name.split('-py3')[0]}.dist-info"}
+        f"{first.name.split('-py3')[0]}.dist-info"
+    }
     assert not (fake / "build").exists() and "[egg_info]" not in (fake / "setup.cfg").read_text()
 
     (fake / "model" / "__init__.py").write_text("NAME = 'changed'\n")
@@ -123,8 +129,10 @@ def test_requirements_are_pinned_without_the_local_label():
     import torch
     import yaml
 
-    assert packaging.pinned(["torch", "PyYAML"]) == [f"torch=={torch.__version__.split('+')[0]}",
-                                                   f"PyYAML=={yaml.__version__}"]
+    assert packaging.pinned(["torch", "PyYAML"]) == [
+        f"torch=={torch.__version__.split('+')[0]}",
+        f"PyYAML=={yaml.__version__}",
+    ]
     assert "+" not in packaging.pinned(["torch"])[0]  # 2.13.0+cpu here: the label names an index, not a release
 
 

@@ -1,6 +1,7 @@
 """The gettext source on the catalogs this machine's packages ship (/usr/share/locale), checked against
 Python's own MO reader (`gettext.GNUTranslations`); PO files made from them by polib, with real entries marked
 fuzzy and obsolete; the noise rule of messages."""
+
 from __future__ import annotations
 
 import gettext
@@ -10,10 +11,17 @@ import polib
 import pytest
 
 from pipelines.catalogs import (
-    FUZZY, OBSOLETE, SAME_AS_SOURCE, UNTRANSLATED, Skip, message_text, plan_gettext, read_gettext,
+    FUZZY,
+    OBSOLETE,
+    SAME_AS_SOURCE,
+    UNTRANSLATED,
+    Skip,
+    message_text,
+    plan_gettext,
+    read_gettext,
 )
-from pipelines.source_config import GettextSource
 from pipelines.errors import SourceError
+from pipelines.source_config import GettextSource
 
 LOCALE = Path("/usr/share/locale")
 LANGS = ["en", "fr", "es", "ru", "zh"]
@@ -31,15 +39,29 @@ def source(path: str, **kw) -> GettextSource:
     return GettextSource(kind="gettext", path=path, languages=kw.pop("languages", LANGS), locales=LOCALES, **kw)
 
 
-@pytest.mark.parametrize("raw, text", [
-    ("_File", "File"), ("&Open", "Open"), ("~Save", "Save"), ("Save _As…", "Save As…"),
-    ("文件(_F)", "文件"), ("Datei (&D)", "Datei"), ("Tom && Jerry", "Tom & Jerry"),
-    ("snake_case and file_name", "snake_case and file_name"),
-    ("%s failed: exit code %d", "failed: exit code"), ("%(count)s files in %1$s", "files in"),
-    ("{0} of {name}", "of"), ("Delete %s?", "Delete?"), ("%.*s on %-5.2f", "on"), ("100%%", ""),
-    ("<b>Bold</b> and <a href=\"x\">a link</a>", "Bold and a link"), ("two\nlines", "two lines"),
-    ("%s", ""), ("  ", ""),
-])
+@pytest.mark.parametrize(
+    "raw, text",
+    [
+        ("_File", "File"),
+        ("&Open", "Open"),
+        ("~Save", "Save"),
+        ("Save _As…", "Save As…"),
+        ("文件(_F)", "文件"),
+        ("Datei (&D)", "Datei"),
+        ("Tom && Jerry", "Tom & Jerry"),
+        ("snake_case and file_name", "snake_case and file_name"),
+        ("%s failed: exit code %d", "failed: exit code"),
+        ("%(count)s files in %1$s", "files in"),
+        ("{0} of {name}", "of"),
+        ("Delete %s?", "Delete?"),
+        ("%.*s on %-5.2f", "on"),
+        ("100%%", ""),
+        ('<b>Bold</b> and <a href="x">a link</a>', "Bold and a link"),
+        ("two\nlines", "two lines"),
+        ("%s", ""),
+        ("  ", ""),
+    ],
+)
 def test_the_noise_rule_of_messages(raw, text):
     assert message_text(raw) == text
 
@@ -63,15 +85,20 @@ def test_each_message_is_one_tuple_across_languages_as_pythons_own_reader_reads_
                 continue
             # the stdlib's reader: the msgstr of the msgid (without a context: those are looked up apart)
             catalog_reader = readers[(lang, catalog)]
-            found = [m for m in catalog_reader._catalog if isinstance(m, str) and "\x04" not in m
-                     and message_text(m) == record["en"]]
+            found = [
+                m
+                for m in catalog_reader._catalog
+                if isinstance(m, str) and "\x04" not in m and message_text(m) == record["en"]
+            ]
             if len(found) == 1:
                 assert record[lang] == message_text(catalog_reader.gettext(found[0])), (key, lang)
                 checked += 1
     assert checked > 1000
     # an N-way tuple: one message in every language
-    assert sum(all(isinstance(record.get(lang), str) and record[lang] for lang in LANGS) for record in
-               records.values()) > 300
+    assert (
+        sum(all(isinstance(record.get(lang), str) and record[lang] for lang in LANGS) for record in records.values())
+        > 300
+    )
 
 
 def test_po_files_fuzzy_obsolete_untranslated_and_plural_entries(tmp_path):

@@ -1,11 +1,12 @@
 """Normalization and every filter, on real Bible verses."""
+
 from __future__ import annotations
 
 import pytest
 
+from core.normalize import NormalizeConfig
 from pipelines import clean as T
 from pipelines.config import FilterConfig
-from core.normalize import NormalizeConfig
 
 PSALM_3_1 = (19, 3, 1)
 PSALM_3_2 = (19, 3, 2)
@@ -123,8 +124,10 @@ def test_length_ratio_against_the_median_of_the_others(verse, normalize):
     def lengths(texts: dict[str, str]) -> dict[str, float]:
         return {lang: T.comparable_length(T.length_units(t, lang), lang) for lang, t in texts.items()}
 
-    tuple_ = {lang: normalize(verse(v, *PSALM_3_2), lang)[0]
-              for lang, v in {"en": "k", "fr": "l", "es": "v", "zh": "c"}.items()}
+    tuple_ = {
+        lang: normalize(verse(v, *PSALM_3_2), lang)[0]
+        for lang, v in {"en": "k", "fr": "l", "es": "v", "zh": "c"}.items()
+    }
     assert T.length_ratio_outliers(lengths(tuple_), 3.0) == []
     tuple_["es"] = normalize(verse("v", *JOHN_11_35), "es")[0]  # a misaligned, much shorter verse
     assert T.length_ratio_outliers(lengths(tuple_), 3.0) == ["es"]
@@ -135,8 +138,13 @@ def test_length_ratio_against_the_median_of_the_others(verse, normalize):
 
 def test_clean_tuple_reports_every_drop(verse):
     cleaner = T.Cleaner(NormalizeConfig(), FilterConfig())
-    raw = {"en": verse("k", *PSALM_3_1), "fr": verse("l", *PSALM_3_1), "ru": verse("k", *PSALM_3_2),
-           "ar": None, "zh": verse("c", *ESTHER_8_9)}
+    raw = {
+        "en": verse("k", *PSALM_3_1),
+        "fr": verse("l", *PSALM_3_1),
+        "ru": verse("k", *PSALM_3_2),
+        "ar": None,
+        "zh": verse("c", *ESTHER_8_9),
+    }
     kept, dropped, matched = cleaner.clean_tuple(raw)
     assert set(kept) == {"en", "fr"}
     assert dropped == {"ru": T.WRONG_SCRIPT, "ar": T.INVALID_UTF8, "zh": T.TOO_LONG}

@@ -1,6 +1,7 @@
 """`prepare.split.decontaminate_against`: dev and test tuples that another prepared dataset trains on are dropped
 and counted (pipelines/decontaminate.py), on real verses: the plain functions without Beam, the transform in
 Beam's TestPipeline, and the whole job against the shared small dataset's training split."""
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -10,7 +11,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from core import dataset, storage
-from core.normalize import Normalizer, NormalizeConfig
+from core.normalize import NormalizeConfig, Normalizer
 from orchestration.config import load_config
 from pipelines.config import PrepareConfig, SplitConfig
 from pipelines.counting import STATS
@@ -37,8 +38,13 @@ def normalized(sentences: dict[str, str]) -> dict[str, str]:
 def test_a_tuple_is_trained_on_when_a_sentence_of_it_is_in_the_same_language(verse):
     ruth_1_16 = {"en": verse("k", 8, 1, 16), "fr": verse("l", 8, 1, 16), "zh": verse("c", 8, 1, 16)}
     trained = normalized(ruth_1_16)
-    table = pa.table({"en_text": [trained["en"], None], "fr_text": [trained["fr"], normalized(
-        {"fr": verse("l", 8, 1, 17)})["fr"]], "zh_text": [trained["zh"], None]})
+    table = pa.table(
+        {
+            "en_text": [trained["en"], None],
+            "fr_text": [trained["fr"], normalized({"fr": verse("l", 8, 1, 17)})["fr"]],
+            "zh_text": [trained["zh"], None],
+        }
+    )
     seen = training_index(table, ["en", "fr", "zh"])
     assert len(seen) == 4  # the nulls are no sentence
 
@@ -68,19 +74,22 @@ def test_the_option_is_in_the_fingerprint_and_unset_leaves_earlier_fingerprints_
     dumped = plain.model_dump(mode="json")
     del dumped["split"]["decontaminate_against"]
     # the formula before the option existed: every dataset prepared without it keeps its fingerprint
-    assert fingerprint(plain, inputs) == dataset.fingerprint({"format": dataset.FORMAT, "config": dumped,
-                                                              "inputs": inputs})
+    assert fingerprint(plain, inputs) == dataset.fingerprint(
+        {"format": dataset.FORMAT, "config": dumped, "inputs": inputs}
+    )
     against = PrepareConfig(split=SplitConfig(decontaminate_against=[{"dataset": "runs/other/data"}]))
-    pinned = PrepareConfig(split=SplitConfig(decontaminate_against=[{"dataset": "runs/other/data",
-                                                                     "fingerprint": "ab" * 32}]))
+    pinned = PrepareConfig(
+        split=SplitConfig(decontaminate_against=[{"dataset": "runs/other/data", "fingerprint": "ab" * 32}])
+    )
     assert len({fingerprint(c, inputs) for c in (plain, against, pinned)}) == 3
 
 
 def test_the_config_rejects_an_unknown_key_and_a_missing_dataset_is_named(tmp_path):
     with pytest.raises(Exception, match=r"decontaminate_against\.0\.split: unknown key"):
         load_config(None, ["prepare.split.decontaminate_against=[{dataset: runs/x/data, split: train}]"])
-    config = load_config(None, [f"run_dir={tmp_path / 'run'}",
-                                f"prepare.split.decontaminate_against=[{{dataset: {tmp_path / 'none'}}}]"])
+    config = load_config(
+        None, [f"run_dir={tmp_path / 'run'}", f"prepare.split.decontaminate_against=[{{dataset: {tmp_path / 'none'}}}]"]
+    )
     with pytest.raises(dataset.DatasetError, match=r"decontaminate_against\[0\]: .*not a finished dataset"):
         open_trained_on(config.prepare, config.data_dir)
 
@@ -101,21 +110,36 @@ def test_drop_trained_on_keeps_what_the_training_split_does_not_hold(small_datas
     """The small dataset's own splits: its training tuples are trained on, its test tuples are not (its train
     is decontaminated against them)."""
     langs = ["en", "fr", "zh"]
-    (other,) = open_trained_on(load_config(None, [
-        f"prepare.split.decontaminate_against=[{{dataset: {small_dataset.data_dir}}}]"]).prepare, "elsewhere")
+    (other,) = open_trained_on(
+        load_config(None, [f"prepare.split.decontaminate_against=[{{dataset: {small_dataset.data_dir}}}]"]).prepare,
+        "elsewhere",
+    )
     train = [as_tuple(r, langs) for r in rows(small_dataset.data_dir, "train")[:6]]
     test = [as_tuple(r, langs) for r in rows(small_dataset.data_dir, "test")[:5]]
     with BeamTestPipeline(runner="FnApiRunner") as p:
-        splits = {"dev": p | "Dev" >> beam.Create(train[:4] + test[:1]), "test": p | "Test" >> beam.Create(
-            train[4:] + test[1:])}
+        splits = {
+            "dev": p | "Dev" >> beam.Create(train[:4] + test[:1]),
+            "test": p | "Test" >> beam.Create(train[4:] + test[1:]),
+        }
         out = splits | DropTrainedOn([other], langs)
         assert_that(out["dev"], equal_to(test[:1]), label="Dev")
         assert_that(out["test"], equal_to(test[1:]), label="Test")
         counts = out[STATS] | beam.CombinePerKey(sum)
         dropped = {"dev": train[:4], "test": train[4:]}
-        assert_that(counts, equal_to([(f"tuples/dropped/contaminated_{s}", len(ts)) for s, ts in dropped.items()] + [
-            (f"sentences/{lang}/dropped/contaminated_{s}", n) for s, ts in dropped.items() for lang in langs
-            for n in [sum(lang in t[1] for t in ts)] if n]), label="Counts")
+        assert_that(
+            counts,
+            equal_to(
+                [(f"tuples/dropped/contaminated_{s}", len(ts)) for s, ts in dropped.items()]
+                + [
+                    (f"sentences/{lang}/dropped/contaminated_{s}", n)
+                    for s, ts in dropped.items()
+                    for lang in langs
+                    for n in [sum(lang in t[1] for t in ts)]
+                    if n
+                ]
+            ),
+            label="Counts",
+        )
 
 
 @pytest.fixture
@@ -125,19 +149,25 @@ def ruth_and_haggai(tmp_path, book_lines) -> list[str]:
     versions = {"en": "k", "fr": "l", "zh": "c"}
     for lang, lines in book_lines(versions, [RUTH, HAGGAI]).items():
         write_lines(tmp_path / f"c.{lang}", lines)
-    return [f"run_dir={tmp_path / 'run'}",
-            f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr, zh]}}]",
-            "prepare.split.dev_size=12", "prepare.split.test_size=12", "prepare.spm.vocab_size=1000"]
+    return [
+        f"run_dir={tmp_path / 'run'}",
+        f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr, zh]}}]",
+        "prepare.split.dev_size=12",
+        "prepare.split.test_size=12",
+        "prepare.spm.vocab_size=1000",
+    ]
 
 
 def prepare(config, **kwargs):
-    return run_prepare(config.prepare, config.data_dir, options=pipeline_options([]),
-                       resolved_config=config.to_dict(), **kwargs)
+    return run_prepare(
+        config.prepare, config.data_dir, options=pipeline_options([]), resolved_config=config.to_dict(), **kwargs
+    )
 
 
 @pytest.mark.beam
-def test_prepare_drops_and_counts_dev_and_test_tuples_another_dataset_trains_on(small_dataset, ruth_and_haggai,
-                                                                                 tmp_path):
+def test_prepare_drops_and_counts_dev_and_test_tuples_another_dataset_trains_on(
+    small_dataset, ruth_and_haggai, tmp_path
+):
     langs = ["en", "fr", "zh"]
     plain = load_config(None, ruth_and_haggai)
     before = prepare(plain).manifest
@@ -164,8 +194,9 @@ def test_prepare_drops_and_counts_dev_and_test_tuples_another_dataset_trains_on(
     # what it was decontaminated against is in its inputs and fingerprint; unchanged, a rerun does nothing
     trained = dataset.Dataset.open(small_dataset.data_dir)
     recorded = {r.path: r.sha256 for r in after.inputs if r.source == INPUT_SOURCE}
-    assert recorded == {storage.join(trained.location, path): sha
-                        for path, sha in trained.sha256(["train"], spm=False).items()}
+    assert recorded == {
+        storage.join(trained.location, path): sha for path, sha in trained.sha256(["train"], spm=False).items()
+    }
     assert after.fingerprint != before.fingerprint
     assert prepare(config).skipped
 
@@ -179,8 +210,11 @@ def test_a_dataset_that_cannot_be_compared_is_refused_before_any_work(small_data
         f"dataset_dir={where}": "is the dataset being prepared",
     }
     for override, message in refused.items():
-        extra = [] if "decontaminate_against" in override else [
-            f"prepare.split.decontaminate_against=[{{dataset: {where}}}]"]
+        extra = (
+            []
+            if "decontaminate_against" in override
+            else [f"prepare.split.decontaminate_against=[{{dataset: {where}}}]"]
+        )
         config = load_config(None, [*ruth_and_haggai, *extra, override])
         with pytest.raises(SourceError, match=message):
             prepare(config)

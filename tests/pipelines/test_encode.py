@@ -1,4 +1,5 @@
 """BPE training and the encoded Parquet shards, with Beam's TestPipeline (mechanics on real verses)."""
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -28,8 +29,10 @@ def normalized(text: str) -> str:
 @pytest.fixture
 def tuples(book_lines):
     lines = book_lines({"en": "k", "fr": "l"}, [PHILEMON])
-    return [(f"b:{i:02d}", {"en": normalized(e), "fr": normalized(f)})
-            for i, (e, f) in enumerate(zip(lines["en"], lines["fr"]))]
+    return [
+        (f"b:{i:02d}", {"en": normalized(e), "fr": normalized(f)})
+        for i, (e, f) in enumerate(zip(lines["en"], lines["fr"]))
+    ]
 
 
 def test_bpe_is_trained_on_train_once_per_sentence_and_counts_the_sample(tuples, book_lines):
@@ -43,7 +46,11 @@ def test_bpe_is_trained_on_train_once_per_sentence_and_counts_the_sample(tuples,
         assert len(protos) == 1
         sp = spm.SentencePieceProcessor(model_proto=protos[0])
         assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (
-            dataset.PAD_ID, dataset.UNK_ID, dataset.BOS_ID, dataset.EOS_ID)
+            dataset.PAD_ID,
+            dataset.UNK_ID,
+            dataset.BOS_ID,
+            dataset.EOS_ID,
+        )
         assert sp.get_piece_size() <= SPM.vocab_size
         pieces = "".join(sp.id_to_piece(i) for i in range(sp.get_piece_size()))
         assert not any("\u4e00" <= c <= "\u9fff" for c in pieces)  # nothing learned from the pool alone
@@ -66,25 +73,43 @@ def test_shards_decode_to_the_text_sorted_by_key_with_counts(tuples, tmp_path):
     assert set("".join(t for _, s in dev + test for t in s.values())) <= seen
     shards = {"train": 2, "dev": 1, "test": 1}
     with BeamTestPipeline(runner="FnApiRunner") as p:
-        inputs = {split: p | f"Create{split.title()}" >> beam.Create(list(reversed(rows)))
-                  for split, rows in splits.items()}
+        inputs = {
+            split: p | f"Create{split.title()}" >> beam.Create(list(reversed(rows))) for split, rows in splits.items()
+        }
         inputs["pool"] = p | "CreatePool" >> beam.Create(tuples)
         stats = inputs | EncodeAndWrite(SPM, ["en", "fr"], shards, str(tmp_path))
-        assert_that(stats | beam.CombinePerKey(sum), equal_to([
-            ("tuples/out/train", 17), ("tuples/out/dev", 4), ("tuples/out/test", 4),
-            ("sentences/en/out/train", 17), ("sentences/fr/out/train", 15),
-            ("sentences/en/out/dev", 4), ("sentences/fr/out/dev", 4),
-            ("sentences/en/out/test", 4), ("sentences/fr/out/test", 4),
-            (SAMPLE_STAT, 17 + 15),  # every training sentence once
-            ("sources/b/out/train", 17), ("sources/b/out/dev", 4), ("sources/b/out/test", 4),  # by key prefix
-        ]), label="Counted")
+        assert_that(
+            stats | beam.CombinePerKey(sum),
+            equal_to(
+                [
+                    ("tuples/out/train", 17),
+                    ("tuples/out/dev", 4),
+                    ("tuples/out/test", 4),
+                    ("sentences/en/out/train", 17),
+                    ("sentences/fr/out/train", 15),
+                    ("sentences/en/out/dev", 4),
+                    ("sentences/fr/out/dev", 4),
+                    ("sentences/en/out/test", 4),
+                    ("sentences/fr/out/test", 4),
+                    (SAMPLE_STAT, 17 + 15),  # every training sentence once
+                    ("sources/b/out/train", 17),
+                    ("sources/b/out/dev", 4),
+                    ("sources/b/out/test", 4),  # by key prefix
+                ]
+            ),
+            label="Counted",
+        )
 
     sp = spm.SentencePieceProcessor(model_file=str(tmp_path / dataset.SPM_MODEL))
     vocab = (tmp_path / dataset.SPM_VOCAB).read_text(encoding="utf-8").splitlines()
     assert len(vocab) == sp.get_piece_size()
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.glob("*/*.parquet"))
-    assert set(files) <= {"train/part-00000-of-00002.parquet", "train/part-00001-of-00002.parquet",
-                          "dev/part-00000-of-00001.parquet", "test/part-00000-of-00001.parquet"}
+    assert set(files) <= {
+        "train/part-00000-of-00002.parquet",
+        "train/part-00001-of-00002.parquet",
+        "dev/part-00000-of-00001.parquet",
+        "test/part-00000-of-00001.parquet",
+    }
     columns = ["key", "en_text", "en_ids", "en_len", "fr_text", "fr_ids", "fr_len"]
     for split, expected in splits.items():
         rows = []
@@ -94,8 +119,9 @@ def test_shards_decode_to_the_text_sorted_by_key_with_counts(tuples, tmp_path):
             keys = table.column("key").to_pylist()
             assert keys == sorted(keys), name
             rows += table.to_pylist()
-        assert {r["key"]: {lang: r[f"{lang}_text"] for lang in ("en", "fr") if r[f"{lang}_text"] is not None}
-                for r in rows} == dict(expected)
+        assert {
+            r["key"]: {lang: r[f"{lang}_text"] for lang in ("en", "fr") if r[f"{lang}_text"] is not None} for r in rows
+        } == dict(expected)
         for r in rows:
             for lang in ("en", "fr"):
                 text, ids, n = r[f"{lang}_text"], r[f"{lang}_ids"], r[f"{lang}_len"]

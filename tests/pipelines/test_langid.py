@@ -1,4 +1,5 @@
 """The `wrong_language` filter on real Bible text: normal verses pass, a swapped column is caught and counted."""
+
 from __future__ import annotations
 
 import json
@@ -6,10 +7,10 @@ from collections import Counter
 
 import pytest
 
+from core.normalize import NormalizeConfig
 from orchestration.config import ConfigError, load_config
 from pipelines.clean import WRONG_LANGUAGE, Cleaner
 from pipelines.config import FilterConfig, LanguageIdConfig
-from core.normalize import NormalizeConfig
 from pipelines.langid import LanguageCheck, unchecked_languages
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
@@ -74,12 +75,17 @@ def test_prepare_counts_wrong_language_drops_in_the_manifest(tmp_path, book_line
     texts["es"] = texts["fr"][:swapped] + texts["es"][swapped:]
     for lang, lines in texts.items():
         write_lines(tmp_path / f"c.{lang}", lines)
-    config = load_config(None, [
-        f"run_dir={tmp_path / 'run'}",
-        f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr, es]}}]",
-        "prepare.split.dev_size=20", "prepare.split.test_size=20", "prepare.spm.vocab_size=1000",
-        "prepare.filters.language_id.enabled=true",
-    ])
+    config = load_config(
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr, es]}}]",
+            "prepare.split.dev_size=20",
+            "prepare.split.test_size=20",
+            "prepare.spm.vocab_size=1000",
+            "prepare.filters.language_id.enabled=true",
+        ],
+    )
     result = run_prepare(config.prepare, config.data_dir, options=pipeline_options([]))
     sentences = result.manifest.dump()["counts"]["sentences"]
     assert 98 <= sentences["es"]["dropped"][WRONG_LANGUAGE] <= 101

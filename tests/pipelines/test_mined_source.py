@@ -1,4 +1,5 @@
 """`kind: mined`: the pairs `interlingua mine` wrote, read back as a `prepare` source (the loop closes)."""
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,31 @@ def mined(tmp_path, book_lines):
     lines = book_lines({"fr": "l", "en": "k"}, [8])
     n = len(lines["fr"])
     scores = [1.3 - 0.3 * i / n for i in range(n)]  # 1.3 down to 1.0
-    pq.write_table(pa.table({"fr_text": lines["fr"], "en_text": lines["en"], "score": pa.array(scores, pa.float32()),
-                             "fwd_rank": [0] * n, "bwd_rank": [0] * n}), tmp_path / "pairs-fr-en.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "fr_text": lines["fr"],
+                "en_text": lines["en"],
+                "score": pa.array(scores, pa.float32()),
+                "fwd_rank": [0] * n,
+                "bwd_rank": [0] * n,
+            }
+        ),
+        tmp_path / "pairs-fr-en.parquet",
+    )
     mined_manifest(tmp_path, {"pairs-fr-en.parquet": ["fr", "en"]})
     return tmp_path, scores
 
 
 def mined_config(folder, *overrides):
-    return load_config(None, [f"prepare.sources=[{{kind: mined, path: '{folder}', languages: [fr, en], "
-                              "min_score: 1.15}]", "prepare.output.read_chunk_lines=30", *overrides]).prepare
+    return load_config(
+        None,
+        [
+            f"prepare.sources=[{{kind: mined, path: '{folder}', languages: [fr, en], min_score: 1.15}}]",
+            "prepare.output.read_chunk_lines=30",
+            *overrides,
+        ],
+    ).prepare
 
 
 def test_mined_pairs_are_read_with_the_low_scores_counted_as_dropped(mined):
@@ -44,8 +61,9 @@ def test_mined_pairs_are_read_with_the_low_scores_counted_as_dropped(mined):
 def test_a_changed_or_unfinished_mining_output_is_refused(mined):
     folder, _ = mined
     with pytest.raises(SourceError, match="no mined pair of \\['fr', 'de'\\]"):
-        plan_reads(load_config(None, [f"prepare.sources=[{{kind: mined, path: '{folder}', languages: [fr, de]}}]"])
-                   .prepare)
+        plan_reads(
+            load_config(None, [f"prepare.sources=[{{kind: mined, path: '{folder}', languages: [fr, de]}}]"]).prepare
+        )
     (folder / "pairs-fr-en.parquet").write_bytes(b"changed")
     with pytest.raises(SourceError, match="changed after mining"):
         plan_reads(mined_config(folder))
@@ -64,8 +82,7 @@ def test_prepare_on_mined_pairs_accounts_for_every_pair(mined, tmp_path):
     from pipelines.runners import pipeline_options
 
     folder, scores = mined
-    config = mined_config(folder, "prepare.split.dev_size=5", "prepare.split.test_size=5",
-                          "prepare.spm.vocab_size=300")
+    config = mined_config(folder, "prepare.split.dev_size=5", "prepare.split.test_size=5", "prepare.spm.vocab_size=300")
     result = run_prepare(config, tmp_path / "data", options=pipeline_options([]))
     tuples = result.manifest.dump()["counts"]["tuples"]
     assert tuples["in"] == len(scores)

@@ -1,4 +1,5 @@
 """The whole Beam job on real Bible text: accounting, splits, output format, reruns, runners."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 import sentencepiece as spm
 
-from orchestration.config import load_config
 from core import dataset, dataset_writer
+from orchestration.config import load_config
 from pipelines import tokenizer
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
@@ -85,8 +86,9 @@ def test_parquet_schema_tokens_and_spm_model(prepared):
     rows = dataset.read_split(config.data_dir, "dev").to_pylist()
     pairs = [(r[f"{lang}_text"], r[f"{lang}_ids"], r[f"{lang}_len"]) for r in rows for lang in LANGS]
     assert all(len(ids) == n > 0 and dataset.BOS_ID not in ids for _, ids, n in pairs)
-    alphabetic = [(text, ids) for r in rows for lang in LANGS[:5]
-                  for text, ids in [(r[f"{lang}_text"], r[f"{lang}_ids"])]]
+    alphabetic = [
+        (text, ids) for r in rows for lang in LANGS[:5] for text, ids in [(r[f"{lang}_text"], r[f"{lang}_ids"])]
+    ]
     assert sum(sp.decode(ids) == text for text, ids in alphabetic) >= 0.98 * len(alphabetic)
     # character_coverage (0.9995) leaves out the rarest characters of the whole sample:
     # in 231 verses those are Chinese characters seen once
@@ -137,8 +139,10 @@ def test_split_depends_on_the_seed_only(prepared, tmp_path):
 def test_portable_runner_gives_the_same_dataset(prepared, tmp_path):
     config, result = prepared
     portable = small_config(tmp_path)
-    out = prepare(portable, options=pipeline_options(
-        ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"]))
+    out = prepare(
+        portable,
+        options=pipeline_options(["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"]),
+    )
     assert file_hashes(out.manifest) == file_hashes(result.manifest)
 
 
@@ -194,7 +198,9 @@ def bitexts(tmp_path, book_lines):
     return [
         f"prepare.sources=[{{kind: text, path: '{tmp_path}/ruth.{{lang}}', languages: [en, fr], name: ruth}},"
         f" {{kind: text, path: '{tmp_path}/jonah.{{lang}}', languages: [en, es], name: jonah}}]",
-        f"run_dir={tmp_path / 'run'}", "prepare.split.dev_size=10", "prepare.split.test_size=10",
+        f"run_dir={tmp_path / 'run'}",
+        "prepare.split.dev_size=10",
+        "prepare.split.test_size=10",
         "prepare.spm.vocab_size=1000",
     ]
 
@@ -212,8 +218,11 @@ def test_bitexts_give_tuples_with_some_languages(bitexts):
     assert all((r["fr_text"] is None) != (r["es_text"] is None) for r in rows)
     assert all(r["en_text"] is not None for r in rows)
 
-    near = load_config(None, bitexts + ["prepare.split.heldout_complete=false",
-                                        "prepare.dedup.near_duplicates=true", "prepare.dedup.threshold=0.7"])
+    near = load_config(
+        None,
+        bitexts
+        + ["prepare.split.heldout_complete=false", "prepare.dedup.near_duplicates=true", "prepare.dedup.threshold=0.7"],
+    )
     m = prepare(near, force=True).manifest.dump()
     assert m["counts"]["tuples"]["dropped"]["near_duplicate"] == 1
 
@@ -243,15 +252,24 @@ def test_catalogs_and_a_translation_memory_prepare_into_one_dataset(tmp_path, bo
     for n in range(len(verses["es"])):
         tu = etree.SubElement(body, "tu")
         for tag, lines in verses.items():
-            etree.SubElement(etree.SubElement(tu, "tuv", {"{http://www.w3.org/XML/1998/namespace}lang": tag}),
-                             "seg").text = lines[n]
+            etree.SubElement(
+                etree.SubElement(tu, "tuv", {"{http://www.w3.org/XML/1998/namespace}lang": tag}), "seg"
+            ).text = lines[n]
     etree.ElementTree(root).write(str(tmp_path / "bible.tmx"), xml_declaration=True, encoding="UTF-8")
-    config = load_config(None, [
-        f"run_dir={tmp_path / 'run'}", "prepare.split.dev_size=20", "prepare.split.test_size=20",
-        "prepare.spm.vocab_size=1500", "prepare.split.heldout_complete=false",
-        "prepare.sources=[{kind: gettext, path: '/usr/share/locale/{lang}/LC_MESSAGES/*.mo', languages: [en, fr, es],"
-        " catalogs: [Linux-PAM, apt], name: deb},"
-        f" {{kind: tmx, path: '{tmp_path}/bible.tmx', languages: [en, fr, es], name: bible}}]"])
+    config = load_config(
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            "prepare.split.dev_size=20",
+            "prepare.split.test_size=20",
+            "prepare.spm.vocab_size=1500",
+            "prepare.split.heldout_complete=false",
+            "prepare.sources=[{kind: gettext, path: '/usr/share/locale/{lang}/LC_MESSAGES/*.mo',"
+            " languages: [en, fr, es],"
+            " catalogs: [Linux-PAM, apt], name: deb},"
+            f" {{kind: tmx, path: '{tmp_path}/bible.tmx', languages: [en, fr, es], name: bible}}]",
+        ],
+    )
     m = prepare(config).manifest.dump()
     t = m["counts"]["tuples"]
     from pipelines.sources import plan_reads
@@ -268,5 +286,7 @@ def test_catalogs_and_a_translation_memory_prepare_into_one_dataset(tmp_path, bo
     assert len(rows) == sum(b["out"]["train"] for b in by_source.values())
     tm_rows = [r for r in rows if r["key"].startswith("bible:")]
     assert all(r["fr_text"] and r["es_text"] and r["en_text"] for r in tm_rows)
-    assert {p["path"] for p in m["inputs"]} >= {str(tmp_path / "bible.tmx"),
-                                                "/usr/share/locale/fr/LC_MESSAGES/Linux-PAM.mo"}
+    assert {p["path"] for p in m["inputs"]} >= {
+        str(tmp_path / "bible.tmx"),
+        "/usr/share/locale/fr/LC_MESSAGES/Linux-PAM.mo",
+    }

@@ -1,5 +1,6 @@
 """`prepare` on input that would give an empty dataset, split or language, and interrupted: exit 2 (130) with
 one line naming the drops by reason, nothing published, no staging directory left. Real Bible verses."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main
-from tests.support.corpus import write_lines
-from tests.support.corpus import error_line, text_source
+from tests.support.corpus import error_line, text_source, write_lines
 
 ENGLISH, FRENCH, RUSSIAN = "k", "l", "r"
 
@@ -47,8 +47,7 @@ def test_everything_filtered_out_names_the_filter(tmp_path, book_lines, capsys):
 
 @pytest.mark.beam
 @pytest.mark.parametrize("complete", ["true", "false"])
-def test_a_language_column_in_the_wrong_script_names_the_wrong_script_drops(tmp_path, book_lines, capsys,
-                                                                             complete):
+def test_a_language_column_in_the_wrong_script_names_the_wrong_script_drops(tmp_path, book_lines, capsys, complete):
     lines = book_lines({"en": ENGLISH, "fr": FRENCH, "ru": ENGLISH}, [8])  # the "ru" column is English
     where = text_source(tmp_path, lines)
     assert main(["prepare", *where, f"prepare.split.heldout_complete={complete}"]) == 2
@@ -89,7 +88,9 @@ def test_a_sigint_that_the_job_swallows_or_turns_into_another_error_still_interr
     (then the job would finish and publish), or re-raise it as another error."""
     from pipelines.prepare import _interrupt_is_keyboard_interrupt
 
-    before = signal.getsignal(signal.SIGINT)  # in a pytest-xdist worker, once SIG_IGN (set by something in that process)
+    before = signal.getsignal(
+        signal.SIGINT
+    )  # in a pytest-xdist worker, once SIG_IGN (set by something in that process)
     with pytest.raises(KeyboardInterrupt):
         with _interrupt_is_keyboard_interrupt():
             try:
@@ -106,12 +107,26 @@ def test_sigint_during_prepare_exits_130_with_one_line_and_removes_its_staging(t
     run = tmp_path / "run"
     shutil.copytree(small_dataset.data_dir, run / "data")  # the previous dataset, which must stay whole
     before = {p.name: p.stat().st_size for p in (run / "data").rglob("*")}
-    args = [sys.executable, "-m", "orchestration.cli", "prepare", f"run_dir={run}", "--force",
-            # the Old Testament: a job of a minute, never finished before the signal lands, however fast the machine
-            f"prepare.sources=[{{kind: bible, books: {list(range(1, 40))}}}]", "prepare.spm.vocab_size=2000",
-            "prepare.split.dev_size=40", "prepare.split.test_size=40"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    args = [
+        sys.executable,
+        "-m",
+        "orchestration.cli",
+        "prepare",
+        f"run_dir={run}",
+        "--force",
+        # the Old Testament: a job of a minute, never finished before the signal lands, however fast the machine
+        f"prepare.sources=[{{kind: bible, books: {list(range(1, 40))}}}]",
+        "prepare.spm.vocab_size=2000",
+        "prepare.split.dev_size=40",
+        "prepare.split.test_size=40",
+    ]
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
     # logged once the job's SIGINT handler is in place; in one whole run (2026-11-28) the job went on after the
     # signal, finished and exited 0: the signal landed before the handler, or the runner caught the interrupt
     err = wait_for_line(proc, "pipelines.prepare: preparing ", timeout_s=120)

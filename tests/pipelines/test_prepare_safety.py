@@ -1,14 +1,15 @@
 """`prepare` never deletes or overwrites what it did not write: a dataset directory is replaced only when it
 holds a dataset and nothing else, and only that dataset's files are removed. Each case puts a sentinel file
 where a user would, runs the real command on real verses and checks the sentinel is intact."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from orchestration.cli import main
 from core import dataset, dataset_writer, ownership
+from orchestration.cli import main
 from pipelines import staging
 from tests.support.corpus import error_line, text_source
 

@@ -1,6 +1,7 @@
 """Property-based tests (hypothesis) of the sources, the cleaner and the config over hostile input:
 each input gives a clear error naming what is wrong, or exactly the records, sentences or config
 values it holds."""
+
 from __future__ import annotations
 
 import math
@@ -15,11 +16,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.normalize import NormalizeConfig
 from orchestration.config import ConfigError, load_config
 from pipelines import clean
 from pipelines.clean import Cleaner
 from pipelines.config import FilterConfig
-from core.normalize import NormalizeConfig
 from pipelines.sources import MALFORMED, SourceError, plan_reads, read_task
 
 LINE_BYTES = st.one_of(
@@ -27,8 +28,15 @@ LINE_BYTES = st.one_of(
     st.text(max_size=60).map(lambda t: t.replace("\n", " ").replace("\r", " ").encode("utf-8", "surrogatepass")),
     st.just(b"x" * 5000),  # a very long line
 )
-REASONS = {clean.INVALID_UTF8, clean.EMPTY, clean.TOO_SHORT, clean.TOO_LONG, clean.LENGTH_RATIO,
-           clean.URL_EMAIL, clean.WRONG_SCRIPT}
+REASONS = {
+    clean.INVALID_UTF8,
+    clean.EMPTY,
+    clean.TOO_SHORT,
+    clean.TOO_LONG,
+    clean.LENGTH_RATIO,
+    clean.URL_EMAIL,
+    clean.WRONG_SCRIPT,
+}
 WORD_CHAR = regex.compile(r"[\p{L}\p{N}]")
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -57,16 +65,22 @@ def line_text(raw: bytes, *, first: bool, bom: bool) -> str | None:
 
 
 def text_config(folder: Path, languages: list[str], chunk: int):
-    return load_config(None, [
-        f"prepare.sources=[{{kind: text, path: '{folder}/c.{{lang}}', languages: {languages}, name: c}}]",
-        f"prepare.output.read_chunk_lines={chunk}",
-    ]).prepare
+    return load_config(
+        None,
+        [
+            f"prepare.sources=[{{kind: text, path: '{folder}/c.{{lang}}', languages: {languages}, name: c}}]",
+            f"prepare.output.read_chunk_lines={chunk}",
+        ],
+    ).prepare
 
 
 @SETTINGS
 @given(
     files=st.lists(st.lists(LINE_BYTES, max_size=12), min_size=2, max_size=3),
-    bom=st.booleans(), crlf=st.booleans(), final_newline=st.booleans(), chunk=st.integers(1, 5),
+    bom=st.booleans(),
+    crlf=st.booleans(),
+    final_newline=st.booleans(),
+    chunk=st.integers(1, 5),
 )
 def test_text_sources_error_clearly_or_account_for_every_line(files, bom, crlf, final_newline, chunk):
     languages = ["en", "fr", "ru"][: len(files)]
@@ -96,7 +110,8 @@ def test_text_sources_error_clearly_or_account_for_every_line(files, bom, crlf, 
 # rows of one to three cells (one: malformed); cells with spaces around them, invalid UTF-8, CRs ...
 CELL = st.one_of(st.binary(max_size=20), st.text(max_size=20).map(lambda t: t.encode("utf-8", "surrogatepass")))
 PADDED_CELL = st.tuples(st.sampled_from([b"", b" "]), CELL, st.sampled_from([b"", b" ", b"\r"])).map(
-    lambda parts: b"".join(parts).replace(b"\n", b" ").replace(b"\t", b" "))
+    lambda parts: b"".join(parts).replace(b"\n", b" ").replace(b"\t", b" ")
+)
 TSV_ROWS = st.one_of(LINE_BYTES, st.lists(PADDED_CELL, min_size=1, max_size=3).map(b"\t".join))
 
 
@@ -116,14 +131,18 @@ def test_tsv_rows_parse_or_are_counted_malformed(lines):
 
 
 @SETTINGS
-@given(st.dictionaries(st.sampled_from(["en", "fr", "ru", "ar", "zh"]),
-                       st.one_of(st.none(), st.text(max_size=200)), min_size=1))
+@given(
+    st.dictionaries(
+        st.sampled_from(["en", "fr", "ru", "ar", "zh"]), st.one_of(st.none(), st.text(max_size=200)), min_size=1
+    )
+)
 def test_cleaner_keeps_or_drops_every_sentence_with_a_reason(sentences):
     kept, dropped, _ = Cleaner(NormalizeConfig(), FilterConfig()).clean_tuple(sentences)
     assert set(kept) | set(dropped) == set(sentences) and not set(kept) & set(dropped)
     assert set(dropped.values()) <= REASONS
     assert {lang for lang, r in dropped.items() if r == clean.INVALID_UTF8} == {
-        lang for lang, text in sentences.items() if text is None}
+        lang for lang, text in sentences.items() if text is None
+    }
     for text in kept.values():
         assert text == text.strip() and WORD_CHAR.search(text)  # else it is EMPTY
         assert all(c == " " or not c.isspace() for c in text)  # every space is U+0020
@@ -150,8 +169,9 @@ def test_clean_text_in_its_own_script_is_kept_unchanged(langs, n, data):
         if lang == "zh":
             sentences[lang] = data.draw(st.text(HAN, min_size=n, max_size=n), label=lang)
         else:
-            words = data.draw(st.lists(st.text(LETTERS[lang], min_size=1, max_size=8), min_size=n, max_size=n),
-                              label=lang)
+            words = data.draw(
+                st.lists(st.text(LETTERS[lang], min_size=1, max_size=8), min_size=n, max_size=n), label=lang
+            )
             sentences[lang] = " ".join(words)
     assert Cleaner(NormalizeConfig(), FilterConfig()).clean_tuple(sentences) == (sentences, {}, {})
 
@@ -185,8 +205,9 @@ def ints(low: int | None, *, valid: st.SearchStrategy | None = None, nullable: b
     return Field(valid, st.one_of(NOT_INT, below, st.nothing() if nullable else st.none()), edges)
 
 
-def floats(low: float, high: float | None = None, *, open_low: bool = False, open_high: bool = False,
-           nullable: bool = False) -> Field:
+def floats(
+    low: float, high: float | None = None, *, open_low: bool = False, open_high: bool = False, nullable: bool = False
+) -> Field:
     """A float key between low and high (open or closed ends; no upper end when None); null if `nullable`.
 
     Infinities are left out of the valid values: the resolved config (JSON) would write them as null.
@@ -197,13 +218,18 @@ def floats(low: float, high: float | None = None, *, open_low: bool = False, ope
     edges = [(low, not open_low), (math.nextafter(low, -math.inf if not open_low else math.inf), open_low)]
     if high is not None:
         edges += [(high, not open_high), (math.nextafter(high, math.inf if not open_high else -math.inf), open_high)]
-    return Field(st.one_of(valid, st.none()) if nullable else valid,
-                 st.one_of(NOT_NUMBER, below, above, st.nothing() if nullable else st.none()),
-                 edges + [(None, nullable), (True, False), ("0.5", False)])
+    return Field(
+        st.one_of(valid, st.none()) if nullable else valid,
+        st.one_of(NOT_NUMBER, below, above, st.nothing() if nullable else st.none()),
+        edges + [(None, nullable), (True, False), ("0.5", False)],
+    )
 
 
-BOOL = Field(st.booleans(), st.one_of(st.integers(), st.floats(allow_nan=False), STRINGS, LISTS, st.none()),
-             [(True, True), (False, True), (1, False), (0, False), ("yes", False)])
+BOOL = Field(
+    st.booleans(),
+    st.one_of(st.integers(), st.floats(allow_nan=False), STRINGS, LISTS, st.none()),
+    [(True, True), (False, True), (1, False), (0, False), ("yes", False)],
+)
 
 # Every scalar key under prepare. (but split's fractions, valid only as a pair), and the three
 # model and train keys that keep their names. Bounds are the schema's.
@@ -221,7 +247,8 @@ FIELDS: dict[str, Field] = {
     "prepare.dedup.near_duplicates": BOOL,
     # bands (16 by default) must divide num_perm: valid values respect that, invalid ones fail alone
     "prepare.dedup.num_perm": ints(8, valid=st.integers(1, 2**20).map(lambda k: 16 * k))._replace(
-        edges=[(16, True), (7, False), (16.0, False)]),
+        edges=[(16, True), (7, False), (16.0, False)]
+    ),
     "prepare.dedup.bands": ints(1, valid=st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128])),
     "prepare.dedup.threshold": floats(0.0, 1.0, open_low=True),
     "prepare.dedup.shingle_chars": ints(1),

@@ -1,4 +1,5 @@
 """Sources: reading every format, chunking, and bad input caught before any work starts."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,9 @@ def test_crlf_bom_and_invalid_utf8(tmp_path, book_lines):
     raw = ("\ufeff" + "\n".join(lines["fr"]) + "\n").encode()
     raw = raw.replace(lines["fr"][2].encode(), b"\xff\xfe broken " + lines["fr"][2].encode()[:5])
     (tmp_path / "c.fr").write_bytes(raw)
-    got = read_all(prepare_config(
-        f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr], name: c}}]"))
+    got = read_all(
+        prepare_config(f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [en, fr], name: c}}]")
+    )
     assert got["c:1"] == {"en": lines["en"][0], "fr": lines["fr"][0]}  # no \r, no BOM
     assert got["c:3"]["fr"] is None  # invalid UTF-8: counted as a drop downstream
 
@@ -58,9 +60,12 @@ def test_tsv_and_jsonl(tmp_path, book_lines):
     rows = ["english\tes\tnote"] + [f"{e}\t{s}\tx" for e, s in zip(lines["en"], lines["es"])]
     rows.insert(5, "only one column")
     write_lines(tmp_path / "c.tsv", rows)
-    got = read_all(prepare_config(
-        f"prepare.sources=[{{kind: tsv, path: '{tmp_path}/c.tsv', languages: [en, es], "
-        "columns: {en: english}, name: t}]"))
+    got = read_all(
+        prepare_config(
+            f"prepare.sources=[{{kind: tsv, path: '{tmp_path}/c.tsv', languages: [en, es], "
+            "columns: {en: english}, name: t}]"
+        )
+    )
     assert got["t:2"] == {"en": lines["en"][0], "es": lines["es"][0]}  # line 1 is the header
     assert got["t:6"] == MALFORMED
     assert len(got) == 39
@@ -69,8 +74,9 @@ def test_tsv_and_jsonl(tmp_path, book_lines):
     records[3] = "{not json"
     records[4] = json.dumps({"en": lines["en"][4]})  # a language missing: fine (N <= L)
     write_lines(tmp_path / "c.jsonl", records)
-    got = read_all(prepare_config(
-        f"prepare.sources=[{{kind: jsonl, path: '{tmp_path}/c.jsonl', languages: [en, es], name: j}}]"))
+    got = read_all(
+        prepare_config(f"prepare.sources=[{{kind: jsonl, path: '{tmp_path}/c.jsonl', languages: [en, es], name: j}}]")
+    )
     assert got["j:4"] == MALFORMED
     assert got["j:5"] == {"en": lines["en"][4]}
     assert got["j:1"]["es"] == lines["es"][0]
@@ -105,8 +111,9 @@ def test_empty_corpus(tmp_path):
     for lang in ("en", "fr"):
         (tmp_path / f"e.{lang}").write_bytes(b"")
     with pytest.raises(SourceError, match="is empty: no records"):
-        plan_reads(prepare_config(
-            f"prepare.sources=[{{kind: text, path: '{tmp_path}/e.{{lang}}', languages: [en, fr]}}]"))
+        plan_reads(
+            prepare_config(f"prepare.sources=[{{kind: text, path: '{tmp_path}/e.{{lang}}', languages: [en, fr]}}]")
+        )
 
 
 def test_tsv_header_problems(tmp_path):

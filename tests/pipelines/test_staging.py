@@ -3,6 +3,7 @@
 Object stores themselves (s3://, gs://) and HDFS are not tested here: these
 tests run the same pyarrow.fs calls against the local disk.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,9 @@ LANGS = ["en", "fr"]
 @pytest.fixture
 def rows(book_lines) -> list[dict]:
     lines = book_lines({"en": "k", "fr": "l"}, [57])  # Philemon
-    return [{"key": f"b:{i:02d}", "en_text": en, "fr_text": fr}
-            for i, (en, fr) in enumerate(zip(lines["en"], lines["fr"]))]
+    return [
+        {"key": f"b:{i:02d}", "en_text": en, "fr_text": fr} for i, (en, fr) in enumerate(zip(lines["en"], lines["fr"]))
+    ]
 
 
 def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[staging.Staging, dataset.DatasetManifest]:
@@ -31,12 +33,19 @@ def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[staging.St
     name = dataset_writer.shard_name("train", 0, 1)
     dataset_writer.write_shard(staged.location(name), rows, LANGS)
     storage.write_bytes(staged.location(dataset.SPM_MODEL), f"model {tag}".encode())
-    shard = dataset.ShardFile(path=staged.prefix + name, rows=len(rows), bytes=storage.size(staged.location(name)),
-                              sha256=dataset.file_sha256(staged.location(name)))
+    shard = dataset.ShardFile(
+        path=staged.prefix + name,
+        rows=len(rows),
+        bytes=storage.size(staged.location(name)),
+        sha256=dataset.file_sha256(staged.location(name)),
+    )
     manifest = dataset.DatasetManifest(
-        fingerprint=tag, languages=LANGS, splits={"train": dataset.SplitFiles(tuples=len(rows), files=[shard])},
+        fingerprint=tag,
+        languages=LANGS,
+        splits={"train": dataset.SplitFiles(tuples=len(rows), files=[shard])},
         spm=dataset.SpmFiles(model=staged.prefix + dataset.SPM_MODEL, vocab_size=8),
-        counts=dataset.Counts(tuples=dataset.Tally(read=len(rows), out={"train": len(rows)})))
+        counts=dataset.Counts(tuples=dataset.Tally(read=len(rows), out={"train": len(rows)})),
+    )
     return staged, manifest
 
 
@@ -95,8 +104,9 @@ def test_a_crash_while_writing_the_manifest_keeps_the_previous_one(tmp_path, row
     staging.commit(first, uri, manifest)
     second, other = stage_dataset(uri, rows[3:], "b")
     real = storage.resolve
-    monkeypatch.setattr(storage, "resolve", lambda location: (lambda fs, path: (_CrashOnRename(fs), path))(
-        *real(location)))
+    monkeypatch.setattr(
+        storage, "resolve", lambda location: (lambda fs, path: (_CrashOnRename(fs), path))(*real(location))
+    )
     with pytest.raises(OSError, match="crashed before renaming"):
         staging.commit(second, uri, other)
     monkeypatch.undo()
@@ -109,8 +119,15 @@ def test_commit_refuses_a_manifest_that_names_a_missing_or_changed_file(tmp_path
     uri = f"file://{tmp_path}/data"
     staged, manifest = stage_dataset(uri, rows, "a")
     shard = manifest.splits["train"].files[0]
-    manifest = manifest.model_copy(update={"splits": {"train": manifest.splits["train"].model_copy(update={
-        "files": [shard.model_copy(update={"bytes": shard.bytes + 1})]})}})
+    manifest = manifest.model_copy(
+        update={
+            "splits": {
+                "train": manifest.splits["train"].model_copy(
+                    update={"files": [shard.model_copy(update={"bytes": shard.bytes + 1})]}
+                )
+            }
+        }
+    )
     with pytest.raises(dataset.DatasetError, match="nothing was committed"):
         staging.commit(staged, uri, manifest)
     with pytest.raises(dataset.DatasetError, match="not a finished dataset"):

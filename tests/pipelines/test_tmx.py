@@ -1,5 +1,6 @@
 """The TMX source on a translation memory of real verses (TMX 1.4b as CAT tools write it: a header, region
 tags in xml:lang, inline codes), and on broken files."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,8 +8,8 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from pipelines.source_config import TmxSource
 from pipelines.errors import SourceError
+from pipelines.source_config import TmxSource
 from pipelines.tmx import plan_tmx, read_tmx
 
 VERSIONS = {"en-US": "k", "fr-FR": "l", "ES": "v", "zh_CN": "c", "de-DE": "s"}  # de is not asked for below
@@ -19,8 +20,17 @@ def memory(path: Path, verses: dict[str, list[str]], marked: int = 0) -> Path:
     """A TMX 1.4b file of the verses, one <tu> per verse; the first `marked` units carry inline codes around
     their first word (bpt/ept pairs, a placeholder, a highlight, an isolated tag) in every language."""
     root = etree.Element("tmx", version="1.4")
-    etree.SubElement(root, "header", creationtool="test", creationtoolversion="1", segtype="sentence",
-                     adminlang="en-US", srclang="en-US", datatype="plaintext", **{"o-tmf": "none"})
+    etree.SubElement(
+        root,
+        "header",
+        creationtool="test",
+        creationtoolversion="1",
+        segtype="sentence",
+        adminlang="en-US",
+        srclang="en-US",
+        datatype="plaintext",
+        **{"o-tmf": "none"},
+    )
     body = etree.SubElement(root, "body")
     for n in range(len(next(iter(verses.values())))):
         tu = etree.SubElement(body, "tu", tuid=str(n + 1))
@@ -55,8 +65,9 @@ def verses(book_lines):
 
 def test_each_unit_is_a_tuple_of_its_languages_without_inline_codes(tmp_path, verses):
     path = memory(tmp_path / "obadiah.tmx", verses, marked=5)
-    source = TmxSource(kind="tmx", path=str(tmp_path / "*.tmx"), languages=["en", "fr", "es", "zh_Hans"],
-                       lang_map={"zh-cn": "zh_Hans"})
+    source = TmxSource(
+        kind="tmx", path=str(tmp_path / "*.tmx"), languages=["en", "fr", "es", "zh_Hans"], lang_map={"zh-cn": "zh_Hans"}
+    )
     plan = plan_tmx(source, "tm")
     assert plan.records == 21 and [t.paths[""] for t in plan.tasks] == [str(path)]
     units = list(read_tmx(plan.tasks[0]))

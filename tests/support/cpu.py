@@ -4,6 +4,7 @@ servers, the commands a test starts) and wall seconds, one JSON line per test ap
 
 Meaningful on a quiet machine with one test process (`-p no:xdist` or `-n 0`): with two, each test's figure
 holds the other's. docs/testing.md, "Where the time goes"."""
+
 from __future__ import annotations
 
 import json
@@ -33,5 +34,13 @@ def pytest_runtest_protocol(item, nextitem):
     cpu, wall = busy_seconds(), time.monotonic()
     yield
     with open(report, "a") as out:
-        out.write(json.dumps({"test": item.nodeid, "cpu_s": round(busy_seconds() - cpu, 1),
-                              "wall_s": round(time.monotonic() - wall, 1)}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "test": item.nodeid,
+                    "cpu_s": round(busy_seconds() - cpu, 1),
+                    "wall_s": round(time.monotonic() - wall, 1),
+                }
+            )
+            + "\n"
+        )

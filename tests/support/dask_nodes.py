@@ -3,6 +3,7 @@
 directory, TMPDIR and `--local-directory`, and a resource named after its node (`node_a=1`) so a test can
 place a task there. tests/local_cluster.py is the same on 127.0.0.1 for the benchmarks, without nodes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -10,9 +11,9 @@ import json
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tests.support.network import Network, Node
 from tests.support.procs import Server, processes_under, spawn, stop_processes, wait_until
@@ -47,9 +48,14 @@ def _start(name: str, args: list[str], root: Path, node: Node | None, env: dict[
     for sub in ("tmp", "work"):
         (scratch / sub).mkdir(parents=True)
     dask = str(Path(sys.executable).with_name("dask"))
-    server = spawn(f"the Dask {args[0]} {name}", [dask, *args], scratch / "dask.log", cwd=scratch / "work",
-                   env={**env, "TMPDIR": str(scratch / "tmp"), "DASK_LOGGING__PIPELINES": "debug"},
-                   prefix=node.host_prefix(scratch) if node else ())  # a worker host: a disk of its own
+    server = spawn(
+        f"the Dask {args[0]} {name}",
+        [dask, *args],
+        scratch / "dask.log",
+        cwd=scratch / "work",
+        env={**env, "TMPDIR": str(scratch / "tmp"), "DASK_LOGGING__PIPELINES": "debug"},
+        prefix=node.host_prefix(scratch) if node else (),
+    )  # a worker host: a disk of its own
     return DaskNode(name, node.ip if node else "", f"node_{node.name}" if node else None, scratch, server)
 
 
@@ -60,8 +66,9 @@ def _address(scheduler_file: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def dask_cluster(network: Network, *, env: dict[str, str] | None = None, threads: int = 1,
-                 start_s: float = START_S) -> Iterator[DaskCluster]:
+def dask_cluster(
+    network: Network, *, env: dict[str, str] | None = None, threads: int = 1, start_s: float = START_S
+) -> Iterator[DaskCluster]:
     """The scheduler on `network.host_ip` and a worker on each of `network.nodes`, every one of them
     connected; all stopped and their scratch folders removed when the context ends."""
     from distributed import Client
@@ -70,22 +77,69 @@ def dask_cluster(network: Network, *, env: dict[str, str] | None = None, threads
     nodes: list[DaskNode] = []
     try:
         scheduler_file = root / "scheduler.json"
-        nodes.append(_start("scheduler", ["scheduler", "--host", network.host_ip, "--port", "0", "--no-dashboard",
-                                          "--scheduler-file", str(scheduler_file)], root, None, env or {}))
+        nodes.append(
+            _start(
+                "scheduler",
+                [
+                    "scheduler",
+                    "--host",
+                    network.host_ip,
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                ],
+                root,
+                None,
+                env or {},
+            )
+        )
         nodes[0].ip = network.host_ip
-        address = wait_until(lambda: _address(scheduler_file), timeout_s=start_s, server=nodes[0].server,
-                             what=f"address in {scheduler_file}")
+        address = wait_until(
+            lambda: _address(scheduler_file),
+            timeout_s=start_s,
+            server=nodes[0].server,
+            what=f"address in {scheduler_file}",
+        )
         for node in network.nodes:
             work = root / node.name / "work"
-            nodes.append(_start(node.name, [
-                "worker", address, "--host", node.ip, "--nthreads", str(threads), "--no-nanny", "--no-dashboard",
-                "--name", node.name, "--resources", f"node_{node.name}=1", "--death-timeout", "60",
-                "--local-directory", str(work)], root, node, env or {}))
+            nodes.append(
+                _start(
+                    node.name,
+                    [
+                        "worker",
+                        address,
+                        "--host",
+                        node.ip,
+                        "--nthreads",
+                        str(threads),
+                        "--no-nanny",
+                        "--no-dashboard",
+                        "--name",
+                        node.name,
+                        "--resources",
+                        f"node_{node.name}=1",
+                        "--death-timeout",
+                        "60",
+                        "--local-directory",
+                        str(work),
+                    ],
+                    root,
+                    node,
+                    env or {},
+                )
+            )
         with Client(address, timeout=start_s) as client:
             for worker in nodes[1:]:
-                wait_until(lambda: any(w.get("name") == worker.name for w in
-                                       client.scheduler_info()["workers"].values()),
-                           timeout_s=start_s, server=worker.server, what=f"worker {worker.name} connected")
+                wait_until(
+                    lambda worker=worker: any(
+                        w.get("name") == worker.name for w in client.scheduler_info()["workers"].values()
+                    ),
+                    timeout_s=start_s,
+                    server=worker.server,
+                    what=f"worker {worker.name} connected",
+                )
         yield DaskCluster(address, nodes[0], nodes[1:], network)
     finally:
         for node in reversed(nodes):  # the workers first, while the scheduler can still take their goodbyes

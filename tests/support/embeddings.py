@@ -1,4 +1,5 @@
 """Embeddings for the tests of search: aligned synthetic vectors (mechanics only) and a store of them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,14 +8,23 @@ import numpy as np
 def aligned(n=120, dim=16, noise=1.0, seed=3):
     rng = np.random.default_rng(seed)
     base = rng.normal(size=(n, dim)).astype(np.float32)
-    return {lang: base + rng.normal(scale=s, size=base.shape).astype(np.float32)
-            for lang, s in [("en", 0.0), ("fr", noise), ("zh", 1.5 * noise)]}
+    return {
+        lang: base + rng.normal(scale=s, size=base.shape).astype(np.float32)
+        for lang, s in [("en", 0.0), ("fr", noise), ("zh", 1.5 * noise)]
+    }
 
 
 def store_of(folder, arrays, texts, cuts):
     from evaluation.store_writer import publish, write_block
 
     keys = [f"k{i:05d}" for i in range(len(arrays["en"]))]
-    records = [write_block(folder / "staging", keys[a:b], {lang: x[a:b] for lang, x in arrays.items()},
-                           {lang: t[a:b] for lang, t in texts.items()}) for a, b in zip(cuts, cuts[1:])]
+    records = [
+        write_block(
+            folder / "staging",
+            keys[a:b],
+            {lang: x[a:b] for lang, x in arrays.items()},
+            {lang: t[a:b] for lang, t in texts.items()},
+        )
+        for a, b in zip(cuts, cuts[1:])
+    ]
     return publish(folder / "staging", folder / "emb", records, languages=list(arrays))

@@ -18,6 +18,7 @@ Nothing starts until a test asks for it; `tests/support/tiers.py` marks each tes
 Every test gets the process environment back as it found it, and a Ray instance that a test started or joined
 on its own (not `local_ray`) is shut down after it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,8 +28,9 @@ import os
 import sqlite3
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -38,6 +40,7 @@ S3_BUCKET = "bucket"
 
 
 # --- real text -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def bible_db() -> str:
@@ -104,6 +107,7 @@ def small_dataset(tmp_path_factory):
 
 # --- one S3 server, a fresh bucket per test --------------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def _moto(tmp_path_factory) -> Iterator[dict[str, str]]:
     """moto's S3 server in a thread of this process, for the whole run; yields the variables that point at it."""
@@ -115,8 +119,12 @@ def _moto(tmp_path_factory) -> Iterator[dict[str, str]]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    yield {storage.ENDPOINT_ENV: f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
-           "AWS_SECRET_ACCESS_KEY": "test", storage.REGION_ENV: "us-east-1"}
+    yield {
+        storage.ENDPOINT_ENV: f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        storage.REGION_ENV: "us-east-1",
+    }
     server.stop()
 
 
@@ -206,8 +214,10 @@ def local_ray(_moto, monkeypatch) -> None:
         before = dict(os.environ)
         with loopback_only():  # as a command's own instance listens
             ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": dict(_moto)})
-        _LOCAL_RAY.update(address=ray.get_runtime_context().gcs_address,
-                          env={k: v for k, v in os.environ.items() if before.get(k) != v})
+        _LOCAL_RAY.update(
+            address=ray.get_runtime_context().gcs_address,
+            env={k: v for k, v in os.environ.items() if before.get(k) != v},
+        )
         # started by this process and ended with it, as a command's own instance (`cluster.ensure_ray`): the
         # in-process trainings leave out Ray Train's placement group cleaner (a process, about 2 CPU-seconds,
         # per training) as a command's do; a command in a child process that joins it keeps its own

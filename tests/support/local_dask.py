@@ -7,6 +7,7 @@ the processes are stopped when the context ends, however it ends.
     with local_dask_cluster(Path("logs")) as address:
         interlingua prepare ... --runner=DaskRunner --dask_client_address=<address>
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +16,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where `import pipelines` works from
 
@@ -37,21 +38,55 @@ def local_dask_cluster(log_dir: Path, *, workers: int = 2, threads: int = 1, sta
     until = time.monotonic() + start_s
     processes: list[subprocess.Popen] = []
     try:
-        processes.append(_spawn([str(dask), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                 "--scheduler-file", str(log_dir / "scheduler.json"), "--idle-timeout", "600"],
-                                log_dir / "scheduler.log"))
+        processes.append(
+            _spawn(
+                [
+                    str(dask),
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(log_dir / "scheduler.json"),
+                    "--idle-timeout",
+                    "600",
+                ],
+                log_dir / "scheduler.log",
+            )
+        )
         address = _scheduler_address(log_dir / "scheduler.json", processes[0], until)
         for i in range(workers):
-            processes.append(_spawn(
-                [str(dask), "worker", address, "--host", "127.0.0.1", "--nthreads", str(threads), "--no-nanny",
-                 "--no-dashboard", "--name", f"worker-{i}", "--death-timeout", "60",
-                 "--local-directory", str(log_dir / f"worker-{i}")], log_dir / f"worker-{i}.log"))
+            processes.append(
+                _spawn(
+                    [
+                        str(dask),
+                        "worker",
+                        address,
+                        "--host",
+                        "127.0.0.1",
+                        "--nthreads",
+                        str(threads),
+                        "--no-nanny",
+                        "--no-dashboard",
+                        "--name",
+                        f"worker-{i}",
+                        "--death-timeout",
+                        "60",
+                        "--local-directory",
+                        str(log_dir / f"worker-{i}"),
+                    ],
+                    log_dir / f"worker-{i}.log",
+                )
+            )
         try:
             with Client(address, timeout=max(until - time.monotonic(), 1)) as client:
                 client.wait_for_workers(workers, timeout=max(until - time.monotonic(), 1))
         except (OSError, TimeoutError) as exc:
-            raise RuntimeError(f"the local Dask cluster did not come up in {start_s:.0f}s ({exc}); "
-                               f"see the logs in {log_dir}") from exc
+            raise RuntimeError(
+                f"the local Dask cluster did not come up in {start_s:.0f}s ({exc}); see the logs in {log_dir}"
+            ) from exc
         yield address
     finally:
         _stop(processes)
@@ -59,8 +94,11 @@ def local_dask_cluster(log_dir: Path, *, workers: int = 2, threads: int = 1, sta
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     path = os.environ.get("PYTHONPATH", "")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_ROOT), path) if p),
-           "DASK_LOGGING__PIPELINES": "debug"}  # one line per read task and shard, in the log files
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_ROOT), path) if p),
+        "DASK_LOGGING__PIPELINES": "debug",
+    }  # one line per read task and shard, in the log files
     with open(log, "wb") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=log.parent)
 
@@ -68,8 +106,10 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen:
 def _scheduler_address(scheduler_file: Path, scheduler: subprocess.Popen, until: float) -> str:
     while time.monotonic() < until:
         if scheduler.poll() is not None:
-            raise RuntimeError(f"the Dask scheduler exited with {scheduler.returncode}; see "
-                               f"{scheduler_file.with_name('scheduler.log')}")
+            raise RuntimeError(
+                f"the Dask scheduler exited with {scheduler.returncode}; see "
+                f"{scheduler_file.with_name('scheduler.log')}"
+            )
         with contextlib.suppress(FileNotFoundError, json.JSONDecodeError, KeyError):
             return json.loads(scheduler_file.read_text())["address"]
         time.sleep(0.1)

@@ -9,15 +9,17 @@ a thread samples the resident set every `interval_s` instead (it can miss a
 spike shorter than that). Ray workers and the object store are other
 processes and are not counted: this measures the driver.
 """
+
 from __future__ import annotations
 
 import resource
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 STATUS = Path("/proc/self/status")
 

@@ -1,4 +1,5 @@
 """Small models for the tests: an untrained multilingual model of a fixed seed."""
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ tracking server, the Ray head and the Dask scheduler listen there, and the drive
 node (10.231.N.10, .11, ...) reaches them over the bridge and cannot see the host's loopback, so an
 address that only works on one machine (127.0.0.1, localhost) fails there as it would on a cluster.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -13,9 +14,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 SUBNET = "10.231"  # 10.231.N.0/24, N picked free when the bridge is made (several test runs may share a machine)
 
@@ -45,8 +46,19 @@ class Node:
         from tests.support.procs import PACKAGE_ROOT
 
         keep = dict.fromkeys([str(scratch), sys.base_prefix, sys.prefix, str(PACKAGE_ROOT)])
-        return [*self.prefix, "unshare", "--mount", "--propagation", "private", "sh", "-c", _OWN_DISK, "own-disk",
-                *keep, "--"]
+        return [
+            *self.prefix,
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            _OWN_DISK,
+            "own-disk",
+            *keep,
+            "--",
+        ]
 
 
 # In the new mount namespace (private: nothing mounted here reaches the host): keep the paths given before `--`

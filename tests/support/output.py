@@ -1,5 +1,6 @@
 """The operator's output as the tests read it: the library lines that must not reach it, and a command run as
 a person runs it."""
+
 from __future__ import annotations
 
 import re
@@ -7,15 +8,34 @@ import subprocess
 import sys
 
 # Each library line the issue found in the demo's output, and a few more of the same kind.
-NOISE = re.compile("|".join([
-    r"GCSFileSystem", r"apitools not found", r"bigquery", r"Using yield and return",  # Beam
-    r"read bible book", r"wrote (train|dev|test)/part-",  # one line per book, per shard
-    r"faiss\.loader", r"AVX512", r"AVX2", r"Loading faiss",  # faiss's loader
-    r"Creating initial MLflow database tables", r"Updating database tables", r"mlflow\.store",  # MLflow
-    r"Started a local Ray instance", r"Token authentication is enabled", r"streaming_executor",  # Ray
-    r"logging_progress", r"Execution plan of Dataset", r"TrainingReport\(", r"Reporting training result",
-    r"Checkpoint successfully created", r"Requesting resources",
-]))
+NOISE = re.compile(
+    "|".join(
+        [
+            r"GCSFileSystem",
+            r"apitools not found",
+            r"bigquery",
+            r"Using yield and return",  # Beam
+            r"read bible book",
+            r"wrote (train|dev|test)/part-",  # one line per book, per shard
+            r"faiss\.loader",
+            r"AVX512",
+            r"AVX2",
+            r"Loading faiss",  # faiss's loader
+            r"Creating initial MLflow database tables",
+            r"Updating database tables",
+            r"mlflow\.store",  # MLflow
+            r"Started a local Ray instance",
+            r"Token authentication is enabled",
+            r"streaming_executor",  # Ray
+            r"logging_progress",
+            r"Execution plan of Dataset",
+            r"TrainingReport\(",
+            r"Reporting training result",
+            r"Checkpoint successfully created",
+            r"Requesting resources",
+        ]
+    )
+)
 # Written by Ray's C++ core straight to stderr (ray-project/ray#53727: an actor pool's constructor
 # arguments in the object store), not through any logger we can set: left out of the count. Held back in
 # the workers' output this driver prints (logs.RAY_WORKER_NOISE), not in the driver's own (Ray Data's pools).
@@ -26,8 +46,9 @@ RAY_CPP = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\]|\b\w+\.cc:\d
 
 
 def interlingua(*args: str) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "orchestration.cli", *args],
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, out.stderr
     return out
 

@@ -1,5 +1,6 @@
 """Server processes of the test cluster: started in their own session with their own scratch folders,
 waited on with a deadline, stopped as a group, and named with their log's tail when they fail."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,9 +10,10 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where `import orchestration` works from
@@ -96,23 +98,37 @@ def stop_processes(processes: list, timeout_s: float = 10) -> None:
         raise RuntimeError(f"processes {[p.pid for p in alive]} outlived SIGKILL")
 
 
-def spawn(name: str, args: Sequence[str], log: Path, *, cwd: Path | None = None,
-          env: dict[str, str] | None = None, prefix: Sequence[str] = ()) -> Server:
+def spawn(
+    name: str,
+    args: Sequence[str],
+    log: Path,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    prefix: Sequence[str] = (),
+) -> Server:
     """Start `prefix + args` in a new session (so that stopping it reaches everything it forks), writing
     stdout and stderr to `log`. `env` is added to this process's environment with this checkout first on
     PYTHONPATH, so that children import the code under test."""
     path = os.environ.get("PYTHONPATH", "")
-    full_env = {**os.environ, **(env or {}),
-                "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_ROOT), path) if p)}
+    full_env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_ROOT), path) if p)}
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        process = subprocess.Popen([*prefix, *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=cwd, env=full_env, start_new_session=True)
+        process = subprocess.Popen(
+            [*prefix, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=full_env,
+            start_new_session=True,
+        )
     return Server(name, process, log)
 
 
-def wait_until(check: Callable[[], T | None], *, timeout_s: float, server: Server, what: str,
-               every_s: float = 0.2) -> T:
+def wait_until(
+    check: Callable[[], T | None], *, timeout_s: float, server: Server, what: str, every_s: float = 0.2
+) -> T:
     """Poll `check` until it returns something truthy; ClusterStartError (with `server`'s log) when the
     server exits first or `timeout_s` passes. Exceptions from `check` count as "not yet"."""
     deadline = time.monotonic() + timeout_s
@@ -148,8 +164,14 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def wait_for(predicate: Callable[[], T | None], timeout: float, what: str,
-             proc: subprocess.Popen | None = None, every_s: float = 0.2, log: Path | None = None) -> T:
+def wait_for(
+    predicate: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    proc: subprocess.Popen | None = None,
+    every_s: float = 0.2,
+    log: Path | None = None,
+) -> T:
     """Poll `predicate` until it returns something truthy (returned). AssertionError naming `what` when
     `timeout` passes or when `proc` (a command the test waits on) exits first, with its stderr's tail when
     it was piped, or `log`'s tail (where the command writes its output)."""
@@ -160,11 +182,15 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str,
             return value
         if proc is not None and proc.poll() is not None:
             err = proc.stderr.read()[-3000:] if proc.stderr is not None else ""
-            raise AssertionError(f"the command exited ({proc.returncode}) before {what}"
-                                 + (f": {err}" if err else "") + (f"\n{log_tail(log)}" if log else ""))
+            raise AssertionError(
+                f"the command exited ({proc.returncode}) before {what}"
+                + (f": {err}" if err else "")
+                + (f"\n{log_tail(log)}" if log else "")
+            )
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
-                                 + (f"\n{log_tail(log)}" if log else ""))
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {what}" + (f"\n{log_tail(log)}" if log else "")
+            )
         time.sleep(every_s)
 
 
@@ -176,8 +202,10 @@ def run_to_end(command: Sequence[str], timeout: float, **kwargs) -> subprocess.C
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
         lines = err.splitlines()[-TAIL_LINES:]
-        raise AssertionError(f"{' '.join(command[:4])} ... ran past {timeout:.0f}s; the last {len(lines)} lines "
-                             "of its stderr:\n" + "\n".join(lines)) from None
+        raise AssertionError(
+            f"{' '.join(command[:4])} ... ran past {timeout:.0f}s; the last {len(lines)} lines "
+            "of its stderr:\n" + "\n".join(lines)
+        ) from None
 
 
 def kill_and_tail(proc: subprocess.Popen, chars: int = 3000) -> str:

@@ -7,6 +7,7 @@ than Ray's defaults, so it never meets another Ray on the machine. Each worker n
 named after it (`node_a: 1`) so a test can place work there. Stopping signals the nodes' own process groups
 only: never `ray stop`, which would stop every Ray on the machine.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,13 +16,20 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from tests.support.network import Network, Node
 from tests.support.procs import (
-    Server, family, free_port, free_port_range, processes_under, spawn, stop_processes, wait_until,
+    Server,
+    family,
+    free_port,
+    free_port_range,
+    processes_under,
+    spawn,
+    stop_processes,
+    wait_until,
 )
 
 START_S = 120  # the head, then every worker node registered with it
@@ -85,10 +93,20 @@ class RayCluster:
         the dead one, which then stays alive with its resources, and work placed on it waits forever."""
         node = self.node(name)
         node.server.stop()
-        wait_until(lambda: not any(node.resource in n["resources"] for n in self.alive_nodes()),
-                   timeout_s=start_s, server=self.head.server, what=f"node {name} ({node.ip}) marked dead")
-        node.server = spawn(f"the Ray node {name}", node.command, node.scratch / "ray-start.log",
-                            cwd=node.scratch / "work", env=node.env, prefix=node.prefix)
+        wait_until(
+            lambda: not any(node.resource in n["resources"] for n in self.alive_nodes()),
+            timeout_s=start_s,
+            server=self.head.server,
+            what=f"node {name} ({node.ip}) marked dead",
+        )
+        node.server = spawn(
+            f"the Ray node {name}",
+            node.command,
+            node.scratch / "ray-start.log",
+            cwd=node.scratch / "work",
+            env=node.env,
+            prefix=node.prefix,
+        )
         _wait_registered(self.address, node, start_s)
         return node
 
@@ -115,37 +133,74 @@ def _gloo(env: dict[str, str], ifname: str) -> dict[str, str]:
 
 
 def _wait_registered(address: str, node: RayNode, start_s: float) -> None:
-    wait_until(lambda: any(node.resource in n["resources"] for n in alive_nodes(address)), timeout_s=start_s,
-               server=node.server, what=f"node {node.name} ({node.ip}) registered with the head")
+    wait_until(
+        lambda: any(node.resource in n["resources"] for n in alive_nodes(address)),
+        timeout_s=start_s,
+        server=node.server,
+        what=f"node {node.name} ({node.ip}) registered with the head",
+    )
 
 
 def _ray_args(node_ip: str, scratch: Path, num_cpus: int, object_store_mb: int) -> list[str]:
     first = free_port_range("127.0.0.1", WORKER_PORTS)
-    ports = {flag: free_port() for flag in ("--node-manager-port", "--object-manager-port",
-                                            "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
-                                            "--metrics-export-port", "--runtime-env-agent-port")}
-    return [str(Path(sys.executable).with_name("ray")), "start", "--block", "--disable-usage-stats",
-            "--node-ip-address", node_ip, "--temp-dir", str(scratch / "ray"), "--num-cpus", str(num_cpus),
-            "--num-gpus", "0", "--object-store-memory", str(object_store_mb * 2**20),
-            "--min-worker-port", str(first), "--max-worker-port", str(first + WORKER_PORTS - 1),
-            *(str(x) for item in ports.items() for x in item)]
+    ports = {
+        flag: free_port()
+        for flag in (
+            "--node-manager-port",
+            "--object-manager-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--metrics-export-port",
+            "--runtime-env-agent-port",
+        )
+    }
+    return [
+        str(Path(sys.executable).with_name("ray")),
+        "start",
+        "--block",
+        "--disable-usage-stats",
+        "--node-ip-address",
+        node_ip,
+        "--temp-dir",
+        str(scratch / "ray"),
+        "--num-cpus",
+        str(num_cpus),
+        "--num-gpus",
+        "0",
+        "--object-store-memory",
+        str(object_store_mb * 2**20),
+        "--min-worker-port",
+        str(first),
+        "--max-worker-port",
+        str(first + WORKER_PORTS - 1),
+        *(str(x) for item in ports.items() for x in item),
+    ]
 
 
-def _start_node(name: str, ip: str, args: Sequence[str], root: Path, env: dict[str, str], node: Node | None,
-                resource: str | None) -> RayNode:
+def _start_node(
+    name: str, ip: str, args: Sequence[str], root: Path, env: dict[str, str], node: Node | None, resource: str | None
+) -> RayNode:
     scratch = root / name
     for sub in ("ray", "tmp", "work"):
         (scratch / sub).mkdir(parents=True, exist_ok=True)
     env = {**env, "TMPDIR": str(scratch / "tmp")}
     prefix = node.host_prefix(scratch) if node else []  # a worker host: a disk of its own
-    server = spawn(f"the Ray node {name}", list(args), scratch / "ray-start.log", cwd=scratch / "work", env=env,
-                   prefix=prefix)
+    server = spawn(
+        f"the Ray node {name}", list(args), scratch / "ray-start.log", cwd=scratch / "work", env=env, prefix=prefix
+    )
     return RayNode(name, ip, resource, scratch, server, list(args), env, prefix)
 
 
 @contextlib.contextmanager
-def ray_cluster(network: Network, *, env: dict[str, str] | None = None, head_cpus: int = 1, worker_cpus: int = 1,
-                object_store_mb: int = 256, start_s: float = START_S) -> Iterator[RayCluster]:
+def ray_cluster(
+    network: Network,
+    *,
+    env: dict[str, str] | None = None,
+    head_cpus: int = 1,
+    worker_cpus: int = 1,
+    object_store_mb: int = 256,
+    start_s: float = START_S,
+) -> Iterator[RayCluster]:
     """A head on `network.host_ip` and a worker node on each of `network.nodes`; all stopped and their scratch
     folders removed when the context ends. ClusterStartError (with the log's tail) if a node is not up in time."""
     # Ray turns token authentication on for a node on a non-loopback address and reads the token from
@@ -157,16 +212,28 @@ def ray_cluster(network: Network, *, env: dict[str, str] | None = None, head_cpu
     try:
         port = free_port(network.host_ip)
         address = f"{network.host_ip}:{port}"
-        head_args = [*_ray_args(network.host_ip, root / "head", head_cpus, object_store_mb), "--head",
-                     "--port", str(port), "--include-dashboard", "false",
-                     "--ray-client-server-port", str(free_port())]
+        head_args = [
+            *_ray_args(network.host_ip, root / "head", head_cpus, object_store_mb),
+            "--head",
+            "--port",
+            str(port),
+            "--include-dashboard",
+            "false",
+            "--ray-client-server-port",
+            str(free_port()),
+        ]
         head = _start_node("head", network.host_ip, head_args, root, _gloo(env, network.host_ifname), None, None)
         nodes.append(head)
         wait_until(lambda: alive_nodes(address), timeout_s=start_s, server=head.server, what=f"GCS on {address}")
         for node in network.nodes:
             resource = f"node_{node.name}"
-            args = [*_ray_args(node.ip, root / node.name, worker_cpus, object_store_mb), "--address", address,
-                    "--resources", json.dumps({resource: 1, WORKER_RESOURCE: 1})]
+            args = [
+                *_ray_args(node.ip, root / node.name, worker_cpus, object_store_mb),
+                "--address",
+                address,
+                "--resources",
+                json.dumps({resource: 1, WORKER_RESOURCE: 1}),
+            ]
             nodes.append(_start_node(node.name, node.ip, args, root, _gloo(env, node.ifname), node, resource))
             _wait_registered(address, nodes[-1], start_s)
         yield RayCluster(address, head, nodes[1:], network)
@@ -174,6 +241,7 @@ def ray_cluster(network: Network, *, env: dict[str, str] | None = None, head_cpu
         # the workers (together: each takes seconds to wind down) before the head, which hears them leave
         workers, head_only = nodes[1:], nodes[:1]
         stop_processes([p for node in workers for p in family(node.server.process.pid)], STOP_S)
-        stop_processes([p for node in head_only for p in family(node.server.process.pid)] + processes_under(root),
-                       STOP_S)
+        stop_processes(
+            [p for node in head_only for p in family(node.server.process.pid)] + processes_under(root), STOP_S
+        )
         shutil.rmtree(root, ignore_errors=True)

@@ -1,4 +1,5 @@
 """Runs for the tests: tiny run configs on the prepared Bible books, their checkpoints, an untrained model."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,12 @@ from orchestration.config import Config, load_config
 
 # a model and a cadence small enough for a test
 TINY = [
-    "model.embed_dim=16", "model.encoder_hidden=16", "model.decoder_hidden=16",
-    "runtime.log_every_steps=5", "train.eval_every_steps=10", "runtime.checkpoint_every_steps=10",
+    "model.embed_dim=16",
+    "model.encoder_hidden=16",
+    "model.decoder_hidden=16",
+    "runtime.log_every_steps=5",
+    "train.eval_every_steps=10",
+    "runtime.checkpoint_every_steps=10",
     "train.dev_max_sentences=40",
 ]
 RETUNED = ["train.lr=0.003", "model.ranking_weight=1.0"]  # another model/train config: a new challenger
@@ -23,13 +28,17 @@ EMPTY_STORE = "empty-mlflow.db"
 def config_for(small_dataset: Config, tmp_path: Path, *overrides: str) -> Config:
     """A run on the session's prepared dataset (`small_dataset`), with its own run dir and MLflow store (an
     empty one, `seed_store`, unless the test's folder holds one)."""
-    return load_config(None, [
-        f"run_dir={tmp_path / 'run'}",
-        f"dataset_dir={small_dataset.data_dir}",
-        f"tracking.uri={store_uri(tmp_path, near=Path(small_dataset.data_dir).parent)}",
-        "prepare.spm.vocab_size=2000",
-        *TINY, *overrides,
-    ])
+    return load_config(
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            f"dataset_dir={small_dataset.data_dir}",
+            f"tracking.uri={store_uri(tmp_path, near=Path(small_dataset.data_dir).parent)}",
+            "prepare.spm.vocab_size=2000",
+            *TINY,
+            *overrides,
+        ],
+    )
 
 
 def store_uri(folder: Path, near: Path | None = None) -> str:
@@ -75,15 +84,21 @@ def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
     dataset's sentencepiece vocabulary: what `interlingua train` exports, without the training."""
     import torch
 
+    from core.dataset import SPM_MODEL, load_manifest
+    from core.schema import dump_yaml
     from model.nmt import MultilingualNMT, save_model
     from orchestration.adapters import model_dir as files
-    from core.schema import dump_yaml
-    from core.dataset import SPM_MODEL, load_manifest
 
     manifest = load_manifest(small_dataset.data_dir)
     torch.manual_seed(0)
-    model = MultilingualNMT(languages=manifest.languages, vocab_size=manifest.spm.vocab_size,
-                            embed_dim=16, encoder_hidden=16, decoder_hidden=16, shared_encoder=True)
+    model = MultilingualNMT(
+        languages=manifest.languages,
+        vocab_size=manifest.spm.vocab_size,
+        embed_dim=16,
+        encoder_hidden=16,
+        decoder_hidden=16,
+        shared_encoder=True,
+    )
     folder.mkdir(parents=True, exist_ok=True)
     save_model(model, str(folder / files.MODEL_FILE), step=0, dev_error=None)
     shutil.copy(Path(small_dataset.data_dir) / SPM_MODEL, folder / files.SPM_FILE)
@@ -131,14 +146,32 @@ def mined_manifest(folder: Path, files: dict[str, list[str]]) -> None:
     from core import mined
     from core.dataset import file_sha256
 
-    pairs = {"-".join(languages): mined.MinedPair(
-        file=name, rows=pq_rows(folder / name), sha256=file_sha256(folder / name), languages=languages,
-        index="flat", candidates=0, threshold=1.0, dropped={}, gold=None, kept_per_threshold={})
-        for name, languages in files.items()}
-    mined.write_manifest(folder, mined.MinedManifest(
-        model=mined.MinedModel(model="/models/m", model_sha256="0" * 64),
-        inputs={lang: mined.InputCounts(read=0, distinct=0, dropped={}) for langs in files.values() for lang in langs},
-        pairs=pairs, config={}))
+    pairs = {
+        "-".join(languages): mined.MinedPair(
+            file=name,
+            rows=pq_rows(folder / name),
+            sha256=file_sha256(folder / name),
+            languages=languages,
+            index="flat",
+            candidates=0,
+            threshold=1.0,
+            dropped={},
+            gold=None,
+            kept_per_threshold={},
+        )
+        for name, languages in files.items()
+    }
+    mined.write_manifest(
+        folder,
+        mined.MinedManifest(
+            model=mined.MinedModel(model="/models/m", model_sha256="0" * 64),
+            inputs={
+                lang: mined.InputCounts(read=0, distinct=0, dropped={}) for langs in files.values() for lang in langs
+            },
+            pairs=pairs,
+            config={},
+        ),
+    )
 
 
 def pq_rows(path: Path) -> int:

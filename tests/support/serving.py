@@ -1,4 +1,5 @@
 """Serving for the tests: HTTP calls that take an error status for an answer, and a registered champion."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,6 @@ from pathlib import Path
 
 from orchestration.adapters import registry, tracking
 from orchestration.lifecycle import packaging
-
 
 NAME = "served"
 
@@ -34,13 +34,25 @@ def any_body(langs: list[str]):
     from hypothesis import strategies as st
 
     scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
-    values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                          | st.dictionaries(st.sampled_from(["sentences", "lang", "nearest", "k", "in", "x"])
-                                            | st.text(max_size=5), inner, max_size=4), max_leaves=20)
+    values = st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(["sentences", "lang", "nearest", "k", "in", "x"]) | st.text(max_size=5),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=20,
+    )
     surrogates = st.text(alphabet=st.characters(categories=["Cs"]) | st.characters(), max_size=8)
     requests = st.fixed_dictionaries({"sentences": st.lists(surrogates, max_size=3), "lang": st.sampled_from(langs)})
-    return (values.map(lambda v: json.dumps(v).encode()) | requests.map(lambda v: json.dumps(v).encode())
-            | st.binary(max_size=300))
+    return (
+        values.map(lambda v: json.dumps(v).encode())
+        | requests.map(lambda v: json.dumps(v).encode())
+        | st.binary(max_size=300)
+    )
 
 
 def get(url: str) -> tuple[int, dict]:

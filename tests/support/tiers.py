@@ -15,6 +15,7 @@ markers, in every tier: while a test is set up and run, each entry point below t
 allow raises `UnmarkedResource`, naming the marker to add. So the fast tier cannot drift: a test that starts Ray
 without `ray` fails the whole suite, not just a fast run. (Teardowns are not guarded: they stop things.)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,8 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import pytest
 
@@ -52,11 +53,19 @@ FIXTURE_MARKERS = {
 # The product's commands that start a tiered resource when run in a child process (the marker it needs; `a|b`:
 # either). Its other commands, and `--help`, start none.
 PRODUCT_CLI = ("interlingua", "orchestration.cli")
-WORK_COMMANDS = {"prepare": "beam", "run": "beam", "train": "ray", "evaluate": "ray", "tune": "ray",
-                 "embed": "ray", "mine": "ray", "search": "ray", "serve": "server"}
+WORK_COMMANDS = {
+    "prepare": "beam",
+    "run": "beam",
+    "train": "ray",
+    "evaluate": "ray",
+    "tune": "ray",
+    "embed": "ray",
+    "mine": "ray",
+    "search": "ray",
+    "serve": "server",
+}
 # Programs that are servers or cluster nodes, by the words of their command line.
-SERVERS = {"moto_server": "server", "postgres": "server", "initdb": "server", "uvicorn": "server",
-           "gunicorn": "server"}
+SERVERS = {"moto_server": "server", "postgres": "server", "initdb": "server", "uvicorn": "server", "gunicorn": "server"}
 CLUSTER = {"ray start", "dask scheduler", "dask worker", "ip netns", "unshare"}
 
 
@@ -67,7 +76,8 @@ class UnmarkedResource(RuntimeError):
 def _refuse(marker: str, what: str):
     raise UnmarkedResource(
         f"this test starts {what} but is not marked `{marker}`: add @pytest.mark.{marker} "
-        f"(or use a shared fixture that carries it; tests/support/tiers.py) so that the fast tier leaves it out")
+        f"(or use a shared fixture that carries it; tests/support/tiers.py) so that the fast tier leaves it out"
+    )
 
 
 def _child_needs(args: Sequence[str]) -> tuple[str, str] | None:
@@ -95,8 +105,7 @@ def _this_environment(args: Sequence[str]) -> bool:
     """Whether the child runs this environment's Python or scripts (where the product has Beam and Ray; in
     another virtualenv the install tests check what is missing there)."""
     program = Path(args[0]) if args else None
-    return program is not None and (program == Path(sys.executable)
-                                    or program.parent == Path(sys.executable).parent)
+    return program is not None and (program == Path(sys.executable) or program.parent == Path(sys.executable).parent)
 
 
 # The markers of the test being set up or run, innermost last (a test that runs pytest in itself nests one);
@@ -206,5 +215,3 @@ def pytest_runtest_setup(item):
 def pytest_runtest_call(item):
     with guarded(_markers(item)):
         yield
-
-

@@ -6,6 +6,7 @@ clients take from MLflow's standard variables (`credentials`).
 PostgreSQL refuses to run as root, so under root (as in CI) it runs as `nobody` from a folder of its own
 under /tmp (pytest's folders are root's, mode 0700, which `nobody` cannot enter).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,9 +17,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from orchestration.adapters import tracking
 from tests.support.procs import ClusterStartError, free_port, spawn, wait_until
@@ -60,8 +61,9 @@ def postgres_bin() -> Path:
     for folder in reversed(found):
         if all((Path(folder) / tool).exists() for tool in ("initdb", "postgres")):
             return Path(folder)
-    raise ClusterStartError(f"PostgreSQL did not start: no initdb and postgres in {found or '/usr/lib/postgresql/*/bin'}; "
-                            f"{INSTALL_HINT}")
+    raise ClusterStartError(
+        f"PostgreSQL did not start: no initdb and postgres in {found or '/usr/lib/postgresql/*/bin'}; {INSTALL_HINT}"
+    )
 
 
 def _as_server_user(folder: Path) -> list[str]:
@@ -80,20 +82,54 @@ def postgres(log_dir: Path, *, start_s: float = PG_START_S) -> Iterator[tuple[st
     folder = Path(tempfile.mkdtemp(prefix="interlingua-pg-"))
     try:
         prefix = _as_server_user(folder)
-        init = subprocess.run([*prefix, str(binaries / "initdb"), "-D", str(folder / "data"), "-A", "trust",
-                               "-U", "postgres", "-E", "UTF8", "--no-sync"], capture_output=True, text=True,
-                              timeout=start_s)
+        init = subprocess.run(
+            [
+                *prefix,
+                str(binaries / "initdb"),
+                "-D",
+                str(folder / "data"),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=start_s,
+        )
         if init.returncode != 0:
-            raise ClusterStartError(f"PostgreSQL did not start: initdb exited with {init.returncode}:\n"
-                                    f"{(init.stdout + init.stderr)[-3000:]}")
+            raise ClusterStartError(
+                f"PostgreSQL did not start: initdb exited with {init.returncode}:\n"
+                f"{(init.stdout + init.stderr)[-3000:]}"
+            )
         port = free_port()
-        server = spawn("PostgreSQL", [str(binaries / "postgres"), "-D", str(folder / "data"), "-k", str(folder),
-                                      "-h", "127.0.0.1", "-p", str(port), "-F"], log_dir / "postgres.log",
-                       prefix=prefix, cwd=folder, env={"TMPDIR": str(folder)})
+        server = spawn(
+            "PostgreSQL",
+            [
+                str(binaries / "postgres"),
+                "-D",
+                str(folder / "data"),
+                "-k",
+                str(folder),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-F",
+            ],
+            log_dir / "postgres.log",
+            prefix=prefix,
+            cwd=folder,
+            env={"TMPDIR": str(folder)},
+        )
         try:
             url = f"postgresql://postgres@127.0.0.1:{port}"  # libpq's form, for psycopg2
-            wait_until(lambda: _create_database(url, "mlflow"), timeout_s=start_s, server=server,
-                       what=f"connection on {url}")
+            wait_until(
+                lambda: _create_database(url, "mlflow"), timeout_s=start_s, server=server, what=f"connection on {url}"
+            )
             # SQLAlchemy's form: without the driver named it picks psycopg 3, which the test extra lacks
             yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/mlflow", folder
         finally:
@@ -113,8 +149,14 @@ def _create_database(url: str, name: str) -> bool:
 
 
 @contextlib.contextmanager
-def tracking_server(log_dir: Path, s3: S3Server, *, admin: dict[str, str] | None = None, host: str = "127.0.0.1",
-                    start_s: float = MLFLOW_START_S) -> Iterator[TrackingServer]:
+def tracking_server(
+    log_dir: Path,
+    s3: S3Server,
+    *,
+    admin: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+    start_s: float = MLFLOW_START_S,
+) -> Iterator[TrackingServer]:
     """PostgreSQL and `mlflow server` on host:<free port>, its artifacts under s3://<bucket>/mlflow, its users
     (`admin`, else fresh `credentials()`) in a database of its own beside; both stopped when the context ends."""
     admin = admin or credentials()
@@ -130,16 +172,39 @@ def tracking_server(log_dir: Path, s3: S3Server, *, admin: dict[str, str] | None
             f"database_uri = sqlite:///{log_dir / 'basic_auth.db'}\n"
             f"admin_username = {admin[USERNAME_ENV]}\n"
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
-            "auth_cache_ttl_seconds = 60\n")
-        env = {**s3.env, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-               "TMPDIR": str(log_dir / "tmp"), "MLFLOW_AUTH_CONFIG_PATH": str(log_dir / "basic_auth.ini"),
-               "MLFLOW_AUTH_ADMIN_PASSWORD": admin[PASSWORD_ENV],
-               "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16)}  # its forms' CSRF protection
-        server = spawn("the MLflow tracking server", [
-            str(Path(sys.executable).with_name("mlflow")), "server", "--app-name", "basic-auth",
-            "--backend-store-uri", database, "--artifacts-destination", artifacts, "--host", host,
-            "--port", str(port), "--workers", "1",
-        ], log_dir / "mlflow-server.log", env=env, cwd=log_dir)
+            "auth_cache_ttl_seconds = 60\n"
+        )
+        env = {
+            **s3.env,
+            "MLFLOW_S3_ENDPOINT_URL": s3.endpoint,
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "TMPDIR": str(log_dir / "tmp"),
+            "MLFLOW_AUTH_CONFIG_PATH": str(log_dir / "basic_auth.ini"),
+            "MLFLOW_AUTH_ADMIN_PASSWORD": admin[PASSWORD_ENV],
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        }  # its forms' CSRF protection
+        server = spawn(
+            "the MLflow tracking server",
+            [
+                str(Path(sys.executable).with_name("mlflow")),
+                "server",
+                "--app-name",
+                "basic-auth",
+                "--backend-store-uri",
+                database,
+                "--artifacts-destination",
+                artifacts,
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            log_dir / "mlflow-server.log",
+            env=env,
+            cwd=log_dir,
+        )
         try:
             uri = f"http://{host}:{port}"
             wait_until(lambda: _answers(uri), timeout_s=start_s, server=server, what=f"answer on {uri}", every_s=1)
@@ -154,11 +219,26 @@ def sqlite_server(log_dir: Path, *, start_s: float = MLFLOW_START_S) -> Iterator
     test whose commands must not share the SQLite file itself (a paused writer would hold its lock); its URI."""
     port = free_port("127.0.0.1")
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    server = spawn("the MLflow tracking server", [
-        str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri",
-        f"sqlite:///{log_dir / 'mlflow.db'}", "--artifacts-destination", str(log_dir / "artifacts"),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ], log_dir / "mlflow-server.log", env=env, cwd=log_dir)
+    server = spawn(
+        "the MLflow tracking server",
+        [
+            str(Path(sys.executable).with_name("mlflow")),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{log_dir / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(log_dir / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        log_dir / "mlflow-server.log",
+        env=env,
+        cwd=log_dir,
+    )
     try:
         uri = f"http://127.0.0.1:{port}"
         wait_until(lambda: _answers(uri), timeout_s=start_s, server=server, what=f"answer on {uri}", every_s=1)

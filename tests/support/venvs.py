@@ -2,9 +2,10 @@
 
 `wheelhouse(wheel, extra)` is a folder of every wheel that the project's `wheel[extra]` and torch need, built
 once per machine by `pip wheel` (which resolves them from the package index, as a user's install does) and
-kept in the user's cache folder, keyed by the pins that install (the core's and the extra's in setup.cfg). Later runs install from it with
-`--no-index`: no download, the same versions.
+kept in the user's cache folder, keyed by the pins that install (the core's and the extra's in setup.cfg). Later
+runs install from it with `--no-index`: no download, the same versions.
 """
+
 from __future__ import annotations
 
 import configparser
@@ -32,8 +33,12 @@ def cache_root() -> Path:
 
 
 def pip(python: Path | str, *args: str) -> None:
-    out = subprocess.run([str(python), "-m", "pip", *args, "--quiet", "--disable-pip-version-check"],
-                         capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    out = subprocess.run(
+        [str(python), "-m", "pip", *args, "--quiet", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        timeout=PIP_TIMEOUT_S,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
 
 

@@ -1,5 +1,6 @@
 """`interlingua embed` at corpus scale on real Bible text: a Ray Data job over a glob of text files and
 a Parquet file, blocks + manifest that add up, resumable block by block; bad input named and refused."""
+
 from __future__ import annotations
 
 import json
@@ -9,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from core.dataset import file_sha256
 from evaluation.store import StoredEmbeddings
 from orchestration.embed.corpus import embed_corpus
 from orchestration.embed.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
-from core.dataset import file_sha256
 from tests.support.runs import untrained_model_dir
 
 
@@ -31,8 +32,11 @@ def corpus(tmp_path, book_lines):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.txt").write_bytes("".join(s + "\n" for s in ruth).encode())
     (tmp_path / "in" / "b.txt").write_bytes("\r\n".join(obadiah).encode())
-    pq.write_table(pa.table({"id": range(len(jonah)), "verse": jonah[:5] + [None] + jonah[6:]}),
-                   tmp_path / "jonah.parquet", row_group_size=16)
+    pq.write_table(
+        pa.table({"id": range(len(jonah)), "verse": jonah[:5] + [None] + jonah[6:]}),
+        tmp_path / "jonah.parquet",
+        row_group_size=16,
+    )
     sentences = ruth + obadiah + jonah[:5] + [""] + jonah[6:]
     return [str(tmp_path / "in" / "*.txt"), str(tmp_path / "jonah.parquet")], sentences
 
@@ -52,10 +56,21 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
     assert [i["empty"] for i in meta["inputs"]] == [2, 0, 1]
     assert all(i["bytes"] == (tmp_path / i["path"]).stat().st_size for i in meta["inputs"])
     assert [(b["source"].rsplit("/", 1)[1], b["first_line"], b["rows"]) for b in meta["sources"]] == [
-        ("a.txt", 1, 32), ("a.txt", 33, 32), ("a.txt", 65, 23), ("b.txt", 1, 21), ("jonah.parquet", 1, 32),
-        ("jonah.parquet", 33, 16)]
-    assert [(b["start"], b["rows"]) for b in manifest["blocks"]] == [(0, 32), (32, 32), (64, 23), (87, 21),
-                                                                     (108, 32), (140, 16)]
+        ("a.txt", 1, 32),
+        ("a.txt", 33, 32),
+        ("a.txt", 65, 23),
+        ("b.txt", 1, 21),
+        ("jonah.parquet", 1, 32),
+        ("jonah.parquet", 33, 16),
+    ]
+    assert [(b["start"], b["rows"]) for b in manifest["blocks"]] == [
+        (0, 32),
+        (32, 32),
+        (64, 23),
+        (87, 21),
+        (108, 32),
+        (140, 16),
+    ]
     assert sum(b["rows"] for b in manifest["blocks"]) == manifest["rows"]
     assert sum(b["empty"] for b in meta["sources"]) == meta["empty"]
     assert all(file_sha256(out / "fr" / f"{b['name']}.npy") == b["sha256"]["fr"] for b in manifest["blocks"])

@@ -1,6 +1,7 @@
 """`interlingua embed` never deletes or overwrites what it did not write: an output directory holding other
 files is refused, `--force` replaces only interlingua's own embeddings, an output holding its inputs is
 refused, and an existing `-o FILE.npy` needs `--force`. Sentinel files, real Bible text; refused before Ray."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from orchestration.cli import main
-from orchestration.embed import corpus
-from orchestration.embed import folder as output
 from core import ownership
 from core.ownership import ForeignDataError
 from evaluation.store_writer import save_block
+from orchestration.cli import main
+from orchestration.embed import corpus
+from orchestration.embed import folder as output
 from tests.support.runs import untrained_model_dir
 
 SENTINEL = "a user's file: never delete me\n"
@@ -28,8 +29,7 @@ def model_dir(small_dataset, tmp_path_factory):
 def args(tmp_path, model_dir, small_dataset, book_lines):
     text = tmp_path / "ruth.fr.txt"
     text.write_text("\n".join(book_lines({"fr": "l"}, [8])["fr"]) + "\n")
-    return ["embed", f"dataset_dir={small_dataset.data_dir}", "-l", "fr", "--model", str(model_dir),
-            "-i", str(text)]
+    return ["embed", f"dataset_dir={small_dataset.data_dir}", "-l", "fr", "--model", str(model_dir), "-i", str(text)]
 
 
 def error(capsys) -> str:
@@ -53,8 +53,11 @@ def old_layout(folder, blocks: int = 2, fp: str = "same") -> None:
         record = {"name": f"part-{index:05d}.npy", "index": index, "fingerprint": fp, "rows": 2, "sha256": "0" * 64}
         (folder / f"part-{index:05d}.json").write_text(json.dumps(record))
     blocks = [{"name": f"part-{i:05d}.npy", "rows": 2} for i in range(blocks)]
-    (folder / "manifest.json").write_text(json.dumps({"format": "interlingua-embeddings/1", "fingerprint": fp,
-                                                      "lang": "fr", "model": {}, "blocks": blocks}))
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {"format": "interlingua-embeddings/1", "fingerprint": fp, "lang": "fr", "model": {}, "blocks": blocks}
+        )
+    )
 
 
 def test_force_never_deletes_a_users_files_in_the_output(tmp_path, args, capsys):
@@ -117,8 +120,14 @@ def test_an_output_of_the_earlier_layout_is_ours_to_replace_with_force_only(tmp_
     (out / "part-00003.npy.tmp-0a1b2c3d").write_bytes(b"half")  # a killed run of that layout
     with pytest.raises(corpus.CorpusError, match="other inputs.*--force"):
         corpus._completed(out, "same", [], force=False)
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "part-00000.json", "part-00000.npy",
-                                                     "part-00001.json", "part-00001.npy", "part-00003.npy.tmp-0a1b2c3d"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "part-00000.json",
+        "part-00000.npy",
+        "part-00001.json",
+        "part-00001.npy",
+        "part-00003.npy.tmp-0a1b2c3d",
+    ]
     (out / "thesis.txt").write_text(SENTINEL)
     with pytest.raises(ForeignDataError, match="thesis.txt"):
         corpus._completed(out, "same", [], force=True)
@@ -136,8 +145,11 @@ def replace_whole(out, previous) -> None:
     assert staging != out and (out / "part-00000.json").exists()  # the old output whole while the new is written
     save_block(staging, "part-00000", {"fr": np.ones((2, 4), np.float32)}, index=0, fingerprint="new")
     ownership.swap_in(staging, out, previous)
-    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["fr", "fr/part-00000.npy",
-                                                                             "part-00000.json"]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "fr",
+        "fr/part-00000.npy",
+        "part-00000.json",
+    ]
     assert not staging.exists() and [p.name for p in out.parent.iterdir()] == ["out"]
 
 

@@ -1,5 +1,6 @@
 """`interlingua export` and the ONNX backends on a small model trained on real Bible verses: parity with
 PyTorch, the same nearest neighbours, int8's similarity error beside fp32's, dynamic axes, data safety."""
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,10 @@ def test_fp32_matches_torch_and_finds_the_same_neighbours(trained, small_dataset
 
 
 def test_int8_similarity_error_beside_fp32(trained, small_dataset):
-    ids = {lang: a + b for (lang, a), b in zip(split_ids(small_dataset, "dev").items(),
-                                                split_ids(small_dataset, "test").values())}
+    ids = {
+        lang: a + b
+        for (lang, a), b in zip(split_ids(small_dataset, "dev").items(), split_ids(small_dataset, "test").values())
+    }
     errors = {}
     for backend in ("torch", "onnx", "onnx-int8"):
         enc = backends.load_encoder(trained, backend=backend, threads=1)

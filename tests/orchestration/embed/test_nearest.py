@@ -1,9 +1,9 @@
 """`interlingua embed` and `interlingua search` on a model trained on real Bible text."""
+
 from __future__ import annotations
 
-from pathlib import Path
-
 import logging
+from pathlib import Path
 
 import numpy as np
 

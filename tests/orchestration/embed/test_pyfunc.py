@@ -1,6 +1,7 @@
 """The registered MLflow pyfunc model on its own: logged with the project's wheel, installed from its own
 requirements into a fresh virtualenv without the checkout, loaded there, same embeddings. And the HTTP
 server's code where neither Apache Beam nor faiss is installed."""
+
 from __future__ import annotations
 
 import json
@@ -34,15 +35,19 @@ def fresh_venv(folder: Path, without: tuple[str, ...] = ()) -> Path:
     for entry in Path(sysconfig.get_path("purelib")).iterdir():
         if not entry.name.startswith(OURS + without):
             (shared / entry.name).symlink_to(entry)
-    site = Path(subprocess.run([str(folder / "venv" / "bin" / "python"), "-c",
-                                "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(folder / "venv" / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (site / "shared.pth").write_text(f"{shared}\n")  # a plain path: the .pth files inside are not run
     return folder / "venv"
 
 
-def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_code_does(
-        small_dataset, tmp_path, verse):
+def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_code_does(small_dataset, tmp_path, verse):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     model_dir = untrained_model_dir(small_dataset, tmp_path / "model")
     run = tracking.start_run(uri, "exp", "train", {})
@@ -55,15 +60,39 @@ def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_co
     (wheel,) = local.glob("code/interlingua-*.whl")
     assert f"code/{wheel.name}" in requirements
     assert {r.split("==")[0] for r in requirements if "==" in r} >= {
-        "mlflow", "torch", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex"}
+        "mlflow",
+        "torch",
+        "sentencepiece",
+        "numpy",
+        "pandas",
+        "PyYAML",
+        "pydantic",
+        "regex",
+    }
 
     venv = fresh_venv(tmp_path / "env")
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # what MLflow's environment managers do, in the model's folder; the pins are met by the shared packages
-    installed = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", "-q",
-                                "--disable-pip-version-check", "-r", "requirements.txt"],
-                               cwd=local, env=env, capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--no-deps",
+            "-q",
+            "--disable-pip-version-check",
+            "-r",
+            "requirements.txt",
+        ],
+        cwd=local,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
 
     sentences = [verse("k", 8, 1, 1), verse("l", 8, 1, 1), verse("k", 8, 1, 2)]  # Ruth 1:1 en, fr; 1:2 en
@@ -78,8 +107,7 @@ def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_co
     )
     elsewhere = tmp_path / "elsewhere"  # not the checkout, so '' on sys.path finds no project code
     elsewhere.mkdir()
-    out = subprocess.run([python, "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([python, "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     for path in got["code"]:  # the wheel's code, installed in the venv, not the checkout
@@ -90,8 +118,7 @@ def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_co
     np.testing.assert_allclose(loaded, expected, rtol=1e-5, atol=1e-6)  # rows keep their order across languages
 
 
-def test_the_server_loads_and_embeds_where_neither_apache_beam_nor_faiss_is_installed(small_dataset, tmp_path,
-                                                                                      verse):
+def test_the_server_loads_and_embeds_where_neither_apache_beam_nor_faiss_is_installed(small_dataset, tmp_path, verse):
     """The project's wheel (without its dependencies: its metadata still names the training stack) in a
     virtualenv that lacks apache-beam and faiss: the deployment module imports, and its model source loads a
     model directory and embeds as here."""
@@ -100,9 +127,13 @@ def test_the_server_loads_and_embeds_where_neither_apache_beam_nor_faiss_is_inst
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     wheel = packaging.build_project_wheel(tmp_path / "wheel")
-    installed = subprocess.run([python, "-m", "pip", "install", "--no-index", "--no-deps", "-q",
-                                "--disable-pip-version-check", str(wheel)], env=env, capture_output=True, text=True,
-                               timeout=300)
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "--no-index", "--no-deps", "-q", "--disable-pip-version-check", str(wheel)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stdout[-2000:] + installed.stderr[-2000:]
     sentence = verse("l", 8, 1, 1)
     script = (
@@ -118,8 +149,7 @@ def test_the_server_loads_and_embeds_where_neither_apache_beam_nor_faiss_is_inst
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    out = subprocess.run([python, "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([python, "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(got["code"]).resolve().is_relative_to(venv.resolve())

@@ -1,5 +1,6 @@
 """`interlingua evaluate` on a model trained on real Bible text: Ray Data embeddings on disk, Ray sharded
 search reading them, the MLflow matrix; the same metrics as embedding and searching in memory."""
+
 from __future__ import annotations
 
 import json
@@ -11,14 +12,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from core.dataset import file_sha256, read_split
 from evaluation.store import StoredEmbeddings
 from evaluation.xsim import pair_metrics, search_pairs
 from orchestration.adapters import tracking
-from orchestration.evaluate import EvaluateError
 from orchestration.adapters.cluster import data_job
+from orchestration.evaluate import EvaluateError
 from orchestration.evaluate.embedding import complete_tuples, embed_split, key_ordered
 from orchestration.evaluate.job import evaluate
-from core.dataset import file_sha256, read_split
 from tests.support.runs import config_for
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
@@ -36,8 +37,9 @@ def interleaved_shards(data_dir: Path, out: Path) -> Path:
     for i in range(2):
         path = f"test/part-0000{i}-of-00002.parquet"
         pq.write_table(table.take(list(range(i, len(table), 2))), out / path)
-        entry["files"].append({"path": path, "rows": len(range(i, len(table), 2)), "bytes": 0,
-                               "sha256": file_sha256(out / path)})
+        entry["files"].append(
+            {"path": path, "rows": len(range(i, len(table), 2)), "bytes": 0, "sha256": file_sha256(out / path)}
+        )
     (out / "manifest.json").write_text(json.dumps(manifest))
     return out
 
@@ -52,8 +54,15 @@ def in_memory_metrics(config, model_path):
     complete = np.all([table[f"{lang}_ids"].is_valid().to_numpy(zero_copy_only=False) for lang in LANGS], axis=0)
     table = table.filter(complete)
     model, _ = load_model(str(model_path))
-    embeddings = {lang: embed(model, [np.asarray(ids, np.int64) for ids in table[f"{lang}_ids"].to_pylist()], lang,
-                              max_tokens=config.evaluate.max_tokens) for lang in LANGS}
+    embeddings = {
+        lang: embed(
+            model,
+            [np.asarray(ids, np.int64) for ids in table[f"{lang}_ids"].to_pylist()],
+            lang,
+            max_tokens=config.evaluate.max_tokens,
+        )
+        for lang in LANGS
+    }
     texts = {lang: table[f"{lang}_text"].to_pylist() for lang in LANGS}
     results = search_pairs(embeddings, shards=1, k=5)
     return {f"{p}-{q}": m for (p, q), m in pair_metrics(results, texts, metric="cosine", margin_k=4).items()}
@@ -87,8 +96,14 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     # small batches: many blocks, published in key order, aligned, the same vectors; read by Ray Data's tasks
     # (a large split's way) where the evaluation read the split here (a small one's)
     store = StoredEmbeddings.open(result.out_dir / "embeddings")
-    blocks = embed_split(config, Path(config.train_dir) / "model" / "model.safetensors", LANGS, tmp_path / "blocks",
-                         batch_rows=7, read_here_rows=0)
+    blocks = embed_split(
+        config,
+        Path(config.train_dir) / "model" / "model.safetensors",
+        LANGS,
+        tmp_path / "blocks",
+        batch_rows=7,
+        read_here_rows=0,
+    )
     assert len(blocks.starts) > 3 and blocks.starts[-1] == 40  # blocks as Ray Data cut the batches
     assert list(blocks.column("key")) == list(store.column("key")) == sorted(store.column("key"))
     for lang in LANGS:
@@ -127,8 +142,9 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     assert {"error_matrix.png", "error_matrix.csv", "metrics.json"} <= names
 
 
-def test_an_exported_model_is_evaluated_on_its_fp32_export_and_on_int8_only_when_asked(small_dataset, tmp_path,
-                                                                                      local_ray):
+def test_an_exported_model_is_evaluated_on_its_fp32_export_and_on_int8_only_when_asked(
+    small_dataset, tmp_path, local_ray
+):
     from orchestration.cli import main
     from tests.support.runs import untrained_model_dir
 

@@ -1,4 +1,5 @@
 """The driver's peak memory during a call: seen when it happens, not counted when it was before."""
+
 from __future__ import annotations
 
 import numpy as np

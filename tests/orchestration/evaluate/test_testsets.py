@@ -1,5 +1,6 @@
 """`evaluate.testsets` on real Bible text: line-aligned files and a pinned prepared split, embedded from
 their text with each model's own tokenizer, logged apart, compared apart, and a champion decision on one."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from core.dataset import file_sha256, load_manifest
+from core.schema import dump_yaml
 from orchestration.adapters import tracking
 from orchestration.cli import main
 from orchestration.config import ConfigError, load_config
@@ -18,8 +21,6 @@ from orchestration.evaluate.job import evaluate
 from orchestration.evaluate.testsets import load_testset
 from orchestration.lifecycle.champion import register_and_decide
 from orchestration.lifecycle.compare import compare_runs
-from core.schema import dump_yaml
-from core.dataset import file_sha256, load_manifest
 from tests.support.corpus import write_lines
 from tests.support.runs import config_for, rotate_french, untrained_model_dir
 
@@ -84,12 +85,14 @@ def config_with_testsets(small_dataset, tmp_path, files, *overrides, data=None):
     data = data or small_dataset.data_dir
     pinned = {"name": "pinned", "dataset": str(data), "fingerprint": load_manifest(data).dump()["fingerprint"]}
     testsets = json.dumps([{"name": "ruth", "files": files}, pinned])
-    return config_for(small_dataset, tmp_path, f"dataset_dir={data}", f"evaluate.testsets={testsets}",
-                      "evaluate.shards=2", *overrides)
+    return config_for(
+        small_dataset, tmp_path, f"dataset_dir={data}", f"evaluate.testsets={testsets}", "evaluate.shards=2", *overrides
+    )
 
 
 def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refused_once_a_shard_changed(
-        small_dataset, ruth, tmp_path, local_ray, capsys):
+    small_dataset, ruth, tmp_path, local_ray, capsys
+):
     """Test sets beside the split, then (what a test of its own asserted, on evaluations of its own of the same
     pinned set and split) a shard of the pinned dataset changed: the pinned set and the split are refused with
     one line naming the shard, and the stage cache does not answer for them once the manifest is re-recorded."""
@@ -121,8 +124,9 @@ def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refuse
         handle.write("one more line\n")
     with open(tmp_path / "copy.fr", "w") as handle:
         handle.write(open(files["fr"]).read() + "une ligne de plus\n")
-    changed = config_with_testsets(small_dataset, tmp_path, {"fr": str(tmp_path / "copy.fr"),
-                                                             "en": str(tmp_path / "copy.en")}, data=data)
+    changed = config_with_testsets(
+        small_dataset, tmp_path, {"fr": str(tmp_path / "copy.fr"), "en": str(tmp_path / "copy.en")}, data=data
+    )
     assert not evaluate(changed, model_dir=model, testset="ruth").skipped
 
     on_split = compare_runs(config)
@@ -130,8 +134,10 @@ def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refuse
     assert "testset" not in on_split
     on_ruth = compare_runs(config, testset="ruth")
     assert "2 evaluation runs" in on_ruth and "testset-ruth" in on_ruth
-    with pytest.raises(ConfigError, match="no evaluation runs on test set 'flores' .*"
-                                          "evaluated: --testset pinned, --testset ruth, the split"):
+    with pytest.raises(
+        ConfigError,
+        match="no evaluation runs on test set 'flores' .*evaluated: --testset pinned, --testset ruth, the split",
+    ):
         compare_runs(config, testset="flores")
 
     # a shard of the pinned dataset changed: the pinned set and the split (both in the stage cache) refused

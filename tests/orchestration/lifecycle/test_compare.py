@@ -1,4 +1,5 @@
 """`interlingua compare` on its own, over MLflow records written here (mechanics, not quality)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,13 @@ from tests.support.runs import store_uri
 
 
 def log_eval(uri: str, name: str, lr: float, errors: dict[str, float], train_run: str) -> str:
-    run = tracking.start_run(uri, "interlingua", name, {"name": name, "train": {"lr": lr, "seed": 0}},
-                             tags={"interlingua.stage": "evaluate", "interlingua.train_run_id": train_run})
+    run = tracking.start_run(
+        uri,
+        "interlingua",
+        name,
+        {"name": name, "train": {"lr": lr, "seed": 0}},
+        tags={"interlingua.stage": "evaluate", "interlingua.train_run_id": train_run},
+    )
     metrics = {f"eval/xsim_error/{pair}": e for pair, e in errors.items()}
     metrics["eval/xsim_error"] = sum(errors.values()) / len(errors)
     metrics["eval/xsim_error/avg_ef"] = metrics["eval/xsim_error"]
@@ -82,21 +88,27 @@ def test_an_unknown_or_empty_experiment_or_test_set_is_an_error_naming_what_exis
     store = f"tracking.uri={uri}"
     assert compare_error(capsys, store) == (  # a store never written to
         f"interlingua compare: error: tracking.experiment 'interlingua': no such experiment in {uri} "
-        "(it has: 'Default'); a stage's first run creates it")
+        "(it has: 'Default'); a stage's first run creates it"
+    )
     tracking.experiment_id(uri, "empty")
     train_run = log_train(uri, "slow", [0.9, 0.8])
     assert compare_error(capsys, store, "--experiment", "nothing") == (
         f"interlingua compare: error: --experiment 'nothing': no such experiment in {uri} (it has: "
-        "'Default', 'empty', 'interlingua'); a stage's first run creates it")
+        "'Default', 'empty', 'interlingua'); a stage's first run creates it"
+    )
     assert compare_error(capsys, store, "--experiment", "empty") == (
-        f"interlingua compare: error: experiment 'empty' of {uri} has no evaluation runs (its runs: none)")
-    assert "has no evaluation runs (its runs: 1 training); `interlingua evaluate` makes evaluation runs" in \
-        compare_error(capsys, store)
+        f"interlingua compare: error: experiment 'empty' of {uri} has no evaluation runs (its runs: none)"
+    )
+    assert (
+        "has no evaluation runs (its runs: 1 training); `interlingua evaluate` makes evaluation runs"
+        in compare_error(capsys, store)
+    )
 
     log_eval(uri, "a-eval", 0.001, {"en-fr": 0.50, "fr-en": 0.40}, train_run)
     assert compare_error(capsys, store, "--testset", "gospels") == (
         f"interlingua compare: error: experiment 'interlingua' of {uri} has no evaluation runs on test set "
-        "'gospels' (its runs: 1 evaluation, 1 training); evaluated: the split")
+        "'gospels' (its runs: 1 evaluation, 1 training); evaluated: the split"
+    )
     assert main(["compare", store]) == 0 and "a-eval" in capsys.readouterr().out
 
 
@@ -105,13 +117,18 @@ def test_a_test_set_name_holding_a_quote_is_found(tmp_path, capsys):
 
     uri = store_uri(tmp_path)
     for name, testset in (("quoted-eval", "it's"), ("plain-eval", "its"), ("split-eval", None)):
-        run = tracking.start_run(uri, "interlingua", name, {"name": name}, tags={
-            "interlingua.stage": "evaluate", **({"interlingua.testset": testset} if testset else {})})
+        run = tracking.start_run(
+            uri,
+            "interlingua",
+            name,
+            {"name": name},
+            tags={"interlingua.stage": "evaluate", **({"interlingua.testset": testset} if testset else {})},
+        )
         tracking.log_metrics(uri, run, {"eval/xsim_error": 0.25}, 0)
         tracking.end_run(uri, run, "FINISHED")
     assert main(["compare", "--testset", "it's", f"tracking.uri={uri}"]) == 0
     out = capsys.readouterr().out
     assert "1 evaluation runs" in out and "quoted-eval" in out and "plain-eval" not in out
-    assert main(["compare", "--testset", "say \"it's\"", f"tracking.uri={uri}"]) == 2  # MLflow cannot match it
+    assert main(["compare", "--testset", 'say "it\'s"', f"tracking.uri={uri}"]) == 2  # MLflow cannot match it
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "--testset 'say \"it\\'s\"': MLflow's search filter cannot match" in err, err

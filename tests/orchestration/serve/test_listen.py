@@ -1,6 +1,7 @@
 """Where `interlingua serve` listens: loopback by default (Serve's HTTP proxy on serve.host, the replica's own
 gRPC server on the node's address), without starting Ray. tests/orchestration/serve/test_server.py checks the
 listeners of a running server."""
+
 from __future__ import annotations
 
 import inspect
@@ -12,7 +13,9 @@ from orchestration.serve.app import bind_replica_grpc, http_options, node_addres
 def test_the_http_proxy_listens_on_loopback_unless_serve_host_says_otherwise():
     assert http_options(load_config(None).serve) == {"host": "127.0.0.1", "port": 8000}
     assert http_options(load_config(None, ["serve.host=0.0.0.0", "serve.port=8080"]).serve) == {
-        "host": "0.0.0.0", "port": 8080}
+        "host": "0.0.0.0",
+        "port": 8080,
+    }
 
 
 def test_a_wildcard_grpc_address_is_bound_to_the_node_address_alone():

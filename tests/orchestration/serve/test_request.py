@@ -1,4 +1,5 @@
 """The request checks of `interlingua serve` and its swap, without Ray or HTTP."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,28 +25,32 @@ def body(**fields) -> bytes:
 
 
 def test_a_good_request_is_parsed():
-    got = parse_embed(body(sentences=["Dieu est amour.", ""], lang="fr", nearest={"k": 2, "in": ["en"]}), LIMITS,
-                      LANGS, stored=STORED)
+    got = parse_embed(
+        body(sentences=["Dieu est amour.", ""], lang="fr", nearest={"k": 2, "in": ["en"]}), LIMITS, LANGS, stored=STORED
+    )
     assert got == EmbedRequest(("Dieu est amour.", ""), "fr", 2, ("en",))
     assert parse_embed(body(sentences=[], lang="en"), LIMITS, LANGS, stored=None).nearest_k == 0
 
 
-@pytest.mark.parametrize("raw, status, words", [
-    (b"x" * 201, 413, "serve.max_body_bytes"),
-    (body(sentences=["a", "b", "c"], lang="en"), 413, "serve.max_sentences"),
-    (b"\xff\xfe", 422, "not JSON"),
-    (b"[1, 2]", 422, "JSON object"),
-    (body(sentences=["a"], lang="en", extra=1), 422, "unknown field"),
-    (body(sentences=[1], lang="en"), 422, "list of strings"),
-    (body(sentences=["a"]), 422, "the model knows"),
-    (body(sentences=["a" * 41], lang="en"), 422, "serve.max_sentence_chars"),
-    (body(sentences=["\ufdfa" * 3], lang="en"), 422, "54 characters once NFKC-normalized"),
-    (body(sentences=["a"], lang="en", nearest={"k": 6, "in": ["fr"]}), 422, "serve.max_nearest_k"),
-    (body(sentences=["a"], lang="en", nearest={"k": True, "in": ["fr"]}), 422, "nearest.k"),
-    (b'{"sentences": ["ok", "\\ud800"], "lang": "en"}', 422, "sentence 1 is not valid Unicode text"),
-    (body(sentences=["a"], lang="en", nearest={"k": 1, "in": []}), 422, "nearest.in"),
-    (body(sentences=["a"], lang="en", nearest={"k": 1, "in": ["de"]}), 422, "the model knows"),
-])
+@pytest.mark.parametrize(
+    "raw, status, words",
+    [
+        (b"x" * 201, 413, "serve.max_body_bytes"),
+        (body(sentences=["a", "b", "c"], lang="en"), 413, "serve.max_sentences"),
+        (b"\xff\xfe", 422, "not JSON"),
+        (b"[1, 2]", 422, "JSON object"),
+        (body(sentences=["a"], lang="en", extra=1), 422, "unknown field"),
+        (body(sentences=[1], lang="en"), 422, "list of strings"),
+        (body(sentences=["a"]), 422, "the model knows"),
+        (body(sentences=["a" * 41], lang="en"), 422, "serve.max_sentence_chars"),
+        (body(sentences=["\ufdfa" * 3], lang="en"), 422, "54 characters once NFKC-normalized"),
+        (body(sentences=["a"], lang="en", nearest={"k": 6, "in": ["fr"]}), 422, "serve.max_nearest_k"),
+        (body(sentences=["a"], lang="en", nearest={"k": True, "in": ["fr"]}), 422, "nearest.k"),
+        (b'{"sentences": ["ok", "\\ud800"], "lang": "en"}', 422, "sentence 1 is not valid Unicode text"),
+        (body(sentences=["a"], lang="en", nearest={"k": 1, "in": []}), 422, "nearest.in"),
+        (body(sentences=["a"], lang="en", nearest={"k": 1, "in": ["de"]}), 422, "the model knows"),
+    ],
+)
 def test_a_bad_request_is_refused_with_its_status_and_what_to_change(raw, status, words):
     with pytest.raises(RequestRejected, match=words) as caught:
         parse_embed(raw, LIMITS, LANGS, stored=STORED)
@@ -83,8 +88,10 @@ def test_a_sentence_within_the_raw_limit_that_nfkc_expands_above_it_is_422_befor
         parse_embed(raw, limits, LANGS, stored=None)
     assert time.monotonic() - started < 1.0  # normalizing is C code: milliseconds, not the replica's 24 s
     assert caught.value.status == 422
-    assert str(caught.value) == (f"sentence 1 has {18 * (limit - 1)} characters once NFKC-normalized (as the model "
-                                 f"reads it; {limit - 1} as sent), above serve.max_sentence_chars ({limit}); cut it")
+    assert str(caught.value) == (
+        f"sentence 1 has {18 * (limit - 1)} characters once NFKC-normalized (as the model "
+        f"reads it; {limit - 1} as sent), above serve.max_sentence_chars ({limit}); cut it"
+    )
     fits = "\ufdfa" * (limit // 18)
     got = parse_embed(body(sentences=[fits, "ﬁn"], lang="fr"), limits, LANGS, stored=None)
     assert got.sentences == (fits, "ﬁn")
@@ -92,8 +99,13 @@ def test_a_sentence_within_the_raw_limit_that_nfkc_expands_above_it_is_422_befor
     assert parse_embed(body(sentences=[plain], lang="en"), limits, LANGS, stored=None).sentences == (plain,)
 
 
-@pytest.mark.parametrize("raw", [b"[" * 5000 + b"]" * 5000,  # deeper than the parser's recursion
-                                 b'{"sentences": ["a"], "lang": "en", "nearest": {"k": ' + b"9" * 5000 + b"}}"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 5000 + b"]" * 5000,  # deeper than the parser's recursion
+        b'{"sentences": ["a"], "lang": "en", "nearest": {"k": ' + b"9" * 5000 + b"}}",
+    ],
+)
 def test_deep_nesting_and_a_huge_number_are_422_not_a_server_error(raw):
     with pytest.raises(RequestRejected, match="not JSON we accept") as caught:
         parse_embed(raw, DEEP, LANGS, stored=STORED)
@@ -169,8 +181,10 @@ def test_serve_without_a_model_to_serve_is_one_line_and_exit_2(tmp_path, capsys)
 
     assert main(["serve", f"serve.model={tmp_path / 'nothing'}"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"interlingua serve: error: serve.model: {tmp_path / 'nothing'}: not a model directory (missing model.safetensors, "
-        "spm.model, config.yaml); `interlingua train` writes one to <run_dir>/train/model"]
+        f"interlingua serve: error: serve.model: {tmp_path / 'nothing'}: not a model directory "
+        "(missing model.safetensors, "
+        "spm.model, config.yaml); `interlingua train` writes one to <run_dir>/train/model"
+    ]
     assert main(["serve", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", "registry.model_name=none"]) == 2
     err = capsys.readouterr().err
     assert "registered model 'none'" in err and "has no champion yet" in err and len(err.splitlines()) == 1

@@ -1,4 +1,5 @@
 """Checkpoints and the exported model on a full disk: nothing partial is ever handed on."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,13 @@ def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, 
 
     checkpoint_dir = tmp_path / "checkpoint"
     checkpoint_dir.mkdir()
-    for name, text in {"model.safetensors": "new weights", "spm.model": "new spm", "config.yaml": "name: new",
-                       "progress.json": json.dumps({"step": 20, "dev_error": 0.5}), "state.pt": "optimizer"}.items():
+    for name, text in {
+        "model.safetensors": "new weights",
+        "spm.model": "new spm",
+        "config.yaml": "name: new",
+        "progress.json": json.dumps({"step": 20, "dev_error": 0.5}),
+        "state.pt": "optimizer",
+    }.items():
         (checkpoint_dir / name).write_text(text)
     model_dir = tmp_path / "train" / "model"
     model_dir.mkdir(parents=True)
@@ -45,7 +51,9 @@ def test_disk_full_while_exporting_the_model_keeps_the_previous_model(tmp_path, 
 
     monkeypatch.setattr(shutil, "copyfile", real_copy)  # space freed: the rerun's export replaces it
     progress = checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), model_dir)
-    assert (progress.step, progress.dev_error) == (20, 0.5) and (model_dir / "model.safetensors").read_text() == "new weights"
+    assert (progress.step, progress.dev_error) == (20, 0.5) and (
+        model_dir / "model.safetensors"
+    ).read_text() == "new weights"
     assert not (model_dir / "state.pt").exists()
     assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # no staging or previous copies left
 
@@ -63,8 +71,13 @@ def test_disk_full_while_writing_a_checkpoint_registers_nothing(tmp_path, monkey
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
     spm_model = tmp_path / "spm.model"
     spm_model.write_bytes(b"spm")
-    state = TrainingState(model.state_dict(), optimizer.state_dict(), scheduler.state_dict(),
-                          TrainingProgress(step=20, dev_error=0.5, best_step=20), model.state_dict())
+    state = TrainingState(
+        model.state_dict(),
+        optimizer.state_dict(),
+        scheduler.state_dict(),
+        TrainingProgress(step=20, dev_error=0.5, best_step=20),
+        model.state_dict(),
+    )
 
     def report() -> None:
         checkpoint.report(0, state, model.args, spm_model=str(spm_model), config={"name": "t"}, metrics={})
@@ -107,13 +120,26 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
     optimizer = torch.optim.Adam(model.parameters())
     spm_model = tmp_path / "spm.model"
     spm_model.write_bytes(b"spm")
-    progress = TrainingProgress(step=40, elapsed_s=12.5, dev_error=0.25, best_step=30, bad_evals=1,
-                        history=[{"resumed_at_step": 20, "world": 2}], world=2)
+    progress = TrainingProgress(
+        step=40,
+        elapsed_s=12.5,
+        dev_error=0.25,
+        best_step=30,
+        bad_evals=1,
+        history=[{"resumed_at_step": 20, "world": 2}],
+        world=2,
+    )
     kept = tmp_path / "kept"
     monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **_: shutil.move(checkpoint.path, kept))
     best = {name: value + 1.0 for name, value in model.state_dict().items()}
-    checkpoint.report(0, TrainingState(model.state_dict(), optimizer.state_dict(), None, progress, best),
-                      model.args, spm_model=str(spm_model), config={"name": "t"}, metrics={})
+    checkpoint.report(
+        0,
+        TrainingState(model.state_dict(), optimizer.state_dict(), None, progress, best),
+        model.args,
+        spm_model=str(spm_model),
+        config={"name": "t"},
+        metrics={},
+    )
     assert "best_model" not in torch.load(kept / "state.pt", weights_only=True)
     monkeypatch.setattr(ray.train, "get_checkpoint", lambda: ray.train.Checkpoint.from_directory(str(kept)))
     restored = checkpoint.restore()
@@ -135,8 +161,10 @@ def test_a_checkpoint_of_another_plan_version_resumes_at_the_next_epoch(caplog):
 
     old = TrainingProgress.from_dict({"step": 9, "data": {"epoch": 3, "window": 0, "batch": 4}})
     assert old.data == DataPosition(3, 0, 4, plan=1)
-    saved = {0: {"position": {"epoch": 3, "window": 0, "batch": 4}, "digest": "ab"},
-             1: {"position": {"epoch": 4, "window": 2, "batch": 1}, "digest": "cd"}}
+    saved = {
+        0: {"position": {"epoch": 3, "window": 0, "batch": 4}, "digest": "ab"},
+        1: {"position": {"epoch": 4, "window": 2, "batch": 1}, "digest": "cd"},
+    }
     state = TrainingState({}, {}, None, old, {}, saved)
     with caplog.at_level("WARNING"):
         assert _stream_start(state, 0, 2) == _stream_start(state, 1, 2) == (DataPosition(epoch=5), "")
@@ -175,16 +203,31 @@ def _tree(root: Path, files: dict[str, str]) -> None:
 
 
 def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
-    from orchestration.train.driver import check_train_dir, train
     from core import ownership
+    from orchestration.train.driver import check_train_dir, train
     from tests.support.runs import config_for
 
     config = config_for(small_dataset, tmp_path)
     train_dir = Path(config.train_dir)
-    _tree(train_dir, {**dict.fromkeys(("config.yaml", "ray/checkpoint_000001/state.pt", "workers/rank-0.json",
-                                       "model/model.safetensors", "model/lineage.json",
-                                       ".model.partial/model.safetensors"), "{}"),
-                      "run.json": '{"fingerprint": "0f"}', "model/my-notes.txt": SENTINEL, "paper.tex": SENTINEL})
+    _tree(
+        train_dir,
+        {
+            **dict.fromkeys(
+                (
+                    "config.yaml",
+                    "ray/checkpoint_000001/state.pt",
+                    "workers/rank-0.json",
+                    "model/model.safetensors",
+                    "model/lineage.json",
+                    ".model.partial/model.safetensors",
+                ),
+                "{}",
+            ),
+            "run.json": '{"fingerprint": "0f"}',
+            "model/my-notes.txt": SENTINEL,
+            "paper.tex": SENTINEL,
+        },
+    )
     with pytest.raises(ownership.ForeignDataError, match=r"model/my-notes.txt.*paper.tex"):
         train(config, force=True)
     assert (train_dir / "model" / "model.safetensors").exists() and (train_dir / "paper.tex").read_text() == SENTINEL
@@ -213,9 +256,16 @@ def test_only_the_models_own_staging_names_are_the_products(tmp_path):
     from core import ownership
     from orchestration.train.driver import check_train_dir
 
-    _tree(tmp_path, {"run.json": '{"fingerprint": "0f"}', ".model.partial/model.safetensors": "{}",
-                     ".model.old-123/spm.model": "", ".model.bak/model.safetensors": SENTINEL,
-                     ".model.old-9/notes.txt": SENTINEL})
+    _tree(
+        tmp_path,
+        {
+            "run.json": '{"fingerprint": "0f"}',
+            ".model.partial/model.safetensors": "{}",
+            ".model.old-123/spm.model": "",
+            ".model.bak/model.safetensors": SENTINEL,
+            ".model.old-9/notes.txt": SENTINEL,
+        },
+    )
     with pytest.raises(ownership.ForeignDataError, match=r"\.model\.bak, \.model\.old-9/notes.txt"):
         check_train_dir(tmp_path)
     (tmp_path / ".model.old-9" / "notes.txt").unlink()
@@ -228,23 +278,52 @@ def test_files_in_ray_and_workers_are_the_products_only_in_their_layout(tmp_path
     from core import ownership
     from orchestration.train.driver import check_train_dir
 
-    _tree(tmp_path, {"run.json": '{"fingerprint": "0f"}', "ray/.validate_storage_marker": "",
-                     "ray/checkpoint_manager_snapshot.json": "{}", "ray/checkpoint_2026-11-26_10-00-00.1/state.pt": "",
-                     "ray/checkpoint_2026-11-26_10-00-00.1/model.safetensors": "", "workers/rank-1.json": "{}"})
+    _tree(
+        tmp_path,
+        {
+            "run.json": '{"fingerprint": "0f"}',
+            "ray/.validate_storage_marker": "",
+            "ray/checkpoint_manager_snapshot.json": "{}",
+            "ray/checkpoint_2026-11-26_10-00-00.1/state.pt": "",
+            "ray/checkpoint_2026-11-26_10-00-00.1/model.safetensors": "",
+            "workers/rank-1.json": "{}",
+        },
+    )
     assert "ray/checkpoint_2026-11-26_10-00-00.1/state.pt" in check_train_dir(tmp_path)
-    _tree(tmp_path, {"ray/README.txt": SENTINEL, "workers/my-notes.txt": SENTINEL,
-                     "ray/checkpoint_2026-11-26_10-00-00.1/notes.md": SENTINEL})
-    with pytest.raises(ownership.ForeignDataError, match=r"ray/README.txt.*notes.md.*workers/my-notes.txt|"
-                                                         r"ray/README.txt.*workers/my-notes.txt"):
+    _tree(
+        tmp_path,
+        {
+            "ray/README.txt": SENTINEL,
+            "workers/my-notes.txt": SENTINEL,
+            "ray/checkpoint_2026-11-26_10-00-00.1/notes.md": SENTINEL,
+        },
+    )
+    with pytest.raises(
+        ownership.ForeignDataError,
+        match=r"ray/README.txt.*notes.md.*workers/my-notes.txt|"
+        r"ray/README.txt.*workers/my-notes.txt",
+    ):
         check_train_dir(tmp_path)
 
 
 def test_starting_over_keeps_the_last_model_and_its_record_until_the_new_ones_replace_them(tmp_path):
     from orchestration.train.driver import check_train_dir, start_over
 
-    _tree(tmp_path, {"run.json": '{"fingerprint": "0f", "done": true}', "config.yaml": "name: x\n",
-                     "ray/checkpoint_1/state.pt": "", "workers/rank-0.json": "{}",
-                     "model/model.safetensors": "weights", "model/spm.model": "spm"})
+    _tree(
+        tmp_path,
+        {
+            "run.json": '{"fingerprint": "0f", "done": true}',
+            "config.yaml": "name: x\n",
+            "ray/checkpoint_1/state.pt": "",
+            "workers/rank-0.json": "{}",
+            "model/model.safetensors": "weights",
+            "model/spm.model": "spm",
+        },
+    )
     start_over(tmp_path, check_train_dir(tmp_path))
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
-        "model", "model/model.safetensors", "model/spm.model", "run.json"]
+        "model",
+        "model/model.safetensors",
+        "model/spm.model",
+        "run.json",
+    ]

@@ -1,5 +1,6 @@
 """The schema's defaults are the recipe that learns: the demo's configs repeat none of it, the paper's
 recipe is a config of its own, and a config naming only its corpus learns on real text."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,8 +30,13 @@ def test_the_demo_configs_learn_with_the_schemas_recipe():
 def test_the_papers_recipe_is_a_config_of_its_own():
     config = load_config(CONFIGS / "paper.yaml")
     m, t = config.model, config.train
-    assert (m.shared_encoder, m.shared_decoder, m.nmt_weight, m.ranking_weight, m.output) == (False, False, 1.0, 0.0,
-                                                                                               "softmax")
+    assert (m.shared_encoder, m.shared_decoder, m.nmt_weight, m.ranking_weight, m.output) == (
+        False,
+        False,
+        1.0,
+        0.0,
+        "softmax",
+    )
     assert [p.kind for p in t.paths] == ["1:1"] and (t.lr, t.schedule, m.embed_init) == (1e-3, "plateau", "random")
 
 
@@ -38,15 +44,22 @@ def test_a_config_with_only_its_corpus_learns(small_dataset, tmp_path, local_ray
     # Only the corpus, plus the test's small split and vocabulary (the session's prepared dataset of
     # the same seven books), its own folders and a step budget: every model and train key is a default.
     path = tmp_path / "mine.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "mine",
-        "run_dir": str(tmp_path / "run"),
-        "dataset_dir": str(small_dataset.data_dir),
-        "prepare": {"sources": [{"kind": "bible", "books": SMALL_BOOKS}],
-                    "split": {"dev_size": 40, "test_size": 40}, "spm": {"vocab_size": 2000}},
-        "tracking": {"uri": store_uri(tmp_path)},
-        "train": {"max_steps": 200},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "mine",
+                "run_dir": str(tmp_path / "run"),
+                "dataset_dir": str(small_dataset.data_dir),
+                "prepare": {
+                    "sources": [{"kind": "bible", "books": SMALL_BOOKS}],
+                    "split": {"dev_size": 40, "test_size": 40},
+                    "spm": {"vocab_size": 2000},
+                },
+                "tracking": {"uri": store_uri(tmp_path)},
+                "train": {"max_steps": 200},
+            }
+        )
+    )
     config = load_config(path)
     result = train(config)
     # Chance is 39/40 = 97.5 % (each of 40 dev verses searched among the same 40 of every other language).

@@ -1,4 +1,5 @@
 """The dev rows training measures its error on: shared among a dataset's sources, each source's error apart."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """Fault tolerance: on a real two-node Ray cluster on loopback, a killed worker, an interrupted and a killed
 driver; a killed worker resumes at the same data position."""
+
 from __future__ import annotations
 
 import json
@@ -31,15 +32,30 @@ def two_node_cluster(tmp_path_factory):
     common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--include-dashboard=false"]
     # Ray's token authentication (on by default for `ray start`), with a token for this test only
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
-    subprocess.run([ray_bin(), "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", *common],
-                   check=True, env=env, capture_output=True)
+    subprocess.run(
+        [ray_bin(), "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", *common],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     p = iter(node_ports)
-    subprocess.run([
-        ray_bin(), "start", f"--address=127.0.0.1:{port}", *common[:3],
-        f"--node-manager-port={next(p)}", f"--object-manager-port={next(p)}",
-        f"--dashboard-agent-listen-port={next(p)}", f"--dashboard-agent-grpc-port={next(p)}",
-        f"--metrics-export-port={next(p)}", f"--runtime-env-agent-port={next(p)}",
-    ], check=True, env=env, capture_output=True)
+    subprocess.run(
+        [
+            ray_bin(),
+            "start",
+            f"--address=127.0.0.1:{port}",
+            *common[:3],
+            f"--node-manager-port={next(p)}",
+            f"--object-manager-port={next(p)}",
+            f"--dashboard-agent-listen-port={next(p)}",
+            f"--dashboard-agent-grpc-port={next(p)}",
+            f"--metrics-export-port={next(p)}",
+            f"--runtime-env-agent-port={next(p)}",
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     yield f"127.0.0.1:{port}", env
     for proc in Path("/proc").glob("[0-9]*"):  # this cluster's processes only
         try:
@@ -61,18 +77,28 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
     config_path.write_text("name: two-nodes\n")
     uri = store_uri(tmp_path)
     args = [
-        str(Path(sys.executable).with_name("interlingua")), "train", "-c", str(config_path),
-        f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}",
-        f"tracking.uri={uri}", "prepare.spm.vocab_size=2000", *TINY,
-        f"runtime.ray_address={two_node_cluster[0]}", "runtime.num_workers=2", "train.max_steps=120",
-        "train.early_stop_patience_evals=null", "model.shared_encoder=false",  # one encoder per language
+        str(Path(sys.executable).with_name("interlingua")),
+        "train",
+        "-c",
+        str(config_path),
+        f"run_dir={tmp_path / 'run'}",
+        f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri={uri}",
+        "prepare.spm.vocab_size=2000",
+        *TINY,
+        f"runtime.ray_address={two_node_cluster[0]}",
+        "runtime.num_workers=2",
+        "train.max_steps=120",
+        "train.early_stop_patience_evals=null",
+        "model.shared_encoder=false",  # one encoder per language
     ]
     env = two_node_cluster[1]
     train_dir = tmp_path / "run" / "train"
 
     def start(name: str) -> subprocess.Popen:
-        return subprocess.Popen(args, env=env, stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.PIPE,
-                                text=True)
+        return subprocess.Popen(
+            args, env=env, stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.PIPE, text=True
+        )
 
     driver = start("first")
     try:
@@ -84,8 +110,10 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
             driver.kill()
     assert driver.returncode == 130, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith("interlingua")]
-    assert lines == ["interlingua train: interrupted; nothing half-done was published; "
-                     "the same command resumes from the last checkpoint"], err[-3000:]
+    assert lines == [
+        "interlingua train: interrupted; nothing half-done was published; "
+        "the same command resumes from the last checkpoint"
+    ], err[-3000:]
     assert "Traceback" not in own_output(err) and not (train_dir / "model").exists()
     run_id = json.loads((train_dir / "run.json").read_text())["run_id"]
     assert tracking.get_run(uri, run_id).info.status == "KILLED"
@@ -99,12 +127,22 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
 
     driver = start("second")
     try:
-        wait_for(lambda: [c for c in checkpoints(train_dir) if c["step"] > interrupted_at], 180,
-                 "a checkpoint after the interrupt", driver)
+        wait_for(
+            lambda: [c for c in checkpoints(train_dir) if c["step"] > interrupted_at],
+            180,
+            "a checkpoint after the interrupt",
+            driver,
+        )
         os.kill(wait_for(second_worker, 60, "the second driver's rank 1", driver), signal.SIGKILL)
-        resumed = wait_for(lambda: [c for c in checkpoints(train_dir) if len(c["history"]) >= 2], 180,
-                           "a checkpoint after the killed worker", driver)
-        assert resumed[-1]["history"][-1]["world"] == 2 and resumed[-1]["history"][-1]["resumed_at_step"] > interrupted_at
+        resumed = wait_for(
+            lambda: [c for c in checkpoints(train_dir) if len(c["history"]) >= 2],
+            180,
+            "a checkpoint after the killed worker",
+            driver,
+        )
+        assert (
+            resumed[-1]["history"][-1]["world"] == 2 and resumed[-1]["history"][-1]["resumed_at_step"] > interrupted_at
+        )
         killed_at = resumed[-1]["step"]
         driver.send_signal(signal.SIGKILL)  # the whole job dies mid-run
         driver.wait(30)
@@ -134,6 +172,7 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
 
 # --- a killed worker resumes at the same data position --------------------------------------------
 
+
 def final_state(train_dir: Path) -> dict:
     """The training state of the last checkpoint Ray registered."""
     snapshot = json.loads((train_dir / "ray" / "checkpoint_manager_snapshot.json").read_text())
@@ -152,17 +191,31 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     from orchestration.train.driver import train
     from tests.support.runs import config_for
 
-    overrides = ["train.max_steps=120", "train.early_stop_patience_evals=null", "model.dropout=0.0",
-                 "train.window_tuples=60", "model.ranking_weight=1.0", "runtime.max_failures=2"]
+    overrides = [
+        "train.max_steps=120",
+        "train.early_stop_patience_evals=null",
+        "model.dropout=0.0",
+        "train.window_tuples=60",
+        "model.ranking_weight=1.0",
+        "runtime.max_failures=2",
+    ]
     straight = config_for(small_dataset, tmp_path / "straight", *overrides)
     train(straight)
 
     run_dir = tmp_path / "killed" / "run"
-    args = [str(Path(sys.executable).with_name("interlingua")), "-v", "train", f"run_dir={run_dir}",
-            f"dataset_dir={small_dataset.data_dir}", f"tracking.uri=sqlite:///{tmp_path / 'killed.db'}",
-            "prepare.spm.vocab_size=2000", *TINY, *overrides,
-            "runtime.prefetch_batches=2",  # batches built ahead by a worker process: the same batches
-            f"runtime.ray_address={ray.get_runtime_context().gcs_address}"]
+    args = [
+        str(Path(sys.executable).with_name("interlingua")),
+        "-v",
+        "train",
+        f"run_dir={run_dir}",
+        f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri=sqlite:///{tmp_path / 'killed.db'}",
+        "prepare.spm.vocab_size=2000",
+        *TINY,
+        *overrides,
+        "runtime.prefetch_batches=2",  # batches built ahead by a worker process: the same batches
+        f"runtime.ray_address={ray.get_runtime_context().gcs_address}",
+    ]
     train_dir = run_dir / "train"
     driver = subprocess.Popen(args, stdout=open(tmp_path / "killed.log", "wb"), stderr=subprocess.STDOUT)
     try:

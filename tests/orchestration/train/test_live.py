@@ -1,4 +1,5 @@
 """Training's progress line on the driver, drawn from the numbers rank 0 posts (no Ray needed here)."""
+
 from __future__ import annotations
 
 import logging

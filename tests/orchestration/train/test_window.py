@@ -1,4 +1,5 @@
 """The log window's metrics, on clocks the test sets (no timing luck)."""
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,9 @@ class Clock:
 def test_window_metrics_count_tokens_losses_and_cpu_time():
     wall, cpu = Clock(), Clock()
     window = Window(["en", "fr"], wall_clock=wall, cpu_clock=cpu)
-    out = Losses(nll={"fr": torch.tensor(6.0)}, tokens={"fr": torch.tensor(3)}, loss=torch.tensor(2.0),
-                 ranking=torch.tensor(0.5))
+    out = Losses(
+        nll={"fr": torch.tensor(6.0)}, tokens={"fr": torch.tensor(3)}, loss=torch.tensor(2.0), ranking=torch.tensor(0.5)
+    )
     window.add(out, input_tokens=5)
     window.add(out._replace(loss=torch.tensor(4.0)), input_tokens=7)
     wall.now, cpu.now = 2.0, 3.0  # 2 s of wall time, 3 CPU-seconds: 1.5 cores
