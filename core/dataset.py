@@ -22,7 +22,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,7 +33,7 @@ from core.boundary import Name, check_no_links
 from core.errors import UserError
 from core.schema import wrong_fields
 
-FORMAT = "interlingua-dataset/1"
+FORMAT: Final = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
 MANIFEST = "manifest.json"
 SPM_MODEL = "spm.model"
@@ -286,7 +286,7 @@ class Dataset:
         verify(self.location, splits, spm=spm)
         return self
 
-    def sha256(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, str]:
+    def sha256(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, str | None]:
         """{relative path: sha256} of what `verify` checks (`recorded_sha256`): a cache key of the data read."""
         return recorded_sha256(self.manifest, splits, spm=spm)
 

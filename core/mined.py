@@ -9,7 +9,7 @@ because the pipeline may not import the orchestration.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -17,7 +17,7 @@ from core import storage
 from core.boundary import Name, Segment, check_no_links
 from core.schema import wrong_fields
 
-FORMAT = "interlingua-mined/1"
+FORMAT: Final = "interlingua-mined/1"
 MANIFEST = "manifest.json"
 
 

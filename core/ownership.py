@@ -124,7 +124,7 @@ def remove_staging(location: storage.Location) -> None:
 
 def with_parents(relatives) -> set[str]:
     """The relative paths and every directory above them: what an output of these files consists of."""
-    out = set()
+    out: set[str] = set()
     for relative in relatives:
         parts = relative.split("/")
         out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))

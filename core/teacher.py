@@ -20,7 +20,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +32,7 @@ from core.boundary import Name, Segment, check_no_links
 from core.errors import UserError
 from core.schema import wrong_fields
 
-FORMAT = "interlingua-teacher/1"
+FORMAT: Final = "interlingua-teacher/1"
 FOLDER = "teacher"
 MANIFEST = "manifest.json"
 # What the product writes under a dataset's teacher folder (with its marker): every other entry is a user's

@@ -57,14 +57,14 @@ def _index(dim: int, metric: str, kind: str = "flat", size: int = 0) -> faiss.In
     if metric == "l1":
         raise ValueError("approximate indexes support cosine, ip and l2, not l1")
     if kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, 32, faiss_metric)
-        index.hnsw.efSearch = 128
-        return index
+        hnsw = faiss.IndexHNSWFlat(dim, 32, faiss_metric)
+        hnsw.hnsw.efSearch = 128
+        return hnsw
     if kind == "ivf":
         lists = max(1, min(int(4 * np.sqrt(size)), size // 39))  # faiss wants >= 39 points per list
-        index = faiss.IndexIVFFlat(faiss.IndexFlat(dim, faiss_metric), dim, lists, faiss_metric)
-        index.nprobe = max(1, lists // 4)
-        return index
+        ivf = faiss.IndexIVFFlat(faiss.IndexFlat(dim, faiss_metric), dim, lists, faiss_metric)
+        ivf.nprobe = max(1, lists // 4)
+        return ivf
     raise ValueError(f"unknown index {kind!r}; use one of {', '.join(INDEXES)}")
 
 

@@ -32,7 +32,7 @@ import io
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -42,8 +42,8 @@ from core.boundary import Segment, check_no_links
 from core.schema import wrong_fields
 from evaluation.npy import NpyFile
 
-FORMAT = "interlingua-stored-embeddings/2"
-FORMATS = ("interlingua-stored-embeddings/1", FORMAT)  # /1: evaluate's, before block records
+FORMAT: Final = "interlingua-stored-embeddings/2"
+FORMATS: Final = ("interlingua-stored-embeddings/1", FORMAT)  # /1: evaluate's, before block records
 MANIFEST = "manifest.json"
 ROWS = "rows"
 KEYS = "keys.json"

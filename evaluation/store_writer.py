@@ -119,14 +119,20 @@ def write_block(
     return BlockRecord(name=name, rows=len(keys), sha256=sha256, first_key=keys[0], last_key=keys[-1])
 
 
+def _key_range(record: BlockRecord) -> tuple[str, str]:
+    """(first key, last key) of a key-ordered block (`write_block` records both)."""
+    assert record.first_key is not None and record.last_key is not None, record
+    return record.first_key, record.last_key
+
+
 def publish(
     staging: Path, folder: Path, records: list[BlockRecord], *, languages: list[str], meta: dict[str, Any] | None = None
 ) -> StoredEmbeddings:
     """Order the written blocks by key, name them part-NNNNN, write their records and the manifest and swap
     `staging` into `folder` (a previous folder stays whole until then). AssertionError if blocks overlap."""
-    records = sorted(records, key=lambda r: r.first_key)
+    records = sorted(records, key=lambda r: _key_range(r)[0])
     for before, after in zip(records, records[1:]):
-        assert before.last_key < after.first_key, f"blocks overlap: {before} {after}"
+        assert _key_range(before)[1] < _key_range(after)[0], f"blocks overlap: {before} {after}"
     named, start = [], 0
     for i, record in enumerate(records):
         new = block_name(i)

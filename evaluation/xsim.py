@@ -155,30 +155,30 @@ class _Sink:
     """Where the merged top-k of one pair go: preallocated arrays, or `.npy` files written by block."""
 
     def __init__(self, nq: int, k: int, exact: bool, folder: Path | None) -> None:
-        shapes = {"scores": ((nq, k), np.float32), "ids": ((nq, k), np.int64)}
+        shapes: dict[str, tuple[tuple[int, ...], Any]] = {"scores": ((nq, k), np.float32), "ids": ((nq, k), np.int64)}
         if exact:
             shapes["better"] = ((nq,), np.int64)
-        self.folder = folder
-        if folder is None:
-            self.out = {name: np.zeros(shape, dtype) for name, (shape, dtype) in shapes.items()}
-        else:
-            self.out = {
-                name: NpyWriter(folder / f"{name}.npy", shape, dtype) for name, (shape, dtype) in shapes.items()
-            }
+        self.arrays: dict[str, np.ndarray] = {}  # in memory, or
+        self.writers: dict[str, NpyWriter] = {}  # in files
+        for name, (shape, dtype) in shapes.items():
+            if folder is None:
+                self.arrays[name] = np.zeros(shape, dtype)
+            else:
+                self.writers[name] = NpyWriter(folder / f"{name}.npy", shape, dtype)
 
     def write(self, start: int, scores: np.ndarray, ids: np.ndarray, better: np.ndarray | None) -> None:
         for name, value in (("scores", scores), ("ids", ids), ("better", better)):
-            if name in self.out:
-                target = self.out[name]
-                if self.folder is None:
-                    target[start : start + len(value)] = value
-                else:
-                    target.write(start, value)
+            if value is None:
+                continue
+            if name in self.arrays:
+                self.arrays[name][start : start + len(value)] = value
+            elif name in self.writers:
+                self.writers[name].write(start, value)
 
     def result(self) -> PairResult:
-        if self.folder is None:
-            return PairResult(self.out["scores"], self.out["ids"], self.out.get("better"))
-        read = {name: NpyFile(writer.path) for name, writer in self.out.items()}
+        if not self.writers:
+            return PairResult(self.arrays["scores"], self.arrays["ids"], self.arrays.get("better"))
+        read = {name: NpyFile(writer.path) for name, writer in self.writers.items()}
         return PairResult(read["scores"], read["ids"], read.get("better"))
 
 
@@ -222,15 +222,15 @@ def approximate_recall(approximate: dict[Pair, PairResult], exact: dict[Pair, Pa
     """How much an approximate search loses against exact search of the same queries: recall@1, @5."""
     out = {}
     for pair, e in exact.items():
-        found = approximate[pair].ids[: len(e.ids)]
-        out[pair] = {"recall_at_1": recall_at(found, e.ids, 1), "recall_at_5": recall_at(found, e.ids, 5)}
+        found, truth = approximate[pair].ids[: len(e.ids)], e.ids[: len(e.ids)]  # (Q, k) each, read
+        out[pair] = {"recall_at_1": recall_at(found, truth, 1), "recall_at_5": recall_at(found, truth, 5)}
     return out
 
 
 def error_matrix(embeddings: Mapping[str, np.ndarray], metric: str = "cosine") -> dict[Pair, float]:
     """The error of every ordered pair (p, q), p != q, of aligned embeddings {lang: (S, D)}, in-process."""
     results = search_pairs(embeddings, metric=metric, k=1)
-    return {pair: float(np.mean(r.ids[:, 0] != np.arange(len(r.ids)))) for pair, r in results.items()}
+    return {pair: float(np.mean(r.ids[: len(r.ids)][:, 0] != np.arange(len(r.ids)))) for pair, r in results.items()}
 
 
 def average_error(matrix: dict[Pair, float], languages: list[str] | None = None) -> float:

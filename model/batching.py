@@ -139,7 +139,7 @@ class ParallelCorpus:
         return np.flatnonzero(present.all(axis=0))
 
     def token_counts(self, vocab_size: int) -> np.ndarray:
-        return sum(np.bincount(v, minlength=vocab_size) for v in self.values.values())
+        return np.sum([np.bincount(v, minlength=vocab_size) for v in self.values.values()], axis=0)
 
     def batch(self, signature: Signature, rows: np.ndarray) -> tuple[dict[str, Pair], dict[str, Pair]]:
         """Tensors of one homogeneous batch: sources end with EOS, targets are bare ids."""
@@ -219,7 +219,8 @@ def read_units(
 def sample_corpus(units: Sequence[Unit], languages: Sequence[str], max_tuples: int) -> ParallelCorpus:
     """The first units in file order up to `max_tuples` tuples (at least one unit): the bounded sample
     that corpus statistics (LSI, token frequencies) are computed from."""
-    chosen, size = [], 0
+    chosen: list[Unit] = []
+    size = 0
     for unit in units:
         if chosen and size + unit.rows > max_tuples:
             break

@@ -59,6 +59,7 @@ class SentenceDecoder(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.output = output
+        self.project: nn.Module  # a Linear for the softmax, an AdaptiveLogSoftmaxWithLoss for the adaptive one
         if output == "softmax":
             self.project = nn.Linear(hidden_size, vocab_size)
         elif output == "adaptive":
@@ -72,6 +73,7 @@ class SentenceDecoder(nn.Module):
         else:
             raise ValueError(f"output must be 'softmax' or 'adaptive', got {output!r}")
         # token id -> output class (frequency rank for the adaptive softmax); identity by default
+        self.token_class: torch.Tensor
         self.register_buffer("token_class", torch.arange(vocab_size), persistent=True)
 
     def set_token_order(self, counts: torch.Tensor) -> None:

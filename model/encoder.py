@@ -54,8 +54,8 @@ class SentenceEncoder(nn.Module):
         self.embed = nn.Embedding(vocab_size, embed_dim, padding_idx=padding_idx)
         self.dropout = nn.Dropout(dropout)
         self.output_dim = output_size(pooling, embed_dim, hidden_size)
+        self.lstm: nn.LSTM | None = None
         if pooling == "mean":
-            self.lstm = None
             return
         self.lstm = nn.LSTM(
             embed_dim,
@@ -89,11 +89,13 @@ class SentenceEncoder(nn.Module):
         return x.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values  # (B, 2H)
 
     def dropout_between(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.lstm is not None  # mean pooling has no LSTM layers to drop out between
         return nn.functional.dropout(x, self.lstm.dropout, self.training)
 
     def _direction(self, x: torch.Tensor, layer: int, suffix: str) -> torch.Tensor:
         """One direction of one layer, left to right over right-padded x (B, T, in) -> (B, T, H)."""
         lstm = self.lstm
+        assert lstm is not None  # mean pooling has no LSTM
         weights = [
             getattr(lstm, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
         ]

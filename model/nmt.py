@@ -28,8 +28,8 @@ from torch import nn
 
 from core.schema import wrong_fields
 from model.args import ModelArgs, ModelMeta
-from model.decoder import SentenceDecoder
-from model.encoder import SentenceEncoder, output_size
+from model.decoder import Output, SentenceDecoder
+from model.encoder import Pooling, SentenceEncoder, output_size
 
 SHARED = "shared"
 DISTILL_LOSSES = ("mse", "contrastive")
@@ -59,7 +59,7 @@ class MultilingualNMT(nn.Module):
         *,
         languages: Sequence[str],
         vocab_size: int,
-        pooling: str = "max",
+        pooling: Pooling = "max",
         embed_dim: int = 128,
         encoder_hidden: int = 256,
         encoder_layers: int = 1,
@@ -68,7 +68,7 @@ class MultilingualNMT(nn.Module):
         dropout: float = 0.1,
         shared_encoder: bool = False,
         shared_decoder: bool = False,
-        output: str = "softmax",
+        output: Output = "softmax",
         adaptive_cutoffs: Sequence[int] = (),
         ranking_scale: float = 20.0,
         ranking_margin: float = 0.3,
@@ -98,8 +98,9 @@ class MultilingualNMT(nn.Module):
             )
 
         names = [SHARED] if shared_encoder else self.languages
-        self.encoders = nn.ModuleDict({name: encoder() for name in names})
-        self.embedding_dim = self.encoders[names[0]].output_dim
+        built = {name: encoder() for name in names}
+        self.encoders = nn.ModuleDict(built)
+        self.embedding_dim: int = built[names[0]].output_dim
 
         def decoder() -> SentenceDecoder:
             return SentenceDecoder(
@@ -141,12 +142,14 @@ class MultilingualNMT(nn.Module):
     def set_token_embeddings(self, vectors: torch.Tensor) -> None:
         """Every encoder's token embeddings from `vectors` (V, E), e.g. `model.lsi.lsi_embeddings`."""
         for encoder in self.encoders.values():
+            assert isinstance(encoder, SentenceEncoder)
             if vectors.shape != encoder.embed.weight.shape:
                 raise ValueError(f"expected ({encoder.embed.weight.shape}) vectors, got {tuple(vectors.shape)}")
             encoder.embed.weight.copy_(vectors)
 
     def set_token_order(self, counts: torch.Tensor) -> None:
         for dec in self.decoders.values():
+            assert isinstance(dec, SentenceDecoder)
             dec.set_token_order(counts)
 
     def encode_many(self, batches: dict[str, Pair]) -> dict[str, torch.Tensor]:
@@ -182,12 +185,16 @@ class MultilingualNMT(nn.Module):
                 index = self.languages.index(lang) if SHARED in self.decoders else None
                 nll[lang], tokens[lang] = self._module(self.decoders, lang)(sentence, ids, lens, index)
             loss = self.nmt_weight * sum(nll.values()) / sum(tokens.values()).clamp(min=1)
-        ranking = None
+        ranking: torch.Tensor | None = None
         if ranked:
             if self.ranking_pairs == "all":  # every ordered pair of the batch's languages
                 ranking = self.multiway_ranking_loss(torch.stack([encoded[lang] for lang in encoded]))
-            else:  # the (averaged) source against each target
-                ranking = sum(self.ranking_loss(sentence, encoded[lang]) for lang in ranked) / len(ranked)
+            else:  # the (averaged) source against each target, summed in order as sum() would
+                pairs = [self.ranking_loss(sentence, encoded[lang]) for lang in ranked]
+                ranking = pairs[0]
+                for more in pairs[1:]:
+                    ranking = ranking + more
+                ranking = ranking / len(ranked)
             loss = loss + ranking_weight * ranking
         distill = None
         if teacher and distill_weight > 0:

@@ -179,14 +179,12 @@ class BatchStream:
     def __next__(self) -> Batch:
         for _ in range(2 * len(self.units) + 2):  # windows that give no batch are skipped
             p = self.position
-            self._load(p.epoch, p.window)
+            corpus = self._load(p.epoch, p.window)
             if p.batch < len(self._plan):
                 signature, rows = self._plan[p.batch]
-                sources, targets = self._corpus.batch(signature, rows)
+                sources, targets = corpus.batch(signature, rows)
                 teacher = (
-                    self._corpus.teacher_batch(signature[0], rows, self.teacher.pivot)
-                    if self.teacher is not None
-                    else None
+                    corpus.teacher_batch(signature[0], rows, self.teacher.pivot) if self.teacher is not None else None
                 )
                 self._chain(p, rows)
                 self.position = DataPosition(p.epoch, p.window, p.batch + 1)
@@ -195,9 +193,10 @@ class BatchStream:
             self.position = DataPosition(p.epoch + 1, 0, 0) if last else DataPosition(p.epoch, p.window + 1, 0)
         raise ValueError("no training batch can be formed: no tuple serves any training path")
 
-    def _load(self, epoch: int, window: int) -> None:
-        if self._loaded == (epoch, window):
-            return
+    def _load(self, epoch: int, window: int) -> ParallelCorpus:
+        """The corpus of the window, read and planned once (`_plan`)."""
+        if self._loaded == (epoch, window) and self._corpus is not None:
+            return self._corpus
         if self._loaded is None or self._loaded[0] != epoch:
             self._windows = epoch_windows(
                 self.units,
@@ -225,6 +224,7 @@ class BatchStream:
             source_weights=self.source_weights,
         )
         self._loaded = (epoch, window)
+        return self._corpus
 
     def _chain(self, p: DataPosition, rows: np.ndarray) -> None:
         h = hashlib.blake2b(self.digest.encode(), digest_size=16)

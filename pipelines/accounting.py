@@ -14,15 +14,14 @@ def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
     normalized: {...}}."""
 
     def block(prefix: str) -> dict[str, Any]:
-        out = {
+        dropped = {
+            name.rsplit("/", 1)[1]: n for name, n in sorted(stats.items()) if name.startswith(f"{prefix}/dropped/")
+        }
+        return {
             "in": stats.get(f"{prefix}/in", 0),
             "out": {s: stats.get(f"{prefix}/out/{s}", 0) for s in dataset.SPLITS},
-            "dropped": {},
+            "dropped": dropped,
         }
-        for name, n in sorted(stats.items()):
-            if name.startswith(f"{prefix}/dropped/"):
-                out["dropped"][name.rsplit("/", 1)[1]] = n
-        return out
 
     normalized: dict[str, dict[str, int]] = {}
     for name, n in sorted(stats.items()):

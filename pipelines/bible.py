@@ -77,7 +77,7 @@ def plan_bible(source: BibleSource, name: str) -> SourcePlan:
     return SourcePlan(tasks, prints, n_keys)
 
 
-def read_bible(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None]]]:
+def read_bible(task: ReadTask) -> Iterator[tuple[str, dict[str, str]]]:
     by_key: dict[tuple[int, int], dict[str, str]] = {}
     with sqlite3.connect(f"file:{task.paths['']}?mode=ro", uri=True) as db:
         for lang, version in task.versions.items():

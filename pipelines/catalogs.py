@@ -115,7 +115,7 @@ def plan_gettext(source: GettextSource, name: str) -> SourcePlan:
         )
     tasks, prints, records = [], [], 0
     for catalog, paths in sorted(by_catalog.items()):
-        keys = set()
+        keys: set[str] = set()
         for lang, path in sorted(paths.items()):
             keys.update(_message_key(entry) for entry in open_catalog(path) if entry.msgid)
             prints.append({"source": name, "path": path, "sha256": file_sha256(path), "lang": lang})

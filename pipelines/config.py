@@ -180,7 +180,17 @@ class SplitConfig(Schema):
         return self.dev_fraction is not None
 
     def held_out_size(self) -> int:
-        return 0 if self.by_fraction else int(self.dev_size) + int(self.test_size)
+        return 0 if self.by_fraction else sum(self.sizes())
+
+    def sizes(self) -> tuple[int, int]:
+        """(dev, test) tuples of a split by size (`_one_mode` has checked both are set)."""
+        assert self.dev_size is not None and self.test_size is not None, self
+        return self.dev_size, self.test_size
+
+    def fractions(self) -> tuple[float, float]:
+        """(dev, test) fractions of a split by fraction (`_one_mode` has checked both are set)."""
+        assert self.dev_fraction is not None and self.test_fraction is not None, self
+        return self.dev_fraction, self.test_fraction
 
 
 class SpmConfig(Schema):
@@ -216,7 +226,7 @@ class OutputConfig(Schema):
 
 class PrepareConfig(Schema):
     sources: list[Source] = Field(
-        default_factory=lambda: [BibleSource(kind="bible")],
+        default_factory=lambda: list[Source]([BibleSource(kind="bible")]),
         description="The corpora read, each told apart by its kind; the Bible in the paper's six languages by default.",
     )
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig)

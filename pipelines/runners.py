@@ -38,7 +38,7 @@ def pipeline_options(beam_args: list[str], *, workers: int = 1) -> PipelineOptio
     """
     options = PipelineOptions(beam_args)
     if not any(a == "--runner" or a.startswith("--runner=") for a in beam_args):
-        extra = {"runner": DEFAULT_RUNNER}
+        extra: dict[str, str | int] = {"runner": DEFAULT_RUNNER}
         if workers > 1:
             extra.update(runner=PROCESSES_RUNNER, direct_num_workers=workers)
         options = PipelineOptions(beam_args, **extra)
@@ -65,9 +65,12 @@ class WorkerProcessesRunner(FnApiRunner):
 
 
 def _check_runner(name: str | None) -> None:
-    """BeamOptionError for a runner Beam does not know, before any work (Beam names it only at run time)."""
+    """BeamOptionError for a runner Beam does not know, before any work (Beam names it only at run time); no
+    runner named: Beam's default, nothing to check."""
     from apache_beam.runners.runner import create_runner
 
+    if name is None:
+        return
     try:
         create_runner(name)
     except (ValueError, ImportError) as exc:

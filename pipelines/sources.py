@@ -17,7 +17,7 @@ tuples, or `(key, MALFORMED)` for a record that cannot be parsed. Their DoFn
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from pipelines import bible, catalogs, source_files, tmx
 from pipelines.bible import bible_db_path
@@ -67,7 +67,7 @@ def plan_reads(config: PrepareConfig) -> SourcePlan:
     return SourcePlan(tasks, prints, records)
 
 
-def read_task(task: ReadTask) -> Iterator[tuple[str, dict[str, str | Skip | None] | str]]:
+def read_task(task: ReadTask) -> Iterator[tuple[str, Mapping[str, str | Skip | None] | str]]:
     """Yield (key, {lang: text, None, or a Skip}) for each record of the chunk; (key, MALFORMED) if unparsable."""
     if task.kind == "bible":
         return bible.read_bible(task)

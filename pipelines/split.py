@@ -61,7 +61,7 @@ def select_held_out(candidates: list[tuple[float, Tuple]], config: SplitConfig) 
 
     if config.by_fraction:
         for u, t in ordered:
-            yield ("train" if not takes(t) else "dev" if u < config.dev_fraction else "test"), t
+            yield ("train" if not takes(t) else "dev" if u < config.fractions()[0] else "test"), t
         return
     queues: dict[str, deque[Tuple]] = {}  # each source's candidates, in u order
     for _, t in ordered:
@@ -75,7 +75,7 @@ def select_held_out(candidates: list[tuple[float, Tuple]], config: SplitConfig) 
                 if not takes(t):
                     yield "train", t
                     continue
-                yield ("dev" if n < config.dev_size else "test"), t
+                yield ("dev" if n < config.sizes()[0] else "test"), t
                 n += 1
                 break
     for queue in queues.values():
@@ -90,7 +90,8 @@ def check_held_out(config: SplitConfig, written: dict[str, int], trained_on: dic
     if config.by_fraction:
         return
     held = {s: written[s] + (trained_on or {}).get(s, 0) for s in ("dev", "test")}
-    if held["dev"] < config.dev_size or held["test"] < config.test_size:
+    dev_size, test_size = config.sizes()
+    if held["dev"] < dev_size or held["test"] < test_size:
         raise HeldOutError(
             f"only {held['dev'] + held['test']} tuples without repeated sentences could be "
             f"held out, but prepare.split.dev_size + test_size = {config.held_out_size()}: lower them"
@@ -142,7 +143,7 @@ class SplitTuples(beam.PTransform):
             lambda t: [(unit_hash("split", cfg.seed, t[0]), t)] if complete <= t[1].keys() else []
         )
         if cfg.by_fraction:
-            threshold = cfg.dev_fraction + cfg.test_fraction
+            threshold = sum(cfg.fractions())
             candidates = (
                 hashed
                 | "UnderFractions" >> beam.Filter(lambda h: h[0] <= threshold)

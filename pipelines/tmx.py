@@ -114,7 +114,7 @@ def plan_tmx(source: TmxSource, name: str) -> SourcePlan:
     return SourcePlan(tasks, prints, records)
 
 
-def read_tmx(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None]]]:
+def read_tmx(task: ReadTask) -> Iterator[tuple[str, dict[str, str]]]:
     """(key, {lang: text}) for each `<tu>` of the task's file; the key is the file's index and the unit's."""
     for n, unit in enumerate(_units(task.paths[""], task.lang_map, frozenset(task.languages))):
         yield f"{task.source}:{task.index}:{n}", unit

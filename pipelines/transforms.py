@@ -17,7 +17,7 @@ import apache_beam as beam
 from pipelines.clean import TOO_FEW_LANGUAGES, Cleaner
 from pipelines.config import PrepareConfig
 from pipelines.counting import Tally
-from pipelines.sources import BELOW_MIN_SCORE, MALFORMED, ReadTask, Skip, read_task
+from pipelines.sources import MALFORMED, ReadTask, Skip, read_task
 
 log = logging.getLogger(__name__)
 
@@ -35,17 +35,19 @@ class ReadTupleFn(beam.DoFn):
                 tally.drop_tuple(MALFORMED, [])
                 log.warning("dropped malformed record %s", key)
                 continue
-            if record == BELOW_MIN_SCORE:  # its sentences were read, and are dropped with it
+            if isinstance(record, str):  # BELOW_MIN_SCORE: its sentences were read, and are dropped with it
                 for lang in task.languages:
                     tally.add(f"sentences/{lang}/in")
-                tally.drop_tuple(BELOW_MIN_SCORE, task.languages)
+                tally.drop_tuple(record, task.languages)
                 continue
-            for lang, text in list(record.items()):
+            kept: dict[str, str | None] = {}
+            for lang, text in record.items():
                 tally.add(f"sentences/{lang}/in")
                 if isinstance(text, Skip):  # read, and not a translation (a fuzzy catalog entry, ...)
                     tally.add(f"sentences/{lang}/dropped/{text.reason}")
-                    del record[lang]
-            yield key, record
+                else:
+                    kept[lang] = text
+            yield key, kept
         yield from tally.flush()
         where = {"bible": f"book {task.book}", "tmx": task.paths.get(""), "gettext": task.catalog}.get(
             task.kind, f"lines {task.start_line}+"
