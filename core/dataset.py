@@ -215,12 +215,18 @@ def _verify_file(data_dir: str | Path, relative: str, recorded: str | None) -> N
 
 def recorded_sha256(
     manifest: DatasetManifest, splits: list[str] | tuple[str, ...], *, spm: bool = True
-) -> dict[str, str | None]:
+) -> dict[str, str]:
     """{relative path: sha256} of the shards of `splits` (and spm.model) as `manifest` records them: what
-    `verify` checked, for a cache key that changes with the data read."""
-    files = {f.path: f.sha256 for split in splits for f in manifest.splits[split].files}
+    `verify` checked, for a cache key that changes with the data read. DatasetError for a spm.model without
+    one, as `verify` refuses it."""
+    named = [(f.path, f.sha256) for split in splits for f in manifest.splits[split].files]
     if spm:
-        files[manifest.spm.model] = manifest.spm.sha256
+        named.append((manifest.spm.model, manifest.spm.sha256))
+    files = {}
+    for relative, recorded in named:
+        if not recorded:  # a dataset of an early version
+            raise DatasetError(f"{relative}: no sha256 in {MANIFEST}; run `interlingua prepare --force`")
+        files[relative] = recorded
     return files
 
 
@@ -286,7 +292,7 @@ class Dataset:
         verify(self.location, splits, spm=spm)
         return self
 
-    def sha256(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, str | None]:
+    def sha256(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, str]:
         """{relative path: sha256} of what `verify` checks (`recorded_sha256`): a cache key of the data read."""
         return recorded_sha256(self.manifest, splits, spm=spm)
 

@@ -41,7 +41,7 @@ def embed(
 
 
 def embed_rows(
-    model: MultilingualNMT, corpus: ParallelCorpus, rows: Sequence[int], *, device: torch.device
+    model: MultilingualNMT, corpus: ParallelCorpus, rows: Sequence[int] | np.ndarray, *, device: torch.device
 ) -> dict[str, np.ndarray]:
     """`embed` of the same `rows` (tuples) of `corpus` in each of its languages, under bf16 autocast on a
     GPU: what a similarity error over every ordered pair is computed from (the dev error of training)."""

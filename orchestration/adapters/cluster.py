@@ -47,7 +47,7 @@ def ensure_ray(
                 address=target,
                 log_to_driver=log_to_driver,
                 logging_level=logs.ray_logging_level(),
-                **({"include_dashboard": dashboard} if local else {}),
+                include_dashboard=dashboard if local else None,  # None, ray.init's default: the cluster's choice
             )
         _started_here = ray.get_runtime_context().gcs_address if local else None
 

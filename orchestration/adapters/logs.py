@@ -134,10 +134,15 @@ def plain_ray_output() -> None:
     from ray._private import ray_logging
 
     if hasattr(ray_logging, "_color"):
-        ray_logging._color = str
+        ray_logging._color = _uncoloured
     for handler in logging.getLogger("ray").handlers:  # Ray's own handler: it does not propagate to ours
         if not any(isinstance(f, _NoEscapeCodes) for f in handler.filters):
             handler.addFilter(_NoEscapeCodes())
+
+
+def _uncoloured(msg: str) -> str:
+    """Ray's `_color(msg)` without the colour."""
+    return msg
 
 
 def ray_logging_level() -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core import boundary, fencing, ownership, storage, transfer
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from model.args import ModelMeta
 
 log = logging.getLogger(__name__)
+
+_Location = TypeVar("_Location", bound=storage.Location)  # what `check` is given, a str or a Path, it returns
 
 MODEL_FILE = "model.safetensors"
 LEGACY_MODEL_FILE = "model.pt"  # the older versions' torch pickle: converted by `upgrade-model`, never loaded as such
@@ -146,7 +148,7 @@ def normalization(model_dir: Path) -> NormalizeConfig:
         ) from None
 
 
-def check(model_dir: str | Path) -> str | Path:
+def check(model_dir: _Location) -> _Location:
     """`model_dir` if it holds a model; ModelMissing (a FileNotFoundError) naming what is missing otherwise;
     BoundaryError when it holds a link (nothing is read through one: `core.boundary`)."""
     boundary.check_no_links(model_dir, "the model directory")
@@ -171,7 +173,7 @@ def _refuse_legacy(model_dir: str | Path, missing: list[str]) -> None:
         )
 
 
-def check_replaceable(model_dir: Path) -> list[str]:
+def check_replaceable(model_dir: storage.Location) -> list[str]:
     """The files of `model_dir` once it holds nothing but a model's (what an export may replace);
     ForeignDataError naming the others."""
     return ownership.check_only_ours(

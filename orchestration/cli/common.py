@@ -36,13 +36,21 @@ def command(
     writes: bool = False,
     locks: bool = False,
     beam: bool = False,
-    **kwargs: str,
+    help: str,
+    description: str | None = None,
 ) -> argparse.ArgumentParser:
     """A subcommand's parser running `handler(config, args) -> exit code`: its example under --help, the
     verbosity flags and -c/--config with KEY=VALUE overrides. `writes`: run_dir is checked
     writable before any work; `locks`: the command holds the run dir's lock while it writes there (exit 5 when
-    another holds it); `beam`: unknown --flags go to Apache Beam."""
-    p = sub.add_parser(name, epilog=f"Example:\n  {example}", formatter_class=_HelpFormatter, **kwargs)
+    another holds it); `beam`: unknown --flags go to Apache Beam. `help` is the line under the main --help,
+    `description` the paragraph under the command's own."""
+    p = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=f"Example:\n  {example}",
+        formatter_class=_HelpFormatter,
+    )
     verbosity_flags(p, default=argparse.SUPPRESS)
     p.add_argument("--config", "-c", help="run config (YAML); schema defaults when omitted")
     p.add_argument(

@@ -180,9 +180,10 @@ def with_values(config: Config, values: dict[str, Any], origins: dict[str, str] 
         node = data
         *parents, last = key.split(".")
         for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-            if not isinstance(node, dict):
+            child = node.get(part)
+            if not isinstance(child, dict):
                 raise ConfigError(f"{key}: {part!r} is not a config section [{origins.get(key, 'search space')}]")
+            node = child
         node[last] = value
     try:
         return Config.model_validate(data)

@@ -94,6 +94,8 @@ def load_encoder(
         return model.to(device)
     folder = Path(export_dir) if export_dir else export.default_dir(model_dir)
     manifest = export.read_manifest(folder)
+    if manifest is None:  # `resolve` found it: removed since
+        raise BackendError(f"runtime.backend={chosen}: no export at {folder} any more; export the model again")
     sessions = {name: session(folder / export.file_name(name, chosen), threads=threads) for name in manifest.encoders}
     log.info("encoder backend %s (%s)", chosen, folder)
     return OnnxEncoder(sessions, languages=manifest.languages, embedding_dim=manifest.embedding_dim)

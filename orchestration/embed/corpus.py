@@ -203,8 +203,8 @@ def _embed_corpus(
             storage_env=storage.environment(),
         )  # the actors read URI inputs from the same store
         _run(pending, out_dir, fp, local_model, job, actors, cpus_per_actor, use_gpu)
-    records = scan_records(out_dir).records
-    records = [records[f"{store.block_name(b.index)}.json"] for b in blocks]
+    found = scan_records(out_dir).records
+    records = [found[f"{store.block_name(b.index)}.json"] for b in blocks]
     manifest = _manifest(
         files,
         records,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -29,7 +29,7 @@ from orchestration.adapters import model_dir as model_files
 
 log = logging.getLogger(__name__)
 
-FORMAT = "interlingua-onnx-export"  # the marker that makes a folder ours to replace
+FORMAT: Final = "interlingua-onnx-export"  # the marker that makes a folder ours to replace
 VERSION = 1
 MANIFEST = "manifest.json"
 BACKENDS = ("onnx", "onnx-int8")

@@ -114,7 +114,8 @@ def plan_blocks(paths: Iterable[str], *, column: str, block_rows: int) -> tuple[
     `block_rows` sentences; CorpusError on bad UTF-8, a missing or non-text column."""
     if block_rows < 1:
         raise CorpusError("--block-rows must be at least 1")
-    files, blocks = [], []
+    files: list[InputFile] = []
+    blocks: list[BlockSpec] = []
     for path in paths:
         scan = _scan_parquet(path, column) if str(path).endswith(".parquet") else _scan_text(path, block_rows)
         info, offsets = scan

@@ -104,7 +104,12 @@ def ship_model(model_dir: Path | None, backend: str = "torch") -> list[dict[str,
     folders = {"model": (Path(model_dir), files)}
     if backend != "torch":
         folder = export.default_dir(Path(model_dir))
-        folders["model-onnx"] = (folder, [export.MANIFEST, *export.read_manifest(folder).files])
+        manifest = export.read_manifest(folder)
+        if manifest is None:  # `backend` is resolved (`embed.backends.resolve`): the export was there
+            from orchestration.embed.backends import BackendError
+
+            raise BackendError(f"runtime.backend={backend}: no export at {folder} any more; export the model again")
+        folders["model-onnx"] = (folder, [export.MANIFEST, *manifest.files])
     return [
         {
             f"{name}/{file}": ray.put((folder / file).read_bytes())

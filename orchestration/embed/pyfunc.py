@@ -19,9 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 import mlflow.models
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+
+# the class itself, not `mlflow.pyfunc.PythonModel`: mlflow's __init__ binds `pyfunc` to a lazy loader, which
+# hides the submodule's names from a type checker
+from mlflow.pyfunc import PythonModel
 
 # The third-party distributions imported when the model loads (`orchestration.embed.embedder` and what it
 # imports: the Beam-free `core`, `model`), pinned at logging time to the versions installed then; neither
@@ -29,7 +32,7 @@ import pandas as pd
 REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow")
 
 
-class SentenceEmbeddingModel(mlflow.pyfunc.PythonModel):
+class SentenceEmbeddingModel(PythonModel):
     def load_context(self, context: Any) -> None:
         from orchestration.embed.embedder import SentenceEmbedder
 

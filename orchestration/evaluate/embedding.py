@@ -68,8 +68,9 @@ def complete_tuples(
     )
     if ordered is None:
         dataset = dataset.sort("key")  # straight after the read: the sort's partitions are the read's blocks
+    # a partial, not fn_kwargs: Ray's stub types the function as taking the batch alone (it names it the same)
     dataset = dataset.map_batches(
-        complete_only, batch_format="pyarrow", batch_size=None, fn_kwargs={"columns": required}
+        functools.partial(complete_only, columns=required), batch_format="pyarrow", batch_size=None
     )
     if e.max_sentences:
         dataset = dataset.limit(e.max_sentences)

@@ -63,9 +63,11 @@ def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
         unknown = [lang for lang in spec.files if lang not in languages]
         if unknown:
             raise EvaluateError(f"evaluate.testsets {spec.name}: the model knows {languages}, not {unknown}")
-        testset = _from_files(spec)
-    else:
-        testset = _from_dataset(spec, languages)
+        testset = _from_files(spec, spec.files)
+    elif spec.dataset is not None:
+        testset = _from_dataset(spec, spec.dataset, languages)
+    else:  # TestsetConfig's own validator refuses this; a config built around it is refused here
+        raise EvaluateError(f"evaluate.testsets {spec.name}: give exactly one of files and dataset")
     if len(testset.table) < 2:
         raise EvaluateError(
             f"evaluate.testsets {spec.name}: {len(testset.table)} complete tuples of "
@@ -82,11 +84,11 @@ def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
     return testset
 
 
-def _from_files(spec: TestsetConfig) -> Testset:
+def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
     from orchestration.embed.inputs import CorpusError, read_lines
 
     columns, identity = {}, {}
-    for lang, name in spec.files.items():
+    for lang, name in files.items():
         path = storage.absolute(name)  # a local path or a URI
         if not storage.exists(path):
             raise EvaluateError(f"evaluate.testsets {spec.name}: {path} ({lang}) is not a file")
@@ -100,7 +102,7 @@ def _from_files(spec: TestsetConfig) -> Testset:
     if len(set(counts.values())) > 1:
         raise EvaluateError(
             f"evaluate.testsets {spec.name}: the files must be line-aligned, but have "
-            + ", ".join(f"{spec.files[lang]} {n} lines" for lang, n in counts.items())
+            + ", ".join(f"{files[lang]} {n} lines" for lang, n in counts.items())
         )
     read = next(iter(counts.values()))
     keep = [i for i in range(read) if all(lines[i].strip() for lines in columns.values())]
@@ -115,8 +117,8 @@ def _from_files(spec: TestsetConfig) -> Testset:
     return Testset(spec.name, table, list(columns), {"files": identity}, read, dropped, verified)
 
 
-def _from_dataset(spec: TestsetConfig, languages: list[str]) -> Testset:
-    folder = storage.absolute(spec.dataset)
+def _from_dataset(spec: TestsetConfig, dataset: str, languages: list[str]) -> Testset:
+    folder = storage.absolute(dataset)
     if not storage.exists(storage.join(folder, MANIFEST)):
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} holds no prepared dataset ({MANIFEST})")
     data = Dataset.open(folder)

@@ -133,6 +133,8 @@ def explain(
         f"{100 * champion_error:.2f}% (needs {100 * min_improvement:.2f} points better)"
     )
     if verdict.blocking:
+        if max_pair_regression is None:  # `pair_regressions` finds no pair without a budget
+            raise ValueError("a verdict with blocking pairs comes from a max_pair_regression; none was given")
         listed = ", ".join(str(r) for r in verdict.blocking[:MAX_LISTED_PAIRS])
         more = len(verdict.blocking) - MAX_LISTED_PAIRS
         reason += (
@@ -169,10 +171,7 @@ def register_and_decide(
         },
     )
     challenger_error, champion_error = challenger.averages["all"], None
-    rule = {
-        "min_improvement": config.registry.min_improvement,
-        "max_pair_regression": config.registry.max_pair_regression,
-    }
+    min_improvement, max_pair_regression = config.registry.min_improvement, config.registry.max_pair_regression
     current = registry.champion(uri, name)
     if current is None:
         verdict, reason = Verdict(better=True), "no champion yet"
@@ -199,7 +198,8 @@ def register_and_decide(
             champion_error=champion_error,
             challenger_matrix=challenger.matrix,
             champion_matrix=champion.matrix,
-            **rule,
+            min_improvement=min_improvement,
+            max_pair_regression=max_pair_regression,
         )
         reason = explain(
             verdict,
@@ -207,11 +207,20 @@ def register_and_decide(
             champion=f"v{current.version}",
             challenger_error=challenger_error,
             champion_error=champion_error,
-            **rule,
+            min_improvement=min_improvement,
+            max_pair_regression=max_pair_regression,
         )
     if verdict.promoted:
         registry.promote(uri, name, version)
-    log_decision(uri, parent_run_id, verdict, challenger_error=challenger_error, champion_error=champion_error, **rule)
+    log_decision(
+        uri,
+        parent_run_id,
+        verdict,
+        challenger_error=challenger_error,
+        champion_error=champion_error,
+        min_improvement=min_improvement,
+        max_pair_regression=max_pair_regression,
+    )
     tracking.set_tags(
         uri,
         parent_run_id,

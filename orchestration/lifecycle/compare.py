@@ -174,8 +174,8 @@ def _plot(uri: str, runs: list, path: str) -> None:
         trained = run.data.tags.get(tracking.TRAIN_RUN_TAG) or run.data.tags.get("mlflow.parentRunId")
         history = tracking.metric_history(uri, trained, "dev/xsim_error") if trained else []
         if history:
-            steps, values = zip(*sorted(history))
-            curves.plot(steps, [100 * v for v in values], label=run.info.run_name)
+            steps, errors = zip(*sorted(history))
+            curves.plot(steps, [100 * v for v in errors], label=run.info.run_name)
     curves.set_xlabel("step")
     curves.set_ylabel("dev similarity error %")
     curves.set_title("learning curves")

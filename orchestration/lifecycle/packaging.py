@@ -61,7 +61,13 @@ def build_project_wheel(dst: str | os.PathLike) -> Path:
             f"{root} holds no setup.cfg: a registered model carries a wheel of the project, built from its "
             "source tree; install the project from a checkout (`pip install -e .`) to register models"
         )
-    packages = importlib.metadata.distribution(DISTRIBUTION).read_text("top_level.txt").split()
+    top_level = importlib.metadata.distribution(DISTRIBUTION).read_text("top_level.txt")
+    if top_level is None:  # an install by a tool that writes no top_level.txt: which packages to build is unknown
+        raise FileNotFoundError(
+            f"the installed {DISTRIBUTION} has no top_level.txt; install the project from a checkout "
+            "(`pip install -e .`) to register models"
+        )
+    packages = top_level.split()
     tree, out = Path(dst) / "src", Path(dst) / "dist"
     tree.mkdir(parents=True)
     for name in BUILD_FILES:

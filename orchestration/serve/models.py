@@ -93,7 +93,8 @@ class ModelSource:
         download = None
         if self.follows:
             download = tempfile.TemporaryDirectory(prefix=f"interlingua-serve-v{version}-", dir=self.scratch)
-            folder = choose_model(self.config, "champion", download.name, key="serve.model", version=version).location
+            chosen = choose_model(self.config, "champion", download.name, key="serve.model", version=version)
+            folder = model_files.fetch(chosen.location)  # the download: a local folder, itself
         else:
             folder = model_files.fetch(self.config.serve.model)  # a URI: a verified local copy
         try:

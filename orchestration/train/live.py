@@ -79,7 +79,9 @@ def shown(max_steps: int, *, poll_s: float = 1.0) -> Iterator[Any]:
     """A `Board` actor for rank 0 to post to (its handle), drawn on this process until the block ends."""
     import ray
 
-    board = ray.remote(num_cpus=0)(Board).remote()
+    # a handle as `post` takes it: Ray types it `ActorHandle[Board] | type[Board]` (`ray.actor.ActorProxy`), whose
+    # calls type-check only on methods decorated with `ray.method`, which would import Ray with this module
+    board: Any = ray.remote(num_cpus=0)(Board).remote()
     follower, stop = Follower(max_steps), threading.Event()
 
     def follow() -> None:

@@ -93,7 +93,8 @@ def _train(job: WorkerJob) -> None:
     while not stop:
         epoch = step(worker, window)
         worker.progress.elapsed_s = elapsed_before + time.monotonic() - started
-        n, metrics = worker.progress.step, {}
+        n = worker.progress.step
+        metrics: dict[str, float] = {}
         if n % run.log_every_steps == 0 or n >= worker.config.train.max_steps:
             stop = end_of_window(worker, window, epoch, metrics)
         if n % worker.config.train.eval_every_steps == 0 or stop:
@@ -136,9 +137,11 @@ def set_up(job: WorkerJob) -> Worker:
     if state:
         model.load_state_dict(state.model)
     torch.manual_seed(t.seed * 1000 + rank + (state.progress.step if state else 0))
-    model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
-    core: MultilingualNMT = model.module if hasattr(model, "module") else model
-    optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=device)
+    wrapped = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
+    core = wrapped.module if hasattr(wrapped, "module") else wrapped  # DDP's module: the model itself
+    if not isinstance(core, MultilingualNMT):
+        raise TypeError(f"ray.train.torch.prepare_model wrapped the model as {type(core).__name__}, not DDP")
+    optimizer = make_optimizer(wrapped, lr=t.lr, weight_decay=t.weight_decay, device=device)
     scheduler = (
         torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="min", factor=t.lr_decay, patience=t.lr_patience_evals, min_lr=t.min_lr
@@ -150,10 +153,14 @@ def set_up(job: WorkerJob) -> Worker:
     if state:
         optimizer.load_state_dict(state.optimizer)
         if scheduler is not None:
+            if state.scheduler is None:  # train.schedule is in the run's fingerprint: a resume keeps it
+                raise ValueError(
+                    "the checkpoint holds no LR scheduler state: it was trained with another train.schedule"
+                )
             scheduler.load_state_dict(state.scheduler)
         progress, best_state = _resumed(state.progress, world, rank), state.best_model
     position, digest = _stream_start(state, rank, world)
-    stream = BatchStream(
+    batches = BatchStream(
         units,
         job.languages,
         training_paths(t),
@@ -170,9 +177,9 @@ def set_up(job: WorkerJob) -> Worker:
     )
     ahead = config.runtime.prefetch_batches
     stream = prefetched(
-        stream, 8 if ahead is None and config.runtime.use_gpu else ahead or 0, pin_memory=device.type == "cuda"
+        batches, 8 if ahead is None and config.runtime.use_gpu else ahead or 0, pin_memory=device.type == "cuda"
     )
-    worker = Worker(job, rank, device, model, core, optimizer, scheduler, progress, best_state, stream)
+    worker = Worker(job, rank, device, wrapped, core, optimizer, scheduler, progress, best_state, stream)
     if rank == 0:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
         # the first step: the first metrics window measures training, and a bad store fails now
@@ -243,8 +250,11 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
     from evaluation.xsim import average_error, error_matrix
 
     progress, t = worker.progress, worker.config.train
-    pairs, by_source = None, {}
+    pairs: dict[tuple[str, str], float] = {}  # rank 0's
+    by_source: dict[str, float] = {}
     if worker.rank == 0:
+        if worker.dev is None or worker.dev_rows is None:  # `set_up` reads them on rank 0
+            raise RuntimeError("rank 0 has no dev tuples to measure the dev error on")
         embeddings = embed_rows(worker.core, worker.dev, worker.dev_rows, device=worker.device)
         pairs = error_matrix(embeddings)
         by_source = {

@@ -107,6 +107,7 @@ def tune_domains(space: SearchSpace) -> dict[str, Any]:
 
 def example(domain: Domain) -> Any:
     """A value of the domain, to validate its key before the search."""
-    if domain.choice or domain.grid:
-        return (domain.choice or domain.grid)[0]
-    return (domain.uniform or domain.loguniform or domain.randint)[0]
+    for values in (domain.choice, domain.grid, domain.uniform, domain.loguniform, domain.randint):
+        if values:  # none is empty: each has a minimum length
+            return values[0]
+    raise ConfigError("a search domain needs one of choice, grid, uniform, loguniform, randint")

@@ -173,7 +173,7 @@ def _compute(
     }
 
 
-def _sentences(shard: str, languages: list[str]) -> int:
+def _sentences(shard: storage.Location, languages: list[str]) -> int:
     """The sentences of `languages` in a shard, from its footer's null counts (every row when it has none)."""
     meta = storage.open_parquet(shard).metadata
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]

@@ -33,9 +33,13 @@ class Window:
         self.reset()
 
     def reset(self) -> None:
-        self.nll = dict.fromkeys(self.languages, 0.0)
-        self.tokens = dict.fromkeys(self.languages, 0.0)
-        self.loss = self.ranking = self.distill = self.steps = self.input_tokens = 0.0
+        # a sum starts as 0.0 and becomes a () tensor with the first step's value added
+        self.nll: dict[str, torch.Tensor | float] = dict.fromkeys(self.languages, 0.0)
+        self.tokens: dict[str, torch.Tensor | float] = dict.fromkeys(self.languages, 0.0)
+        self.loss: torch.Tensor | float = 0.0
+        self.ranking: torch.Tensor | float = 0.0
+        self.distill: torch.Tensor | float = 0.0
+        self.steps = self.input_tokens = 0.0
         self.start, self.cpu_start = self.wall_clock(), self.cpu_clock()
 
     def add(self, out: Losses, input_tokens: int) -> None:
