@@ -184,7 +184,7 @@ class _Sink:
 
 def pair_metrics(
     results: dict[Pair, PairResult],
-    texts: Mapping[str, Sequence] | None,
+    texts: Mapping[str, Sequence | np.ndarray] | None,
     *,
     metric: str,
     margin_k: int,
@@ -209,7 +209,7 @@ def pair_metrics(
     return out
 
 
-def _text_dtype(texts: Sequence) -> Any:
+def _text_dtype(texts: Sequence | np.ndarray) -> Any:
     return texts.dtype if isinstance(texts, np.ndarray) else object
 
 

@@ -4,6 +4,7 @@ Runs live in the experiment `tracking.experiment` of the tracking store
 `tracking.uri`: the embedded default is an sqlite file under runs/ (artifacts
 beside it), or any tracking server (`http://host:5000`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -11,11 +12,13 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from core import fencing
 from core.errors import UserError
+from orchestration.adapters import lineage
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +33,13 @@ MODEL_STEP_TAG = "interlingua.model_step"
 TRAIN_RUN_TAG = "interlingua.train_run_id"
 TUNE_TAG, TRIAL_TAG = "interlingua.tune", "interlingua.trial"
 RUN_DIR_TAG = "interlingua.run_dir"
+MAX_NOTE_CHARS = 7000  # MLflow 3 caps a tag's value at 8,000 characters
 
 
 def resolve_uri(uri: str) -> str:
     """Make a relative sqlite or file store absolute, so Ray workers elsewhere reach the same store."""
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+        return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
     if "://" not in uri:
         return str(Path(uri).resolve())
     return uri
@@ -52,7 +56,7 @@ def _client(uri: str):
     from mlflow.tracking import MlflowClient
 
     if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     return MlflowClient(tracking_uri=uri)
 
 
@@ -69,23 +73,36 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def experiment_id(uri: str, name: str) -> str:
+    """The experiment `name`, created as a model-training experiment (`lineage.EXPERIMENT_KIND_TAG`: MLflow's UI
+    opens it on its runs); one that has no kind yet is given that one, a kind chosen otherwise is kept."""
     client = _client(uri)
     found = client.get_experiment_by_name(name)
     if found is not None:
+        if lineage.EXPERIMENT_KIND_TAG not in found.tags:
+            client.set_experiment_tag(found.experiment_id, lineage.EXPERIMENT_KIND_TAG, lineage.MODEL_TRAINING)
         return found.experiment_id
     location = None
     if uri.startswith("sqlite:///"):  # artifacts beside the database, not in the caller's cwd
-        location = Path(uri[len("sqlite:///"):]).parent.joinpath("mlartifacts").as_uri()
-    return client.create_experiment(name, artifact_location=location)
+        location = Path(uri[len("sqlite:///") :]).parent.joinpath("mlartifacts").as_uri()
+    return client.create_experiment(
+        name, artifact_location=location, tags={lineage.EXPERIMENT_KIND_TAG: lineage.MODEL_TRAINING}
+    )
 
 
 def start_run(
-    uri: str, experiment: str, run_name: str, params: Mapping[str, Any], *,
-    resume_run_id: str | None = None, parent_run_id: str | None = None, tags: Mapping[str, str] | None = None,
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, Any],
+    *,
+    resume_run_id: str | None = None,
+    parent_run_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> str:
-    """A new run with `params` logged, or `resume_run_id` set RUNNING again. Returns the run id."""
-    from mlflow.exceptions import MlflowException
+    """A new run with `params` logged, or `resume_run_id` set RUNNING again. Returns the run id. A new run
+    carries MLflow's source tags (`lineage.source_tags`: the command, the project's version and commit)."""
     from mlflow.entities import Param
+    from mlflow.exceptions import MlflowException
 
     client = _client(uri)
     if resume_run_id:
@@ -94,25 +111,47 @@ def start_run(
             return resume_run_id
         except MlflowException:
             log.warning("MLflow run %s not found in %s; starting a new one", resume_run_id, uri)
-    all_tags = {"mlflow.runName": run_name, **(tags or {})}
+    parent = None
+    if parent_run_id and not lineage.from_cli():  # a run the command line did not start: its parent's source
+        with contextlib.suppress(MlflowException):
+            parent = client.get_run(parent_run_id).data.tags
+    all_tags = {**lineage.source_tags(parent), "mlflow.runName": run_name, **(tags or {})}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     run = client.create_run(experiment_id(uri, experiment), run_name=run_name, tags=all_tags)
     flat = [Param(k, v[:6000]) for k, v in flatten(params).items()]
     for start in range(0, len(flat), 100):
-        client.log_batch(run.info.run_id, params=flat[start:start + 100])
+        client.log_batch(run.info.run_id, params=flat[start : start + 100])
     return run.info.run_id
 
 
 @contextlib.contextmanager
-def run(uri: str, experiment: str, run_name: str, params: Mapping[str, Any], *, stage: str,
-        resume_run_id: str | None = None, parent_run_id: str | None = None,
-        tags: Mapping[str, str] | None = None) -> Iterator[str]:
+def run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, Any],
+    *,
+    stage: str,
+    resume_run_id: str | None = None,
+    parent_run_id: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    inputs: Sequence[lineage.DataInput] = (),
+) -> Iterator[str]:
     """`with tracking.run(...) as run_id:` the one way a stage opens its MLflow run (`start_run`, tagged with
-    its stage) and ends it: FINISHED, KILLED on an interrupt (SIGINT, SystemExit), FAILED on any error."""
-    run_id = start_run(uri, experiment, run_name, params, resume_run_id=resume_run_id, parent_run_id=parent_run_id,
-                       tags={STAGE_TAG: stage, **(tags or {})})
+    its stage, the datasets it reads logged as its dataset `inputs`) and ends it: FINISHED, KILLED on an
+    interrupt (SIGINT, SystemExit), FAILED on any error."""
+    run_id = start_run(
+        uri,
+        experiment,
+        run_name,
+        params,
+        resume_run_id=resume_run_id,
+        parent_run_id=parent_run_id,
+        tags={STAGE_TAG: stage, **(tags or {})},
+    )
     try:
+        lineage.log_inputs(_client(uri), run_id, inputs)
         yield run_id
     except (KeyboardInterrupt, SystemExit):
         _end_if_ours(uri, run_id, "KILLED")
@@ -159,6 +198,16 @@ def log_text(uri: str, run_id: str, text: str, artifact_file: str) -> None:
     _client(uri).log_text(run_id, text, artifact_file)
 
 
+def log_table(uri: str, run_id: str, data: Mapping[str, list], artifact_file: str) -> None:
+    """`data` (column -> values) as the run's table artifact `artifact_file` (.json), which MLflow's UI shows."""
+    _client(uri).log_table(run_id, data=dict(data), artifact_file=artifact_file)
+
+
+def describe(uri: str, run_id: str, text: str) -> None:
+    """The run's description in MLflow's UI (markdown)."""
+    _client(uri).set_tag(run_id, lineage.NOTE_TAG, text[:MAX_NOTE_CHARS])
+
+
 def end_run(uri: str, run_id: str, status: str) -> None:
     """status: FINISHED, FAILED or KILLED."""
     fencing.check()
@@ -199,8 +248,9 @@ def search_runs(uri: str, experiment: str, filter_string: str = "", max_results:
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return []
-    return client.search_runs([found.experiment_id], filter_string, max_results=max_results,
-                              order_by=["attributes.start_time DESC"])
+    return client.search_runs(
+        [found.experiment_id], filter_string, max_results=max_results, order_by=["attributes.start_time DESC"]
+    )
 
 
 def artifacts(uri: str, run_id: str, path: str | None = None) -> list[str]:
@@ -231,10 +281,12 @@ def check_reachable(uri: str) -> None:
     try:
         _client(uri).search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - any failure here means "unreachable"
-        if getattr(exc, "error_code", None) in _REFUSED:
+        code = getattr(exc, "error_code", None)
+        if code in _REFUSED:
             raise TrackingLoginError(
-                f"tracking.uri: {uri} refused this command ({exc.error_code}): give it a user's credentials in "
-                f"MLflow's variables, {', '.join(CREDENTIALS_ENV)} (basic auth), or MLFLOW_TRACKING_TOKEN") from None
+                f"tracking.uri: {uri} refused this command ({code}): give it a user's credentials in "
+                f"MLflow's variables, {', '.join(CREDENTIALS_ENV)} (basic auth), or MLFLOW_TRACKING_TOKEN"
+            ) from None
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConnectionError(f"MLflow tracking store {uri} is unreachable: {first_line}") from None
     finally:

@@ -12,6 +12,7 @@ registered and promoted or not by `champion.register_and_decide`.
 Exit codes (`core.errors.Exit`): 0 trained and promoted, 3 nothing to do, 4 trained but
 not promoted, 5 another run holds the lock, 1 failed, 2 bad config or input.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,11 +21,12 @@ from dataclasses import dataclass, field
 from core import storage
 from core.errors import Exit
 from orchestration.adapters import registry, tracking
+from orchestration.adapters.lock import run_lock
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
-from orchestration.adapters.lock import run_lock
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class Outcome:
@@ -39,11 +41,11 @@ class Outcome:
 
 def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | None = None) -> Outcome:
     """prepare -> train -> evaluate -> register under the run dir's lock; the outcome and its exit code."""
+    from core.dataset import file_sha256
+    from orchestration.adapters.model_dir import MODEL_FILE
     from orchestration.evaluate.job import evaluate
     from orchestration.lifecycle.champion import MODEL_TAG, register_and_decide
-    from orchestration.adapters.model_dir import MODEL_FILE
     from orchestration.train.driver import train
-    from core.dataset import file_sha256
     from pipelines.prepare import run_prepare
     from pipelines.runners import pipeline_options
 
@@ -54,11 +56,11 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     run_dir = config.run_location
     with run_lock(run_dir, wait, ttl=config.runtime.lease_ttl_s):
         _close_killed_runs(tracker, run_dir)
-        with tracker.run(f"{config.name}-pipeline", config.to_dict(),
-                          stage="pipeline", tags={tracking.RUN_DIR_TAG: run_dir}) as parent:
+        with tracker.run(
+            f"{config.name}-pipeline", config.to_dict(), stage="pipeline", tags={tracking.RUN_DIR_TAG: run_dir}
+        ) as parent:
             outcome = Outcome(Exit.FAILED, "failed", run_id=parent)
-            prepared = run_prepare(config.prepare, config.data_dir, options=options,
-                                   resolved_config=config.to_dict())
+            prepared = run_prepare(config.prepare, config.data_dir, options=options, resolved_config=config.to_dict())
             outcome.stages["prepare"] = "skipped" if prepared.skipped else "ran"
             trained = train(config, restart_stale=True, parent_run_id=parent)
             outcome.stages["train"] = "skipped" if trained.skipped else "ran"
@@ -79,9 +81,20 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
                 outcome.code = Exit.OK if decision.promoted else Exit.NOT_PROMOTED
                 outcome.message = decision.message
                 outcome.champion_error, outcome.challenger_error = decision.champion_error, decision.challenger_error
-            tracking.set_tags(uri, parent, {f"stage.{k}": v for k, v in outcome.stages.items()}
-                              | {"decision": outcome.message})
+            tracking.set_tags(
+                uri, parent, {f"stage.{k}": v for k, v in outcome.stages.items()} | {"decision": outcome.message}
+            )
+            tracking.describe(uri, parent, description(outcome))
         return outcome
+
+
+def description(outcome: Outcome) -> str:
+    """The pipeline run's description in MLflow's UI (markdown): the decision and why, what each stage did, and
+    the challenger's error matrix when it fits (else the evaluation run's table has it)."""
+    stages = ", ".join(f"{stage} {how}" for stage, how in outcome.stages.items())
+    text = f"**{outcome.message}**\n\nstages: {stages}\n"
+    matrix = f"\n```\n{outcome.matrix}\n```\n"
+    return text + matrix if len(text + matrix) <= tracking.MAX_NOTE_CHARS else text
 
 
 def _close_killed_runs(tracker: Tracker, run_dir: str) -> None:
@@ -95,5 +108,8 @@ def _close_killed_runs(tracker: Tracker, run_dir: str) -> None:
         for child in tracker.search_runs(f"tags.`mlflow.parentRunId` = '{stale.info.run_id}' and {running}"):
             tracking.end_run(tracker.uri, child.info.run_id, "KILLED")
         tracking.end_run(tracker.uri, stale.info.run_id, "KILLED")
-        log.warning("MLflow run %s of an earlier `interlingua run` on %s was left RUNNING by a killed process; "
-                    "marked KILLED", stale.info.run_id, run_dir)
+        log.warning(
+            "MLflow run %s of an earlier `interlingua run` on %s was left RUNNING by a killed process; marked KILLED",
+            stale.info.run_id,
+            run_dir,
+        )

@@ -4,7 +4,11 @@
                   -> 200 {"embeddings": [[...]], "model_version": "3", "dim": 256}
                   with "nearest": {"k": 3, "in": ["en"]}: also the nearest stored sentences of each
     GET  /healthz -> 200 while the replica runs;  GET /readyz -> 200 with the version once a model is loaded
+    GET  /openapi.json, /docs -> the API's OpenAPI description, and its page (Swagger UI: scripts from a CDN)
 
+The routes are a FastAPI app, the deployment's ingress (`@serve.ingress`), as in Ray Serve's own examples; its
+pydantic models (serve/schema.py) describe the bodies. /embed reads its raw body itself, so that the
+checks stay `parse_embed`'s. Every error is {"error": "...", ...} with its status.
 Requests are checked against the `serve` limits before any work (serve/request.py: 413, 422 with a
 message); concurrent requests are embedded together (`@serve.batch`, grouped by language), each failure
 kept to the request that caused it (serve/batch.py); beyond
@@ -17,28 +21,91 @@ Every listener of the endpoint is on the loopback address unless configured othe
 serve.host (127.0.0.1 by default), the replica's own gRPC server on the node's address (`bind_replica_grpc`),
 which is 127.0.0.1 on the local Ray instance a command starts (`cluster.ensure_ray`).
 """
-from __future__ import annotations
 
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations in the replica, from methods that
+# Ray Serve pickled by value with only the globals their code names, where a string "Request" would not resolve.
 import asyncio
 import logging
 import time
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from ray import serve
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
+from orchestration.adapters.lineage import project_version
 from orchestration.config import Config
 from orchestration.config.stages import ServeConfig
 from orchestration.serve.batch import answer_batch
 from orchestration.serve.models import ModelSlot, ModelSource, ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
+from orchestration.serve.schema import ERRORS, EmbedBody, EmbedResponse, Health, Ready, request_body
 
 log = logging.getLogger(f"ray.serve.{__name__}")  # Ray Serve shows its replicas' "ray.serve" loggers
 DEPLOYMENT = "interlingua"
+ROUTES = "POST /embed, GET /healthz, /readyz, /docs"
+
+
+def node_address(address: str, node_ip: str) -> str:
+    """A gRPC listening `address` ("[::]:0", "0.0.0.0:0": every interface) on `node_ip` alone; any other left
+    as it is."""
+    host, _, port = address.rpartition(":")
+    if host not in ("[::]", "0.0.0.0", ""):
+        return address
+    return f"[{node_ip}]:{port}" if ":" in node_ip else f"{node_ip}:{port}"
+
+
+def bind_replica_grpc() -> None:
+    """Bind the replica's own gRPC server to the node's address instead of every interface
+    (`ray_private.wrap_replica_grpc_port`: Ray Serve 2.60 has no option for it); its callers reach it at the
+    node's address (`RunningReplicaInfo.node_ip`, `ray.util.get_node_ip_address()`), so that address alone
+    loses nothing: 127.0.0.1 on the local instance a command starts, the host's own on a cluster. Called in the
+    replica's process; tests/orchestration/serve/test_server.py checks the listeners of a running server."""
+    import ray
+
+    from orchestration.adapters.ray_private import wrap_replica_grpc_port
+
+    node_ip = ray.util.get_node_ip_address()
+    if not wrap_replica_grpc_port(lambda address: node_address(address, node_ip)):
+        log.warning(
+            "this Ray Serve has no replica.add_port_to_grpc_server: its replica's gRPC server may listen "
+            "on every interface"
+        )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, read until it passes `limit` bytes (413): a body without a Content-Length is bounded too."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestRejected(
+                413, f"the body is above serve.max_body_bytes ({limit} bytes); send fewer sentences per request"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# The app and the deployment come after every function their methods call: `serve.ingress` pickles the app,
+# and with it the methods, as the class is decorated; a name the module defines later would be missing from
+# them in the replica (NameError).
+api = FastAPI(
+    title="interlingua",
+    version=project_version(),
+    description="Language-independent sentence embeddings: POST sentences of one language to /embed.",
+)
+
+
+@api.exception_handler(HTTPException)
+async def _no_route(request: Request, exc: HTTPException) -> JSONResponse:
+    """404 and 405 in the API's error form, with its routes."""
+    what = "no route" if exc.status_code == 404 else f"{request.method} is not allowed on"
+    return JSONResponse({"error": f"{what} {request.url.path}; {ROUTES}"}, exc.status_code, headers=exc.headers)
 
 
 @serve.deployment(name=DEPLOYMENT)
+@serve.ingress(api)
 class EmbeddingServer:
     """One replica: a loaded model (`ModelSlot`), the batching queue and, for a champion, the alias poller."""
 
@@ -50,30 +117,40 @@ class EmbeddingServer:
         self.limits = self.config.serve
         cpu_threads(max(1, int(self.limits.cpus_per_replica)))
         self.source = ModelSource(self.config, scratch=scratch)
-        self.slot = ModelSlot(self.source.load(self.source.current_version()),
-                              drain_timeout_s=self.limits.drain_timeout_s)
-        self.embed_batch.set_max_batch_size(self.limits.max_batch_size)
-        self.embed_batch.set_batch_wait_timeout_s(self.limits.batch_wait_timeout_s)
+        self.slot = ModelSlot(
+            self.source.load(self.source.current_version()), drain_timeout_s=self.limits.drain_timeout_s
+        )
+        # the setters `serve.batch` adds to the method it wraps (documented there); its typing keeps the method's own
+        self.embed_batch.set_max_batch_size(self.limits.max_batch_size)  # type: ignore[attr-defined]
+        self.embed_batch.set_batch_wait_timeout_s(self.limits.batch_wait_timeout_s)  # type: ignore[attr-defined]
         # Serve runs the constructor on the replica's event loop, where the poller then runs beside requests
         loop = asyncio.get_running_loop()
         self.poller = loop.create_task(self.follow_champion()) if self.source.follows else None
 
     def __del__(self) -> None:
         """Serve calls it when the replica stops: no alias poll once the model goes away."""
-        if getattr(self, "poller", None) is not None:
-            self.poller.cancel()
+        poller = getattr(self, "poller", None)
+        if poller is not None:
+            poller.cancel()
 
-    async def __call__(self, request: Request) -> JSONResponse:
-        """The routes of the module docstring; anything else 404 (405 for a GET of /embed)."""
-        path = request.url.path.rstrip("/")
-        if path == "/healthz":
-            return JSONResponse({"status": "ok"})
-        if path == "/readyz":
-            return self._answer(200, {"ready": True}, self.slot.current)
-        if path != "/embed":
-            return JSONResponse({"error": f"no route {path}; POST /embed, GET /healthz, /readyz"}, 404)
-        if request.method != "POST":
-            return JSONResponse({"error": "POST a JSON body to /embed"}, 405)
+    @api.get("/healthz", response_model=Health, summary="200 while the replica runs")
+    async def healthz(self) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    @api.get("/readyz", response_model=Ready, summary="200 with the served version once a model is loaded")
+    async def readyz(self) -> JSONResponse:
+        return self._answer(200, {"ready": True}, self.slot.current)
+
+    @api.post(
+        "/embed",
+        response_model=EmbedResponse,
+        responses=ERRORS,
+        openapi_extra=request_body(EmbedBody),
+        summary="Embed sentences of one language (and find their nearest stored sentences)",
+    )
+    async def embed(self, request: Request) -> JSONResponse:
+        """The body is read up to serve.max_body_bytes and checked by `parse_embed` (413, 422 with a message),
+        then embedded in a batch with concurrent requests."""
         try:
             check_length(request.headers.get("content-length"), self.limits)
             body = await _read_body(request, self.limits.max_body_bytes)
@@ -117,25 +194,16 @@ class EmbeddingServer:
                 log.warning("champion poll failed, still serving version %s: %s", self.slot.current.version, exc)
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, read until it passes `limit` bytes (413): a body without a Content-Length is bounded too."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestRejected(413, f"the body is above serve.max_body_bytes ({limit} bytes); "
-                                       "send fewer sentences per request")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def application(config: Config, scratch: str | None = None):
     """The bound deployment of `config.serve`: replicas, CPUs, and the bounds on ongoing and queued requests;
     `scratch`: the folder the replicas download champions into (the caller removes it)."""
     limits = config.serve
-    return EmbeddingServer.options(
-        num_replicas=limits.replicas, max_ongoing_requests=limits.max_ongoing_requests,
-        max_queued_requests=limits.max_queued_requests, ray_actor_options={"num_cpus": limits.cpus_per_replica},
+    # `serve.deployment` makes the class a Deployment; its typing keeps the class's own
+    return EmbeddingServer.options(  # type: ignore[attr-defined]
+        num_replicas=limits.replicas,
+        max_ongoing_requests=limits.max_ongoing_requests,
+        max_queued_requests=limits.max_queued_requests,
+        ray_actor_options={"num_cpus": limits.cpus_per_replica},
     ).bind(config.to_dict(), scratch)
 
 
@@ -144,49 +212,16 @@ def http_options(limits: ServeConfig) -> dict[str, Any]:
     return {"host": limits.host, "port": limits.port}
 
 
-def node_address(address: str, node_ip: str) -> str:
-    """A gRPC listening `address` ("[::]:0", "0.0.0.0:0": every interface) on `node_ip` alone; any other left
-    as it is."""
-    host, _, port = address.rpartition(":")
-    if host not in ("[::]", "0.0.0.0", ""):
-        return address
-    return f"[{node_ip}]:{port}" if ":" in node_ip else f"{node_ip}:{port}"
-
-
-def bind_replica_grpc() -> None:
-    """Bind the replica's own gRPC server to the node's address instead of every interface. Ray Serve 2.60
-    starts it in each replica, for calls from other deployments, on "[::]:0", with no option to change that
-    (ray/serve/_private/replica.py, `_on_initialized`, run after the deployment's constructor); its callers
-    reach it at the node's address (`RunningReplicaInfo.node_ip`, `ray.util.get_node_ip_address()`), so that
-    address alone loses nothing: 127.0.0.1 on the local instance a command starts, the host's own on a cluster.
-    Called in the replica's process. A Ray without the function it wraps is logged, and tests/orchestration/
-    serve/test_server.py checks the listeners of a running server."""
-    import ray
-    from ray.serve._private import replica
-
-    add_port = getattr(replica, "add_port_to_grpc_server", None)
-    if add_port is None:
-        log.warning("this Ray Serve has no replica.add_port_to_grpc_server: its replica's gRPC server may listen "
-                    "on every interface")
-        return
-    if getattr(add_port, "node_ip", None) is not None:  # wrapped already (a second replica in this process)
-        return
-    node_ip = ray.util.get_node_ip_address()
-
-    def on_node(server, address: str):
-        return add_port(server, node_address(address, node_ip))
-
-    on_node.node_ip = node_ip  # type: ignore[attr-defined]
-    replica.add_port_to_grpc_server = on_node
-
-
 def start(config: Config, scratch: str | None = None) -> str:
     """Start the endpoint on the Ray cluster of `runtime.ray_address` (a local one when unset) and return its
     URL once it answers; `stop` ends it. `scratch`: see `application`."""
     from orchestration.adapters.cluster import ensure_ray
 
-    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard,
-               worker_niceness=config.runtime.worker_niceness)
+    ensure_ray(
+        config.runtime.ray_address,
+        dashboard=config.runtime.ray_dashboard,
+        worker_niceness=config.runtime.worker_niceness,
+    )
     serve.start(http_options=http_options(config.serve))
     serve.run(application(config, scratch), name=DEPLOYMENT, route_prefix="/", blocking=False)
     return f"http://{config.serve.host}:{config.serve.port}"

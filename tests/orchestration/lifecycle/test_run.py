@@ -1,6 +1,7 @@
 """`interlingua run` on real Bible text, against the embedded sqlite store: the stage cache, damaged inputs,
 the champion decision, the mining loop, a killed run, the lock. Against a real tracking server:
 tests/orchestration/test_tracking_server.py."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,9 @@ import pytest
 
 from core.errors import Exit
 from orchestration.adapters import registry, tracking
+from orchestration.adapters.lock import run_lock
 from orchestration.cli import main
 from orchestration.config import load_config
-from orchestration.adapters.lock import run_lock
 from orchestration.lifecycle.run import run_pipeline
 from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
 from tests.support.procs import free_port, free_ports, own_output, wait_for
@@ -25,10 +26,18 @@ from tests.support.runs import RETUNED, TINY, checkpoints, store_uri
 
 def config_overrides(tmp_path: Path, template: str, *overrides: str) -> list[str]:
     """A tiny `run` on the corpus files of `template` in `tmp_path/run` (the tracking URI apart)."""
-    return ["name=pipe", f"run_dir={tmp_path / 'run'}",
-            f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
-            "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
-            *TINY, "train.max_steps=10", "evaluate.shards=2", *overrides]
+    return [
+        "name=pipe",
+        f"run_dir={tmp_path / 'run'}",
+        f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
+        "prepare.split.dev_size=40",
+        "prepare.split.test_size=40",
+        "prepare.spm.vocab_size=1500",
+        *TINY,
+        "train.max_steps=10",
+        "evaluate.shards=2",
+        *overrides,
+    ]
 
 
 def pipeline_config(tmp_path: Path, template: str, uri: str, *overrides: str):
@@ -66,7 +75,8 @@ def pipeline_runs(uri: str) -> list:
 
 @pytest.mark.beam
 def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_new_data(
-        tmp_path, book_lines, local_ray, capsys):
+    tmp_path, book_lines, local_ray, capsys
+):
     """One run directory through a scheduler's life, each step asserting what a test of its own did before
     (the whole pipeline is the costly part, so it runs three times here instead of seven):
     1. the first run runs every stage and registers the champion; the rerun skips every stage (exit 3);
@@ -88,8 +98,7 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
 
     # 1. the first run and the scheduled rerun with nothing new
     first = run_pipeline(config)
-    assert first.code == Exit.OK and first.stages == dict.fromkeys(["prepare", "train", "evaluate",
-                                                                            "register"], "ran")
+    assert first.code == Exit.OK and first.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
     second = run_pipeline(config)
     assert second.code == Exit.NOTHING_TO_DO
     assert second.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "skipped")
@@ -129,10 +138,12 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     hidden = book_lines({"fr": "l", "en": "k"}, [8, 32])
     write_lines(tmp_path / "fr.txt", hidden["fr"] + book_lines({"fr": "l"}, [17])["fr"])
     write_lines(tmp_path / "en.txt", book_lines({"en": "k"}, [25])["en"] + hidden["en"][::-1])
-    inputs = (f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, "
-              f"{{lang: en, path: '{tmp_path / 'en.txt'}'}}]")
-    mined = mine(pipeline_config(tmp_path, template, uri, "mine.model=champion", inputs, "mine.threshold=1.0",
-                                 "mine.max_hub=1000"))
+    inputs = f"mine.inputs=[{{lang: fr, path: '{tmp_path / 'fr.txt'}'}}, {{lang: en, path: '{tmp_path / 'en.txt'}'}}]"
+    mined = mine(
+        pipeline_config(
+            tmp_path, template, uri, "mine.model=champion", inputs, "mine.threshold=1.0", "mine.max_hub=1000"
+        )
+    )
     (pair,) = mined.pairs
     assert len(pair.kept) > 0
 
@@ -140,10 +151,13 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     # keeps the champion, and a zero pair budget names every pair on which the challenger is worse
     write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS + [17])  # + Esther
     corpus_tuples = len(book_lines({"en": "k"}, SMALL_BOOKS + [17])["en"])
-    sources = (f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}, "
-               f"{{kind: mined, path: '{mined.out_dir}', languages: [fr, en], min_score: 1.0}}]")
-    stricter = pipeline_config(tmp_path, template, uri, *RETUNED, sources, "registry.min_improvement=1.0",
-                               "registry.max_pair_regression=0.0")
+    sources = (
+        f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}, "
+        f"{{kind: mined, path: '{mined.out_dir}', languages: [fr, en], min_score: 1.0}}]"
+    )
+    stricter = pipeline_config(
+        tmp_path, template, uri, *RETUNED, sources, "registry.min_improvement=1.0", "registry.max_pair_regression=0.0"
+    )
     runs_before = len(pipeline_runs(uri))
     fourth = run_pipeline(stricter)
     assert fourth.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "ran")
@@ -154,7 +168,9 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     assert "below_min_score" not in manifest["counts"]["tuples"]["dropped"]
     # new data, a new tokenizer: the champion was fed the same sentences encoded with its own (its registered
     # lineage names another spm.model than the new dataset's; fed the dataset's token ids, it would be refused)
-    champion_tags = next(v for v in registry.model_versions(uri, "pipe") if str(v.version) == str(champion_version)).tags
+    champion_tags = next(
+        v for v in registry.model_versions(uri, "pipe") if str(v.version) == str(champion_version)
+    ).tags
     assert champion_tags["interlingua.spm_sha256"] != manifest["spm"]["sha256"]
     assert str(registry.champion(uri, "pipe").version) == champion_version
 
@@ -164,12 +180,16 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     assert {r.data.tags["interlingua.stage"] for r in children} == {"train", "evaluate"}
     pipeline = tracking.get_run(uri, fourth.run_id).data
     assert pipeline.metrics["register/promoted"] == 0.0 and pipeline.tags["register.max_pair_regression"] == "0.0"
+    assert pipeline.tags["mlflow.note.content"].startswith(f"**{fourth.message}**")  # its description in the UI
 
     # the pair guard compared the two evaluation runs of this pipeline run, pair by pair
     evals = {r.info.run_name: r.data.metrics for r in children if r.data.tags["interlingua.stage"] == "evaluate"}
     challenger, champion = evals["pipe-eval-test"], evals[f"pipe-eval-test-champion-v{champion_version}"]
-    worse = {key.split("/")[-1] for key, error in challenger.items()
-             if key.startswith("eval/xsim_error/") and "avg_" not in key and error > champion[key]}
+    worse = {
+        key.split("/")[-1]
+        for key, error in challenger.items()
+        if key.startswith("eval/xsim_error/") and "avg_" not in key and error > champion[key]
+    }
     blocked = {key.split("/")[-1] for key in pipeline.metrics if key.startswith("register/pair_regression/")}
     assert blocked == worse and pipeline.metrics["register/blocking_pairs"] == len(worse)
     assert ("pair(s) worse than the champion's" in fourth.message) == bool(worse), fourth.message
@@ -182,20 +202,32 @@ def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_pa
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)
     uri = store_uri(tmp_path)
     overrides = [
-        "name=pipe", f"run_dir={tmp_path / 'run'}", f"tracking.uri={uri}",
+        "name=pipe",
+        f"run_dir={tmp_path / 'run'}",
+        f"tracking.uri={uri}",
         f"prepare.sources=[{{kind: text, path: '{template}', languages: {LANGS}}}]",
-        "prepare.split.dev_size=40", "prepare.split.test_size=40", "prepare.spm.vocab_size=1500",
-        *TINY, "train.max_steps=150", "train.early_stop_patience_evals=null", "evaluate.shards=2",
+        "prepare.split.dev_size=40",
+        "prepare.split.test_size=40",
+        "prepare.spm.vocab_size=1500",
+        *TINY,
+        "train.max_steps=150",
+        "train.early_stop_patience_evals=null",
+        "evaluate.shards=2",
         # the test's Ray cluster outlives the killed driver, as a real cluster would
         f"runtime.ray_address={ray.get_runtime_context().gcs_address}",
     ]
     train_dir = tmp_path / "run" / "train"
     log = open(tmp_path / "killed.log", "wb")
-    driver = subprocess.Popen([str(Path(sys.executable).with_name("interlingua")), "run", *overrides],
-                              stdout=log, stderr=subprocess.STDOUT)
+    driver = subprocess.Popen(
+        [str(Path(sys.executable).with_name("interlingua")), "run", *overrides], stdout=log, stderr=subprocess.STDOUT
+    )
     try:
-        killed_at = wait_for(lambda: [c["step"] for c in checkpoints(train_dir) if c["step"] >= 30], 300,
-                             "a checkpoint at step 30", driver)[-1]
+        killed_at = wait_for(
+            lambda: [c["step"] for c in checkpoints(train_dir) if c["step"] >= 30],
+            300,
+            "a checkpoint at step 30",
+            driver,
+        )[-1]
         driver.send_signal(signal.SIGKILL)  # the whole `interlingua run` dies mid-training
         driver.wait(30)
     finally:

@@ -1,5 +1,6 @@
 """`interlingua serve` over HTTP on loopback: a real server process (a local Ray, MLflow in a sqlite store),
 a real client. The embeddings, the limits, the 503s under overload, and a champion swap under load."""
+
 from __future__ import annotations
 
 import os
@@ -23,9 +24,16 @@ from tests.support.serving import NAME, any_body, get, post, register
 pytestmark = pytest.mark.server
 
 ROOT = Path(__file__).resolve().parents[3]
-LIMITS = ["serve.max_batch_size=4", "serve.max_ongoing_requests=4", "serve.max_queued_requests=6",
-          "serve.max_sentences=16", "serve.max_sentence_chars=300", "serve.max_body_bytes=8000",
-          "serve.poll_seconds=0.5", "serve.cpus_per_replica=1"]
+LIMITS = [
+    "serve.max_batch_size=4",
+    "serve.max_ongoing_requests=4",
+    "serve.max_queued_requests=6",
+    "serve.max_sentences=16",
+    "serve.max_sentence_chars=300",
+    "serve.max_body_bytes=8000",
+    "serve.poll_seconds=0.5",
+    "serve.cpus_per_replica=1",
+]
 
 
 def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> None:
@@ -42,8 +50,9 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
     folder = Path(config.eval_dir) / "test" / "embeddings"
     staging = folder.parent / "staging"
     record = store_writer.write_block(staging, keys, {lang: embedder.embed(texts[lang], lang) for lang in texts}, texts)
-    meta = EmbeddingsMeta(model=file_sha256(model_dir / files.MODEL_FILE), split="test",
-                          data=Dataset.open(config.data_dir).fingerprint)
+    meta = EmbeddingsMeta(
+        model=file_sha256(model_dir / files.MODEL_FILE), split="test", data=Dataset.open(config.data_dir).fingerprint
+    )
     store_writer.publish(staging, folder, [record], languages=["en", "fr"], meta=meta.model_dump())
 
 
@@ -58,21 +67,38 @@ def server(small_dataset, tmp_path_factory):
     embedders = {"1": SentenceEmbedder.load(first), "2": SentenceEmbedder.load(second)}
     assert register(uri, first, embedders["1"]) == "1"
     (port,) = free_ports(1)
-    overrides = [f"run_dir={tmp / 'run'}", f"dataset_dir={small_dataset.data_dir}", f"tracking.uri={uri}",
-                 f"registry.model_name={NAME}", f"serve.port={port}", *LIMITS]
+    overrides = [
+        f"run_dir={tmp / 'run'}",
+        f"dataset_dir={small_dataset.data_dir}",
+        f"tracking.uri={uri}",
+        f"registry.model_name={NAME}",
+        f"serve.port={port}",
+        *LIMITS,
+    ]
     store_embeddings(load_config(None, overrides), embedders["1"], first)
     log = open(tmp / "server.log", "w")
     # the server's own temp folder, where what it leaves is seen: short, as Ray's socket paths under it must be
     scratch = Path(tempfile.mkdtemp(prefix="ils-"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestration.cli", "serve", *overrides],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)})
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc, log=tmp / "server.log")
-        yield {"url": url, "uri": uri, "data_dir": small_dataset.data_dir, "embedders": embedders, "second": second,
-               "proc": proc, "tmp": scratch, "stored": tmp / "run" / "eval" / "test" / "embeddings"}
+        yield {
+            "url": url,
+            "uri": uri,
+            "data_dir": small_dataset.data_dir,
+            "embedders": embedders,
+            "second": second,
+            "proc": proc,
+            "tmp": scratch,
+            "stored": tmp / "run" / "eval" / "test" / "embeddings",
+        }
     finally:
         stop(proc)
         log.close()
@@ -83,6 +109,20 @@ def test_health_and_readiness(server):
     assert get(f"{server['url']}/healthz") == (200, {"status": "ok"})
     status, body = get(f"{server['url']}/readyz")
     assert (status, body["ready"], body["model_version"]) == (200, True, "1")
+
+
+def test_the_server_describes_its_api_at_openapi_json_and_docs(server):
+    """Through Ray Serve's proxy: the FastAPI ingress's document and page (their content:
+    serve/test_openapi.py), and an unknown route in the API's error form."""
+    import urllib.request
+
+    status, doc = get(f"{server['url']}/openapi.json")
+    assert status == 200 and {"/embed", "/healthz", "/readyz"} <= set(doc["paths"]), doc
+    assert "requestBody" in doc["paths"]["/embed"]["post"]
+    with urllib.request.urlopen(f"{server['url']}/docs", timeout=10) as page:
+        assert page.status == 200 and b"/openapi.json" in page.read()
+    status, body = post(f"{server['url']}/nowhere", {"sentences": [], "lang": "en"})
+    assert status == 404 and body["error"].startswith("no route /nowhere"), body
 
 
 def test_embeddings_are_the_in_process_embedders(server, verse):
@@ -101,8 +141,9 @@ def test_nearest_sentences_of_the_stored_set(server, verse):
 
     config = load_config(None, [f"dataset_dir={server['data_dir']}"])
     query = Dataset.open(config.data_dir).read("test", ["en_text"])["en_text"][0].as_py()
-    status, body = post(f"{server['url']}/embed", {"sentences": [query], "lang": "en",
-                                                   "nearest": {"k": 2, "in": ["en", "fr"]}})
+    status, body = post(
+        f"{server['url']}/embed", {"sentences": [query], "lang": "en", "nearest": {"k": 2, "in": ["en", "fr"]}}
+    )
     assert status == 200, body
     (found,) = body["nearest"]
     assert [len(found["en"]), len(found["fr"])] == [2, 2]
@@ -122,16 +163,19 @@ def test_nearest_sentences_are_a_503_while_the_stored_set_is_gone_and_embeddings
     assert post(f"{server['url']}/embed", body)[0] == 200  # back: served again, nothing to restart
 
 
-@pytest.mark.parametrize("body, status, words", [
-    (b"x" * 9000, 413, "serve.max_body_bytes"),
-    ({"sentences": ["In the beginning."] * 17, "lang": "en"}, 413, "serve.max_sentences"),
-    (b"{not json", 422, "not JSON"),
-    ({"sentences": ["Dieu est amour."], "lang": "xx"}, 422, "the model knows"),
-    ({"sentences": ["In the beginning. " * 20], "lang": "en"}, 422, "serve.max_sentence_chars"),
-    ({"sentences": ["\ufdfa" * 299], "lang": "en"}, 422, "5382 characters once NFKC-normalized"),  # 18-fold
-    ({"sentences": "In the beginning.", "lang": "en"}, 422, "list of strings"),
-    ({"sentences": ["In the beginning."], "lang": "en", "nearest": {"k": 0, "in": ["fr"]}}, 422, "nearest.k"),
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (b"x" * 9000, 413, "serve.max_body_bytes"),
+        ({"sentences": ["In the beginning."] * 17, "lang": "en"}, 413, "serve.max_sentences"),
+        (b"{not json", 422, "not JSON"),
+        ({"sentences": ["Dieu est amour."], "lang": "xx"}, 422, "the model knows"),
+        ({"sentences": ["In the beginning. " * 20], "lang": "en"}, 422, "serve.max_sentence_chars"),
+        ({"sentences": ["\ufdfa" * 299], "lang": "en"}, 422, "5382 characters once NFKC-normalized"),  # 18-fold
+        ({"sentences": "In the beginning.", "lang": "en"}, 422, "list of strings"),
+        ({"sentences": ["In the beginning."], "lang": "en", "nearest": {"k": 0, "in": ["fr"]}}, 422, "nearest.k"),
+    ],
+)
 def test_limits_are_answered_with_a_status_and_a_message(server, body, status, words):
     got, answer = post(f"{server['url']}/embed", body)
     assert got == status, answer
@@ -187,8 +231,11 @@ def test_every_listener_of_the_server_is_on_loopback(server):
     from tests.support.procs import family
 
     tree = {p.pid for p in family(server["proc"].pid)}
-    bound = [(c.pid, c.laddr) for c in psutil.net_connections(kind="inet")
-             if c.pid in tree and c.laddr and (c.status == psutil.CONN_LISTEN or not c.raddr)]
+    bound = [
+        (c.pid, c.laddr)
+        for c in psutil.net_connections(kind="inet")
+        if c.pid in tree and c.laddr and (c.status == psutil.CONN_LISTEN or not c.raddr)
+    ]
     names = {psutil.Process(pid).name() for pid, _ in bound}
     assert {"raylet", "ray::ProxyActor"} <= names and any("ServeReplica" in n for n in names), names
     assert all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for _, address in bound), bound
@@ -238,8 +285,11 @@ def test_a_new_champion_is_served_under_load_without_a_failed_request(server, ve
         thread.start()
     try:
         assert register(server["uri"], server["second"], server["embedders"]["2"]) == "2"
-        wait_for(lambda: sum(a[1] == "2" for answers in per_client for a in list(answers)) >= 10, 180,
-                 "ten answers of version 2")
+        wait_for(
+            lambda: sum(a[1] == "2" for answers in per_client for a in list(answers)) >= 10,
+            180,
+            "ten answers of version 2",
+        )
     finally:
         done.set()
         for thread in clients:
@@ -251,8 +301,9 @@ def test_a_new_champion_is_served_under_load_without_a_failed_request(server, ve
     for client_answers in per_client:  # one replica: a client's requests, once switched, never go back
         versions = [version for _, version, _ in client_answers]
         assert versions == sorted(versions), versions
-    status, body = post(f"{server['url']}/embed", {"sentences": [sentence], "lang": "en",
-                                                   "nearest": {"k": 2, "in": ["fr"]}})
+    status, body = post(
+        f"{server['url']}/embed", {"sentences": [sentence], "lang": "en", "nearest": {"k": 2, "in": ["fr"]}}
+    )
     assert (status, body["model_version"]) == (422, "2")  # the stored set is version 1's
     assert "no stored embedding set" in body["error"]
     for version in ("1", "2"):

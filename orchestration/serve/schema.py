@@ -1,0 +1,101 @@
+"""The HTTP API of `interlingua serve` as pydantic models: what /openapi.json and /docs describe.
+
+They document; they do not check. /embed's body is checked by `serve.request.parse_embed` on the raw bytes
+(a body read up to its size limit, then 413 or 422 with a message that says what to change), so that its
+answers stay those of the limits; the answers are written by the routes as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class NearestQuery(_Body):
+    """The nearest stored sentences to return for each sentence (the model's stored embedding set)."""
+
+    k: int = Field(3, ge=1, description="How many, at most serve.max_nearest_k.")
+    in_: list[str] = Field(alias="in", min_length=1, description="The languages of the stored set to search.")
+
+
+class EmbedBody(_Body):
+    """POST /embed: sentences of one language (at most serve.max_sentences, each at most
+    serve.max_sentence_chars characters, the body at most serve.max_body_bytes)."""
+
+    sentences: list[str] = Field(examples=[["Dieu est amour."]])
+    lang: str = Field(description="A language the model knows.", examples=["fr"])
+    nearest: NearestQuery | None = None
+
+
+class Neighbour(BaseModel):
+    score: float = Field(description="The similarity of the stored sentence to the query.")
+    key: str = Field(description="The stored tuple's key.")
+    text: str
+
+
+class EmbedResponse(BaseModel):
+    """The embeddings, one row per sentence, and the version of the model that computed them (also in the
+    X-Model-Version header)."""
+
+    embeddings: list[list[float]] = Field(description="(N, dim) floats: one row per sentence, in order.")
+    dim: int
+    model_version: str = Field(description="The registered version, or a model directory's sha256 prefix.")
+    nearest: list[dict[str, list[Neighbour]]] | None = Field(
+        None, description="Per sentence: language -> its nearest stored sentences, best first (when asked)."
+    )
+
+
+class ErrorResponse(BaseModel):
+    """A refused or failed request: what to change, and the model version that was serving."""
+
+    error: str
+    model_version: str | None = None
+
+
+class Health(BaseModel):
+    status: str = "ok"
+
+
+class Ready(BaseModel):
+    ready: bool
+    model_version: str
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorResponse, "description": "The body or the batch is above its limit: send less."},
+    422: {"model": ErrorResponse, "description": "Not a request the model can answer (the message says why)."},
+    500: {"model": ErrorResponse, "description": "The model failed on this request (the others were answered)."},
+    503: {
+        "model": ErrorResponse,
+        "description": "The stored embeddings cannot be read now, or (with Ray Serve's "
+        "own plain-text body) its queue is full: try again.",
+    },
+}
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema with its nested models written in place: a request body described through
+    `openapi_extra` stands alone in the OpenAPI document, where `#/$defs/...` would point nowhere."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(value) for value in node]
+        return node
+
+    return resolve(schema)
+
+
+def request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The `openapi_extra` of a route that reads its JSON body itself: `model` as its required request body."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline_schema(model)}}}}
