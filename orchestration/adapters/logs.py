@@ -131,18 +131,12 @@ def plain_ray_output() -> None:
     would keep its colour)."""
     if os.environ.get("RAY_COLOR_PREFIX") != "0":
         return
-    from ray._private import ray_logging
+    from orchestration.adapters.ray_private import plain_repeat_marker
 
-    if hasattr(ray_logging, "_color"):
-        ray_logging._color = _uncoloured
+    plain_repeat_marker()
     for handler in logging.getLogger("ray").handlers:  # Ray's own handler: it does not propagate to ours
         if not any(isinstance(f, _NoEscapeCodes) for f in handler.filters):
             handler.addFilter(_NoEscapeCodes())
-
-
-def _uncoloured(msg: str) -> str:
-    """Ray's `_color(msg)` without the colour."""
-    return msg
 
 
 def ray_logging_level() -> int:

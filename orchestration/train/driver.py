@@ -12,6 +12,7 @@ depends on is its fingerprint: the dataset, `model` and `train` (never
 given the artifacts at the end, and marked FAILED if training fails. The best
 model (by dev similarity error) is exported to `<run_dir>/train/model/`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,25 +22,25 @@ import re
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
+from core import ownership, storage
+from core.dataset import Dataset, fingerprint
 from core.errors import UserError
-from orchestration.adapters import logs
+from core.schema import dump_yaml
+from core.teacher import TeacherInput
+from orchestration.adapters import cluster, lineage, logs, tracking
 from orchestration.adapters import model_dir as model_files
-from orchestration.adapters import tracking
-from orchestration.adapters.tracker import Tracker
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
 from orchestration.adapters.lease import held_lease
-from orchestration.config import Config, ConfigError
+from orchestration.adapters.ray_private import interruptible_trainer
 from orchestration.adapters.state import read_state, write_state
-from orchestration.train.record import TrainRecord
+from orchestration.adapters.tracker import Tracker
+from orchestration.config import Config, ConfigError
 from orchestration.train import builders, folders, live
 from orchestration.train import teacher as teachers
 from orchestration.train.builders import WorkerJob
-from core import ownership, storage
-from core.schema import dump_yaml
-from core.dataset import Dataset, fingerprint
-from core.teacher import TeacherInput
+from orchestration.train.record import TrainRecord
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,9 @@ class TrainError(UserError, RuntimeError):
 
 @dataclass
 class TrainResult:
-    model_dir: str  # a local path or a URI
+    model_dir: str | Path  # a local path or a URI
     run_id: str
-    step: int
+    step: int | None  # None: a finished run recorded before its steps were kept
     dev_error: float | None
     skipped: bool
 
@@ -68,12 +69,19 @@ def train_fingerprint(config: Config, data: Dataset, teacher: dict | None = None
     the default `distill_loss` with one: the fingerprint of a run of before they existed."""
     exclude = _TEACHER_KEYS if teacher is None else {"distill_loss"} if config.model.distill_loss == "mse" else None
     model = config.model.model_dump(exclude=exclude)
-    return fingerprint({"data": data.fingerprint, "model": model, "train": config.train.model_dump(),
-                        **({"teacher": teacher} if teacher is not None else {})})
+    return fingerprint(
+        {
+            "data": data.fingerprint,
+            "model": model,
+            "train": config.train.model_dump(),
+            **({"teacher": teacher} if teacher is not None else {}),
+        }
+    )
 
 
-def worker_job(config: Config, data: Dataset, run_id: str, uri: str,
-               teacher: teachers.TeacherSpec | None = None) -> WorkerJob:
+def worker_job(
+    config: Config, data: Dataset, run_id: str, uri: str, teacher: teachers.TeacherSpec | None = None
+) -> WorkerJob:
     """Everything a worker needs (absolute paths: workers run elsewhere); checks the config against the
     dataset first. The teacher's embeddings are added when they are ready (`teachers.embeddings`)."""
     languages = builders.trained_languages(config, data.languages)
@@ -84,10 +92,18 @@ def worker_job(config: Config, data: Dataset, run_id: str, uri: str,
     args = builders.model_args(config, languages, data.vocab_size)
     if teacher is not None:
         args = args.model_copy(update={"distill_dim": teacher.dim})
-    return WorkerJob(config=config, model_args=args,
-                     languages=languages, dev_languages=builders.dev_languages(config, languages),
-                     data_dir=data_dir, spm_model=data.spm_model,
-                     train_dir=config.train_dir, mlflow_uri=uri, run_id=run_id, lease=held_lease())
+    return WorkerJob(
+        config=config,
+        model_args=args,
+        languages=languages,
+        dev_languages=builders.dev_languages(config, languages),
+        data_dir=data_dir,
+        spm_model=data.spm_model,
+        train_dir=config.train_dir,
+        mlflow_uri=uri,
+        run_id=run_id,
+        lease=held_lease(),
+    )
 
 
 def check_dev_tuples(config: Config, languages: list[str]) -> None:
@@ -98,9 +114,11 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
     table = Dataset.open(config.data_dir).read("dev", [f"{lang}_len" for lang in languages])
     complete = pc.sum(functools.reduce(pc.and_, [pc.is_valid(column) for column in table.columns])).as_py() or 0
     if complete < 2:
-        raise TrainError(f"{config.data_dir}: the dev split has {complete} tuple(s) with every one of {languages} "
-                         "(the dev error's languages), at least 2 are needed; set evaluate.languages to languages "
-                         "the dev tuples share, or prepare with prepare.split.heldout_complete=true")
+        raise TrainError(
+            f"{config.data_dir}: the dev split has {complete} tuple(s) with every one of {languages} "
+            "(the dev error's languages), at least 2 are needed; set evaluate.languages to languages "
+            "the dev tuples share, or prepare with prepare.split.heldout_complete=true"
+        )
 
 
 _WORKER_FILES = re.compile(r"workers(/rank-\d+\.json)?")
@@ -133,9 +151,13 @@ def check_train_dir(train_dir: storage.Location) -> list[str]:
             return record and (not rest or rest in model_files.FILES)
         return record and entry in (model_files.CONFIG_FILE, ownership.STAGING_MARKER)
 
-    return ownership.check_only_ours(train_dir, ours, what="the training directory",
-                                   advice=f"move them out of {train_dir} or choose another run_dir; "
-                                          "interlingua writes and removes only its own files there")
+    return ownership.check_only_ours(
+        train_dir,
+        ours,
+        what="the training directory",
+        advice=f"move them out of {train_dir} or choose another run_dir; "
+        "interlingua writes and removes only its own files there",
+    )
 
 
 def start_over(train_dir: storage.Location, found: list[str]) -> None:
@@ -154,13 +176,21 @@ def check_source_weights(weights: dict[str, float], data: Dataset) -> None:
     sources = sorted(data.manifest.counts.sources)
     unknown = sorted(set(weights) - set(sources))
     if not sources or unknown:
-        raise ConfigError(f"train.source_weights: {unknown or sorted(weights)} not among the dataset's sources "
-                          f"{sources or '(not counted by source: prepare it again)'}")
+        raise ConfigError(
+            f"train.source_weights: {unknown or sorted(weights)} not among the dataset's sources "
+            f"{sources or '(not counted by source: prepare it again)'}"
+        )
 
 
-def train(config: Config, *, force: bool = False, restart_stale: bool = False,
-          parent_run_id: str | None = None, callbacks: list | None = None,
-          tags: dict[str, str] | None = None) -> TrainResult:
+def train(
+    config: Config,
+    *,
+    force: bool = False,
+    restart_stale: bool = False,
+    parent_run_id: str | None = None,
+    callbacks: list | None = None,
+    tags: dict[str, str] | None = None,
+) -> TrainResult:
     """Train, resume, or skip a finished run. `restart_stale` starts over (instead of refusing) when
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     data = Dataset.open(config.data_dir)
@@ -194,13 +224,17 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     job = worker_job(config, data, "", uri, teacher)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
-    ensure_ray(config.runtime.ray_address, dashboard=config.runtime.ray_dashboard,
-               worker_niceness=config.runtime.worker_niceness)
+    ensure_ray(
+        config.runtime.ray_address,
+        dashboard=config.runtime.ray_dashboard,
+        worker_niceness=config.runtime.worker_niceness,
+    )
     # before the MLflow run: a store or folder the workers on other hosts cannot share is refused
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(train_dir))
     if teacher is not None:  # computed once per dataset and teacher, before the MLflow run
-        job = dataclasses.replace(job, teacher=TeacherInput(teachers.embeddings(config, data, teacher),
-                                                           config.model.distill_pivot))
+        job = dataclasses.replace(
+            job, teacher=TeacherInput(teachers.embeddings(config, data, teacher), config.model.distill_pivot)
+        )
     from orchestration.train import checkpoint  # torch: imported only when training
 
     folder = folders.new_folder(job.lease)  # Ray Train's storage: a folder of this lease holder's own
@@ -208,8 +242,15 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     folders.remove_others(train_dir, keep={folder, folders.current(state), *([resume.split("/")[0]] if resume else [])})
 
     # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
-    with tracker.run(config.name, config.to_dict(), stage="train",
-                      resume_run_id=state.run_id if state else None, parent_run_id=parent_run_id, tags=tags) as run_id:
+    with tracker.run(
+        config.name,
+        config.to_dict(),
+        stage="train",
+        resume_run_id=state.run_id if state else None,
+        parent_run_id=parent_run_id,
+        tags=tags,
+        inputs=[lineage.prepared_input(data, context="training", splits=("train", "dev"))],
+    ) as run_id:
         record = TrainRecord(fingerprint=fp, run_id=run_id, ray_dir=folder, resumed_from=resume)  # `train.folders`
         write_state(state_path, record)
         storage.write_bytes(storage.join(train_dir, model_files.CONFIG_FILE), dump_yaml(config.to_dict()).encode())
@@ -223,61 +264,29 @@ def train(config: Config, *, force: bool = False, restart_stale: bool = False,
     return TrainResult(model_dir, run_id, progress.step, progress.dev_error, skipped=False)
 
 
-def _interruptible_trainer():
-    """TorchTrainer that records a SIGINT its own handler (set by `fit()` on the main thread) received.
-    `_register_sigint_handler` is Ray 2.x's; were it renamed, an interrupt would again exit 1 (the run still
-    ends KILLED): tests/orchestration/train/test_fault_tolerance.py checks the exit code.
-
-    It also leaves out Ray Train's datasets callback, which starts a DatasetManager actor (a process that
-    imports Ray Data, about 3 CPU-seconds) for every run, datasets or none: the workers read their shards
-    themselves. On a Ray instance this process started (`cluster.owns_ray`), it leaves out the placement
-    group cleaner too, a detached actor (another process, about 3 CPU-seconds) that frees the workers' CPUs
-    should the controller die while the instance lives on: this one ends with the process. Were either
-    callback renamed, it would run again, at that cost only."""
-    from ray.train.torch import TorchTrainer
-
-    from orchestration.adapters import cluster
-
-    class InterruptibleTrainer(TorchTrainer):
-        interrupted = False
-
-        def _create_default_callbacks(self) -> list:
-            callbacks = super()._create_default_callbacks()
-            unneeded = {*(() if self.datasets else ("DatasetsCallback",)),
-                        *(("PlacementGroupCleanerCallback",) if cluster.owns_ray() else ())}
-            return [c for c in callbacks if type(c).__name__ not in unneeded]
-
-        def _register_sigint_handler(self, controller) -> None:
-            super()._register_sigint_handler(controller)
-            graceful_abort = signal.getsignal(signal.SIGINT)
-
-            def handler(signum: int, frame: Any) -> None:
-                self.interrupted = True
-                graceful_abort(signum, frame)  # Ray's: aborts the workers, then exits
-
-            signal.signal(signal.SIGINT, handler)
-
-    return InterruptibleTrainer
-
-
 def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
     """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
-    ensure_ray(job.config.runtime.ray_address, dashboard=job.config.runtime.ray_dashboard,
-               worker_niceness=job.config.runtime.worker_niceness)
+    ensure_ray(
+        job.config.runtime.ray_address,
+        dashboard=job.config.runtime.ray_dashboard,
+        worker_niceness=job.config.runtime.worker_niceness,
+    )
     with live.shown(job.config.train.max_steps) as board:  # training's one progress line, on this process
         # the workers log at the command's level, rank 0 posts its progress to the board
-        return _run_trainer(dataclasses.replace(job, verbosity=logs.verbosity(), progress_board=board), train_dir,
-                            folder, callbacks)
+        return _run_trainer(
+            dataclasses.replace(job, verbosity=logs.verbosity(), progress_board=board), train_dir, folder, callbacks
+        )
 
 
 def _run_trainer(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
-    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    # Ray Train v2's (what `ray.train` exports in Ray 2.60), named so: its RunConfig takes the worker settings below
+    from ray.train.v2.api.config import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
     from orchestration.train.loop import train_loop_per_worker
 
     r = job.config.runtime
     resources = {"CPU": r.cpus_per_worker, **({"GPU": 1} if r.use_gpu else {}), **r.train_resources}
-    trainer = _interruptible_trainer()(
+    trainer = interruptible_trainer(owns_ray=cluster.owns_ray())(
         train_loop_per_worker,
         train_loop_config={"job": job},  # Ray Train wants a dict
         scaling_config=ScalingConfig(num_workers=r.num_workers, use_gpu=r.use_gpu, resources_per_worker=resources),

@@ -205,11 +205,9 @@ def test_ray_trains_callbacks_leave_out_the_datasets_manager_and_on_an_owned_ins
     instance that ends with this process (`cluster.owns_ray`), one on any other (a shared or a remote cluster)."""
     from ray.train import ScalingConfig
 
-    from orchestration.adapters import cluster
-    from orchestration.train.driver import _interruptible_trainer
+    from orchestration.adapters.ray_private import interruptible_trainer
 
-    monkeypatch.setattr(cluster, "owns_ray", lambda: owned)
-    trainer = _interruptible_trainer()(lambda config: None, scaling_config=ScalingConfig(num_workers=1))
+    trainer = interruptible_trainer(owns_ray=owned)(lambda config: None, scaling_config=ScalingConfig(num_workers=1))
     names = [type(c).__name__ for c in trainer._create_default_callbacks()]
     assert "BackendSetupCallback" in names and "DatasetsCallback" not in names, names
     assert ("PlacementGroupCleanerCallback" in names) is not owned, names
