@@ -4,7 +4,8 @@
                   -> 200 {"embeddings": [[...]], "model_version": "3", "dim": 256}
                   with "nearest": {"k": 3, "in": ["en"]}: also the nearest stored sentences of each
     GET  /healthz -> 200 while the replica runs;  GET /readyz -> 200 with the version once a model is loaded
-    GET  /openapi.json, /docs -> the API's OpenAPI description, and its page (Swagger UI: scripts from a CDN)
+    GET  /openapi.json, /docs -> the API's OpenAPI description, and its page (Swagger UI, served from the
+                  swagger-ui-bundle package: it renders with no network beyond the endpoint)
 
 The routes are a FastAPI app, the deployment's ingress (`@serve.ingress`), as in Ray Serve's own examples; its
 pydantic models (serve/schema.py) describe the bodies. /embed reads its raw body itself, so that the
@@ -29,8 +30,11 @@ import logging
 import time
 from typing import Any
 
+import swagger_ui_bundle
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from ray import serve
 from starlette.exceptions import HTTPException
 
@@ -94,7 +98,23 @@ api = FastAPI(
     title="interlingua",
     version=project_version(),
     description="Language-independent sentence embeddings: POST sentences of one language to /embed.",
+    docs_url=None,  # FastAPI's own page loads Swagger UI from a CDN: /docs below serves a packaged copy
+    redoc_url=None,
 )
+DOCS_ASSETS = "/docs/assets"
+api.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+
+
+@api.get("/docs", include_in_schema=False)
+async def docs_page() -> HTMLResponse:
+    """Swagger UI over /openapi.json, its scripts and styles from this endpoint."""
+    return get_swagger_ui_html(
+        openapi_url="/openapi.json",
+        title="interlingua: the HTTP API",
+        swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+        swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+        swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+    )
 
 
 @api.exception_handler(HTTPException)

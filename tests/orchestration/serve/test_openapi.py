@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 from orchestration.config.stages import ServeConfig
 from orchestration.serve.app import api
@@ -17,9 +18,17 @@ from tests.support.serving import any_body
 def call(method: str, path: str) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of one request to the ASGI app `api`."""
     sent: list[dict] = []
+    requested = False
 
     async def receive() -> dict:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        # the request once, then a disconnect once the response is whole (a streamed file listens for it)
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        while not any(m["type"] == "http.response.body" and not m.get("more_body") for m in sent):
+            await asyncio.sleep(0.01)
+        return {"type": "http.disconnect"}
 
     async def send(message: dict) -> None:
         sent.append(message)
@@ -83,10 +92,15 @@ def test_the_openapi_document_lists_the_routes_and_their_request_and_response_sc
     assert set(response(doc["paths"]["/healthz"]["get"], "200")["properties"]) == {"status"}
 
 
-def test_the_docs_page_is_served():
+def test_the_docs_page_is_served_with_its_scripts_from_the_endpoint_itself():
+    """No CDN: the page renders where the endpoint has no network beyond its clients."""
     status, headers, raw = call("GET", "/docs")
     assert status == 200 and headers["content-type"].startswith("text/html")
-    assert b"swagger-ui" in raw and b"/openapi.json" in raw
+    assert b"/openapi.json" in raw and b"https://" not in raw, raw
+    for asset in re.findall(rb'(?:src|href)="(/docs/assets/[^"]+)"', raw):
+        status, headers, body = call("GET", asset.decode())
+        assert status == 200 and len(body) > 500, asset
+    assert len(re.findall(rb'(?:src|href)="/docs/assets/', raw)) == 3  # the script, the styles, the icon
 
 
 def test_an_unknown_route_or_method_is_answered_in_the_apis_error_form():

@@ -121,6 +121,8 @@ def test_the_server_describes_its_api_at_openapi_json_and_docs(server):
     assert "requestBody" in doc["paths"]["/embed"]["post"]
     with urllib.request.urlopen(f"{server['url']}/docs", timeout=10) as page:
         assert page.status == 200 and b"/openapi.json" in page.read()
+    with urllib.request.urlopen(f"{server['url']}/docs/assets/swagger-ui-bundle.js", timeout=10) as script:
+        assert script.status == 200 and len(script.read()) > 100_000  # Swagger UI from the endpoint, not a CDN
     status, body = post(f"{server['url']}/nowhere", {"sentences": [], "lang": "en"})
     assert status == 404 and body["error"].startswith("no route /nowhere"), body
 
