@@ -4,8 +4,8 @@
                   -> 200 {"embeddings": [[...]], "model_version": "3", "dim": 256}
                   with "nearest": {"k": 3, "in": ["en"]}: also the nearest stored sentences of each
     GET  /healthz -> 200 while the replica runs;  GET /readyz -> 200 with the version once a model is loaded
-    GET  /openapi.json, /docs -> the API's OpenAPI description, and its page (Swagger UI, served from the
-                  swagger-ui-bundle package: it renders with no network beyond the endpoint)
+    GET  /openapi.json, /docs -> the API's OpenAPI description, and its page (Swagger UI 5, served from the
+                  fastapi-offline package: it renders with no network beyond the endpoint)
 
 The routes are a FastAPI app, the deployment's ingress (`@serve.ingress`), as in Ray Serve's own examples; its
 pydantic models (serve/schema.py) describe the bodies. /embed reads its raw body itself, so that the
@@ -26,11 +26,11 @@ which is 127.0.0.1 on the local Ray instance a command starts (`cluster.ensure_r
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations in the replica, from methods that
 # Ray Serve pickled by value with only the globals their code names, where a string "Request" would not resolve.
 import asyncio
+import importlib.resources
 import logging
 import time
 from typing import Any
 
-import swagger_ui_bundle
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -102,7 +102,12 @@ api = FastAPI(
     redoc_url=None,
 )
 DOCS_ASSETS = "/docs/assets"
-api.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+# Swagger UI 5 (it renders OpenAPI 3.1, what FastAPI writes; a 4.x cannot), as fastapi-offline packages it
+api.mount(
+    DOCS_ASSETS,
+    StaticFiles(directory=str(importlib.resources.files("fastapi_offline") / "static")),
+    name="docs-assets",
+)
 
 
 @api.get("/docs", include_in_schema=False)
@@ -113,7 +118,7 @@ async def docs_page() -> HTMLResponse:
         title="interlingua: the HTTP API",
         swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
         swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
-        swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png",
+        swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
     )
 
 
