@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -49,13 +50,46 @@ def note(values: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-class Follower:
-    """Draws a board's numbers as a `Progress` of `max_steps` steps, from the first step posted."""
+class Slowdown:
+    """Whether training's tokens/s collapsed: under half the run's own early rate (the median of its `early` log
+    windows after the first, which holds the warm-up) for `sustained` windows in a row spanning at least
+    `sustained_s` seconds (a pause of a few seconds is no collapse). `check` returns the warning once."""
 
-    def __init__(self, max_steps: int) -> None:
+    def __init__(self, *, early: int = 3, sustained: int = 3, sustained_s: float = 60.0) -> None:
+        self.early, self.sustained, self.sustained_s = early, sustained, sustained_s
+        self.rates: list[float] = []
+        self.slow: list[float] = []  # when each slow window of the current run of them was seen
+        self.windows = 0
+        self.warned = False
+
+    def check(self, tokens_per_s: float, now: float) -> str | None:
+        self.windows += 1
+        if self.warned or self.windows == 1:
+            return None
+        if len(self.rates) < self.early:
+            self.rates.append(tokens_per_s)
+            return None
+        before = sorted(self.rates)[len(self.rates) // 2]
+        self.slow = [*self.slow, now] if tokens_per_s < before / 2 else []
+        if len(self.slow) < self.sustained or now - self.slow[0] < self.sustained_s:
+            return None
+        self.warned = True
+        return (
+            f"training slowed to {tokens_per_s:,.0f} tokens/s, under half its early {before:,.0f} for "
+            f"{self.sustained} log windows: another process on the same cores (the workers run at "
+            "runtime.worker_niceness), or memory swapping? A run bounded by train.max_minutes reaches fewer steps"
+        )
+
+
+class Follower:
+    """Draws a board's numbers as a `Progress` of `max_steps` steps, from the first step posted; warns once when
+    the tokens/s collapse (`Slowdown`)."""
+
+    def __init__(self, max_steps: int, slowdown: Slowdown | None = None) -> None:
         self.max_steps = max_steps
         self.progress: Progress | None = None
         self.seen: dict[str, float] = {}
+        self.slowdown = slowdown or Slowdown()
 
     def draw(self, values: dict[str, float]) -> None:
         if "step" not in values or values == self.seen:
@@ -63,6 +97,10 @@ class Follower:
         if self.progress is None:  # the rate counts from the first step seen (a resumed run's, or a later one
             # when the first look comes late: its steps took time before this clock started)
             self.progress = Progress(self.max_steps, verb="trained", unit="steps", done=int(values["step"]))
+        if "tokens_per_s" in values and values.get("tokens_per_s") != self.seen.get("tokens_per_s"):
+            warning = self.slowdown.check(values["tokens_per_s"], time.monotonic())  # once per log window posted
+            if warning:
+                log.warning("%s", warning)
         self.seen = dict(values)
         self.progress.update(int(values["step"]) - self.progress.done, note=note(values), eta_s=values.get("eta_s"))
 

@@ -32,3 +32,28 @@ def test_a_first_look_after_steps_were_taken_counts_the_rate_from_there(monkeypa
     assert line.startswith("trained 15/100 steps (15 %), 0 steps/s"), line
     follower.draw({"step": 35})
     assert follower.progress.line(follower.progress.start + 2.0).startswith("trained 35/100 steps (35 %), 10 steps/s")
+
+
+def test_a_collapse_of_the_tokens_rate_is_warned_once_naming_its_likely_causes(monkeypatch, caplog):
+    """Under half the early rate (the windows after the warm-up's) for three log windows spanning a minute (a
+    competing process took the cores): one warning; a single slow window, a short dip or a slower but not
+    collapsed rate: none."""
+    from orchestration.train.live import Slowdown
+
+    monkeypatch.setenv(logs.ENV, str(logs.DEFAULT))
+    caplog.set_level(logging.WARNING)
+    follower = Follower(max_steps=1000, slowdown=Slowdown(sustained_s=0))  # the windows' span: below
+    rates = [900, 4000, 4200, 3900, 1500, 4100, 2600, 2500, 1900, 1800, 1700, 1600, 1500]
+    for step, rate in enumerate(rates, start=1):
+        follower.draw({"step": 10 * step, "tokens_per_s": float(rate)})
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "slowed to 1,700 tokens/s, under half its early 4,000" in warnings[0]
+    assert "another process on the same cores" in warnings[0] and "max_minutes" in warnings[0]
+    steady = Slowdown()
+    assert [steady.check(r, 30.0 * i) for i, r in enumerate((900, 4000, 4000, 4000, 2100, 2100, 2100))] == [None] * 7
+    brief = Slowdown()  # three slow windows within 20 s: a pause, not a collapse
+    assert [
+        brief.check(r, t)
+        for r, t in ((4000, 0), (4000, 30), (4000, 60), (4000, 90), (100, 100), (100, 110), (100, 120))
+    ] == [None] * 7
