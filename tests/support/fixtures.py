@@ -302,6 +302,23 @@ def _ray_logs_to_the_current_stderr() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _float_mode_restored() -> Iterator[None]:
+    """A test that builds a worker in process (`ShardEmbedFn`, `BlockEmbedFn`: `model.training.cpu_threads`)
+    sets torch's flush-denormal flag and its thread count in this test process's main thread, as a worker does
+    in its own. Left set, a later test in the same process found subnormal floats flushed to zero (hypothesis:
+    "we can't represent subnormal floats right now"), in one order of the tests and not another. Each test gets
+    torch's default back: denormals kept, the thread count it found."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_flush_denormal(False)
+        if threads is not None and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _environment_restored() -> Iterator[None]:
     """A command run through `main` sets the object store's variables (`storage.configure`) and, as a CLI
     process would, leaves them and any Ray it started to the process's exit. In the one test process each
