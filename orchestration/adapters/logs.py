@@ -8,9 +8,10 @@ By default the known chatter is silenced at its source, by logger level: faiss's
 trying AVX512/AVX2 builds, Beam's notes on missing GCS/BigQuery clients, MLflow's table
 creation, matplotlib's font cache, Ray's start-up lines and Ray Data's and Ray Train's INFO logs
 (reports, checkpoints); one known line of Ray's C++ core in its workers' output by Ray's own
-setting (`RAY_WORKER_NOISE`). The level travels in `INTERLINGUA_VERBOSITY`, which local Ray workers
-and subprocesses inherit (Beam's worker processes of `prepare --workers N`: `pipelines.sdk_worker`);
-a Ray Train worker is told it by its loop config (`configure_worker`).
+setting (`RAY_WORKER_NOISE`), and in this process's own stderr by `native_stderr`. The level
+travels in `INTERLINGUA_VERBOSITY`, which local Ray workers and subprocesses inherit (Beam's
+worker processes of `prepare --workers N`: `pipelines.sdk_worker`); a Ray Train worker is told it by its loop config
+(`configure_worker`).
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def _quiet_libraries(level: int) -> None:
 # `RAY_BACKEND_LOG_LEVEL` prints a line of its own in every process that reads it. ray-project/ray#53727, an
 # actor created with its arguments in the object store (Ray Train's controller creates one at every training):
 # a note to Ray's developers, about no work of the user's. The same line in this driver's own output (Ray
-# Data's actor pools, created here) is written by its C++ core straight to the process's stderr: not held back.
+# Data's actor pools, created here) is written by its C++ core straight to the process's stderr descriptor:
+# held back there by the `interlingua` program's filter (`native_stderr`).
 RAY_WORKER_NOISE = r"core_worker\.cc:\d+: Actor with class name: .* has constructor arguments in the object store"
 
 

@@ -100,6 +100,17 @@ def parser() -> argparse.ArgumentParser:
     return main_parser
 
 
+def console() -> int:
+    """The `interlingua` program (and `python -m orchestration.cli`): `main`, with the one line of Ray's C++ core
+    about no work of the user's (`logs.RAY_WORKER_NOISE`, written by this process's own core past every logger)
+    held back from its stderr (`native_stderr`), unless -v. Not in `main`: a test calling it keeps its stderr."""
+    if not {"-v", "--verbose"} & set(sys.argv[1:]):
+        from orchestration.adapters import native_stderr
+
+        native_stderr.hold_back(logs.RAY_WORKER_NOISE)
+    return main()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code (`Exit`)."""
     # MLflow sends usage telemetry to its maintainers from every process that imports it; the product asks

@@ -2,6 +2,6 @@
 
 import sys
 
-from orchestration.cli import main
+from orchestration.cli import console
 
-sys.exit(main())
+sys.exit(console())

@@ -55,6 +55,54 @@ def test_the_ray_worker_line_of_ray_53727_is_held_back_by_ray_s_own_setting_and_
     assert not skip.search("ValueError: the user's own error in an actor's constructor arguments")
 
 
+# A process that holds the noise back, writes native lines (os.write on descriptor 2, as Ray's C++ core does)
+# around a Python one, and ends as the test says: at exit, or killed mid-line.
+_HOLDING = """
+import os, sys
+from orchestration.adapters import native_stderr
+native_stderr.hold_back(sys.argv[1])
+os.write(2, b"[2026-11-29 01:51:11,171 E 6672 6672] core_worker.cc:2465: Actor with class name: 'MapWorker' "
+            b"has constructor arguments in the object store\\nnative kept\\n")
+print("python kept", file=sys.stderr)
+if sys.argv[2] == "die":
+    os.write(2, b"last words, no newline")
+    os._exit(7)
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "die"])
+def test_the_program_s_own_stderr_drops_the_ray_53727_line_and_keeps_every_other_line(end):
+    import subprocess
+    import sys
+
+    from orchestration.adapters import logs
+
+    out = subprocess.run(
+        [sys.executable, "-c", _HOLDING, logs.RAY_WORKER_NOISE, end], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == (7 if end == "die" else 0), out.stderr
+    assert "core_worker" not in out.stderr
+    assert "native kept" in out.stderr and "python kept" in out.stderr
+    if end == "die":  # what a dying process writes last comes out: the filter is a process of its own
+        assert out.stderr.endswith("last words, no newline")
+
+
+def test_the_program_holds_the_line_back_unless_v(monkeypatch):
+    import sys
+
+    from orchestration import cli
+    from orchestration.adapters import native_stderr
+
+    held = []
+    monkeypatch.setattr(native_stderr, "hold_back", held.append)
+    monkeypatch.setattr(cli, "main", lambda: 0)
+    for argv, expected in ((["evaluate"], 1), (["evaluate", "-v"], 0), (["--verbose", "run"], 0)):
+        held.clear()
+        monkeypatch.setattr(sys, "argv", ["interlingua", *argv])
+        cli.console()
+        assert len(held) == expected, argv
+
+
 def test_a_beam_worker_logs_in_the_command_s_format():
     from orchestration.adapters import logs
     from pipelines import sdk_worker

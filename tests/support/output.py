@@ -36,10 +36,6 @@ NOISE = re.compile(
         ]
     )
 )
-# Written by Ray's C++ core straight to stderr (ray-project/ray#53727: an actor pool's constructor
-# arguments in the object store), not through any logger we can set: left out of the count. Held back in
-# the workers' output this driver prints (logs.RAY_WORKER_NOISE), not in the driver's own (Ray Data's pools).
-RAY_CORE = re.compile(r"core_worker\.cc:\d+: Actor with class name")
 # Any line of Ray's C++ core (`[2026-11-29 01:51:11,171 E 6672 6672] core_worker.cc:2465: ...`), with or without
 # the `(TrainController pid=...)` prefix of a worker's streamed output.
 RAY_CPP = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\]|\b\w+\.cc:\d+:")
@@ -54,7 +50,7 @@ def interlingua(*args: str) -> subprocess.CompletedProcess:
 
 
 def lines(text: str) -> list[str]:
-    return [line for line in text.splitlines() if line.strip() and not RAY_CORE.search(line)]
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def assert_no_noise(out: subprocess.CompletedProcess) -> None:
