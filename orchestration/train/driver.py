@@ -271,7 +271,9 @@ def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
         dashboard=job.config.runtime.ray_dashboard,
         worker_niceness=job.config.runtime.worker_niceness,
     )
-    with live.shown(job.config.train.max_steps) as board:  # training's one progress line, on this process
+    with live.shown(
+        job.config.train.max_steps, max_minutes=job.config.train.max_minutes
+    ) as board:  # training's one progress line, on this process
         # the workers log at the command's level, rank 0 posts its progress to the board
         return _run_trainer(
             dataclasses.replace(job, verbosity=logs.verbosity(), progress_board=board), train_dir, folder, callbacks

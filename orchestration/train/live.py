@@ -81,15 +81,48 @@ class Slowdown:
         )
 
 
+class Budget:
+    """The steps a time-bounded run reached against those its own early rate predicted for the same span: the
+    median steps/s of its `early` log windows after the first (the warm-up's), carried on from the end of
+    them to the last step seen. `report` is the line, once the run ended before `max_steps`."""
+
+    def __init__(self, max_minutes: float, *, early: int = 3) -> None:
+        self.max_minutes, self.early = max_minutes, early
+        self.seen: list[tuple[float, int]] = []  # (when, step) at the end of each log window
+
+    def window(self, step: int, now: float) -> None:
+        self.seen.append((now, step))
+
+    def report(self, max_steps: int) -> str | None:
+        if len(self.seen) < self.early + 2 or self.seen[-1][1] >= max_steps:
+            return None
+        rates = sorted(
+            (b_step - a_step) / (b_t - a_t)
+            for (a_t, a_step), (b_t, b_step) in zip(self.seen[: self.early + 1], self.seen[1 : self.early + 2])
+            if b_t > a_t
+        )
+        if not rates:
+            return None
+        rate = rates[len(rates) // 2]
+        (t0, step0), (t1, step1) = self.seen[self.early + 1], self.seen[-1]
+        predicted = step0 + rate * (t1 - t0)
+        return (
+            f"train.max_minutes={self.max_minutes:g} reached {step1:,} steps; its early rate of {rate:,.1f} "
+            f"steps/s predicted {predicted:,.0f} ({100 * step1 / predicted:.0f} % of them)"
+        )
+
+
 class Follower:
     """Draws a board's numbers as a `Progress` of `max_steps` steps, from the first step posted; warns once when
-    the tokens/s collapse (`Slowdown`)."""
+    the tokens/s collapse (`Slowdown`); a run bounded by `max_minutes` logs, at its end, the steps it reached
+    against those its early rate predicted (`Budget`)."""
 
-    def __init__(self, max_steps: int, slowdown: Slowdown | None = None) -> None:
+    def __init__(self, max_steps: int, slowdown: Slowdown | None = None, max_minutes: float | None = None) -> None:
         self.max_steps = max_steps
         self.progress: Progress | None = None
         self.seen: dict[str, float] = {}
         self.slowdown = slowdown or Slowdown()
+        self.budget = Budget(max_minutes) if max_minutes is not None else None
 
     def draw(self, values: dict[str, float]) -> None:
         if "step" not in values or values == self.seen:
@@ -98,9 +131,12 @@ class Follower:
             # when the first look comes late: its steps took time before this clock started)
             self.progress = Progress(self.max_steps, verb="trained", unit="steps", done=int(values["step"]))
         if "tokens_per_s" in values and values.get("tokens_per_s") != self.seen.get("tokens_per_s"):
-            warning = self.slowdown.check(values["tokens_per_s"], time.monotonic())  # once per log window posted
+            now = time.monotonic()
+            warning = self.slowdown.check(values["tokens_per_s"], now)  # once per log window posted
             if warning:
                 log.warning("%s", warning)
+            if self.budget is not None:
+                self.budget.window(int(values["step"]), now)
         self.seen = dict(values)
         self.progress.update(int(values["step"]) - self.progress.done, note=note(values), eta_s=values.get("eta_s"))
 
@@ -110,17 +146,20 @@ class Follower:
         if self.progress is not None:
             self.progress.log_last()
             self.progress.close()
+        reached = self.budget.report(self.max_steps) if self.budget is not None else None
+        if reached:
+            log.info("%s", reached)
 
 
 @contextmanager
-def shown(max_steps: int, *, poll_s: float = 1.0) -> Iterator[Any]:
+def shown(max_steps: int, *, max_minutes: float | None = None, poll_s: float = 1.0) -> Iterator[Any]:
     """A `Board` actor for rank 0 to post to (its handle), drawn on this process until the block ends."""
     import ray
 
     # a handle as `post` takes it: Ray types it `ActorHandle[Board] | type[Board]` (`ray.actor.ActorProxy`), whose
     # calls type-check only on methods decorated with `ray.method`, which would import Ray with this module
     board: Any = ray.remote(num_cpus=0)(Board).remote()
-    follower, stop = Follower(max_steps), threading.Event()
+    follower, stop = Follower(max_steps, max_minutes=max_minutes), threading.Event()
 
     def follow() -> None:
         try:

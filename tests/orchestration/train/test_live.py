@@ -57,3 +57,35 @@ def test_a_collapse_of_the_tokens_rate_is_warned_once_naming_its_likely_causes(m
         brief.check(r, t)
         for r, t in ((4000, 0), (4000, 30), (4000, 60), (4000, 90), (100, 100), (100, 110), (100, 120))
     ] == [None] * 7
+
+
+def test_a_time_bounded_run_logs_the_steps_it_reached_against_its_early_rate(monkeypatch, caplog):
+    """Warm-up window, three early windows at 10 steps/s, then half the rate: the run reached 1,000 + 5 x 60
+    = 1,300 steps where its early rate predicted 1,000 + 10 x 60 = 1,600 (81 %). One that reached max_steps, or
+    one with no windows seen, logs no such line; the driver's follower logs it at the end."""
+    from orchestration.train import live
+
+    steps = [500, 700, 800, 900, 1000, *(1000 + 50 * i for i in range(1, 7))]
+    times = [5.0, 15.0, 25.0, 35.0, *(35.0 + 10 * i for i in range(1, 8))]
+    budget = live.Budget(1.5)
+    for step, now in zip(steps, times, strict=True):
+        budget.window(step, now)
+    assert budget.report(max_steps=100_000) == (
+        "train.max_minutes=1.5 reached 1,300 steps; its early rate of 10.0 steps/s predicted 1,600 (81 % of them)"
+    )
+    assert budget.report(max_steps=1300) is None  # it reached max_steps: the time budget did not end it
+    assert live.Budget(1.5).report(100) is None  # no windows seen
+
+    monkeypatch.setenv(logs.ENV, str(logs.DEFAULT))
+    caplog.set_level(logging.INFO)
+    follower = Follower(max_steps=100_000, max_minutes=1.5)
+    for step in steps:
+        follower.draw({"step": step, "tokens_per_s": 1000.0 + step})  # a new tokens figure: a new window
+    follower.close()
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("train.max_minutes=1.5 reached 1,300")]
+    caplog.clear()
+    untimed = Follower(max_steps=100_000)
+    for step in steps:
+        untimed.draw({"step": step, "tokens_per_s": 1000.0 + step})
+    untimed.close()
+    assert not [r for r in caplog.records if "max_minutes" in r.getMessage()]
