@@ -51,12 +51,24 @@ def log_pyfunc_model(
 
 
 def register_model(uri: str, model_uri: str, name: str, tags: Mapping[str, str]) -> str:
-    """A new version of registered model `name`; returns its version number."""
+    """A new version of registered model `name`; returns its version number. MLflow's own lines about it
+    ("Successfully registered model", "Created version"), which it prints past its logger's level, show with -v
+    only: the command reports the version it made."""
     fencing.check()
     import mlflow
+    from mlflow.utils import logging_utils
+
+    from orchestration.adapters import logs
 
     mlflow.set_tracking_uri(uri)
-    version = mlflow.register_model(model_uri, name, tags=dict(tags))
+    quiet = logs.verbosity() < logs.VERBOSE
+    if quiet:
+        logging_utils.disable_logging()
+    try:
+        version = mlflow.register_model(model_uri, name, tags=dict(tags))
+    finally:
+        if quiet:
+            logging_utils.enable_logging()
     return str(version.version)
 
 

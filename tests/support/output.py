@@ -24,6 +24,8 @@ NOISE = re.compile(
             r"Creating initial MLflow database tables",
             r"Updating database tables",
             r"mlflow\.store",  # MLflow
+            r"Successfully registered model",
+            r"Created version '\d+' of model",
             r"Started a local Ray instance",
             r"Token authentication is enabled",
             r"streaming_executor",  # Ray
