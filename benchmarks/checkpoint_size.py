@@ -5,7 +5,7 @@
 The model is built from the config as training builds it (`train.builders.model_args`, the demo's six
 languages unless --languages, `prepare.spm.vocab_size` unless --vocab), its AdamW optimizer takes one step (so that its
 moments exist, as in every checkpoint after step 0), and both files are written by the code a checkpoint
-uses (`checkpoint.save_state`, `model.nmt.save_model`) into a temporary folder, then measured and removed.
+uses (`checkpoint.save_state`, `model.model_file.save_model`) into a temporary folder, then measured and removed.
 `state.pt` holds the weights and AdamW's two moments per weight, about three times the model file (the
 best weights so far are the checkpoint's model file, not stored twice). Nothing here depends on the machine
 but the time it takes.
@@ -34,7 +34,8 @@ def main() -> None:
 
     import torch
 
-    from model.nmt import MultilingualNMT, save_model
+    from model.model_file import save_model
+    from model.nmt import MultilingualNMT
     from model.training import make_optimizer
     from orchestration.config import load_config
     from orchestration.train.builders import model_args

@@ -68,7 +68,8 @@ def model_dir(sentences: list[str], folder: Path) -> Path:
     import torch
 
     from core.dataset import file_sha256
-    from model.nmt import MultilingualNMT, save_model
+    from model.model_file import save_model
+    from model.nmt import MultilingualNMT
     from orchestration.train.builders import model_args
     from pipelines.tokenizer import train_bpe
 

@@ -123,7 +123,7 @@ def feed(args) -> dict:
     if args.before:  # the optimizer and stream as the older loop built them
         optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     else:
-        from model.stream import prefetched
+        from model.prefetch import prefetched
         from model.training import make_optimizer
 
         optimizer = make_optimizer(model, lr=t.lr, weight_decay=t.weight_decay, device=device)
@@ -260,7 +260,7 @@ def quality(args) -> dict:
     from model.batching import ParallelCorpus, sample_corpus
     from model.inference import embed_rows
     from model.lsi import cooccurrence_matrix, lsi_embeddings
-    from model.stream import prefetched
+    from model.prefetch import prefetched
     from model.training import input_tokens, make_optimizer, scheduled_lr, train_step
     from orchestration.train.builders import schedule_args
 

@@ -38,8 +38,8 @@ from model.stream import BatchStream  # noqa: E402
 from model.training import cpu_threads, make_optimizer, scheduled_lr, train_step  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
 from orchestration.train import builders  # noqa: E402
-from orchestration.train.loop import _init_lsi  # noqa: E402
 from orchestration.train.teacher import resolve as resolve_teacher  # noqa: E402
+from orchestration.train.worker import _init_lsi  # noqa: E402
 
 CPU = torch.device("cpu")
 

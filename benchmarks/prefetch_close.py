@@ -3,7 +3,7 @@ exit cleanly.
 
     .venv/bin/python benchmarks/prefetch_close.py [--cycles 500] [--batches 25] [--data DATASET]
 
-Each cycle builds a `model.stream.PrefetchedStream` (a spawned DataLoader worker, 4 batches ahead), takes
+Each cycle builds a `model.prefetch.PrefetchedStream` (a spawned DataLoader worker, 4 batches ahead), takes
 `--batches` batches from it and closes it, as every training that prefetches does at its end. A worker that
 aborted (SIGABRT: "terminate called without an active exception"), exited with a code other than 0 or made
 the close raise counts as a failure. Without `--data` it prepares the tests' seven short Bible books once, in
@@ -39,7 +39,8 @@ def prepared(data: str | None, scratch: Path) -> str:
 
 def cycle(units, batches: int) -> list[int | None]:
     """One open/consume/close; the exit codes of the worker processes it started."""
-    from model.stream import BatchStream, prefetched
+    from model.prefetch import prefetched
+    from model.stream import BatchStream
     from model.training_paths import TrainingPath
 
     before = set(multiprocessing.active_children())

@@ -58,7 +58,7 @@ def bible(version: str, start: int, n: int) -> list[str]:
 def quick_model(folder: Path, steps: int) -> Path:
     """The demo's encoder over a BPE model of en+fr verses, trained `steps` ranking steps on en-fr pairs."""
     from model.batching import pad
-    from model.nmt import load_model, save_model
+    from model.model_file import load_model, save_model
     from orchestration.embed.embedder import SentenceEmbedder
 
     en, fr = bible("k", 0, 20000), bible("l", 0, 20000)

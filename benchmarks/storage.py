@@ -74,11 +74,11 @@ def main() -> None:
         "runtime.checkpoint_every_steps=50 (windows that hold a checkpoint's upload)",
     )
     args = parser.parse_args()
-    from core import storage
+    from core import connection
 
     with tempfile.TemporaryDirectory(prefix="bench-storage-") as tmp, s3_server(Path(tmp) / "s3") as s3:
         os.environ.update(s3.env)
-        storage.configure()
+        connection.configure()
         uri = f"sqlite:///{tmp}/mlflow.db"
         rows: dict[str, list[dict[str, float]]] = {"local": [], "s3": []}
         for repeat in range(args.repeats):

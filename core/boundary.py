@@ -24,11 +24,19 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from pydantic import AfterValidator
 
 from core.errors import UserError
+
+
+class Located(Protocol):
+    """A value naming a local path or a URI by its text (`core.location.Location`), as `str()` gives it."""
+
+    @property
+    def text(self) -> str: ...
+
 
 # a segment a name may hold: anything printable but the separators; "." and ".." are refused separately
 _BAD_CHARS = re.compile(r"[\\\x00-\x1f]")
@@ -67,14 +75,14 @@ def _validated(name: str) -> str:
 Name = Annotated[str, AfterValidator(_validated)]
 
 
-def is_local(location: str | os.PathLike) -> bool:
+def is_local(location: str | os.PathLike | Located) -> bool:
     return "://" not in str(location)
 
 
-def local_links(folder: str | os.PathLike) -> list[str]:
+def local_links(folder: str | os.PathLike | Located) -> list[str]:
     """The links under the local `folder` (itself included, as ""), as '/'-separated paths relative to it,
     sorted, found without following any; [] when `folder` does not exist."""
-    root = Path(folder)
+    root = Path(str(folder))
     try:
         if stat.S_ISLNK(os.lstat(root).st_mode):
             return [""]
@@ -96,7 +104,7 @@ def local_links(folder: str | os.PathLike) -> list[str]:
     return sorted(found)
 
 
-def check_no_links(folder: str | os.PathLike, what: str) -> None:
+def check_no_links(folder: str | os.PathLike | Located, what: str) -> None:
     """BoundaryError when the local `folder` (`what`: its kind, e.g. "model directory") is itself a link or
     holds one; nothing for a URI. The message names the links, never their targets or what is there."""
     if not is_local(folder):

@@ -8,12 +8,10 @@ Layout of a dataset directory (`<run_dir>/data`):
     train/part-00000-of-00004.parquet ...   dev/...   test/...
     teacher/<fingerprint>/...   a teacher's embeddings of the training split, when one was used (`core.teacher`)
 
-A run builds everything in a sibling staging directory and renames it into
-place only when complete, so a crash never leaves a dataset that looks done.
-A dataset at a URI (s3://, gs://, hdfs://, file://) is committed by its
-manifest instead (`pipelines.staging`): its files sit under a per-run prefix
-that the manifest names. Readers here take either kind of location and read
-only the files that the manifest names, by their paths relative to the dataset.
+A run builds it in a staging area and commits it whole, its manifest last (`core.output`): a sibling folder
+renamed into place, or in a store (s3://, gs://, hdfs://, file://) a per-run prefix that the manifest names.
+Readers here take either kind of location and read only the files that the manifest names, by their paths
+relative to the dataset.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ MANIFEST = "manifest.json"
 SPM_MODEL = "spm.model"
 CONFIG_FILE = "config.yaml"  # the resolved run config, beside every output
 SPM_VOCAB = "spm.vocab"
-ATTEMPT = "attempt-"  # a run's prefix under a URI dataset (`pipelines.staging`)
+ATTEMPT = "attempt-"  # a run's prefix under a URI dataset (`core.output.ATTEMPT`)
 # Token ids: sentencepiece reserves these; the stored ids never contain bos/eos.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -154,7 +152,7 @@ def fingerprint(payload: Any) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def load_manifest(data_dir: str | Path) -> DatasetManifest:
+def load_manifest(data_dir: storage.Where) -> DatasetManifest:
     """The manifest of a complete dataset (a local directory or a URI). Raises DatasetError otherwise, naming
     the file and, for a manifest of this format that does not hold one, its first wrong field."""
     path = storage.join(data_dir, MANIFEST)
@@ -189,7 +187,7 @@ def split_files(data_dir: str | Path, split: str) -> list[Path] | list[str]:
     return [Path(data_dir) / p for p in paths]
 
 
-def verify(data_dir: str | Path, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> DatasetManifest:
+def verify(data_dir: storage.Where, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> DatasetManifest:
     """Check the shards of `splits` (and spm.model) against the size and sha256 the manifest recorded, before
     a stage reads them; the manifest. DatasetError naming the first file that is missing or differs."""
     manifest = load_manifest(data_dir)
@@ -205,7 +203,7 @@ def verify(data_dir: str | Path, splits: list[str] | tuple[str, ...], *, spm: bo
     return manifest
 
 
-def _verify_file(data_dir: str | Path, relative: str, recorded: str | None) -> None:
+def _verify_file(data_dir: storage.Where, relative: str, recorded: str | None) -> None:
     location = storage.join(data_dir, relative)
     advice = "; run `interlingua prepare --force`"
     if not recorded:
@@ -253,9 +251,9 @@ class Dataset:
     manifest: DatasetManifest = field(repr=False)
 
     @classmethod
-    def open(cls, location: str | Path) -> Dataset:
+    def open(cls, location: storage.Where) -> Dataset:
         """DatasetError when `location` holds no finished dataset of this format."""
-        return cls(location, load_manifest(location))
+        return cls(location if isinstance(location, str | Path) else str(location), load_manifest(location))
 
     @property
     def fingerprint(self) -> str:

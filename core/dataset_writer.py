@@ -1,11 +1,14 @@
-"""Writing a prepared dataset (`core.dataset`): the Parquet shards, the manifest, the local atomic swap, and
-what a dataset directory may hold (a user's file there is never replaced). Only `prepare` writes datasets.
+"""Writing a prepared dataset (`core.dataset`): the Parquet shards, the manifest, and the dataset as an output
+kind (`DatasetKind`: what a dataset directory may hold; a user's file there is never replaced), committed by
+the output layer (`core.output`). Only `prepare` writes datasets.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,8 @@ from core.dataset import (
     DatasetManifest,
     load_manifest,
 )
+from core.location import Location
+from core.output import OutputFolder
 
 # What a run writes under its attempt prefix, and nothing else: a user's file there is never taken for the
 # product's (nor deleted with the prefix)
@@ -70,22 +75,20 @@ def shard_rows(path: str | Path) -> int:
         return pq.ParquetFile(handle).metadata.num_rows
 
 
-def staging_dir(data_dir: Path, fingerprint: str) -> Path:
-    """Where a run builds its dataset before publishing it (one per config and input)."""
-    return data_dir.with_name(f".{data_dir.name}.partial-{fingerprint[:16]}")
+def manifest_bytes(manifest: DatasetManifest) -> bytes:
+    """The manifest's file as the commit writes it (`storage.write_json`'s form)."""
+    return (json.dumps(manifest.dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def write_manifest(data_dir: str | Path, manifest: DatasetManifest) -> None:
     """The manifest, replaced whole: from then on `data_dir` (local or a URI) is the dataset it names."""
-    storage.write_json(storage.join(data_dir, MANIFEST), manifest.dump())
+    storage.replace_bytes(storage.join(data_dir, MANIFEST), manifest_bytes(manifest))
 
 
-def publish(staging: Path, data_dir: Path, manifest: DatasetManifest) -> None:
-    """Write the manifest into `staging`, then swap it into `data_dir` atomically. The previous dataset stays
-    whole until the new one is in; then only its own files are removed. ForeignDataError, before anything
-    moves, if `data_dir` holds anything but a dataset's files (`check_replaceable`)."""
-    write_manifest(staging, manifest)
-    ownership.swap_in(staging, data_dir, check_replaceable(data_dir) if data_dir.exists() else None)
+def folder(data_dir: storage.Where, *, what: str = "dataset_dir") -> OutputFolder:
+    """The dataset's output folder (`core.output`): in a store, built under an attempt prefix and committed by
+    its manifest, because Beam's workers write the shards straight into the store."""
+    return OutputFolder(data_dir, DatasetKind(what), attempts=True)
 
 
 def own_entries(manifest: DatasetManifest | None) -> set[str]:
@@ -106,30 +109,32 @@ def own_entries(manifest: DatasetManifest | None) -> set[str]:
     return ownership.with_parents(names)
 
 
-def check_replaceable(data_dir: str | Path, *, what: str = "dataset_dir") -> list[str]:
-    """The entries of `data_dir` once it is known to hold nothing but a dataset (or nothing at all): what may
-    be removed when a new dataset replaces it. ForeignDataError naming the path and the other files."""
-    manifest = None
-    if storage.exists(storage.join(data_dir, MANIFEST)):
-        try:
-            manifest = load_manifest(data_dir)
-        except DatasetError as exc:
-            raise ownership.ForeignDataError(
-                f"{what}: {data_dir} holds a manifest.json that is not an interlingua dataset's ({exc}); it is "
-                "never replaced: choose another directory"
-            ) from None
-    ours = own_entries(manifest)
-    # a URI's attempt prefixes: the current dataset's files and those of crashed runs, each marked as staging
-    # and holding only what a run writes there
-    staged = {name for name in storage.subdirectories(data_dir) if ownership.is_staging(storage.join(data_dir, name))}
-    # and the teacher embeddings computed from it (`core.teacher`), which go with it
-    return ownership.check_only_ours(
-        data_dir,
-        lambda e: (
-            e in ours
+class DatasetKind:
+    """A prepared dataset as an output kind (`core.output.Kind`): the files its manifest names with config.yaml
+    and spm.vocab beside them; a store's attempt prefixes, each marked as staging and holding only what a run
+    writes there (the current dataset's and those of crashed runs); the teacher embeddings computed from it
+    (`core.teacher`), which go with it."""
+
+    marker = MANIFEST
+    advice = "choose a new or empty directory for the dataset, or move those files away"
+
+    def __init__(self, what: str = "dataset_dir") -> None:
+        self.what = what
+
+    def ours(self, data_dir: Location) -> Callable[[str], bool]:
+        manifest = None
+        if (data_dir / MANIFEST).exists():
+            try:
+                manifest = load_manifest(str(data_dir))
+            except DatasetError as exc:
+                raise ownership.ForeignDataError(
+                    f"{self.what}: {data_dir} holds a manifest.json that is not an interlingua dataset's ({exc}); "
+                    "it is never replaced: choose another directory"
+                ) from None
+        own = own_entries(manifest)
+        staged = {name for name in data_dir.subdirectories() if ownership.is_staging(data_dir / name)}
+        return lambda e: (
+            e in own
             or (e.split("/")[0] in staged and _ATTEMPT_FILES.fullmatch(e) is not None)
-            or teacher.ours(data_dir, e)
-        ),
-        what=what,
-        advice="choose a new or empty directory for the dataset, or move those files away",
-    )
+            or teacher.ours(str(data_dir), e)
+        )

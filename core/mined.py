@@ -9,9 +9,9 @@ because the pipeline may not import the orchestration.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from core import storage
 from core.boundary import Name, Segment, check_no_links
@@ -56,14 +56,14 @@ class MinedManifest(_Record):
     model: MinedModel
     inputs: dict[str, InputCounts]  # lang -> its counts
     pairs: dict[str, MinedPair]  # "<src>-<trg>" -> its file
-    config: dict[str, Any]  # the resolved run config: what `mine` was run with, for a rerun
+    config: dict[str, JsonValue]  # the resolved run config: what `mine` was run with, for a rerun
 
 
 class MinedManifestError(ValueError):
     """A folder whose manifest.json is not `mine`'s."""
 
 
-def read_manifest(folder: storage.Location) -> MinedManifest:
+def read_manifest(folder: storage.Where) -> MinedManifest:
     """The manifest of the mining output at `folder` (local or a URI). FileNotFoundError when there is none;
     MinedManifestError naming the file and its first wrong field when it is not a mining manifest."""
     path = storage.join(folder, MANIFEST)
@@ -74,6 +74,6 @@ def read_manifest(folder: storage.Location) -> MinedManifest:
         raise MinedManifestError(f"{path}: not a mining manifest ({wrong_fields(exc)})") from None
 
 
-def write_manifest(folder: storage.Location, manifest: MinedManifest) -> None:
+def write_manifest(folder: storage.Where, manifest: MinedManifest) -> None:
     """The manifest, replaced whole."""
     storage.write_json(storage.join(folder, MANIFEST), manifest.model_dump(mode="json"))

@@ -30,7 +30,7 @@ class ForeignDataError(UserError, ValueError):
     """A location holding files the product did not write: it is neither replaced, cleaned nor written into."""
 
 
-def check_only_ours(location: storage.Location, ours: Callable[[str], bool], *, what: str, advice: str) -> list[str]:
+def check_only_ours(location: storage.Where, ours: Callable[[str], bool], *, what: str, advice: str) -> list[str]:
     """The entries under `location` (see `entries`) once each is the product's (`ours(relative path)`).
 
     ForeignDataError naming the location and what else is there (then nothing may be removed or replaced),
@@ -57,7 +57,7 @@ def check_only_ours(location: storage.Location, ours: Callable[[str], bool], *, 
     return found
 
 
-def remove_ours(location: storage.Location, relatives: list[str], *, keep_root: bool = False) -> None:
+def remove_ours(location: storage.Where, relatives: list[str], *, keep_root: bool = False) -> None:
     """Delete exactly the files among `relatives` (entries checked by `check_only_ours`), then those of its
     directories that are left empty, deepest first, and `location` itself when empty (unless `keep_root`).
     A directory that something new appeared in is kept."""
@@ -85,12 +85,12 @@ def _delete_if_empty(fs: pafs.FileSystem, path: str) -> None:
         fs.delete_dir(path)
 
 
-def is_staging(location: storage.Location) -> bool:
+def is_staging(location: storage.Where) -> bool:
     """Whether `location` is a staging directory or prefix the product made (it holds the marker)."""
     return storage.exists(storage.join(location, STAGING_MARKER))
 
 
-def make_staging(location: storage.Location) -> None:
+def make_staging(location: storage.Where) -> None:
     """An empty staging directory (or prefix) at `location`, marked as the product's. One left by a crashed
     run (marked) is removed first; anything else there is refused (ForeignDataError), never deleted."""
     fs, path = storage.resolve(location)
@@ -106,7 +106,7 @@ def make_staging(location: storage.Location) -> None:
     storage.write_bytes(storage.join(location, STAGING_MARKER), b"interlingua staging; removed with its directory\n")
 
 
-def remove_staging(location: storage.Location) -> None:
+def remove_staging(location: storage.Where) -> None:
     """Delete a staging directory (or prefix) the product made, with all it holds; nothing if it is absent,
     empty, or not marked as the product's."""
     fs, path = storage.resolve(location)
@@ -131,7 +131,7 @@ def with_parents(relatives) -> set[str]:
     return out
 
 
-def is_stage_state(location: storage.Location) -> bool:
+def is_stage_state(location: storage.Where) -> bool:
     """Whether the file at `location` is a stage's state file the product wrote (`train/run.json`, an
     evaluation's `state.json`): a JSON object with its fingerprint. The record that vouches for the files of
     fixed names beside it; without it, files of those names are a user's."""
@@ -144,14 +144,14 @@ def is_stage_state(location: storage.Location) -> bool:
     return isinstance(state, dict) and isinstance(state.get("fingerprint"), str)
 
 
-def begin_writes(location: storage.Location, names: list[str]) -> None:
+def begin_writes(location: storage.Where, names: list[str]) -> None:
     """Record, before writing them in place under `location`, the files about to be written (relative
     names), added to those recorded before: if the run dies before its manifest, the rerun knows them for
     the product's (`recorded_writes`). `end_writes` once the manifest names them."""
     storage.write_json(storage.join(location, JOURNAL), sorted(recorded_writes(location) | set(names)))
 
 
-def recorded_writes(location: storage.Location) -> set[str]:
+def recorded_writes(location: storage.Where) -> set[str]:
     """The files `begin_writes` recorded under `location` and no manifest took over yet."""
     try:
         names = storage.read_json(storage.join(location, JOURNAL))
@@ -160,7 +160,7 @@ def recorded_writes(location: storage.Location) -> set[str]:
     return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
-def end_writes(location: storage.Location) -> None:
+def end_writes(location: storage.Where) -> None:
     """Forget the recorded writes: the manifest written last now names them."""
     if storage.exists(storage.join(location, JOURNAL)):
         storage.delete_file(storage.join(location, JOURNAL))

@@ -1,10 +1,7 @@
-"""Files by location: a local path, or a URI (s3://, gs://, hdfs://, file://) through pyarrow.fs.
-
-Every read and write of a dataset goes through these helpers, so the job and
-the commit protocol (`pipelines.staging`) run unchanged on any filesystem that
-`pyarrow.fs.FileSystem.from_uri` knows. A location without a scheme is a local
-path, resolved against the working directory. Whole directories: `core.transfer`; what the product may
-replace or clean: `core.ownership`.
+"""Files by location: a local path, or a URI (s3://, gs://, hdfs://, file://) through pyarrow.fs; the functions
+that `core.location.Location`'s methods call. A location without a scheme is a local path, resolved against the
+working directory. The store's endpoint: `core.connection`; whole folders: `core.transfer`; what the product may
+replace or clean: `core.ownership`; the commit of an output: `core.output`.
 """
 
 from __future__ import annotations
@@ -14,50 +11,42 @@ import functools
 import hashlib
 import io
 import json
-import logging
 import os
 import posixpath
 import re
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from core.boundary import check_name
+from core.boundary import Located, check_name
+from core.connection import ENDPOINT_ENV, s3_options
 from core.errors import UserError
 
-log = logging.getLogger(__name__)
-
-Location = str | Path
+# What the functions here take: a location (`core.location.Location`, the value the product passes around), or
+# the text or path a user gave, read as `Location.of` reads it.
+Where: TypeAlias = str | Path | Located
 SCHEMES = ("s3", "gs", "hdfs", "file")
-
-# The object store's connection, from the standard variables users already set (pyarrow's S3 client reads
-# the keys and region itself but ignores the endpoint variable, so it is passed on here) or from a config's
-# `storage` section (`configure`, which sets the same variables so that Ray workers inherit them).
-ENDPOINT_ENV, REGION_ENV, SCHEME_ENV = "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "INTERLINGUA_S3_SCHEME"
-ENV = (ENDPOINT_ENV, REGION_ENV, SCHEME_ENV)
-CREDENTIALS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-FORWARD_ENV = "INTERLINGUA_FORWARD_CREDENTIALS"  # set by `configure(forward_credentials=True)`; travels with them
 
 
 class StorageError(UserError, ValueError):
     """A location that names no filesystem pyarrow can open."""
 
 
-def is_uri(location: Location) -> bool:
+def is_uri(location: Where) -> bool:
     """Whether `location` names a filesystem by scheme (`s3://bucket/key`) rather than a local path."""
     return "://" in str(location)
 
 
-def scheme(location: Location) -> str:
+def scheme(location: Where) -> str:
     """`s3`, `gs`, `hdfs`, `file`, or `local` for a path without a scheme."""
     return str(location).split("://", 1)[0].lower() if is_uri(location) else "local"
 
 
-def check_location(location: Location, what: str) -> str:
+def check_location(location: Where, what: str) -> str:
     """`location` as given, once it is a local path or a URI with a supported scheme; StorageError naming
     `what` (the key or flag) otherwise. A path that merely looks like a URI (`s3:/bucket`, `s3:bucket`) is
     refused too: taken as local, it would write into a folder named `s3:` beside the user's files."""
@@ -80,50 +69,12 @@ def check_location(location: Location, what: str) -> str:
     return text
 
 
-def absolute(location: Location) -> str:
+def absolute(location: Where) -> str:
     """A URI as it is, a local path made absolute: the same location from any working directory."""
-    return str(location) if is_uri(location) else os.path.abspath(location)
+    return str(location) if is_uri(location) else os.path.abspath(str(location))
 
 
-def configure(
-    endpoint: str | None = None, region: str | None = None, scheme: str | None = None, forward_credentials: bool = False
-) -> None:
-    """Use this object store endpoint (`http://host:port` or `host:port`), region and scheme for s3://
-    locations in this process and, through the environment, in the Ray workers it starts. None keeps what
-    the environment says. `forward_credentials`: `environment()` also carries this process's keys."""
-    for name, value in ((ENDPOINT_ENV, endpoint), (REGION_ENV, region), (SCHEME_ENV, scheme)):
-        if value is not None:
-            os.environ[name] = value
-    if forward_credentials:
-        os.environ[FORWARD_ENV] = "1"
-
-
-def environment() -> dict[str, str]:
-    """The storage variables set in this process that a worker process on another node needs to reach the same
-    store: its endpoint, region and scheme. Never the keys, unless forwarding was asked for
-    (`storage.forward_credentials`): a worker uses its own node's credential chain (environment, instance role,
-    web identity), and what goes into a Ray runtime_env is shown in Ray's job metadata and dashboard."""
-    names = ENV + ((*CREDENTIALS_ENV, FORWARD_ENV) if os.environ.get(FORWARD_ENV) == "1" else ())
-    return {name: os.environ[name] for name in names if os.environ.get(name)}
-
-
-def s3_options() -> dict[str, str]:
-    """`pyarrow.fs.S3FileSystem` options from the environment (see `configure`)."""
-    options: dict[str, str] = {}
-    endpoint = os.environ.get(ENDPOINT_ENV, "")
-    if endpoint:
-        parsed = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
-        options["endpoint_override"] = parsed.netloc or parsed.path
-        if parsed.scheme:
-            options["scheme"] = parsed.scheme
-    if os.environ.get(SCHEME_ENV):
-        options["scheme"] = os.environ[SCHEME_ENV]
-    if os.environ.get(REGION_ENV):
-        options["region"] = os.environ[REGION_ENV]
-    return options
-
-
-def join(location: Location, *parts: str) -> str:
+def join(location: Where, *parts: str) -> str:
     """`location/part/...`, keeping a URI's scheme and authority (StorageError for a URI without one). Each part
     is a relative name inside `location` (`boundary.check_name`: BoundaryError for `..`, an absolute path...),
     so a name read from a manifest never leads out of its folder."""
@@ -133,13 +84,13 @@ def join(location: Location, *parts: str) -> str:
         if str(location).rstrip("/").endswith(":"):  # `s3://`: stripped, it would become a local `s3:/...`
             raise StorageError(f"{location}: no bucket or host after the scheme")
         return "/".join([str(location).rstrip("/"), *parts])
-    return os.path.join(location, *parts)
+    return os.path.join(str(location), *parts)
 
 
-def resolve(location: Location) -> tuple[pafs.FileSystem, str]:
+def resolve(location: Where) -> tuple[pafs.FileSystem, str]:
     """The filesystem holding `location` and the path within it. Raises StorageError."""
     if not is_uri(location):
-        return pafs.LocalFileSystem(), os.path.abspath(location)
+        return pafs.LocalFileSystem(), os.path.abspath(str(location))
     text = check_location(location, "location")
     if scheme(text) == "s3":
         return _s3(tuple(sorted(s3_options().items()))), text[len("s3://") :].rstrip("/")
@@ -156,7 +107,7 @@ class StoreUnreachable(ConnectionError):
     """An object store that does not answer, or a bucket that does not exist: not the input's fault (exit 1)."""
 
 
-def check_reachable(location: Location, what: str) -> None:
+def check_reachable(location: Where, what: str) -> None:
     """For a URI, ask its store for the bucket (or root) once, before any work: StoreUnreachable naming
     `what`, the store and the reason, within seconds. Local paths are not checked here."""
     if not is_uri(location):
@@ -187,35 +138,35 @@ def _s3(options: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(**dict(options))
 
 
-def exists(location: Location) -> bool:
+def exists(location: Where) -> bool:
     """Whether `location` is a file."""
     fs, path = resolve(location)
     return fs.get_file_info(path).type == pafs.FileType.File
 
 
-def size(location: Location) -> int:
+def size(location: Where) -> int:
     """The file's size in bytes."""
     fs, path = resolve(location)
     return fs.get_file_info(path).size
 
 
-def read_bytes(location: Location) -> bytes:
+def read_bytes(location: Where) -> bytes:
     """The whole file. Raises FileNotFoundError if it is missing."""
     fs, path = resolve(location)
     with fs.open_input_stream(path) as stream:
         return stream.read()
 
 
-def open_input(location: Location):
+def open_input(location: Where):
     """The file opened for binary reading, buffered, seekable, by lines (`readline`, iteration): a local
     file as `open` gives it, a URI's through pyarrow (ranged reads). FileNotFoundError if it is missing."""
     if not is_uri(location):
-        return open(location, "rb")
+        return open(str(location), "rb")
     fs, path = resolve(location)
     return io.BufferedReader(fs.open_input_file(path), buffer_size=1 << 20)
 
 
-def write_bytes(location: Location, data: bytes) -> None:
+def write_bytes(location: Where, data: bytes) -> None:
     """Create or replace the file (its parent directories too, where the filesystem has any). Locally never
     through a link: a link at `location` is refused (ELOOP), not followed to overwrite what it points at."""
     fs, path = resolve(location)
@@ -229,7 +180,7 @@ def write_bytes(location: Location, data: bytes) -> None:
         stream.write(data)
 
 
-def open_parquet(location: Location):
+def open_parquet(location: Where):
     """A `pyarrow.parquet.ParquetFile` reading `location` (local or URI) by ranges: its metadata, a row group."""
     import pyarrow.parquet as pq
 
@@ -237,12 +188,12 @@ def open_parquet(location: Location):
     return pq.ParquetFile(fs.open_input_file(path))
 
 
-def write_json(location: Location, value: Any, *, indent: int | None = 2) -> None:
+def write_json(location: Where, value: Any, *, indent: int | None = 2) -> None:
     """Replace the JSON file at `location` whole (`replace_bytes`)."""
     replace_bytes(location, (json.dumps(value, indent=indent, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def replace_bytes(location: Location, data: bytes) -> None:
+def replace_bytes(location: Where, data: bytes) -> None:
     """Create or replace the file at `location` whole: readers see the old file or the new one, never half of
     one, and a killed writer leaves no half file under its name. Beside it, a temporary file created for this
     write alone (locally with O_EXCL: never a file that is there) and renamed; on an object store, one PUT."""
@@ -265,12 +216,12 @@ def replace_bytes(location: Location, data: bytes) -> None:
         raise
 
 
-def read_json(location: Location) -> Any:
+def read_json(location: Where) -> Any:
     """The JSON value of the file at `location`. FileNotFoundError if it is missing, ValueError if unreadable."""
     return json.loads(read_bytes(location))
 
 
-def sha256(location: Location) -> str:
+def sha256(location: Where) -> str:
     """The file's SHA-256, hex."""
     digest = hashlib.sha256()
     fs, path = resolve(location)
@@ -280,9 +231,7 @@ def sha256(location: Location) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(
-    location: Location, recorded: str, *, named_in: str, error: type[Exception], advice: str = ""
-) -> None:
+def verify_sha256(location: Where, recorded: str, *, named_in: str, error: type[Exception], advice: str = "") -> None:
     """Raise `error` when the file at `location` is missing or its SHA-256 is not `recorded` (as the manifest
     `named_in` records it); `advice` (e.g. "; run ...") ends the message."""
     try:
@@ -296,13 +245,13 @@ def verify_sha256(
         )
 
 
-def delete_file(location: Location) -> None:
+def delete_file(location: Where) -> None:
     """Delete one file. Raises FileNotFoundError if it is missing."""
     fs, path = resolve(location)
     fs.delete_file(path)
 
 
-def subdirectories(location: Location) -> list[str]:
+def subdirectories(location: Where) -> list[str]:
     """The names of the directories (prefixes) directly under `location`; [] if there is none."""
     fs, path = resolve(location)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
@@ -312,19 +261,19 @@ def subdirectories(location: Location) -> list[str]:
 
 
 # --- Listing ---------------------------------------------------------------------------------------------
-def entries(location: Location) -> list[str]:
+def entries(location: Where) -> list[str]:
     """Every file and directory under `location`, as '/'-separated paths relative to it, sorted (parents
     before their children); [] when there is nothing there. Locally a link is listed as an entry of its own and
     never followed (its target's files are not under `location`: `core.boundary`)."""
     return [name for name, _ in _listing(location)]
 
 
-def files(location: Location) -> list[str]:
+def files(location: Where) -> list[str]:
     """The files under `location` (not the directories, nor links), as in `entries`."""
     return [name for name, is_file in _listing(location) if is_file]
 
 
-def _listing(location: Location) -> list[tuple[str, bool]]:
+def _listing(location: Where) -> list[tuple[str, bool]]:
     """(relative path, whether it is a regular file) of everything under `location`, sorted."""
     fs, path = resolve(location)
     if fs.type_name == "local":

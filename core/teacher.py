@@ -5,6 +5,10 @@
         train/part-00000-of-00004.parquet ...   one per training shard, the same rows in the same row groups
         manifest.json                           written last: a folder without it is not complete
 
+The folder is an output of the `TeacherKind` (`core.output`), built in place (`OutputFolder.stage_in_place`)
+and committed by its manifest (`OutputFolder.commit`): it is never replaced, only made anew under another
+fingerprint.
+
 The fingerprint is of the teacher (its kind and the identity of its weights) and of the training shards
 (their sha256 in the dataset's manifest): another teacher or other data is another folder, and a rerun with the
 same ones reuses it. Each file holds the shard's `key` column and, per language the teacher embeds,
@@ -16,9 +20,10 @@ checks that their keys agree.
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -30,16 +35,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from core import ownership, storage
 from core.boundary import Name, Segment, check_no_links
 from core.errors import UserError
+from core.location import Location
+from core.output import OutputFolder
 from core.schema import wrong_fields
 
 FORMAT: Final = "interlingua-teacher/1"
 FOLDER = "teacher"
 MANIFEST = "manifest.json"
-# What the product writes under a dataset's teacher folder (with its marker): every other entry is a user's
-ENTRIES = re.compile(
-    rf"{FOLDER}(/[0-9a-f]{{16}}(/({re.escape(ownership.STAGING_MARKER)}|{re.escape(MANIFEST)}|"
-    r"train(/part-\d{5}-of-\d{5}\.parquet)?))?)?"
+# What the product writes in a teacher's folder, and under a dataset's teacher folder (with the folder's marker):
+# every other entry is a user's
+_OWN = re.compile(
+    rf"{re.escape(ownership.STAGING_MARKER)}|{re.escape(MANIFEST)}|train(/part-\d{{5}}-of-\d{{5}}\.parquet)?"
 )
+ENTRIES = re.compile(rf"{FOLDER}(/[0-9a-f]{{16}}(/({_OWN.pattern}))?)?")
 
 
 class TeacherStoreError(UserError, RuntimeError):
@@ -57,7 +65,7 @@ class TeacherFile(BaseModel):
 
 
 class TeacherManifest(BaseModel):
-    """`<folder>/manifest.json`, written last (`publish`)."""
+    """`<folder>/manifest.json`, written last (the commit of `folder`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -69,13 +77,56 @@ class TeacherManifest(BaseModel):
     files: dict[Name, TeacherFile]  # relative path -> its record
     rows: int  # tuples, all files
 
+    @classmethod
+    def of(
+        cls,
+        files: Mapping[str, TeacherFile],
+        *,
+        teacher: Mapping[str, str],
+        languages: Sequence[str],
+        dim: int,
+        data: Mapping[str, str],
+    ) -> TeacherManifest:
+        """The manifest of a teacher's `files` (relative path -> record) of the training shards `data`."""
+        return cls(
+            teacher=dict(teacher),
+            languages=list(languages),
+            dim=dim,
+            data=dict(data),
+            files=dict(sorted(files.items())),
+            rows=sum(r.rows for r in files.values()),
+        )
 
-def location(data_location: storage.Location, fingerprint: str) -> str:
+    def file_bytes(self) -> bytes:
+        """The manifest's file, as the commit writes it."""
+        return (json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class TeacherKind:
+    """A teacher's embeddings as an output kind (`core.output.Kind`): in a folder marked as the product's, its
+    files under train/ and the manifest, written last; anything else is a user's."""
+
+    what = "the teacher's embeddings"
+    marker = MANIFEST
+    advice = "move them away; interlingua writes a teacher's embeddings only into a folder of its own"
+
+    def ours(self, folder: Location) -> Callable[[str], bool]:
+        staged = ownership.is_staging(folder)
+        return lambda entry: staged and _OWN.fullmatch(entry) is not None
+
+
+def folder(where: storage.Where) -> OutputFolder:
+    """The teacher's embeddings at `where` (`location`) as an output: built in place by workers on any node
+    (`OutputFolder.stage_in_place`), complete once `OutputFolder.commit` writes its manifest."""
+    return OutputFolder(where, TeacherKind())
+
+
+def location(data_location: storage.Where, fingerprint: str) -> str:
     """The folder of the teacher embeddings with this fingerprint, under a dataset."""
     return storage.join(data_location, FOLDER, fingerprint[:16])
 
 
-def ours(data_location: storage.Location, entry: str) -> bool:
+def ours(data_location: storage.Where, entry: str) -> bool:
     """Whether `entry` (relative to a dataset) is a teacher folder's file the product wrote: its name is one
     the product gives and its folder holds the product's marker."""
     if ENTRIES.fullmatch(entry) is None:
@@ -85,7 +136,7 @@ def ours(data_location: storage.Location, entry: str) -> bool:
 
 
 def write_shard(
-    where: storage.Location,
+    where: storage.Where,
     keys: Sequence[str],
     vectors: Mapping[str, np.ndarray],
     present: Mapping[str, np.ndarray],
@@ -112,7 +163,7 @@ def write_shard(
 
 
 def read_row_group(
-    where: storage.Location, row_group: int, languages: Sequence[str]
+    where: storage.Where, row_group: int, languages: Sequence[str]
 ) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(keys, {lang: vectors (n, D) float16}, {lang: which rows have one}) of one row group of a teacher file."""
     columns = ["key", *[c for lang in languages for c in (lang, f"{lang}_has")]]
@@ -134,7 +185,7 @@ class TeacherStore:
     manifest: TeacherManifest
 
     @classmethod
-    def open(cls, where: storage.Location) -> TeacherStore:
+    def open(cls, where: storage.Where) -> TeacherStore:
         """TeacherStoreError when `where` holds no complete teacher embeddings of this format, naming the
         manifest's first wrong field."""
         path = storage.join(where, MANIFEST)
@@ -180,25 +231,3 @@ class TeacherInput:
 
     store: TeacherStore
     pivot: str
-
-
-def publish(
-    where: storage.Location,
-    files: Mapping[str, TeacherFile],
-    *,
-    teacher: Mapping[str, str],
-    languages: Sequence[str],
-    dim: int,
-    data: Mapping[str, str],
-) -> TeacherStore:
-    """The manifest, written last: from now on the folder is complete."""
-    manifest = TeacherManifest(
-        teacher=dict(teacher),
-        languages=list(languages),
-        dim=dim,
-        data=dict(data),
-        files=dict(sorted(files.items())),
-        rows=sum(r.rows for r in files.values()),
-    )
-    storage.write_json(storage.join(where, MANIFEST), manifest.model_dump(mode="json"))
-    return TeacherStore(str(where), manifest)

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 COPY_THREADS = 8  # storage.files copied at once to or from a store: its latency, not its bandwidth, bounds one copy
 
 
-def upload_dir(local: Path, location: storage.Location, *, last: Sequence[str] = ()) -> list[str]:
+def upload_dir(local: Path, location: storage.Where, *, last: Sequence[str] = ()) -> list[str]:
     """Copy every file under the local directory `local` to `location` (a local path or a URI), several at
     once, then the storage.files named in `last` in their order, each once the others are all there (a commit marker
     a reader looks for); the relative names copied, sorted."""
@@ -43,7 +43,7 @@ def upload_dir(local: Path, location: storage.Location, *, last: Sequence[str] =
     return names
 
 
-def download_dir(location: storage.Location, local: Path) -> list[str]:
+def download_dir(location: storage.Where, local: Path) -> list[str]:
     """Copy every file under `location` into the local directory `local`, several at once; the relative
     names, sorted."""
     fs, path = storage.resolve(location)
@@ -95,7 +95,7 @@ def cache_dir(kind: str) -> Path:
     return folder
 
 
-def cached_copy(location: storage.Location, kind: str, key: str, check: Callable[[Path], Any]) -> Path:
+def cached_copy(location: storage.Where, kind: str, key: str, check: Callable[[Path], Any]) -> Path:
     """A local copy of the directory at `location` in this user's cache (`cache_dir(kind)/<key>`), downloaded
     once per `key` (a content hash: a changed source gets a new copy). `check(copy)` verifies a copy against
     what the source records (its sha256s, `key`) and raises to refuse it; it runs on every use, not only after

@@ -446,12 +446,12 @@ FORMATS = [
     (
         "a model file's header (`model.safetensors`)",
         "model.args.ModelArgs",
-        "`model.nmt.read_header` / `save_model` (the constructor's arguments)",
+        "`model.model_file.read_header` / `save_model` (the constructor's arguments)",
     ),
     (
         "a model file's header (`model.safetensors`)",
         "model.args.ModelMeta",
-        "`model.nmt.read_header` / `save_model` (what the model was trained with)",
+        "`model.model_file.read_header` / `save_model` (what the model was trained with)",
     ),
     (
         "`<run_dir>/train/run.json`",

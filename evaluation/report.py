@@ -1,6 +1,8 @@
 """An evaluation's results as people and tools read them: a text matrix, CSV, JSON and a heatmap.
 
-    write_report(out_dir, matrix, pairs, averages, languages, sentences)
+    with output(out_dir).writing(list(FILES)):  # until the state file, written last in the block, names them
+        write_report(out_dir, matrix, pairs, averages, languages, sentences)
+        ...
     print(format_matrix(matrix, averages, languages))
 
 Errors are fractions in the data and percent in what people read; rows are the
@@ -10,15 +12,19 @@ query language, columns the searched one.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
-from core import ownership
+from core import ownership, storage
+from core.location import Location
+from core.output import OutputFolder
 
 Matrix = dict[tuple[str, str], float]
 FILES = ("error_matrix.csv", "error_matrix.png", "metrics.json")
+STATE_FILE = "state.json"  # the evaluation's stage state (`orchestration.evaluate.EvaluationRecord`), written last
 
 
 def format_matrix(matrix: Matrix, averages: dict[str, float], languages: list[str]) -> str:
@@ -42,21 +48,37 @@ def grid(matrix: Matrix, languages: list[str]) -> np.ndarray:
 SUBFOLDERS = ("embeddings", ".embeddings.partial", "search")  # the stored embeddings, their staging, the top-k
 
 
-def check_output(out_dir: Path, *, record: str) -> list[str]:
-    """The entries of an evaluation folder once each is this product's, else ForeignDataError naming the
-    others, before the evaluation overwrites any.
+class MetricsRecord(TypedDict):
+    """metrics.json: the tuples searched, the averages and every pair's metrics ("en-fr": {"error": ...})."""
 
-    Its own by record: `record` (the state file, written last: a JSON object with the evaluation's
-    fingerprint) or the write journal (`core.ownership.begin_writes`, written before the report) vouches for
-    `FILES`; without either, a file of those names is a user's. By layout: what lies in `SUBFOLDERS`."""
-    vouched = ownership.is_stage_state(out_dir / record) or set(FILES) <= ownership.recorded_writes(out_dir)
-    names = {*FILES, record} if vouched else set()
-    return ownership.check_only_ours(
-        out_dir,
-        lambda e: e in names or e == ownership.JOURNAL or e.split("/")[0] in SUBFOLDERS,
-        what="evaluation folder",
-        advice="move those files out of it; interlingua writes only its own evaluation there",
-    )
+    sentences: int
+    averages: dict[str, float]
+    pairs: dict[str, dict[str, float]]
+
+
+class ReportKind:
+    """An evaluation's folder as an output kind (`core.output.Kind`), written in place and committed by its
+    state file (`STATE_FILE`, written last: a JSON object with the evaluation's fingerprint).
+
+    Its own by record: the state file or the write journal (`OutputFolder.writing`, begun before the report)
+    vouches for `FILES` and the state file; without either, a file of those names is a user's. By layout: the
+    journal, and what lies in `SUBFOLDERS`."""
+
+    what = "evaluation folder"
+    marker = STATE_FILE
+    advice = "move those files out of it; interlingua writes only its own evaluation there"
+
+    def ours(self, folder: Location) -> Callable[[str], bool]:
+        vouched = ownership.is_stage_state(folder / STATE_FILE) or set(FILES) <= ownership.recorded_writes(folder)
+        names = {*FILES, STATE_FILE} if vouched else set()
+        return lambda e: e in names or e == ownership.JOURNAL or e.split("/")[0] in SUBFOLDERS
+
+
+def output(out_dir: storage.Where) -> OutputFolder:
+    """The evaluation folder `out_dir` as an output (`core.output`): `check_replaceable()` before the
+    evaluation overwrites anything (ForeignDataError naming what is not the product's), `writing(FILES)`
+    around the report until the state file names it."""
+    return OutputFolder(out_dir, ReportKind())
 
 
 def write_report(
@@ -66,15 +88,14 @@ def write_report(
     averages: dict[str, float],
     languages: list[str],
     sentences: int,
-) -> dict[str, Any]:
-    """Write `FILES` into `out_dir`, recorded first as the product's (`ownership.begin_writes`: the caller
-    ends the record once its state file names them); returns the metrics.json record."""
-    ownership.begin_writes(out_dir, list(FILES))
+) -> MetricsRecord:
+    """Write `FILES` into `out_dir` (inside `output(out_dir).writing(list(FILES))`, which records them first
+    as the product's, until the state file names them); returns the metrics.json record."""
     values = grid(matrix, languages)
     lines = ["source\\target," + ",".join(languages)]
     lines += [f"{p}," + ",".join("" if np.isnan(v) else f"{v:.4f}" for v in row) for p, row in zip(languages, values)]
     (out_dir / "error_matrix.csv").write_text("\n".join(lines) + "\n")
-    record = {"sentences": sentences, "averages": averages, "pairs": pairs}
+    record = MetricsRecord(sentences=sentences, averages=averages, pairs=pairs)
     (out_dir / "metrics.json").write_text(json.dumps(record, indent=2))
     _heatmap(out_dir / "error_matrix.png", values, languages, sentences)
     return record

@@ -1,5 +1,5 @@
 """Embeddings on disk in blocks, each with its completion record: the one format that `evaluate`
-(`write_block` + `publish`), `embed` and `mine` (`save_block`, in `embed.corpus`) write
+(`write_block` + `finish`), `embed` and `mine` (`save_block`, in `embed.corpus`) write
 (`evaluation.store_writer`) and `StoredEmbeddings` reads, from a local folder or a URI.
 
     <folder>/<lang>/part-NNNNN.npy       (n, D) the rows [start, start + n) of each language
@@ -16,13 +16,13 @@
 Rows are aligned across languages (row i of every language is one tuple).
 Evaluate's rows are in key order: its writer (the driver, as the embedding
 actors return their batches) calls `write_block` on any batch of tuples, in any
-order, into a staging folder; `publish` orders
-the blocks by key, checks that they neither overlap nor repeat, names them
-`part-NNNNN`, writes their records and the manifest and renames the staging
-folder into place. Embed's rows are in input order, a block per planned range
-of an input file, written in place by `save_block`, locally or at a URI (a
-rerun skips a block whose record is there). Readers (`StoredEmbeddings.rows`, one search task
-each) read only the blocks they need. A folder in the earlier format
+order, into a staging folder; `finish` orders the blocks by key, checks that
+they neither overlap nor repeat, names them `part-NNNNN` and writes their
+records, and the commit writes the manifest and renames the staging folder into
+place (`store_writer.output`, `core.output`). Embed's rows are in input order,
+a block per planned range of an input file, written in place by `save_block`,
+locally or at a URI (a rerun skips a block whose record is there). Readers
+(`StoredEmbeddings.rows`, one search task each) read only the blocks they need. A folder in the earlier format
 (`interlingua-stored-embeddings/1`: no block records) is read alike.
 """
 
@@ -32,13 +32,14 @@ import io
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from core import ownership, storage
 from core.boundary import Segment, check_no_links
+from core.location import Location
 from core.schema import wrong_fields
 from evaluation.npy import NpyFile
 
@@ -94,7 +95,7 @@ class StoreManifest(BaseModel):
     rows: int
     columns: list[str] | None = None  # of the rows files ([]: none); absent in format /1, which always had them
     blocks: list[BlockEntry]
-    meta: dict[str, Any] = {}
+    meta: dict[str, JsonValue] = {}
 
     def rows_columns(self) -> list[str]:
         """The columns of the rows files ([] for a store of vectors only)."""
@@ -120,7 +121,7 @@ def block_name(index: int) -> str:
     return f"part-{index:05d}"
 
 
-def read_record(path: storage.Location) -> BlockRecord | None:
+def read_record(path: storage.Where) -> BlockRecord | None:
     """The block record at `path`; None when it is missing or not one (a block without its record is not done)."""
     try:
         return BlockRecord.model_validate_json(storage.read_bytes(path))
@@ -141,7 +142,7 @@ def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = 
     )
 
 
-def read_manifest(folder: storage.Location) -> StoreManifest | None:
+def read_manifest(folder: storage.Where) -> StoreManifest | None:
     """The folder's manifest when it is a stored-embeddings manifest (either format), else None."""
     try:
         return StoreManifest.model_validate_json(storage.read_bytes(storage.join(folder, MANIFEST)))
@@ -164,14 +165,15 @@ class StoredEmbeddings:
     dtype: str
     starts: tuple[int, ...]  # block i holds rows [starts[i], starts[i + 1]); the last is the row count
     names: tuple[str, ...]
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, JsonValue] = field(default_factory=dict)
     columns: tuple[str, ...] = ()  # of the rows files; () when there are none
 
     @classmethod
     def open(cls, folder: str | Path) -> StoredEmbeddings:
         """FileNotFoundError when `folder` holds no published embeddings; ValueError naming the manifest's
         fields when it is not a stored-embeddings manifest."""
-        folder = str(folder) if storage.is_uri(folder) else Path(folder)
+        location = Location.of(folder, "the embeddings folder")
+        folder = location.local_path or str(location)
         path = storage.join(folder, MANIFEST)
         check_no_links(folder, "the embeddings folder")
         try:

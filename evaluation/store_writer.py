@@ -1,5 +1,6 @@
 """Writing stored embeddings (`evaluation.store`, the format): a block's arrays and record, evaluate's
-batches and their publication, a manifest, and what a folder of them may hold.
+batches and the files that finish them, a manifest, and the store as an output kind (`StoreKind`: what a folder
+of them may hold; committed by the output layer, `core.output`).
 """
 
 from __future__ import annotations
@@ -7,13 +8,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import JsonValue
 
 from core import ownership, storage
+from core.location import Location
+from core.output import OutputFolder
 from evaluation.npy import save_array
 from evaluation.store import (
     FORMAT,
@@ -22,7 +26,6 @@ from evaluation.store import (
     ROWS,
     BlockEntry,
     BlockRecord,
-    StoredEmbeddings,
     StoreManifest,
     block_files,
     block_name,
@@ -38,7 +41,7 @@ def text_hashes(texts: Sequence[str]) -> np.ndarray:
     )
 
 
-def save_arrays(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+def save_arrays(folder: storage.Where, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
     """Each language's (n, D) array as `<folder>/<lang>/<name>.npy` (local or a URI), whole or not at all
     (`save_array`); {lang: sha256}."""
     return {
@@ -47,14 +50,14 @@ def save_arrays(folder: storage.Location, name: str, arrays: Mapping[str, np.nda
     }
 
 
-def write_record(folder: storage.Location, record: BlockRecord) -> BlockRecord:
+def write_record(folder: storage.Where, record: BlockRecord) -> BlockRecord:
     """The block's record `<folder>/<name>.json`, replaced whole: the completion marker, written after the
     block's arrays (a reader or a rerun trusts a block only once its record is there)."""
     storage.write_json(storage.join(folder, f"{record.name}.json"), record.model_dump(exclude_none=True), indent=1)
     return record
 
 
-def save_block(folder: storage.Location, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> BlockRecord:
+def save_block(folder: storage.Where, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> BlockRecord:
     """One block written in place (a local folder or a URI): its arrays (`save_arrays`), then its record
     (name, rows, sha256 and the writer's `fields`)."""
     rows = {len(array) for array in arrays.values()}
@@ -71,7 +74,7 @@ def make_manifest(
     dim: int,
     dtype: str,
     columns: Sequence[str] = (),
-    meta: dict[str, Any] | None = None,
+    meta: Mapping[str, JsonValue] | None = None,
 ) -> StoreManifest:
     """The manifest of the blocks `records` (in row order): each block's start is the rows before it."""
     blocks, start = [], 0
@@ -86,20 +89,27 @@ def make_manifest(
         rows=start,
         columns=list(columns),
         blocks=blocks,
-        meta=meta or {},
+        meta=dict(meta or {}),
     )
 
 
-def write_manifest(folder: storage.Location, manifest: StoreManifest) -> None:
+def manifest_bytes(manifest: StoreManifest) -> bytes:
+    """The manifest's file as it is written (`storage.write_json`'s form, indented by 1)."""
+    return (
+        json.dumps(manifest.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False) + "\n"
+    ).encode()
+
+
+def write_manifest(folder: storage.Where, manifest: StoreManifest) -> None:
     """The manifest, written last (replaced whole): the folder is a published store from then on."""
-    storage.write_json(storage.join(folder, MANIFEST), manifest.model_dump(mode="json", exclude_none=True), indent=1)
+    storage.replace_bytes(storage.join(folder, MANIFEST), manifest_bytes(manifest))
 
 
 def write_block(
     staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray], texts: Mapping[str, Sequence[str]]
 ) -> BlockRecord:
     """Write one batch of tuples (any order; sorted here by key) into `staging`; returns its record
-    (name, rows, sha256, first_key, last_key) for `publish`. Rewriting the same batch gives the same files."""
+    (name, rows, sha256, first_key, last_key) for `finish`. Rewriting the same batch gives the same files."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -107,7 +117,7 @@ def write_block(
     keys = [keys[i] for i in order]
     name = "block-" + hashlib.blake2b(keys[0].encode("utf-8"), digest_size=8).hexdigest()
     sha256 = save_arrays(staging, name, {lang: emb[order] for lang, emb in embeddings.items()})
-    columns: dict[str, Any] = {"key": pa.array(keys, pa.string())}
+    columns: dict[str, pa.Array] = {"key": pa.array(keys, pa.string())}
     for lang, values in texts.items():
         ordered = [values[i] for i in order]
         columns[f"{lang}_text"] = pa.array(ordered, pa.string())
@@ -125,11 +135,12 @@ def _key_range(record: BlockRecord) -> tuple[str, str]:
     return record.first_key, record.last_key
 
 
-def publish(
-    staging: Path, folder: Path, records: list[BlockRecord], *, languages: list[str], meta: dict[str, Any] | None = None
-) -> StoredEmbeddings:
-    """Order the written blocks by key, name them part-NNNNN, write their records and the manifest and swap
-    `staging` into `folder` (a previous folder stays whole until then). AssertionError if blocks overlap."""
+def finish(
+    staging: Path, records: list[BlockRecord], *, languages: list[str], meta: Mapping[str, JsonValue] | None = None
+) -> bytes:
+    """The rest of a store staged by `write_block`, once its blocks are all there: the blocks ordered by key
+    and named part-NNNNN, their records and keys.json, written into `staging`; returns the manifest, which the
+    commit writes last (`output(folder).commit(staging, finish(...))`). AssertionError if blocks overlap."""
     records = sorted(records, key=lambda r: _key_range(r)[0])
     for before, after in zip(records, records[1:]):
         assert _key_range(before)[1] < _key_range(after)[0], f"blocks overlap: {before} {after}"
@@ -143,28 +154,33 @@ def publish(
         start += record.rows
     first = np.load(staging / languages[0] / f"{named[0].name}.npy", mmap_mode="r")
     columns = ["key", *(f"{lang}_{c}" for lang in languages for c in ("text", "hash"))]
-    write_manifest(
-        staging,
-        make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype, columns=columns, meta=meta),
-    )
     _write_keys(staging, [r.name for r in named])
-    ownership.swap_in(staging, folder, check_replaceable(folder) if folder.exists() else None)
-    return StoredEmbeddings.open(folder)
-
-
-def check_replaceable(folder: Path) -> list[str]:
-    """The entries of an embeddings folder once each is one `publish` wrote (what its manifest names);
-    ForeignDataError naming the others, which are never removed."""
-    ours = {ownership.STAGING_MARKER}
-    manifest = read_manifest(folder)
-    if manifest is not None:
-        ours |= {MANIFEST, KEYS} | block_files([b.name for b in manifest.blocks], manifest.languages, rows=True)
-    return ownership.check_only_ours(
-        folder,
-        lambda e: e in ours,
-        what="embeddings folder",
-        advice="move those files out of it; interlingua replaces only its own embeddings",
+    return manifest_bytes(
+        make_manifest(named, languages=languages, dim=first.shape[1], dtype=first.dtype, columns=columns, meta=meta)
     )
+
+
+class StoreKind:
+    """Stored embeddings as an output kind (`core.output.Kind`): what their manifest names (the blocks' arrays,
+    records and rows files, keys.json), and a staging folder's marker. Evaluate stages a store with
+    `write_block`, `finish`es it and commits it (`output`); a previous store stays whole until then."""
+
+    what = "embeddings folder"
+    marker = MANIFEST
+    advice = "move those files out of it; interlingua replaces only its own embeddings"
+
+    def ours(self, folder: Location) -> Callable[[str], bool]:
+        ours = {ownership.STAGING_MARKER}
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            ours |= {MANIFEST, KEYS} | block_files([b.name for b in manifest.blocks], manifest.languages, rows=True)
+        return lambda e: e in ours
+
+
+def output(folder: storage.Where) -> OutputFolder:
+    """The stored embeddings at `folder` as an output (`core.output`): `check_replaceable()` (ForeignDataError
+    naming what the manifest does not), `stage()`, `commit()`, `discard()`."""
+    return OutputFolder(folder, StoreKind())
 
 
 def _write_keys(folder: Path, names: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""What a model file's header holds beside the weights (`model.nmt.save_model`), torch-free: the driver builds
+"""What a model file's header holds beside the weights (`model.model_file.save_model`), torch-free: the driver builds
 and checks the arguments before any worker imports torch.
 """
 

@@ -3,17 +3,31 @@ read is written or dropped under a reason, no language and no split is left empt
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from core import dataset
 from pipelines.errors import EmptyDataError
 
+# Tuples, or one language's sentences: read, written per split, dropped per reason (`core.dataset.Tally`)
+Block = TypedDict("Block", {"in": int, "out": dict[str, int], "dropped": dict[str, int]})
+# One source's tuples: read, written per split (`core.dataset.SourceTally`)
+SourceBlock = TypedDict("SourceBlock", {"in": int, "out": dict[str, int]})
 
-def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
+
+class Counts(TypedDict):
+    """The counts of a preparation, as `core.dataset.Counts` reads them."""
+
+    tuples: Block
+    sentences: dict[str, Block]  # lang -> its sentences
+    sources: dict[str, SourceBlock]  # source name -> its tuples
+    normalized: dict[str, dict[str, int]]  # lang -> pattern -> sentences changed by it
+
+
+def count_table(stats: dict[str, int], languages: list[str]) -> Counts:
     """Turn flat stats names into {tuples: {...}, sentences: {lang: {...}}, sources: {name: {in, out}},
     normalized: {...}}."""
 
-    def block(prefix: str) -> dict[str, Any]:
+    def block(prefix: str) -> Block:
         dropped = {
             name.rsplit("/", 1)[1]: n for name, n in sorted(stats.items()) if name.startswith(f"{prefix}/dropped/")
         }
@@ -43,7 +57,7 @@ def count_table(stats: dict[str, int], languages: list[str]) -> dict[str, Any]:
     }
 
 
-def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
+def check_not_empty(counts: Counts, *, sample: int) -> None:
     """EmptyDataError, with the drop counts by reason, when there was no BPE sample or a language kept no
     sentence: a dataset that would train or measure nothing (or `nan`)."""
     t = counts["tuples"]
@@ -61,7 +75,7 @@ def check_not_empty(counts: dict[str, Any], *, sample: int) -> None:
             )
 
 
-def check_splits_not_empty(counts: dict[str, Any]) -> None:
+def check_splits_not_empty(counts: Counts) -> None:
     """EmptyDataError when a split got no tuple (with fractions; sizes are checked by `check_held_out`)."""
     t = counts["tuples"]
     empty = [split for split, n in t["out"].items() if not n]
@@ -69,7 +83,7 @@ def check_splits_not_empty(counts: dict[str, Any]) -> None:
         raise EmptyDataError(f"split {empty[0]!r} would be empty: tuples {_tally(t)}; check prepare.split")
 
 
-def _tally(block: dict[str, Any]) -> str:
+def _tally(block: Block) -> str:
     """`85 read, written train 0, dev 0, test 0; dropped duplicate 59, ...` (largest first)."""
     return (
         f"{block['in']:,} read, written "
@@ -79,15 +93,15 @@ def _tally(block: dict[str, Any]) -> str:
     )
 
 
-def _drops(block: dict[str, Any]) -> str:
+def _drops(block: Block) -> str:
     return ", ".join(f"{reason} {n:,}" for reason, n in sorted(block["dropped"].items(), key=lambda kv: -kv[1]))
 
 
-def _by_language(counts: dict[str, Any]) -> str:
+def _by_language(counts: Counts) -> str:
     return "; ".join(f"{lang}: {_drops(s) or 'none'}" for lang, s in counts["sentences"].items())
 
 
-def check_accounting(counts: dict[str, Any]) -> None:
+def check_accounting(counts: Counts) -> None:
     """Raise RuntimeError unless everything read was written or dropped under a reason."""
     blocks = {"tuples": counts["tuples"], **{f"sentences/{k}": v for k, v in counts["sentences"].items()}}
     for name, b in blocks.items():

@@ -112,7 +112,7 @@ def _check_normalized_alike(ours: NormalizeConfig, data: Dataset, what: str) -> 
         )
 
 
-def input_records(datasets: list[Dataset]) -> list[dict[str, Any]]:
+def input_records(datasets: list[Dataset]) -> list[dict[str, str | int | None]]:
     """The training shards read, as the manifest's input records (`InputRecord`): in the fingerprint, so that
     this dataset is made again when one of them changes."""
     return [

@@ -149,7 +149,7 @@ class WriteShardFn(beam.DoFn):
         ids = iter(self.sp.encode([text for _, sentences in tuples for text in sentences.values()]))
         rows = []
         for key, sentences in tuples:
-            row: dict[str, Any] = {"key": key}
+            row: dict[str, str | list[int] | int] = {"key": key}
             for lang, text in sentences.items():
                 tokens = next(ids)
                 row[f"{lang}_text"], row[f"{lang}_ids"], row[f"{lang}_len"] = text, tokens, len(tokens)

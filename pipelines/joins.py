@@ -17,7 +17,7 @@ the 6-language Bible about 2 s of CPU (+18 %), which is why only Dask gets it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -77,7 +77,9 @@ def _alone_with(element: Any, value: Any) -> tuple[Any, list[Any]]:
     return value, [element]
 
 
-def _with_value(group: tuple[int, dict[str, Any]], default: Any, has_default: bool) -> Iterator[tuple[Any, list[Any]]]:
+def _with_value(
+    group: tuple[int, dict[str, Iterable[Any]]], default: Any, has_default: bool
+) -> Iterator[tuple[Any, list[Any]]]:
     bucket, joined = group
     elements, values = list(joined["elements"]), list(joined["value"])
     if not elements:

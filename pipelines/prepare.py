@@ -10,7 +10,7 @@ elements (`pipelines.counting`) that the driver sums into the manifest, where
 The job ends in one step that depends on every other (writing the summed
 stats): Beam 2.77's DaskRunner runs only what the last step depends on. The
 dataset is written under a staging location and committed when complete
-(`pipelines.staging`): a local directory, or a URI (s3://, gs://, hdfs://).
+(`core.stage`, `core.output`): a local directory, or a URI (s3://, gs://, hdfs://).
 """
 
 from __future__ import annotations
@@ -29,18 +29,20 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from core import dataset, dataset_writer, ownership, storage
+from core import dataset, dataset_writer, stage, storage
+from core.location import Location
+from core.output import Staging
 from core.schema import dump_yaml
 from pipelines import sources, staging
-from pipelines.accounting import check_accounting, check_not_empty, check_splits_not_empty, count_table
 from pipelines.clean import SCRIPTS, base_language
 from pipelines.config import PrepareConfig
 from pipelines.counting import STATS, CountedParDo
-from pipelines.decontaminate import REASONS, DropTrainedOn, input_records, open_trained_on
+from pipelines.decontaminate import DropTrainedOn, input_records, open_trained_on
 from pipelines.dedup import DedupTuples
-from pipelines.encode import SAMPLE_STAT, EncodeAndWrite
+from pipelines.encode import EncodeAndWrite
+from pipelines.manifest import build_manifest
 from pipelines.runners import for_cluster, release
-from pipelines.split import SplitTuples, check_held_out
+from pipelines.split import SplitTuples
 from pipelines.transforms import CleanTupleFn, ReadTupleFn
 
 log = logging.getLogger(__name__)
@@ -127,7 +129,7 @@ def run_prepare(
     filesystem knows.
     """
     started = time.monotonic()
-    data_dir = data_dir if storage.is_uri(data_dir) else Path(data_dir)
+    where = Location.of(data_dir, "dataset_dir")
     warn_unchecked_scripts(config)
     plan = sources.plan_reads(config)
     held_out = config.split.held_out_size()
@@ -136,39 +138,42 @@ def run_prepare(
             f"prepare.split: dev_size + test_size = {held_out} but the sources hold only "
             f"{plan.records} records; lower them or use dev_fraction/test_fraction"
         )
-    trained_on = open_trained_on(config, str(data_dir))  # verified: its shards' sha256 go into the fingerprint
+    trained_on = open_trained_on(config, str(where))  # verified: its shards' sha256 go into the fingerprint
     plan = sources.SourcePlan(plan.tasks, plan.fingerprints + input_records(trained_on), plan.records)
     print_ = fingerprint(config, plan.fingerprints)
-    if not force and storage.exists(storage.join(data_dir, dataset.MANIFEST)):
-        old = dataset.load_manifest(data_dir)
-        if old.fingerprint == print_:
-            dataset.verify(data_dir, dataset.SPLITS)  # up to date only if whole: DatasetError names a damaged file
-            log.info("%s is up to date (fingerprint %s): nothing to do", data_dir, print_[:12])
-            return PrepareResult(old, skipped=True, seconds=time.monotonic() - started)
-    staging.check_destination(data_dir, (resolved_config or {}).get("name"), print_, force)  # before any work
-    _warn_unchecked_languages(config)
-    staged = staging.stage(data_dir, print_)
-    try:  # from the staging on: an interrupt anywhere leaves no staging behind
+    name = (resolved_config or {}).get("name")
+    dataset_stage = stage.Stage(
+        dataset_writer.folder(where),
+        print_,
+        read=lambda: dataset.load_manifest(where) if storage.exists(storage.join(where, dataset.MANIFEST)) else None,
+        fingerprint_of=lambda manifest: manifest.fingerprint,
+        verify=lambda _: dataset.verify(where, dataset.SPLITS),  # up to date only if whole: names a bad file
+        refuse=lambda current: staging.refuse_other_config(where, current, name, print_, force),
+    )
+
+    def work(staged: Staging) -> stage.Manifest[dataset.DatasetManifest]:
+        _warn_unchecked_languages(config)
         with _interrupt_is_keyboard_interrupt():  # before the first line: a Ctrl+C after it stops the job
             log.info(
                 "preparing %d records from %d sources in %d read tasks -> %s",
                 plan.records,
                 len(config.sources),
                 len(plan.tasks),
-                data_dir,
+                where,
             )
-            stats = _run_job(config, plan, staged.root, options, trained_on)
-        manifest = _manifest(config, staged, stats, plan, print_, resolved_config)
+            stats = _run_job(config, plan, str(staged.root), options, trained_on)
+        manifest = build_manifest(config, staged, stats, plan, print_, resolved_config)
         if resolved_config is not None:
-            storage.write_bytes(staged.location(dataset.CONFIG_FILE), dump_yaml(resolved_config).encode("utf-8"))
-        staging.commit(staged, data_dir, manifest)
-    except BaseException:
-        if not storage.is_uri(data_dir):  # a URI's attempt prefix is removed by the next commit
-            ownership.remove_staging(staged.root)  # no half-built dataset left; the previous one is untouched
-        raise
-    seconds = time.monotonic() - started
-    log.info("published %s in %.1fs", data_dir, seconds)
-    return PrepareResult(manifest, skipped=False, seconds=seconds)
+            storage.write_bytes(staged.join(dataset.CONFIG_FILE), dump_yaml(resolved_config).encode("utf-8"))
+        staging.check_staged(staged, where, manifest)
+        return stage.Manifest(manifest, dataset_writer.manifest_bytes(manifest))
+
+    outcome = stage.run(dataset_stage, work, force=force)
+    if outcome.skipped:
+        log.info("%s is up to date (fingerprint %s): nothing to do", where, print_[:12])
+    else:
+        log.info("published %s in %.1fs", where, time.monotonic() - started)
+    return PrepareResult(outcome.manifest, skipped=outcome.skipped, seconds=time.monotonic() - started)
 
 
 @contextmanager
@@ -247,79 +252,6 @@ def _run_job(
     stats = json.loads(storage.read_bytes(storage.join(root, STATS_FILE)))
     storage.delete_file(storage.join(root, STATS_FILE))
     return stats
-
-
-def _shard_files(staged: staging.Staging, split: str, count: int, languages: list[str]) -> list[dataset.ShardFile]:
-    """Every shard of a split (an empty one written where no row fell), with its checksum."""
-    files = []
-    for i in range(count):
-        name = dataset_writer.shard_name(split, i, count)
-        location = staged.location(name)
-        if not storage.exists(location):
-            dataset_writer.write_shard(location, [], languages)
-        files.append(
-            dataset.ShardFile(
-                path=staged.prefix + name,
-                rows=dataset_writer.shard_rows(location),
-                bytes=storage.size(location),
-                sha256=dataset.file_sha256(location),
-            )
-        )
-    return files
-
-
-def _manifest(
-    config: PrepareConfig,
-    staged: staging.Staging,
-    stats: dict[str, int],
-    plan: sources.SourcePlan,
-    print_: str,
-    resolved: dict[str, Any] | None,
-) -> dataset.DatasetManifest:
-    import sentencepiece as spm
-
-    counts = count_table(stats, config.languages)
-    check_not_empty(counts, sample=stats.get(SAMPLE_STAT, 0))  # first: it names the drops that caused it
-    check_accounting(counts)
-    dropped = counts["tuples"]["dropped"]
-    check_held_out(config.split, counts["tuples"]["out"], {s: dropped.get(r, 0) for s, r in REASONS.items()})
-    check_splits_not_empty(counts)
-    shards = {
-        "train": config.output.train_shards,
-        "dev": config.output.heldout_shards,
-        "test": config.output.heldout_shards,
-    }
-    splits = {}
-    for split, count in shards.items():
-        files = _shard_files(staged, split, count, config.languages)
-        splits[split] = dataset.SplitFiles(tuples=sum(f.rows for f in files), files=files)
-        if splits[split].tuples != counts["tuples"]["out"][split]:
-            raise RuntimeError(
-                f"{split}: shards hold {splits[split].tuples} rows, {counts['tuples']['out'][split]} were encoded"
-            )
-    model = staged.location(dataset.SPM_MODEL)
-    if not storage.exists(model):
-        raise RuntimeError(
-            f"{model}: no BPE model was trained: no training sentence was left after cleaning, "
-            "dedup and the split; check prepare.sources, prepare.filters and prepare.split"
-        )
-    sp = spm.SentencePieceProcessor(model_proto=storage.read_bytes(model))
-    return dataset.DatasetManifest(
-        fingerprint=print_,
-        languages=config.languages,
-        splits=splits,
-        table_schema=dataset_writer.schema(config.languages).to_string(show_schema_metadata=False).splitlines(),
-        spm=dataset.SpmFiles(
-            model=staged.prefix + dataset.SPM_MODEL,
-            vocab=staged.prefix + dataset.SPM_VOCAB,
-            vocab_size=sp.get_piece_size(),
-            sha256=dataset.file_sha256(model),
-            sample_sentences=stats.get(SAMPLE_STAT, 0),
-        ),
-        counts=dataset.Counts.model_validate(counts),
-        inputs=plan.fingerprints,
-        config=resolved if resolved is not None else {"prepare": config.model_dump(mode="json")},
-    )
 
 
 def summary(result: PrepareResult) -> str:

@@ -2,7 +2,7 @@
 
 A local directory (`run/data`, no scheme) is published by renaming: the run
 writes a sibling `.data.partial-<fingerprint>` and swaps it into place when
-complete (`dataset_writer.publish`). The layout is flat (`data/spm.model`,
+complete (`core.output.OutputFolder.commit`). The layout is flat (`data/spm.model`,
 `data/train/part-...`), which the training code reads directly.
 
 A URI (`s3://`, `gs://`, `hdfs://`, `file://`) is committed by its manifest,
@@ -36,51 +36,24 @@ is `attempt-.../spm.model` here), not `<data_dir>/spm.model`.
 
 from __future__ import annotations
 
-import time
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
-
-from core import dataset, dataset_writer, fencing, ownership, storage
+from core import dataset, dataset_writer, storage
+from core.output import Staging
 
 ATTEMPT = dataset.ATTEMPT
 
 
-@dataclass(frozen=True)
-class Staging:
-    """Where a run writes (`root`: a local directory or a URI prefix), and how its manifest names
-    what is under it (`prefix`, relative to the dataset: "" for a local directory, `attempt-.../`)."""
-
-    root: str
-    prefix: str
-
-    def location(self, name: str) -> str:
-        """The location of a dataset file, e.g. `train/part-00000-of-00004.parquet`."""
-        return storage.join(self.root, name)
-
-
-def stage(data_dir: str | Path, fingerprint: str) -> Staging:
+def stage(data_dir: storage.Where, fingerprint: str) -> Staging:
     """An empty place for a new run's files: a staging directory, or a fresh prefix under a URI."""
-    if not storage.is_uri(data_dir):
-        path = dataset_writer.staging_dir(Path(data_dir), fingerprint)
-        ownership.make_staging(path)  # one left by a crashed run of the same config is replaced
-        return Staging(str(path), "")
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    name = f"{ATTEMPT}{fingerprint[:12]}-{stamp}-{uuid.uuid4().hex[:8]}"
-    ownership.make_staging(storage.join(data_dir, name))
-    return Staging(storage.join(data_dir, name), name + "/")
+    return dataset_writer.folder(data_dir).stage(fingerprint)  # one a crashed run of this config left is replaced
 
 
-def check_destination(data_dir: str | Path, name: str | None, fingerprint: str, force: bool) -> None:
-    """Before any work: ForeignDataError if `data_dir` holds anything but a dataset
-    (`dataset_writer.check_replaceable`); DatasetError if it holds the dataset of another config (by its `name`),
-    unless `force`: a shared `dataset_dir` is never replaced under another config's models without being asked."""
-    dataset_writer.check_replaceable(data_dir)
-    if not storage.exists(storage.join(data_dir, dataset.MANIFEST)):
-        return
-    old = dataset.load_manifest(data_dir)
-    owner = old.config_name
-    if not force and name and owner and owner != name and old.fingerprint != fingerprint:
+def refuse_other_config(
+    data_dir: storage.Where, old: dataset.DatasetManifest | None, name: str | None, fingerprint: str, force: bool
+) -> None:
+    """DatasetError if `data_dir` holds the dataset (`old`) of another config (by its `name`), unless `force`: a
+    shared `dataset_dir` is never replaced under another config's models without being asked."""
+    owner = old.config_name if old is not None else None
+    if old is not None and not force and name and owner and owner != name and old.fingerprint != fingerprint:
         raise dataset.DatasetError(
             f"{data_dir} holds the dataset of config {owner!r} (fingerprint {old.fingerprint[:12]}), "
             f"not this one of {name!r} (fingerprint {fingerprint[:12]}); replacing it would strand {owner!r}'s "
@@ -88,23 +61,20 @@ def check_destination(data_dir: str | Path, name: str | None, fingerprint: str, 
         )
 
 
-def commit(staging: Staging, data_dir: str | Path, manifest: dataset.DatasetManifest) -> None:
-    """Make the staged files the dataset at `data_dir`, then drop the previous one.
-
-    Raises DatasetError, before committing, if a file the manifest names is missing or of another size.
-    """
-    fencing.check()
-    if not storage.is_uri(data_dir):
-        dataset_writer.publish(Path(staging.root), Path(data_dir), manifest)
-        return
-    _check_members(data_dir, manifest)
-    dataset_writer.write_manifest(data_dir, manifest)
-    for name in storage.subdirectories(data_dir):
-        if name.startswith(ATTEMPT) and name + "/" != staging.prefix:
-            ownership.remove_staging(storage.join(data_dir, name))  # only prefixes marked as the product's
+def check_staged(staging: Staging, data_dir: storage.Where, manifest: dataset.DatasetManifest) -> None:
+    """Before the commit: DatasetError if a file the manifest names is missing or of another size (in a store,
+    where the files are in place already; a local staging folder is swapped in whole)."""
+    if staging.prefix:
+        _check_members(data_dir, manifest)
 
 
-def _check_members(data_dir: str | Path, manifest: dataset.DatasetManifest) -> None:
+def commit(staging: Staging, data_dir: storage.Where, manifest: dataset.DatasetManifest) -> None:
+    """Make the staged files the dataset at `data_dir`, then drop the previous one (`check_staged` first)."""
+    check_staged(staging, data_dir, manifest)
+    dataset_writer.folder(data_dir).commit(staging, dataset_writer.manifest_bytes(manifest))
+
+
+def _check_members(data_dir: storage.Where, manifest: dataset.DatasetManifest) -> None:
     for split in manifest.splits.values():
         for f in split.files:
             location = storage.join(data_dir, f.path)

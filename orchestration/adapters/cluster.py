@@ -9,12 +9,15 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evaluation.store import StoredEmbeddings
 from orchestration.config.training import RuntimeConfig
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
 
 def ensure_ray(
@@ -156,7 +159,7 @@ def check_every_node_reaches(uri: str | None = None, **locations) -> None:
     host's copy, or find nothing. A `file://` URI stands for a filesystem every host mounts at that path."""
     import ray
 
-    from core import storage
+    from core.location import Location
     from orchestration.config import ConfigError
 
     hosts = sorted({node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")})
@@ -169,7 +172,7 @@ def check_every_node_reaches(uri: str | None = None, **locations) -> None:
             "write its own host's copy; use an MLflow server (tracking.uri=http://HOST:PORT)"
         )
     for key, location in locations.items():
-        if not storage.is_uri(location):
+        if Location.of(location, key).local_path is not None:
             raise ConfigError(
                 f"{key}: {location} is a path on this host, but {spans} and the workers on the others "
                 f"cannot read or write it; use an object store (s3://BUCKET/...), or file:///PATH "
@@ -196,7 +199,7 @@ class ShippedEmbeddings(StoredEmbeddings):
     """A `StoredEmbeddings` whose blocks are objects of Ray's object store (`refs[lang][name]`), read by row
     range as the store is, from whichever node."""
 
-    refs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    refs: dict[str, dict[str, ObjectRef[np.ndarray]]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, store: StoredEmbeddings) -> ShippedEmbeddings:

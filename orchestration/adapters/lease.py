@@ -1,5 +1,6 @@
-"""The lease on an `s3://` run dir (`orchestration.adapters.lock`), and the fence of the processes that commit for
-its holder.
+"""The lease on an `s3://` run dir (`orchestration.adapters.lock`): its acquisition, its renewal and its holder's
+fence. Who holds it is `orchestration.adapters.holder`'s; the fence of the processes that commit for its holder
+on other hosts, `orchestration.adapters.worker_fence`'s.
 
 The lease is `<run_dir>/.lock`, created with a conditional PUT (`If-None-Match: *`): exactly one of two hosts
 racing for it succeeds. The holder renews it every `ttl / 3` seconds with a PUT conditional on its own ETag
@@ -18,18 +19,16 @@ import _thread
 import json
 import logging
 import os
-import re
 import signal
-import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from email.utils import parsedate_to_datetime
-from pathlib import Path
 
 from core import fencing
 from core.ownership import ForeignDataError
+from orchestration.adapters.holder import HOLDER, holder_name, is_gone, process_of
 
 log = logging.getLogger(__name__)
 
@@ -43,42 +42,6 @@ class LeaseLost(KeyboardInterrupt):
 LEASE_SIGNAL = signal.SIGUSR2  # how the renewing thread stops the main one; SIGINT may be ignored (`cmd &`)
 
 
-HOLDER = re.compile(
-    r"pid \d+ on \S+"
-)  # what `holder_name` writes, in a lease or a local lock file: anything else is a user's
-
-
-def holder_name() -> str:
-    return f"pid {os.getpid()} on {socket.gethostname()}"
-
-
-def _process(pid: int) -> dict | None:
-    """What tells this process apart from every other on any host, ever: the kernel's boot id, its pid
-    namespace, its pid and its start time (clock ticks since boot). None where /proc does not say (not Linux)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the fields after the command name (in parentheses, which may hold anything): state is field 3,
-    # the start time field 22
-    return {"boot": boot, "pidns": namespace, "pid": pid, "start": int(stat.rsplit(")", 1)[1].split()[19])}
-
-
-def _is_gone(holder: object) -> bool:
-    """True only when `holder` (a lease's `process`) is certainly dead: a process of this kernel's boot and
-    this pid namespace whose pid is free or belongs to a later process. A holder on another host or in
-    another container, or a lease that does not say, is alive as far as this process can tell."""
-    me = _process(os.getpid())
-    if me is None or not isinstance(holder, dict) or not isinstance(holder.get("pid"), int):
-        return False
-    if (holder.get("boot"), holder.get("pidns")) != (me["boot"], me["pidns"]):
-        return False
-    now = _process(holder["pid"])
-    return now is None or now["start"] != holder.get("start")
-
-
 class S3Lease:
     """The lease object at `location` (an s3:// URI), through boto3: pyarrow exposes no conditional PUT.
     `acquire` it, then hold it for a block (`held`): renewed, and the block's commits fenced."""
@@ -86,12 +49,12 @@ class S3Lease:
     def __init__(self, location: str, ttl: float) -> None:
         import boto3
 
-        self.bucket, self.key = _bucket_key(location)
+        self.bucket, self.key = bucket_key(location)
         self.location, self.ttl = location, ttl
-        self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`storage.configure`)
+        self.client = boto3.client("s3")  # endpoint, keys and region from the environment (`connection.configure`)
         self.etag: str | None = None
         self.holder = holder_name()
-        self.process = _process(os.getpid())
+        self.process = process_of(os.getpid())
         self.writing = threading.Lock()  # a renewal (PUT, then its ETag kept) against the fence's look
 
     @contextmanager
@@ -137,7 +100,7 @@ class S3Lease:
                 )["ETag"]
                 return True
             except ClientError as exc:
-                if _code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                if error_code(exc) not in ("PreconditionFailed", "ConditionalRequestConflict"):
                     raise
             if not self._take_over_stale():
                 return False
@@ -151,7 +114,7 @@ class S3Lease:
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self.key)
         except ClientError as exc:
-            if _code(exc) in MISSING:
+            if error_code(exc) in MISSING:
                 return True  # released meanwhile
             raise
         now = parsedate_to_datetime(head["ResponseMetadata"]["HTTPHeaders"]["date"])
@@ -160,7 +123,7 @@ class S3Lease:
         try:
             lease = self._check_is_lease(head["ETag"])
         except ClientError as exc:
-            if _code(exc) in ("PreconditionFailed", *MISSING):
+            if error_code(exc) in ("PreconditionFailed", *MISSING):
                 return False  # renewed or released meanwhile: not stale
             raise
         if stale:
@@ -170,7 +133,7 @@ class S3Lease:
                 head["LastModified"],
                 self.ttl,
             )
-        elif _is_gone(lease.get("process")):  # a command of this host killed a moment ago: no need to wait
+        elif is_gone(lease.get("process")):  # a command of this host killed a moment ago: no need to wait
             log.warning(
                 "%s is held by %s, a process of this host that has exited: taking it over",
                 self.location,
@@ -181,9 +144,9 @@ class S3Lease:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=head["ETag"])
         except ClientError as exc:
-            if _code(exc) == "PreconditionFailed":
+            if error_code(exc) == "PreconditionFailed":
                 return False  # renewed meanwhile: alive after all
-            if _code(exc) not in MISSING:
+            if error_code(exc) not in MISSING:
                 raise
         return True  # gone: the caller creates it, or sees who did
 
@@ -197,7 +160,7 @@ class S3Lease:
                         Bucket=self.bucket, Key=self.key, Body=self._body(), IfMatch=self.etag
                     )["ETag"]
             except ClientError as exc:
-                if _code(exc) not in ("PreconditionFailed", *MISSING):
+                if error_code(exc) not in ("PreconditionFailed", *MISSING):
                     log.warning("%s: renewing the lease failed (%s); trying again", self.location, exc)
                     continue
                 log.error("%s: the lease was taken over by another host; stopping this run", self.location)
@@ -214,7 +177,7 @@ class S3Lease:
             try:
                 current = self.client.head_object(Bucket=self.bucket, Key=self.key)["ETag"]
             except ClientError as exc:
-                if _code(exc) not in MISSING:
+                if error_code(exc) not in MISSING:
                     raise
                 current = None
             if current != self.etag:
@@ -228,7 +191,7 @@ class S3Lease:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
         except ClientError as exc:  # taken over: it is not ours to delete
-            log.warning("%s: not released (%s)", self.location, _code(exc))
+            log.warning("%s: not released (%s)", self.location, error_code(exc))
 
     def _check_is_lease(self, etag: str) -> dict:
         """The lease (this version of the object), or ForeignDataError unless it is one that interlingua wrote:
@@ -278,40 +241,7 @@ def held_lease() -> dict | None:
     return _HELD[-1] if _HELD else None
 
 
-class LeaseTakenOver(RuntimeError):
-    """In a process working for a lease holder (a training worker): the lease is another's now; commit nothing."""
-
-
-def worker_fence(lease: dict) -> Callable[[], None]:
-    """A `core.fencing` check for a process that works for the holder of `lease` (`held_lease`) on another
-    process or host: LeaseTakenOver unless the lease object is still that holder's (one GET). The holder's own
-    renewals change the object but not its holder and process, which a taker's differ in."""
-    import boto3
-    from botocore.exceptions import ClientError
-
-    bucket, key = _bucket_key(lease["location"])
-    client = boto3.client("s3")  # this node's endpoint and credentials
-
-    def check() -> None:
-        try:
-            current = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-        except ClientError as exc:
-            if _code(exc) not in MISSING:
-                raise
-            current = None
-        if not isinstance(current, dict) or (current.get("holder"), current.get("process")) != (
-            lease["holder"],
-            lease["process"],
-        ):
-            raise LeaseTakenOver(
-                f"{lease['location']}: the lease of the command this process works for "
-                f"({lease['holder']}) was taken over; it commits nothing more"
-            )
-
-    return check
-
-
-def _bucket_key(location: str) -> tuple[str, str]:
+def bucket_key(location: str) -> tuple[str, str]:
     """The bucket and key of an s3:// URI."""
     bucket, _, key = location[len("s3://") :].partition("/")
     return bucket, key
@@ -324,5 +254,6 @@ def _lease_lost(signum: int, frame) -> None:
 MISSING = ("404", "NoSuchKey", "NotFound")  # the codes of a lease object that is not there (GET, HEAD, DELETE)
 
 
-def _code(exc) -> str:
+def error_code(exc) -> str:
+    """The S3 error code of a botocore ClientError ("" when it names none)."""
     return str(exc.response.get("Error", {}).get("Code", ""))

@@ -22,7 +22,6 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from core import storage
 
@@ -112,7 +111,7 @@ class DataInput:
     location: str  # a local folder (absolute) or a URI
     fingerprint: str
     languages: tuple[str, ...]
-    profile: dict[str, Any]  # counts, shown as the dataset's profile
+    profile: Mapping[str, object]  # counts, shown as the dataset's profile
     context: str  # "training" or "evaluation"
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -213,7 +212,7 @@ def _dataset(item: DataInput):
 
     class ProfiledDataset(MetaDataset):
         @property
-        def profile(self) -> dict[str, Any]:
+        def profile(self) -> Mapping[str, object]:
             return item.profile
 
         def to_dict(self) -> dict[str, str]:

@@ -22,7 +22,8 @@ from pathlib import Path
 from core import storage
 from core.errors import UserError
 from core.ownership import ForeignDataError
-from orchestration.adapters.lease import HOLDER, S3Lease, holder_name
+from orchestration.adapters.holder import HOLDER, holder_name
+from orchestration.adapters.lease import S3Lease
 
 LOCK_FILE = ".lock"
 TTL_SECONDS = 60.0  # a dead holder's lock is taken over after this long without a renewal

@@ -1,7 +1,7 @@
 """The exported model directory: everything needed to embed raw text, and nothing else.
 
     <run_dir>/train/model/
-        model.safetensors  `model.nmt.save_model`: the weights; constructor arguments, step and dev error as
+        model.safetensors  `model.model_file.save_model`: the weights; constructor arguments, step and dev error as
                         JSON in its header (nothing in the directory is code: reading it runs none)
         spm.model       the dataset's sentencepiece model
         config.yaml     the resolved run config (normalization, model, train)
@@ -12,31 +12,42 @@
     optional). A directory of an older version holds model.pt (a torch pickle) instead: readers refuse it,
     naming `interlingua upgrade-model` (`embed.export.upgrade_model_dir`), which converts it once.
 
-`interlingua train` writes it (from a checkpoint), `evaluate`, `search`,
+`interlingua train` writes it (from a checkpoint, through the output layer: `folder`), `evaluate`, `search`,
 `embed` and the MLflow pyfunc model read it; a registered model carries it.
 Readers verify it first (`verify`): model.safetensors and spm.model against their
 recorded sha256, and (`check_tokenizer`) that a dataset whose token ids it
-is fed was encoded with the model's own spm.model.
+is fed was encoded with the model's own spm.model. Its files are loaded by
+`orchestration.adapters.model_reading` (`load`, `meta`, `load_tokenizer`, and the errors, all available here).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from core import boundary, fencing, ownership, storage, transfer
+from core import boundary, storage
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
-from core.errors import UserError
+from core.location import Location
+from core.output import OutputFolder
+from orchestration.adapters.model_reading import (
+    ModelDirError,
+    ModelMissing,
+    TokenizerMismatch,
+    load,
+    load_tokenizer,
+    meta,
+)
 
 if TYPE_CHECKING:
     from core.normalize import NormalizeConfig
-    from model.args import ModelMeta
 
 log = logging.getLogger(__name__)
 
-_Location = TypeVar("_Location", bound=storage.Location)  # what `check` is given, a str or a Path, it returns
+_Location = TypeVar("_Location", bound=str | Path)  # what `check` is given, a str or a Path, it returns
 
 MODEL_FILE = "model.safetensors"
 LEGACY_MODEL_FILE = "model.pt"  # the older versions' torch pickle: converted by `upgrade-model`, never loaded as such
@@ -49,70 +60,60 @@ CHECKPOINT_STATE = "state.pt"  # in a training checkpoint: what a resume needs b
 TRAIN_STATE = "run.json"  # beside the model, in the train directory: the training's fingerprint, run and step
 
 
-class ModelDirError(UserError, RuntimeError):
-    """A model directory that is corrupt, or of another tokenizer than the data it would be fed."""
+def default(train_dir: storage.Where) -> str | Path:
+    """Where `interlingua train` exports the run's model: `<train_dir>/model` (a Path on this host, a URI in a
+    store)."""
+    where = Location.of(train_dir, "train_dir").join("model")
+    return where.local_path or str(where)
 
 
-class ModelMissing(ModelDirError, FileNotFoundError):
-    """A path that holds no model directory."""
-
-
-class TokenizerMismatch(ModelDirError):
-    """A model fed token ids of another sentencepiece model than its own."""
-
-
-def default(train_dir: str | Path) -> str | Path:
-    """Where `interlingua train` exports the run's model (a URI under a URI, a Path under a Path)."""
-    return storage.join(train_dir, "model") if storage.is_uri(train_dir) else Path(train_dir) / "model"
-
-
-def fetch(location: str | Path) -> Path:
-    """A local model directory holding the model at `location`: itself when local; for a URI, a copy in this
+def fetch(location: storage.Where) -> Path:
+    """A local model directory holding the model at `location`: itself when local; in a store, a copy in this
     user's cache folder (`transfer.cache_dir("models")/<model.safetensors sha256>`), downloaded once per host,
     user and model (torch and sentencepiece read local files) and verified on every use against the sha256
-    the source records. ModelMissing naming the URI when it holds none."""
-    if not storage.is_uri(location):
-        return Path(location)
-    check(location)
-    # the key: the model's sha256 as lineage.json records it (one small read; hashing the model at the URI
-    # reads it whole once more), else hashed there (a model exported before lineage.json existed)
-    try:
-        key = storage.read_json(storage.join(location, LINEAGE_FILE)).get("model_sha256")
-    except (OSError, ValueError, AttributeError):
-        key = None
-    key = key or storage.sha256(storage.join(location, MODEL_FILE))
+    the source records (`Location.cached_copy`). ModelMissing naming the location when it holds none."""
+    where = Location.of(location, "the model directory")
+
+    @functools.cache
+    def key() -> str:
+        check(str(where))
+        # the model's sha256 as lineage.json records it (one small read; hashing the model in the store reads
+        # it whole once more), else hashed there (a model exported before lineage.json existed)
+        try:
+            recorded = where.join(LINEAGE_FILE).read_json().get("model_sha256")
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        return str(recorded or where.join(MODEL_FILE).sha256())
 
     def check_copy(copy: Path) -> None:
         # on every use: the files against the copy's lineage.json, and its model against the source's sha256
         actual = verify(copy).get("model_sha256")
-        if actual != key:
+        if actual != key():
             raise ModelDirError(
-                f"{copy / MODEL_FILE}: sha256 {str(actual)[:12]} is not {key[:12]}, the model {location} records"
+                f"{copy / MODEL_FILE}: sha256 {str(actual)[:12]} is not {key()[:12]}, the model {where} records"
             )
 
-    return transfer.cached_copy(location, "models", key, check=check_copy)
+    return where.cached_copy("models", key, check_copy)
 
 
-def publish(local: Path, location: str | Path) -> None:
-    """Put the finished local model directory `local` at `location`, replacing a model there only if it holds
-    nothing but a model's files (`check_replaceable`). Locally by two renames (`ownership.swap_in`); at a URI
-    the old model.safetensors is removed first and the new one uploaded last, so no reader ever finds a
-    model.safetensors beside another model's files."""
-    fencing.check()
-    if not storage.is_uri(location):
-        target = Path(location)
-        previous = check_replaceable(target) if target.exists() else None
-        ownership.swap_in(local, target, previous)
-        return
-    previous = check_replaceable(location)
-    if MODEL_FILE in previous:
-        storage.delete_file(storage.join(location, MODEL_FILE))
-    names = [n for n in storage.files(local) if n != ownership.STAGING_MARKER]
-    for name in sorted(names, key=lambda n: n == MODEL_FILE):
-        storage.write_bytes(storage.join(location, name), (local / name).read_bytes())
-    stale = [n for n in previous if n not in names]
-    if stale:
-        ownership.remove_ours(location, stale, keep_root=True)
+class ModelKind:
+    """A model directory as an output kind (`core.output.Kind`): the files a model directory holds (`FILES`),
+    model.safetensors written last; anything else in it is a user's."""
+
+    what = "the model directory"
+    marker = MODEL_FILE
+    advice = "move those files out of it; interlingua replaces only its model's files"
+
+    def ours(self, folder: Location) -> Callable[[str], bool]:
+        return lambda entry: entry in FILES
+
+
+def folder(location: storage.Where) -> OutputFolder:
+    """The model directory at `location` as an output (`core.output.OutputFolder`), replaced whole and only when
+    it holds nothing but a model's files: locally staged in `.model.partial` beside it and swapped in by two
+    renames; in a store staged in a local scratch folder and copied up, the old model.safetensors removed first
+    and the new one uploaded last, so no reader ever finds a model.safetensors beside another model's files."""
+    return OutputFolder(location, ModelKind())
 
 
 def training_run_id(train_dir: str | Path) -> str | None:
@@ -171,17 +172,6 @@ def _refuse_legacy(model_dir: str | Path, missing: list[str]) -> None:
             f"interlingua no longer loads: unpickling runs code); convert it once with `interlingua upgrade-model "
             f"{model_dir}` (it reads only tensors and plain values), or export the model again"
         )
-
-
-def check_replaceable(model_dir: storage.Location) -> list[str]:
-    """The files of `model_dir` once it holds nothing but a model's (what an export may replace);
-    ForeignDataError naming the others."""
-    return ownership.check_only_ours(
-        model_dir,
-        lambda e: e in FILES,
-        what="the model directory",
-        advice="move those files out of it; interlingua replaces only its model's files",
-    )
 
 
 def trained_steps(model_dir: Path) -> int | None:
@@ -282,49 +272,6 @@ def check_tokenizer(model_dir: Path, data: Dataset) -> None:
             f"with {str(data_spm)[:12]}: its token ids would give wrong embeddings. Use the dataset it was trained "
             "on (dataset_dir=...), or train a model on this one"
         )
-
-
-def load(model_path: Path, map_location: Any = "cpu"):
-    """`model.nmt.load_model` of `model_path`, with ModelDirError naming the file when it cannot be read
-    (truncated, not a model)."""
-    from model.nmt import load_model
-
-    boundary.check_no_links(Path(model_path).parent, "the model directory")
-    return _readable(model_path, lambda: load_model(str(model_path), map_location=map_location))
-
-
-def meta(model_path: Path) -> ModelMeta:
-    """The metadata saved in `model_path` (step, dev error, the tokenizer's sha256), without its weights;
-    ModelDirError naming the file when it cannot be read."""
-    from model.nmt import load_meta
-
-    return _readable(model_path, lambda: load_meta(str(model_path)))
-
-
-def _readable(model_path: Path, read):
-    from safetensors import SafetensorError
-
-    try:
-        return read()
-    except FileNotFoundError:
-        raise
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, SafetensorError) as exc:
-        raise ModelDirError(
-            f"{model_path}: not a readable model file ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}); export it again"
-        ) from None
-
-
-def load_tokenizer(spm_path: Path):
-    """The sentencepiece processor of `spm_path`, with ModelDirError naming the file when it is not one."""
-    import sentencepiece as spm
-
-    try:
-        return spm.SentencePieceProcessor(model_file=str(spm_path))
-    except (OSError, RuntimeError) as exc:
-        raise ModelDirError(
-            f"{spm_path}: not a readable sentencepiece model ({str(exc).splitlines()[0]}); export the model again"
-        ) from None
 
 
 def check_readable(model_dir: Path) -> Path:

@@ -2,8 +2,8 @@
 
     tracker = Tracker.of(config)
     tracker.check_reachable()                  # before any long work
-    with tracker.run(config.name, config.to_dict(), stage="train") as run_id:
-        tracking.log_metrics(tracker.uri, run_id, {...}, step)
+    with tracker.run(config.name, config.to_dict(), stage="train") as run:
+        run.log_metrics({...}, step)           # run.id: the MLflow run's id, for records and child runs
     tracker.champion()                          # the registered version holding the champion alias, or None
 
 `uri` is `tracking.uri` made absolute (`tracking.resolve_uri`: a relative sqlite store, so that Ray workers
@@ -14,6 +14,7 @@ elsewhere reach the same one), `experiment` is `tracking.experiment`, `model_nam
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,41 @@ if TYPE_CHECKING:
 def registered_name(config: Config) -> str:
     """The registered model of `config`: `registry.model_name`, or the config's name."""
     return config.registry.model_name or config.name
+
+
+@dataclass(frozen=True)
+class TrackedRun:
+    """One MLflow run of a tracking store: what a stage logs to, instead of a (store, run id) pair. Every call
+    goes through `tracking` (its fence: a holder whose lease was taken over logs nothing more)."""
+
+    uri: str
+    id: str
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """ValueError for a non-finite value (`tracking.log_metrics`)."""
+        tracking.log_metrics(self.uri, self.id, metrics, step)
+
+    def log_artifacts(self, local_dir: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        tracking.log_artifacts(self.uri, self.id, local_dir, artifact_path)
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        tracking.log_artifact(self.uri, self.id, path, artifact_path)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        tracking.log_text(self.uri, self.id, text, artifact_file)
+
+    def log_table(self, data: Mapping[str, list], artifact_file: str) -> None:
+        tracking.log_table(self.uri, self.id, data, artifact_file)
+
+    def describe(self, text: str) -> None:
+        tracking.describe(self.uri, self.id, text)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        tracking.set_tags(self.uri, self.id, tags)
+
+    def get(self):
+        """MLflow's `Run` (its data: params, metrics, tags)."""
+        return tracking.get_run(self.uri, self.id)
 
 
 @dataclass(frozen=True)
@@ -48,6 +84,10 @@ class Tracker:
     ) -> contextlib.AbstractContextManager[str]:
         """A stage's MLflow run in the experiment (`tracking.run`: its `options` too)."""
         return tracking.run(self.uri, self.experiment, run_name, params, stage=stage, **options)
+
+    def attach(self, run_id: str) -> TrackedRun:
+        """The handle of a run this store holds, started elsewhere (a parent run, a resumed one)."""
+        return TrackedRun(self.uri, run_id)
 
     def search_runs(self, filter_string: str = "", max_results: int = 100) -> list:
         """The experiment's runs, newest first (`tracking.search_runs`)."""

@@ -29,7 +29,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from core import storage
+from core import connection, storage
 from core.errors import Exit, UserError
 from orchestration.adapters import logs
 from orchestration.adapters.lease import LeaseLost, lease_lost
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load_config(args.config, overrides)
         if args.beam_args and not args.beam:
             raise ConfigError(f"unknown arguments: {' '.join(args.beam_args)}")
-        storage.configure(**config.storage.model_dump())  # s3:// endpoint and region, also for Ray workers
+        connection.configure(**config.storage.model_dump())  # s3:// endpoint and region, also for Ray workers
         for key, location in (("run_dir", config.run_dir), ("dataset_dir", config.dataset_dir)):
             if location:
                 storage.check_reachable(location, key)  # one line and exit 1 in seconds, not a traceback later

@@ -32,15 +32,15 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def export(config: Config, args: argparse.Namespace) -> int:
-    from core import storage
+    from core.location import Location
     from orchestration.adapters import model_dir
     from orchestration.config import ConfigError
     from orchestration.embed.export import export_model
 
     model = args.model or model_dir.default(config.train_dir)
-    if args.output and storage.is_uri(args.output):
+    if args.output and Location.of(args.output, "-o").local_path is None:
         raise ConfigError(f"-o {args.output}: the export is written to a local folder; give a local -o")
-    if storage.is_uri(model) and not args.output:  # beside a fetched copy is no place a backend looks
+    if not args.output and Location.of(model, "--model").local_path is None:  # beside a fetched copy no backend looks
         raise ConfigError(f"--model {model} is at a URI: give a local -o for its export")
     result = export_model(model_dir.fetch(model), Path(args.output) if args.output else None)
     ops = ", ".join(result.quantized_ops) or "nothing quantized"
@@ -65,11 +65,11 @@ def add_upgrade_model(sub: argparse._SubParsersAction) -> None:
 
 
 def upgrade_model(config: Config, args: argparse.Namespace) -> int:
-    from core import storage
+    from core.location import Location
     from orchestration.adapters import model_dir
     from orchestration.config import ConfigError
 
-    if storage.is_uri(args.model):
+    if Location.of(args.model, "upgrade-model").local_path is None:
         raise ConfigError(
             f"{args.model}: upgrade-model converts a local model directory; download it, convert "
             "it and upload model.safetensors and lineage.json back"

@@ -130,7 +130,6 @@ def add_embed(sub: argparse._SubParsersAction) -> None:
 
 
 def embed(config: Config, args: argparse.Namespace) -> int:
-    from core import storage
     from orchestration.adapters import model_dir
 
     model = args.model or model_dir.default(config.train_dir)
@@ -142,10 +141,9 @@ def embed(config: Config, args: argparse.Namespace) -> int:
     from orchestration.embed.corpus import embed_corpus
 
     r = config.runtime
-    output = args.output if storage.is_uri(args.output) else Path(args.output)
     result = embed_corpus(
         args.input,
-        output,
+        args.output,
         lang=args.lang,
         model_dir=model,
         config=config.to_dict(),
@@ -162,8 +160,9 @@ def embed(config: Config, args: argparse.Namespace) -> int:
         dashboard=r.ray_dashboard,
         worker_niceness=r.worker_niceness,
     )
+    out = str(result.out_dir).rstrip("/")
     print(
-        f"{result.rows} sentences ({result.empty} empty) -> {result.out_dir}/ in {result.blocks} blocks "
+        f"{result.rows} sentences ({result.empty} empty) -> {out}/ in {result.blocks} blocks "
         f"({result.computed} embedded now, {result.blocks - result.computed} complete already; "
         f"{result.seconds:.0f} s); see manifest.json"
     )
@@ -175,6 +174,7 @@ def check_embed_locations(args: argparse.Namespace, model: str | Path) -> None:
     (StorageError, exit 2), each store they name answering (StoreUnreachable, exit 1), and a local -o's
     parent an existing directory (ConfigError)."""
     from core import storage
+    from core.location import Location
 
     for name in args.input:
         if name != "-":
@@ -183,8 +183,9 @@ def check_embed_locations(args: argparse.Namespace, model: str | Path) -> None:
     storage.check_location(model, "--model")
     for location, flag in [(args.output, "-o"), (model, "--model"), *((name, "-i") for name in args.input)]:
         storage.check_reachable(location, flag)  # a URI's store; local paths are not checked here
-    if not storage.is_uri(args.output):
-        parent = Path(args.output).resolve().parent
+    local = Location.of(args.output, "-o").local_path
+    if local is not None:
+        parent = local.resolve().parent
         if not parent.is_dir():
             raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
 
@@ -192,32 +193,19 @@ def check_embed_locations(args: argparse.Namespace, model: str | Path) -> None:
 def check_npy_output(output: str, inputs: list[str], force: bool) -> None:
     """-o FILE.npy may be written: a new file, or with `force` an (N, D) array of floats (what `embed` writes),
     never one of the inputs. ConfigError, or ForeignDataError when the file there is not such an array."""
-    import io
-    import os
-
-    import numpy as np
-
-    from core import storage
+    from core.location import Location
     from core.ownership import ForeignDataError
+    from orchestration.embed.folder import is_embeddings_array, resolved
 
-    def where(location: str) -> str:  # a local path with its links resolved: -i a -o link-to-a is one file
-        return location if storage.is_uri(location) else os.path.realpath(location)
-
-    if any(name != "-" and where(name) == where(output) for name in inputs):
+    # a local path with its links resolved: -i a -o link-to-a is one file
+    if any(name != "-" and resolved(Location.of(name)) == resolved(Location.of(output)) for name in inputs):
         raise ConfigError(f"-o {output} is also an input (-i); give another output file")
-    if not storage.exists(output):
+    target = Location.of(output, "-o")
+    if not target.exists():
         return
     if not force:
         raise ConfigError(f"-o {output} exists; pass --force to replace it, or give another file")
-    try:
-        if storage.is_uri(output):
-            array = np.load(io.BytesIO(storage.read_bytes(output)), allow_pickle=False)
-        else:
-            array = np.load(output, mmap_mode="r", allow_pickle=False)
-        ours = isinstance(array, np.ndarray) and array.ndim == 2 and array.dtype.kind == "f"
-    except (OSError, ValueError):
-        ours = False
-    if not ours:
+    if not is_embeddings_array(target):
         raise ForeignDataError(
             f"-o {output}: this file is not an (N, D) array of embeddings, so not one "
             "interlingua wrote; it never overwrites such a file, even with --force: move it "

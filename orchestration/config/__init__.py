@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, TypeAlias, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -34,6 +35,9 @@ from pipelines.config import PrepareConfig
 from pipelines.source_config import Source
 
 log = logging.getLogger(__name__)
+
+# A value of a JSON document: what `Config.to_dict` gives and a search trial sets (`with_values`)
+JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
 
 # Keys that moved to another section (old -> new): configs and model directories written before the
 # move still load, with a warning that names the new place.
@@ -136,7 +140,7 @@ class Config(Schema):
             storage.absolute(self.mine.output_dir) if self.mine.output_dir else storage.join(self.run_location, "mine")
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSONValue]:
         """The resolved config, every default filled in; written beside every output."""
         return json.loads(self.model_dump_json())
 
@@ -147,7 +151,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     Override values are parsed as YAML scalars/flow values (`3`, `true`, `[en, fr]`).
     Raises ConfigError naming the file, line and key of every problem.
     """
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     lines: dict[tuple[str, ...], int] = {}
     where = "defaults"
     if path is not None:
@@ -171,7 +175,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         raise ConfigError(_describe(exc, where, lines, given)) from None
 
 
-def with_values(config: Config, values: dict[str, Any], origins: dict[str, str] | None = None) -> Config:
+def with_values(config: Config, values: Mapping[str, JSONValue], origins: dict[str, str] | None = None) -> Config:
     """`config` with `section.key` set to each value (a search trial's sample); ConfigError names a bad key
     and where it was given: `origins[key]` (e.g. the space file's `path:line`), else "search space"."""
     origins = origins or {}
@@ -192,15 +196,16 @@ def with_values(config: Config, values: dict[str, Any], origins: dict[str, str] 
         raise ConfigError(_describe(exc, "the base config", {}, given)) from None
 
 
-def _move_old_keys(data: dict[str, Any]) -> list[tuple[str, str]]:
+def _move_old_keys(data: dict[str, object]) -> list[tuple[str, str]]:
     """Move every key of MOVED_KEYS found in `data` to its new place; returns the (old, new) moved.
     A value already set at the new place wins."""
     moved = []
     for old, new in MOVED_KEYS.items():
         section, key = old.split(".")
-        if not isinstance(data.get(section), dict) or key not in data[section]:
+        old_section = data.get(section)
+        if not isinstance(old_section, dict) or key not in old_section:
             continue
-        value = data[section].pop(key)
+        value = old_section.pop(key)
         new_section, new_key = new.split(".")
         target = data.setdefault(new_section, {})
         if isinstance(target, dict):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -40,7 +39,7 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=YamlLoader)
 
 
-def read_yaml(path: Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+def read_yaml(path: Path) -> tuple[dict[str, object], dict[tuple[str, ...], int]]:
     """A YAML mapping file and the line of every key path in it (`index_lines`); ConfigError names the file."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -76,7 +75,7 @@ def index_lines(node: yaml.Node, prefix: tuple[str, ...], out: dict[tuple[str, .
             index_lines(item, path, out)
 
 
-def apply_override(data: dict[str, Any], override: str) -> tuple[str, ...]:
+def apply_override(data: dict[str, object], override: str) -> tuple[str, ...]:
     """Set `section.key=value` in `data`; returns the key path it set."""
     key, sep, raw = override.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,11 +32,19 @@ from core.errors import UserError
 from orchestration.adapters import model_dir as model_files
 from orchestration.embed import export
 
+if TYPE_CHECKING:
+    from onnxruntime import InferenceSession
+
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "onnx", "onnx-int8")
 FASTEST_FIRST = ("onnx-int8", "onnx")
 EXACT = "onnx"  # the fastest backend whose embeddings are the model's own (within 1e-4 of torch)
+
+
+# Whether ONNX Runtime's sessions flush denormal floats to zero, as torch's threads do in training and embedding
+# (`model.training.cpu_threads`); measured by benchmarks/onnx_denormals.py (benchmarks/RESULTS.md).
+FLUSH_DENORMALS = True
 
 
 class BackendError(UserError, RuntimeError):
@@ -48,7 +56,7 @@ class OnnxEncoder:
 
     training = False
 
-    def __init__(self, sessions: dict[str, Any], *, languages: list[str], embedding_dim: int) -> None:
+    def __init__(self, sessions: dict[str, InferenceSession], *, languages: list[str], embedding_dim: int) -> None:
         self.sessions, self.languages, self.embedding_dim = sessions, languages, embedding_dim
 
     def encode(self, ids: torch.Tensor, lengths: torch.Tensor, lang: str) -> torch.Tensor:
@@ -146,11 +154,15 @@ def _unusable(model_dir: Path, folder: Path, device: str) -> str | None:
     return None
 
 
-def session(path: Path, *, threads: int | None = None):
-    """An ONNX Runtime CPU session of `path`; `threads` pins its intra-op threads (1: a per-core figure)."""
+def session(path: Path, *, threads: int | None = None, flush_denormals: bool = FLUSH_DENORMALS):
+    """An ONNX Runtime CPU session of `path`; `threads` pins its intra-op threads (1: a per-core figure);
+    `flush_denormals`: its threads compute denormal floats as zero (ONNX Runtime's own setting: torch's flag,
+    `model.training.cpu_threads`, does not reach its thread pool)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    if flush_denormals:
+        options.add_session_config_entry("session.set_denormal_as_zero", "1")
     if threads:
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

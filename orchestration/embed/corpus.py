@@ -15,11 +15,11 @@ checks UTF-8), then the one embedding job (`embed.job`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
-file and embeds it; the driver writes it (`job.save_input_block`: `store_writer.save_block`) whole or not at
+file and embeds it; the driver writes it (`actors.save_input_block`: `store_writer.save_block`) whole or not at
 all, then its record. A rerun of the same inputs, model and
 options skips every block whose record is there, so a killed job resumes; other
 inputs in the same folder, or an output of the earlier layout (`part-N.npy` beside
-its record), are refused unless `force`.
+its record), are refused unless `force`, which replaces them whole (`embed.blocks`).
 
 Inputs, the output and the model may be URIs (`s3://bucket/emb`): the actors, on any node, get the model's
 files through Ray's object store and read their blocks from the inputs' store; the driver writes each block
@@ -30,46 +30,39 @@ spans hosts are refused before any work: the actors on the other hosts cannot re
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from pydantic import JsonValue
 
-from core import ownership, storage
+from core import connection, storage
 from core.dataset import file_sha256, fingerprint
+from core.location import Location
 from evaluation import store, store_writer
 from orchestration.adapters import model_dir as model_files
-from orchestration.adapters.cluster import check_every_node_reaches, data_job, ensure_ray
+from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
+from orchestration.embed.blocks import ActorJob, completed, embed_blocks, replacement
 from orchestration.embed.folder import (
-    MANIFEST,
-    TMP_BLOCK,
-    BlockSource,
     EmbedJob,
-    EmbedMeta,
     EmbedModel,
     check_not_inside,
-    check_output,
-    owned,
-    read_own_manifest,
+    make_manifest,
+    output_folder,
     scan_records,
 )
-from orchestration.embed.inputs import BlockSpec, CorpusError, InputFile, plan_blocks, read_lines, resolve_inputs
-from orchestration.embed.job import BlockEmbedFn, cell_vectors, run_actors, save_input_block, ship_model
-
-Location = str | Path
+from orchestration.embed.inputs import CorpusError, plan_blocks, read_lines, resolve_inputs
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class CorpusResult:
-    out_dir: Location
+    out_dir: str | Path
     rows: int  # sentences embedded, all blocks
     empty: int  # of them empty
     blocks: int
@@ -79,11 +72,11 @@ class CorpusResult:
 
 def embed_corpus(
     inputs: Sequence[str],
-    out_dir: Location,
+    out_dir: str | Path,
     *,
     lang: str,
-    model_dir: Location,
-    config: dict[str, Any],
+    model_dir: str | Path,
+    config: Mapping[str, JsonValue],
     column: str = "text",
     dtype: str = "float32",
     block_rows: int = 20000,
@@ -130,11 +123,11 @@ def embed_corpus(
 
 def _embed_corpus(
     inputs: Sequence[str],
-    out_dir: Location,
+    out_dir: str | Path,
     *,
     lang: str,
-    model_dir: Location,
-    config: dict[str, Any],
+    model_dir: str | Path,
+    config: Mapping[str, JsonValue],
     column: str,
     dtype: str,
     block_rows: int,
@@ -158,7 +151,8 @@ def _embed_corpus(
     languages, dim = _model_languages(model_path)
     if lang not in languages:
         raise CorpusError(f"the model knows {languages}, not {lang!r}")
-    check_output(out_dir)  # before the inputs are read: a user's folder is refused at once
+    out = output_folder(out_dir)
+    out.check_replaceable()  # before the inputs are read: a user's folder is refused at once
     files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows)
     check_not_inside(out_dir, files)
     model = EmbedModel(dir=str(storage.absolute(model_dir)), model_sha256=file_sha256(model_path))
@@ -173,8 +167,9 @@ def _embed_corpus(
             **({"backend": engine} if engine != "torch" else {}),
         }
     )  # torch: the fingerprint of before
-    done, previous = _completed(out_dir, fp, blocks, force)
-    final, out_dir = out_dir, _replacement(out_dir, previous)  # with --force over other embeddings: staged
+    done, previous = completed(out_dir, fp, blocks, force)
+    staging = replacement(out, previous)  # with --force over other embeddings
+    target = out.location if staging is None else staging.root
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
     log.info(
@@ -189,10 +184,10 @@ def _embed_corpus(
     warn_empty(sum(f.empty for f in files), total)
     if pending:
         ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard, worker_niceness=worker_niceness)
-        local = [f.path for f in files if not storage.is_uri(f.path)]
+        local = [f.path for f in files if Location.of(f.path).local_path is not None]
         if local:  # the actors read the inputs, on any node
             check_every_node_reaches(input=local[0])
-        job = dict(
+        job = ActorJob(
             lang=lang,
             column=column,
             dtype=dtype,
@@ -200,12 +195,12 @@ def _embed_corpus(
             device=device,
             threads=cpus_per_actor,
             backend=engine,
-            storage_env=storage.environment(),
+            storage_env=connection.environment(),
         )  # the actors read URI inputs from the same store
-        _run(pending, out_dir, fp, local_model, job, actors, cpus_per_actor, use_gpu)
-    found = scan_records(out_dir).records
+        embed_blocks(pending, target, fp, local_model, job, actors, cpus_per_actor, use_gpu)
+    found = scan_records(target).records
     records = [found[f"{store.block_name(b.index)}.json"] for b in blocks]
-    manifest = _manifest(
+    manifest = make_manifest(
         files,
         records,
         model,
@@ -224,15 +219,15 @@ def _embed_corpus(
             backend=engine,
         ),
     )
-    store_writer.write_manifest(out_dir, manifest)
-    if out_dir != final:
-        ownership.swap_in(Path(out_dir), Path(final), previous)  # the old output stays whole until now
+    store_writer.write_manifest(target, manifest)
+    if staging is not None:
+        out.commit(staging, None)  # the old output stays whole until now
     return CorpusResult(
-        final, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending), time.monotonic() - started
+        out_dir, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending), time.monotonic() - started
     )
 
 
-def load_embeddings(out_dir: Location) -> np.ndarray:
+def load_embeddings(out_dir: str | Path) -> np.ndarray:
     """(N, D) every row of the finished embeddings at `out_dir` (local or a URI), in input order."""
     stored = store.StoredEmbeddings.open(out_dir)
     return stored.rows(stored.languages[0])
@@ -269,116 +264,6 @@ def warn_empty(empty: int, total: int) -> None:
             empty,
             total,
         )
-
-
-def _run(
-    pending: list[BlockSpec],
-    out_dir: Location,
-    fp: str,
-    model_dir: Path,
-    job: dict[str, Any],
-    actors: int,
-    cpus: int,
-    use_gpu: bool,
-) -> None:
-    """The blocks still to do, through the one embedding job (`embed.job`), a block per batch, each written
-    into `out_dir` (local or a URI) as it comes, its record after it."""
-    import ray.data
-
-    if not storage.is_uri(out_dir):
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-    specs = {b.index: b for b in pending}
-
-    def write(row: dict[str, Any]) -> store.BlockRecord:
-        spec = specs[int(row["index"])]
-        vectors = cell_vectors(row["vectors"], row["rows"], row["dim"], job["dtype"])
-        return save_input_block(out_dir, spec, job["lang"], vectors, int(row["empty"]), fp)
-
-    with data_job():  # a task that a dying node failed is run again
-        dataset = ray.data.from_items([dataclasses.asdict(b) for b in pending], override_num_blocks=len(pending))
-    run_actors(
-        dataset,
-        BlockEmbedFn,
-        {**job, "model": ship_model(model_dir, job["backend"])},
-        write=write,
-        rows=sum(b.rows for b in pending),
-        rows_of=lambda r: r.rows,
-        actors=min(actors, len(pending)),
-        cpus=cpus,
-        use_gpu=use_gpu,
-        batch_size=1,
-    )
-
-
-def _replacement(out_dir: Location, previous: list[str] | None) -> Location:
-    """Where the blocks are written: `out_dir` itself, or, when they replace other embeddings there (`previous`,
-    its entries), a staging folder beside a local `out_dir` that `ownership.swap_in` puts in its place once
-    whole. In a bucket (no rename) the previous embeddings are removed first, their own files alone."""
-    if previous is None:
-        return out_dir
-    if storage.is_uri(out_dir):
-        ownership.remove_ours(out_dir, previous, keep_root=True)
-        return out_dir
-    staging = Path(out_dir).resolve().with_name(f".{Path(out_dir).resolve().name}.partial")
-    ownership.make_staging(staging)
-    return staging
-
-
-def _completed(out_dir: Location, fp: str, blocks: list[BlockSpec], force: bool) -> tuple[set[int], list[str] | None]:
-    """The blocks of this plan already written, and None; or, with `force` over embeddings of other inputs,
-    model or options (or the earlier layout), no block and the entries they consist of, to replace once the
-    new output is whole (`_replacement`). ForeignDataError when the folder holds anything but embeddings
-    (never removed, even with `force`); CorpusError for other embeddings without `force`."""
-    scanned = scan_records(out_dir)  # each record read once
-    manifest = read_own_manifest(out_dir)
-    found = check_output(out_dir, ours=owned(scanned, manifest))
-    stale = [*sorted(scanned.legacy), *(name for name, record in scanned.records.items() if record.fingerprint != fp)]
-    if manifest.legacy or (manifest.current is not None and manifest.current.meta.get("fingerprint") != fp):
-        stale.append(MANIFEST)
-    if stale and not force:
-        raise CorpusError(
-            f"{out_dir} holds embeddings of other inputs, model or options ({stale[0]}); "
-            "pass --force to replace them, or choose another output directory"
-        )
-    if stale:
-        return set(), found
-    for name in found:
-        if TMP_BLOCK.fullmatch(name):
-            storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
-    wanted = {store.block_name(b.index): b for b in blocks}
-    return {
-        wanted[record.name].index
-        for record in scanned.records.values()
-        if record.name in wanted and all(f"{lang}/{record.name}.npy" in found for lang in record.sha256)
-    }, None
-
-
-def _manifest(
-    files: list[InputFile],
-    records: list[store.BlockRecord],
-    model: EmbedModel,
-    lang: str,
-    dtype: str,
-    dim: int,
-    config: dict[str, Any],
-    fp: str,
-    job: EmbedJob,
-) -> store.StoreManifest:
-    """The manifest (`store_writer.make_manifest`, this job's under `meta`), once every block's rows and empty lines
-    add up to the inputs'."""
-    rows, empty = sum(r.rows for r in records), sum(r.empty or 0 for r in records)
-    if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
-        raise AssertionError(
-            f"blocks hold {rows} sentences ({empty} empty), the inputs "
-            f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})"
-        )
-    sources = [BlockSource.model_validate(r.model_dump()) for r in records]
-    meta = EmbedMeta(
-        fingerprint=fp, lang=lang, empty=empty, inputs=files, model=model, sources=sources, job=job, config=config
-    )
-    return store_writer.make_manifest(
-        records, languages=[lang], dim=dim, dtype=dtype, meta=meta.model_dump(mode="json")
-    )
 
 
 def _model_languages(model_path: Path) -> tuple[list[str], int]:

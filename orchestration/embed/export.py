@@ -6,25 +6,29 @@
         manifest.json                    format marker, the model it came from (path, sha256 of
                                          model.safetensors and spm.model), each file's sha256, versions
 
-The folder is built in a staging directory and swapped in whole (`core.storage`): a
-crash leaves the previous export intact. An existing OUT is replaced only when it
-holds nothing but an earlier export's files (its manifest names them); anything else
-there is refused (ForeignDataError, exit 2), never overwritten. Sentencepiece and the
+The folder is an output of the `ExportKind` (`core.output`): built in a staging directory
+and swapped in whole, so a crash leaves the previous export intact. An existing OUT is
+replaced only when it holds nothing but an earlier export's files (its manifest names
+them); anything else there is refused (ForeignDataError, exit 2), never overwritten. Sentencepiece and the
 normalization stay outside the graphs: the model directory keeps them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core import boundary, ownership, storage
+from core import boundary, storage
 from core.boundary import Name, Segment
 from core.dataset import file_sha256
+from core.location import Location
+from core.output import OutputFolder
 from orchestration.adapters import model_dir as model_files
 
 log = logging.getLogger(__name__)
@@ -82,7 +86,7 @@ def file_name(encoder: str, backend: str) -> str:
     return f"encoder-{encoder}.int8.onnx" if backend == "onnx-int8" else f"encoder-{encoder}.onnx"
 
 
-def read_manifest(out_dir: Path) -> ExportManifest | None:
+def read_manifest(out_dir: Path | Location) -> ExportManifest | None:
     """The export's manifest; None when `out_dir` holds none, or one that is not an export's. BoundaryError
     when the folder holds a link (`core.boundary`); a manifest naming a file outside it is not an export's."""
     boundary.check_no_links(out_dir, "the ONNX export")
@@ -92,6 +96,26 @@ def read_manifest(out_dir: Path) -> ExportManifest | None:
         return None
 
 
+class ExportKind:
+    """An ONNX export as an output kind (`core.output.Kind`): the files its manifest names, and the manifest,
+    written last."""
+
+    what = "-o"
+    marker = MANIFEST
+    advice = "give an empty or new directory; interlingua replaces only its own export"
+
+    def ours(self, folder: Location) -> Callable[[str], bool]:
+        manifest = read_manifest(folder)
+        own = {*manifest.files, MANIFEST} if manifest else set()
+        return lambda entry: entry in own
+
+
+def folder(out_dir: Path) -> OutputFolder:
+    """The export at the local folder `out_dir` as an output (`core.output.OutputFolder`): staged beside it,
+    swapped in by two renames."""
+    return OutputFolder(out_dir, ExportKind())
+
+
 def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
     """Export every encoder of the (verified) model directory as fp32 and int8 ONNX into `out_dir`
     (`default_dir` when None). ModelDirError for a damaged model directory; ForeignDataError when
@@ -99,40 +123,30 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
     model_dir = model_files.check(Path(model_dir).resolve())
     lineage = model_files.verify(model_dir)
     out_dir = Path(out_dir).resolve() if out_dir else default_dir(model_dir)
-    previous = _replaceable(out_dir)  # before any work: a refused -o costs nothing
-    staging = out_dir.with_name(f".{out_dir.name}.partial")
-    ownership.make_staging(staging)
-    model, _ = model_files.load(model_dir / model_files.MODEL_FILE)
-    files, quantized = _write_graphs(model, staging)
-    manifest = ExportManifest(
-        model=ExportedModel(
-            dir=str(model_dir), model_sha256=lineage["model_sha256"], spm_sha256=lineage.get("spm_sha256")
-        ),
-        languages=list(model.languages),
-        encoders=sorted(model.encoders),
-        embedding_dim=model.embedding_dim,
-        quantized_ops=quantized,
-        files=files,
-        versions=_versions(),
-    )
-    storage.write_json(staging / MANIFEST, manifest.model_dump(mode="json"))  # last: a folder without it is no export
-    ownership.swap_in(staging, out_dir, previous)
+    out = folder(out_dir)
+    out.check_replaceable()  # before any work: a refused -o costs nothing
+    staging = out.stage()
+    try:
+        model, _ = model_files.load(model_dir / model_files.MODEL_FILE)
+        files, quantized = _write_graphs(model, staging.local)
+        manifest = ExportManifest(
+            model=ExportedModel(
+                dir=str(model_dir), model_sha256=lineage["model_sha256"], spm_sha256=lineage.get("spm_sha256")
+            ),
+            languages=list(model.languages),
+            encoders=sorted(model.encoders),
+            embedding_dim=model.embedding_dim,
+            quantized_ops=quantized,
+            files=files,
+            versions=_versions(),
+        )
+        text = json.dumps(manifest.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+        out.commit(staging, text.encode("utf-8"))  # the manifest last: a folder without it is no export
+    except BaseException:
+        out.discard(staging)
+        raise
     log.info("exported %s to %s (%s)", model_dir, out_dir, ", ".join(files))
     return Exported(out_dir, files, quantized)
-
-
-def _replaceable(out_dir: Path) -> list[str] | None:
-    """The entries of an earlier export at `out_dir` (None: nothing there); ForeignDataError otherwise."""
-    if not out_dir.exists():
-        return None
-    manifest = read_manifest(out_dir)
-    ours = {*manifest.files, MANIFEST} if manifest else set()
-    return ownership.check_only_ours(
-        out_dir,
-        lambda e: e in ours,
-        what=f"-o {out_dir}",
-        advice="give an empty or new directory; interlingua replaces only its own export",
-    )
 
 
 def _write_graphs(model, staging: Path) -> tuple[dict[str, str], list[str]]:
@@ -166,7 +180,7 @@ def upgrade_model_dir(model_dir: Path) -> Path:
     file; ModelDirError when there is nothing to convert or the file is refused."""
     import pickle
 
-    from model.nmt import load_legacy_model, save_model
+    from model.model_file import load_legacy_model, save_model
 
     legacy, target = model_dir / model_files.LEGACY_MODEL_FILE, model_dir / model_files.MODEL_FILE
     if target.exists():

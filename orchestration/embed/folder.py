@@ -1,22 +1,23 @@
-"""`interlingua embed`'s output folder: the section of its manifest embed writes (`EmbedMeta`), and which of a
-folder's files are embed's own (its manifest, blocks and records, of this layout or the earlier one, and a
-killed run's temporary files), so that a user's file there is never replaced.
+"""`interlingua embed`'s output folder: the section of its manifest embed writes (`EmbedMeta`, `make_manifest`),
+and embed's output as an output kind (`EmbedKind`, `core.output`): which of a folder's files are embed's own (its
+manifest, blocks and records, of this layout or the earlier one, and a killed run's temporary files), so that a
+user's file there is never replaced.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from core import ownership, storage
-from evaluation import store
+from core.location import Location
+from core.output import OutputFolder
+from evaluation import store, store_writer
 from orchestration.embed.inputs import CorpusError, InputFile
-
-Location = str | Path
 
 MANIFEST = store.MANIFEST
 LEGACY_FORMAT = "interlingua-embeddings/1"  # blocks at the top (part-N.npy): recognised as ours, never resumed
@@ -67,7 +68,7 @@ class EmbedMeta(BaseModel):
     model: EmbedModel
     sources: list[BlockSource]
     job: EmbedJob
-    config: dict[str, Any] = {}  # the resolved run config
+    config: dict[str, JsonValue] = {}  # the resolved run config
 
 
 _RECORD = re.compile(r"part-\d{5}\.json")
@@ -76,22 +77,28 @@ _RECORD = re.compile(r"part-\d{5}\.json")
 TMP_BLOCK = re.compile(r"([^/]+/)?part-\d{5}\.npy\.tmp-[0-9a-f]{8}")
 
 
-def check_output(out_dir: Location, *, what: str = "-o", ours: Callable[[str], bool] | None = None) -> list[str]:
-    """The entries of an embeddings folder once each is this product's (`own_entries`, or `ours` when the
-    caller has read the folder's records already); ForeignDataError naming the others (a user's files, or
-    the inputs themselves when the output is their folder)."""
-    return ownership.check_only_ours(
-        out_dir,
-        ours or own_entries(out_dir),
-        what=what,
-        advice="give a new or empty output directory (--force replaces only interlingua's own embeddings)",
-    )
+class EmbedKind:
+    """embed's output as an output kind (`core.output.Kind`): the manifest it wrote, its blocks and their
+    records (this layout or the earlier one), a killed run's temporary files. `read`: the folder's records and
+    manifest when the caller has read them already (`scan_records`, `read_own_manifest`: a GET per record in a
+    store); otherwise `ours` reads them."""
+
+    what = "-o"
+    marker = MANIFEST
+    advice = "give a new or empty output directory (--force replaces only interlingua's own embeddings)"
+
+    def __init__(self, read: tuple[Scan, Manifest] | None = None) -> None:
+        self.read = read
+
+    def ours(self, folder: Location) -> Callable[[str], bool]:
+        return owned(*(self.read or (scan_records(folder), read_own_manifest(folder))))
 
 
-def own_entries(out_dir: Location) -> Callable[[str], bool]:
-    """Whether a path relative to `out_dir` is this product's embeddings output: the manifest it wrote, its
-    blocks and their records (this layout or the earlier one), a killed run's temporary files."""
-    return owned(scan_records(out_dir), read_own_manifest(out_dir))
+def output_folder(out_dir: storage.Where, read: tuple[Scan, Manifest] | None = None) -> OutputFolder:
+    """embed's output at `out_dir` (local or a URI) as an `OutputFolder` (`EmbedKind`): `check_replaceable()`
+    is its entries once each is embed's own, ForeignDataError naming the others (a user's files, or the inputs
+    themselves when the output is their folder)."""
+    return OutputFolder(out_dir, EmbedKind(read))
 
 
 class Scan(NamedTuple):
@@ -116,7 +123,7 @@ def owned(scan: Scan, manifest: Manifest) -> Callable[[str], bool]:
     return (ours | manifest.legacy).__contains__
 
 
-def scan_records(out_dir: Location) -> Scan:
+def scan_records(out_dir: storage.Where) -> Scan:
     """The folder's files, and every block record embed wrote: part-NNNNN.json with its name, fingerprint, index
     and {lang: sha256}; or, in the earlier layout, a record of `part-N.npy` beside it. Other such files are not
     records."""
@@ -140,7 +147,7 @@ def scan_records(out_dir: Location) -> Scan:
     return Scan(files, records, legacy)
 
 
-def read_own_manifest(out_dir: Location) -> Manifest:
+def read_own_manifest(out_dir: storage.Where) -> Manifest:
     """The folder's manifest if this product's embed wrote it (the stored-embeddings format with a
     fingerprint, or the earlier layout's: its format marker or, before the marker existed, its fields)."""
     try:
@@ -162,19 +169,63 @@ def read_own_manifest(out_dir: Location) -> Manifest:
     return Manifest(None, set())
 
 
-def check_not_inside(out_dir: Location, files: list[InputFile]) -> None:
+def check_not_inside(out_dir: storage.Where, files: list[InputFile]) -> None:
     """CorpusError when an input lies inside the output folder: its blocks would be read as input next time."""
-    if storage.is_uri(out_dir):
-        root = str(out_dir).rstrip("/") + "/"
-        inside = [f.path for f in files if f.path.startswith(root)]
-    else:
-        inside = [
-            f.path
-            for f in files
-            if not storage.is_uri(f.path) and Path(out_dir).resolve() in Path(f.path).resolve().parents
-        ]
+    root = resolved(Location.of(out_dir, "-o")).rstrip("/") + "/"
+    inside = [f.path for f in files if resolved(Location.of(f.path)).startswith(root)]
     if inside:
         raise CorpusError(
             f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
             "write the embeddings to a directory of their own"
         )
+
+
+def resolved(location: Location) -> str:
+    """A local path with its links resolved (a file reached through a link is where the link leads), a URI as it
+    is: what to compare to tell whether two names are one file, or one file is inside a folder."""
+    local = location.local_path
+    return location.text if local is None else str(local.resolve())
+
+
+def is_embeddings_array(location: Location) -> bool:
+    """Whether the .npy file at `location` (local or in a store) is what `embed -o FILE.npy` writes, a whole (N,
+    D) array of floats, by its header (read alone) and its size."""
+    from numpy.lib import format as npy
+
+    try:
+        with location.open_input() as handle:
+            version = npy.read_magic(handle)
+            header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            shape, _, dtype = header(handle)
+            start = handle.tell()
+    except (OSError, ValueError):
+        return False
+    return len(shape) == 2 and dtype.kind == "f" and location.size() >= start + math.prod(shape) * dtype.itemsize
+
+
+def make_manifest(
+    files: list[InputFile],
+    records: list[store.BlockRecord],
+    model: EmbedModel,
+    lang: str,
+    dtype: str,
+    dim: int,
+    config: Mapping[str, JsonValue],
+    fp: str,
+    job: EmbedJob,
+) -> store.StoreManifest:
+    """The manifest (`store_writer.make_manifest`, this job's under `meta`), once every block's rows and empty
+    lines add up to the inputs'; AssertionError otherwise."""
+    rows, empty = sum(r.rows for r in records), sum(r.empty or 0 for r in records)
+    if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
+        raise AssertionError(
+            f"blocks hold {rows} sentences ({empty} empty), the inputs "
+            f"{sum(f.rows for f in files)} ({sum(f.empty for f in files)})"
+        )
+    sources = [BlockSource.model_validate(r.model_dump()) for r in records]
+    meta = EmbedMeta(
+        fingerprint=fp, lang=lang, empty=empty, inputs=files, model=model, sources=sources, job=job, config=config
+    )
+    return store_writer.make_manifest(
+        records, languages=[lang], dim=dim, dtype=dtype, meta=meta.model_dump(mode="json")
+    )

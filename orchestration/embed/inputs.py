@@ -19,8 +19,6 @@ is dropped; empty lines (and null Parquet values) are sentences too.
 
 from __future__ import annotations
 
-import fnmatch
-import glob
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from typing import BinaryIO
 
 from core import storage
 from core.errors import UserError
+from core.location import Location
 
 BOM = b"\xef\xbb\xbf"
 
@@ -59,54 +58,33 @@ class BlockSpec:
 
 def resolve_inputs(specs: Sequence[str], *, what: str = "-i") -> list[str]:
     """Files named directly, by glob (`*`, `?`, `[`, `**`) or as a directory (its visible files), in
-    the order given, each once; directories and glob matches sorted by name. Local files come back as
-    absolute paths, a URI's as URIs. CorpusError when a name matches nothing; StorageError (naming `what`)
-    for a URI of an unsupported scheme."""
+    the order given, each once; directories and glob matches sorted by name (`core.location.Location.glob`).
+    Local files come back as absolute paths, a URI's as URIs. CorpusError when a name matches nothing;
+    StorageError (naming `what`) for a URI of an unsupported scheme."""
     found: list[str] = []
     for spec in specs:
         storage.check_location(spec, what)
-        matches = _uri_matches(spec) if storage.is_uri(spec) else _local_matches(spec)
+        matches = [str(m) for m in _matches(spec, what)]
         if not matches:
             raise CorpusError(f"{spec}: matches no file")
         found += [m for m in matches if m not in found]
     return found
 
 
-def _local_matches(spec: str) -> list[str]:
-    path = Path(spec)
-    if path.is_dir():
-        matches = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    elif any(c in spec for c in "*?["):
-        matches = sorted(Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file())
-    elif path.is_file():
-        matches = [path]
-    else:
-        raise CorpusError(f"{spec}: no such file or directory")
-    return [str(m.resolve()) for m in matches]
-
-
-def _uri_matches(spec: str) -> list[str]:
-    """A URI's file, its prefix's visible files (not those under sub-prefixes, as a local directory's), or
-    the files its glob matches, one path component per pattern component (`**`: any number of them)."""
-    glob_at = min((spec.index(c) for c in "*?[" if c in spec), default=-1)
-    if glob_at < 0:
-        if storage.exists(spec):
-            return [spec]
-        names = [n for n in storage.files(spec) if "/" not in n and not n.startswith(".")]
-        if not names and not storage.entries(spec):
-            raise CorpusError(f"{spec}: no such file or prefix")
-        return [storage.join(spec, n) for n in names]
-    base = spec[: spec.rindex("/", 0, glob_at)]  # the prefix above the first wildcard: listed once
-    pattern = spec[len(base) + 1 :].split("/")
-    return [storage.join(base, n) for n in storage.files(base) if _glob_match(n.split("/"), pattern)]
-
-
-def _glob_match(parts: list[str], pattern: list[str]) -> bool:
-    if not pattern:
-        return not parts
-    if pattern[0] == "**":
-        return _glob_match(parts, pattern[1:]) or bool(parts) and _glob_match(parts[1:], pattern)
-    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(parts[1:], pattern[1:])
+def _matches(spec: str, what: str) -> list[Location]:
+    """The files `spec` names: the file or folder it names (a folder's name may hold a '['), or its glob's
+    matches under the folder above its first wildcard. CorpusError when there is nothing at a name without a
+    wildcard."""
+    location = Location.of(spec, what)
+    wildcard = min((spec.index(c) for c in "*?[" if c in spec), default=-1)
+    if wildcard < 0 or location.is_dir():
+        try:
+            return location.glob()
+        except FileNotFoundError as exc:
+            raise CorpusError(f"{spec}: {exc}") from None
+    cut = spec.rfind("/", 0, wildcard)
+    base, pattern = (spec[:cut] or "/", spec[cut + 1 :]) if cut >= 0 else (".", spec)
+    return Location.of(base, what).glob(pattern)
 
 
 def plan_blocks(paths: Iterable[str], *, column: str, block_rows: int) -> tuple[list[InputFile], list[BlockSpec]]:

@@ -9,6 +9,7 @@ they are of this model; otherwise the split is embedded here.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -17,8 +18,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from core import storage, transfer
 from core.dataset import Dataset, file_sha256
+from core.location import Location
 from evaluation.search import search, search_blocks
 from evaluation.store import MANIFEST, EmbeddingsMeta, StoredEmbeddings
 from orchestration.adapters import model_dir as model_files
@@ -58,24 +59,25 @@ def embeddings_folder(config: Config) -> Path | None:
     """The local folder of the evaluation's stored embeddings of the split (at a URI: a copy in this user's
     cache folder, downloaded once per manifest and verified on every use), None when there are none. The
     search reads them mapped."""
-    location = storage.join(config.eval_dir, config.evaluate.split, "embeddings")
-    if not storage.exists(storage.join(location, MANIFEST)):
+    location = Location.of(config.eval_dir).join(config.evaluate.split, "embeddings")
+    if not (location / MANIFEST).exists():
         return None
-    if not storage.is_uri(location):
-        return Path(location)
-    key = hashlib.sha256(storage.read_bytes(storage.join(location, MANIFEST))).hexdigest()[:16]
+
+    @functools.cache
+    def key() -> str:  # the manifest's digest: read once, for a store's copy only
+        return hashlib.sha256((location / MANIFEST).read_bytes()).hexdigest()[:16]
 
     def check(copy: Path) -> None:
         # on every use: the copy's manifest is the source's, and every array the sha256 it records
         manifest = (copy / MANIFEST).read_bytes()
-        if hashlib.sha256(manifest).hexdigest()[:16] != key:
+        if hashlib.sha256(manifest).hexdigest()[:16] != key():
             raise ValueError(f"{copy / MANIFEST} is not the manifest of {location}")
         for block in json.loads(manifest)["blocks"]:
             for lang, sha256 in block["sha256"].items():
                 if file_sha256(copy / lang / f"{block['name']}.npy") != sha256:
                     raise ValueError(f"{copy / lang / block['name']}.npy: sha256 differs from its manifest's")
 
-    return transfer.cached_copy(location, "embeddings", key, check=check)
+    return location.cached_copy("embeddings", key, check)
 
 
 def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:

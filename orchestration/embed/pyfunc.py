@@ -16,6 +16,7 @@ pickled); `set_model` at the end names the model it defines.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import mlflow.models
@@ -38,7 +39,9 @@ class SentenceEmbeddingModel(PythonModel):
 
         self.embedder = SentenceEmbedder.load(context.artifacts["model_dir"])
 
-    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> np.ndarray:
+    def predict(
+        self, context: Any, model_input: pd.DataFrame, params: Mapping[str, object] | None = None
+    ) -> np.ndarray:
         """model_input: a DataFrame with columns `sentence` and `lang`; returns (N, D) float32."""
         sentences = list(model_input["sentence"])
         langs = list(model_input["lang"])

@@ -10,22 +10,26 @@ every language, sentences sorted by length and batched by token budget
 (`model.inference.embed`), or run the offline multilingual USE baseline over
 the texts, and return each batch's vectors; the driver writes each as a block
 of `evaluation.store` (embeddings per language, keys, texts and their hashes)
-into a staging folder as it comes and publishes the folder.
+into a staging folder as it comes and commits the folder (`store_writer.output`:
+the previous embeddings stay whole until then).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
-from core import ownership
 from core.dataset import Dataset
+from core.output import Staging
+from evaluation import store_writer
 from evaluation.store import BlockRecord, EmbeddingsMeta, StoredEmbeddings
-from evaluation.store_writer import publish
 from orchestration.adapters.cluster import data_job
 from orchestration.config import Config
-from orchestration.embed.job import SplitEmbedFn, TextEmbedFn, UseEmbedFn, run_actors, ship_model, tuples_block
+from orchestration.embed.actors import SplitEmbedFn, TextEmbedFn, UseEmbedFn, tuples_block
+from orchestration.embed.job import run_actors, ship_model
 from orchestration.evaluate import EvaluateError
 
 log = logging.getLogger(__name__)
@@ -156,13 +160,17 @@ def embed_split(
         # read, filter and sort first, on every CPU: an actor pool as large as the cluster would leave
         # those tasks none; the sort holds the split in the object store (spilled to disk), never here
         tuples = complete_tuples(config, languages, actor is not SplitEmbedFn, batch_rows, read_here_rows).materialize()
-        records = _embed(config, tuples, tuples.count(), actor, model_path, languages, folder, batch_rows, backend)
-    rows = sum(record.rows for record in records)
-    if rows < 2:
-        ownership.remove_staging(_staging(folder))
-        raise EvaluateError(f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2")
+        with _stored(folder, languages, meta) as (staging, records):
+            records.extend(
+                _embed(config, tuples, tuples.count(), actor, model_path, languages, staging, batch_rows, backend)
+            )
+            rows = sum(record.rows for record in records)
+            if rows < 2:
+                raise EvaluateError(
+                    f"split {config.evaluate.split!r} has {rows} complete tuples; the search needs at least 2"
+                )
     _log_skipped(config, rows)
-    return publish(_staging(folder), folder, records, languages=languages, meta=meta.model_dump() if meta else None)
+    return StoredEmbeddings.open(folder)
 
 
 def embed_texts(
@@ -181,22 +189,34 @@ def embed_texts(
 
     with _ordered():  # the dataset keeps the settings it was made under
         tuples = ray.data.from_arrow(table).repartition(max(-(-len(table) // batch_rows), 1), shuffle=False)
-        records = _embed(
-            config,
-            tuples,
-            len(table),
-            UseEmbedFn if model_path is None else TextEmbedFn,
-            model_path,
-            languages,
-            folder,
-            batch_rows,
-            backend,
+        with _stored(folder, languages, meta) as (staging, records):
+            actor = UseEmbedFn if model_path is None else TextEmbedFn
+            records.extend(
+                _embed(config, tuples, len(table), actor, model_path, languages, staging, batch_rows, backend)
+            )
+    return StoredEmbeddings.open(folder)
+
+
+@contextlib.contextmanager
+def _stored(
+    folder: Path, languages: list[str], meta: EmbeddingsMeta | None
+) -> Iterator[tuple[Staging, list[BlockRecord]]]:
+    """A staging folder for the embeddings of `folder` (`store_writer.output`: `.<name>.partial` beside it) and
+    the list the block records written into it go in; when the block ends, the blocks finished and the folder
+    committed in place of the previous one (ForeignDataError, nothing replaced, if it holds a user's file). On
+    an error the staging folder is removed and the previous embeddings stay as they were."""
+    out = store_writer.output(folder)
+    staging = out.stage()
+    records: list[BlockRecord] = []
+    try:
+        yield staging, records
+        manifest = store_writer.finish(
+            staging.local, records, languages=languages, meta=meta.model_dump() if meta else None
         )
-    return publish(_staging(folder), folder, records, languages=languages, meta=meta.model_dump() if meta else None)
-
-
-def _staging(folder: Path) -> Path:
-    return folder.with_name(f".{folder.name}.partial")
+        out.commit(staging, manifest)
+    except BaseException:
+        out.discard(staging)
+        raise
 
 
 def _embed(
@@ -206,15 +226,13 @@ def _embed(
     actor: type,
     model_path: Path | None,
     languages: list[str],
-    folder: Path,
+    staging: Staging,
     batch_rows: int,
     backend: str,
 ) -> list[BlockRecord]:
     """The block records of the `rows` `tuples` embedded by the one embedding job (`embed.job`) and written
-    into the staging folder here, the model on `backend` (resolved: `embed.backends`)."""
+    into `staging` here, the model on `backend` (resolved: `embed.backends`)."""
     e, r = config.evaluate, config.runtime
-    staging = _staging(folder)
-    ownership.make_staging(staging)
     shipped = ship_model(None if model_path is None else Path(model_path).parent, backend)
     kwargs = dict(
         model=shipped,
@@ -229,7 +247,7 @@ def _embed(
         tuples,
         actor,
         kwargs,
-        write=lambda row: tuples_block(staging, row, languages, e.dtype),
+        write=lambda row: tuples_block(staging.local, row, languages, e.dtype),
         rows=rows * len(languages),
         rows_of=lambda record: record.rows * len(languages),
         actors=r.embed_actors,

@@ -24,7 +24,7 @@ import hashlib
 import io
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,12 +37,35 @@ from orchestration.evaluate import EvaluateError
 log = logging.getLogger(__name__)
 
 
+class FileIdentity(TypedDict):
+    """A file of a test set: where it was read (absolute, or a URI) and its sha256."""
+
+    path: str
+    sha256: str
+
+
+@final
+class FilesIdentity(TypedDict):
+    """A files test set's identity: each language's file and its sha256."""
+
+    files: dict[str, FileIdentity]
+
+
+@final
+class DatasetIdentity(TypedDict):
+    """A pinned dataset's identity: its folder, the split and the manifest's fingerprint."""
+
+    dataset: str
+    split: str
+    fingerprint: str
+
+
 @dataclass
 class Testset:
     name: str
     table: pa.Table  # key (line number or tuple key, in order), then <lang>_text per language
     languages: list[str]
-    identity: dict[str, Any]  # the files and their sha256, or the dataset, split and fingerprint
+    identity: FilesIdentity | DatasetIdentity  # as fingerprinted (`data`) and logged (`lineage`)
     read: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     verified: dict[str, str] = field(default_factory=dict)  # every file read -> its sha256, as checked
@@ -87,7 +110,8 @@ def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
 def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
     from orchestration.embed.inputs import CorpusError, read_lines
 
-    columns, identity = {}, {}
+    columns: dict[str, list[str]] = {}
+    identity: dict[str, FileIdentity] = {}
     for lang, name in files.items():
         path = storage.absolute(name)  # a local path or a URI
         if not storage.exists(path):
@@ -97,7 +121,7 @@ def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
             columns[lang] = list(read_lines(io.BytesIO(raw), path))
         except CorpusError as exc:
             raise EvaluateError(f"evaluate.testsets {spec.name}: {exc}") from None
-        identity[lang] = {"path": path, "sha256": hashlib.sha256(raw).hexdigest()}
+        identity[lang] = FileIdentity(path=path, sha256=hashlib.sha256(raw).hexdigest())
     counts = {lang: len(lines) for lang, lines in columns.items()}
     if len(set(counts.values())) > 1:
         raise EvaluateError(
@@ -114,7 +138,7 @@ def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
     )
     dropped = {"empty": read - len(keep)} if read > len(keep) else {}
     verified = {entry["path"]: entry["sha256"] for entry in identity.values()}
-    return Testset(spec.name, table, list(columns), {"files": identity}, read, dropped, verified)
+    return Testset(spec.name, table, list(columns), FilesIdentity(files=identity), read, dropped, verified)
 
 
 def _from_dataset(spec: TestsetConfig, dataset: str, languages: list[str]) -> Testset:
@@ -145,5 +169,5 @@ def _from_dataset(spec: TestsetConfig, dataset: str, languages: list[str]) -> Te
     table = table.filter(functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_text"]) for lang in languages]))
     table = table.sort_by("key")
     dropped = {"incomplete": read - len(table)} if read > len(table) else {}
-    identity = {"dataset": folder, "split": spec.split, "fingerprint": spec.fingerprint}
+    identity = DatasetIdentity(dataset=folder, split=spec.split, fingerprint=spec.fingerprint)
     return Testset(spec.name, table, list(languages), identity, read, dropped, data.sha256((spec.split,), spm=False))

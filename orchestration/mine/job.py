@@ -12,6 +12,7 @@ pairs. Output in `<run_dir>/mine` (`mine.output_dir`): `report.write_outputs`.
 The inputs, the gold file, the model directory and the output may be URIs (`s3://bucket/mine`): the
 embeddings go to the output's `embeddings/` through the corpus job (which uploads them block by block),
 the pairs, figure and manifest (last) are written locally and then uploaded (`report.write_outputs`).
+The output is `mine`'s own kind (`report.MinedKind`): a folder holding anything else is refused before any work.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import storage
+from core import mined, storage
+from core.location import Location
 from evaluation.mining import calibrate, filter_pairs, hub_counts, knn, precision_recall_f1
 from evaluation.mining import mine as mine_pairs
 from orchestration.adapters import model_dir as model_files
@@ -35,7 +37,10 @@ from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from orchestration.mine import MineError
 from orchestration.mine.inputs import Sentences, check_inputs, read_sentences
-from orchestration.mine.report import EMBEDDINGS, LanguagePair, check_output, write_outputs
+from orchestration.mine.report import EMBEDDINGS, LanguagePair, output_folder, write_outputs
+
+if TYPE_CHECKING:
+    from core.normalize import NormalizeConfig
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +61,13 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         raise MineError("mine.inputs: give two or more inputs, one per language")
     tracker = Tracker.of(config)
     tracker.check_reachable()
-    out_dir = config.mine_dir if storage.is_uri(config.mine_dir) else Path(config.mine_dir)
-    check_locations(config, out_dir)
+    check_locations(config, config.mine_dir)
+    out_dir = Location.of(config.mine_dir, "mine.output_dir")
     check_inputs(m)  # a missing or empty file is the user's to fix before any model is loaded
-    check_writable(out_dir, "mine.output_dir")
-    check_output(out_dir)  # a user's folder is refused before any work
+    check_writable(str(out_dir), "mine.output_dir")
+    output_folder(out_dir).check_replaceable()  # a user's folder is refused before any work
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
-        encoder, normalize, model_meta = load_encoder(config, Path(tmp), storage.join(out_dir, EMBEDDINGS))
+        encoder, normalize, model_meta = load_encoder(config, Path(tmp), str(out_dir / EMBEDDINGS))
         sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
         gold = load_gold(config, normalize)  # its errors before the embedding, not after it
         check_k(m.k, sentences)
@@ -72,10 +77,10 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         for x, y in combinations([i.lang for i in m.inputs], 2)
     ]
     run_id = write_outputs(config, out_dir, results, sentences, model_meta, parent_run_id)
-    return MineResult(out_dir, results, run_id)
+    return MineResult(out_dir.local_path or str(out_dir), results, run_id)
 
 
-def check_locations(config: Config, out_dir: str | Path) -> None:
+def check_locations(config: Config, out_dir: str) -> None:
     """Every input, the gold file and the output a local path or a URI of a supported scheme (StorageError,
     the user's: exit 2), and the stores they name answering (StoreUnreachable: exit 1, within seconds)."""
     m = config.mine
@@ -157,7 +162,7 @@ def check_k(k: int, sentences: dict[str, Sentences]) -> None:
         )
 
 
-def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encoder, Any, dict[str, Any]]:
+def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encoder, NormalizeConfig, mined.MinedModel]:
     """The embedding function of `mine.model`, the normalization it was trained with, and what it is.
     A trained model embeds with the streaming Ray Data job (`embed.corpus.embed_corpus`) into
     `embeddings_dir`/<lang>, which a rerun of the same sentences and model resumes; USE in this process."""
@@ -171,7 +176,7 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encode
         return (
             (lambda texts, lang: np.asarray(use.encode(texts), dtype=np.float32)),
             NormalizeConfig(),
-            {"model": "use"},
+            mined.MinedModel(model="use"),
         )
     from core.dataset import file_sha256
     from orchestration.adapters.model_choice import choose_model
@@ -186,7 +191,9 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encode
     unknown = [i.lang for i in config.mine.inputs if i.lang not in embedder.languages]
     if unknown:
         raise MineError(f"mine.inputs: the model knows {embedder.languages}, not {unknown}")
-    meta = {"model": str(storage.absolute(location)), "model_sha256": file_sha256(folder / model_files.MODEL_FILE)}
+    meta = mined.MinedModel(
+        model=str(storage.absolute(location)), model_sha256=file_sha256(folder / model_files.MODEL_FILE)
+    )
 
     def encode(texts: list[str], lang: str) -> np.ndarray:
         return embed_streaming(config, texts, lang, folder, storage.join(embeddings_dir, lang))

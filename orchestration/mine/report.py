@@ -5,13 +5,17 @@
                                      threshold, P/R/F1 on gold, pairs kept per threshold, files
     <output>/report.png              score histograms with the threshold, calibration curves
 
-The output may be a URI: the files are written in a local scratch folder and uploaded, the manifest last,
-while the write journal (`core.ownership.begin_writes`) names them at the URI.
+The pairs, the figure and the manifest are written in place (`core.output.OutputFolder.writing`: the names
+about to be written recorded first, so that a rerun after a crash knows them for the product's), beside the
+embeddings of the inputs (`embeddings/`, the corpus job's output, kept for a rerun to resume from), the previous
+manifest removed first and the new one written last. In a store (a URI) they are written in a local scratch
+folder and copied up, the manifest last.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,12 +23,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core import mined, ownership, storage
+from core import mined, ownership, storage, transfer
 from core.dataset import file_sha256
+from core.location import Location
+from core.output import OutputFolder
 from evaluation.mining import Pairs
 from orchestration.adapters import tracking
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
+from orchestration.mine.inputs import Sentences
 
 MANIFEST = mined.MANIFEST
 REPORT = "report.png"
@@ -53,76 +60,85 @@ class LanguagePair:
 
 def write_outputs(
     config: Config,
-    out_dir: str | Path,
+    out_dir: Location,
     results: list[LanguagePair],
-    sentences: dict,
-    model: dict,
+    sentences: dict[str, Sentences],
+    model: mined.MinedModel,
     parent_run_id: str | None,
 ) -> str:
     """Write the pair files, the figure and the manifest (last) to `out_dir` (a local folder or a URI);
-    log the MLflow run; return its id."""
-    check_output(out_dir)
+    log the MLflow run; return its id. ForeignDataError, before anything is written, when the folder holds
+    what `mine` did not write."""
+    out = output_folder(out_dir)
+    out.check_replaceable()
     names = [f"pairs-{r.name}.parquet" for r in results] + [REPORT]
-    ownership.begin_writes(out_dir, [MANIFEST, *names])
-    if storage.exists(storage.join(out_dir, MANIFEST)):  # an unfinished output is never taken for a finished one
-        storage.delete_file(storage.join(out_dir, MANIFEST))
+    local = out.location.local_path
     with tempfile.TemporaryDirectory(prefix="interlingua-mined-") as scratch:
-        work = Path(scratch) if storage.is_uri(out_dir) else Path(out_dir)  # pyarrow and matplotlib write files
-        work.mkdir(parents=True, exist_ok=True)
-        entries = {r.name: _write_pairs(work, r, sentences) for r in results}
-        _figure(work / REPORT, results)
-        manifest = mined.MinedManifest(
-            model=mined.MinedModel(**model),
-            inputs={
-                lang: mined.InputCounts(read=s.read, distinct=len(s.texts), dropped=s.dropped)
-                for lang, s in sentences.items()
-            },
-            pairs=entries,
-            config=config.to_dict(),
-        )
-        if storage.is_uri(out_dir):
-            for name in names:
-                storage.write_bytes(storage.join(out_dir, name), (work / name).read_bytes())
-        mined.write_manifest(work, manifest)
-        if storage.is_uri(out_dir):
-            storage.write_bytes(storage.join(out_dir, MANIFEST), (work / MANIFEST).read_bytes())
-        ownership.end_writes(out_dir)
+        work = local or Path(scratch)  # pyarrow and matplotlib write local files: a scratch folder for a store
+        with out.writing([MANIFEST, *names]):
+            if out.manifest.exists():  # an unfinished output is never taken for a finished one
+                out.manifest.delete()
+            work.mkdir(parents=True, exist_ok=True)
+            entries = {r.name: _write_pairs(work, r, sentences) for r in results}
+            _figure(work / REPORT, results)
+            manifest = mined.MinedManifest(
+                model=model,
+                inputs={
+                    lang: mined.InputCounts(read=s.read, distinct=len(s.texts), dropped=s.dropped)
+                    for lang, s in sentences.items()
+                },
+                pairs=entries,
+                config=config.to_dict(),
+            )
+            mined.write_manifest(work, manifest)
+            if local is None:
+                transfer.upload_dir(work, str(out.location), last=(MANIFEST,))
         return _log(config, work, results, parent_run_id)
 
 
-def check_output(out_dir: str | Path) -> list[str]:
-    """The entries of `mine.output_dir` (local or a URI) once each is this product's mining output (what its
-    manifest names, what a killed run recorded it was writing, the embeddings of the inputs);
-    ForeignDataError naming the others, before any work: a user's folder is never written into."""
-    from orchestration.embed.folder import own_entries as own_blocks
+class MinedKind:
+    """`mine`'s output as an output kind (`core.output.Kind`): what its manifest names (the pair files, the
+    figure), what a killed run recorded it was writing, and the embeddings of the inputs (`embeddings/<lang>/`:
+    sentences.parquet, and embed's output in `blocks/`, `orchestration.embed.folder.EmbedKind`)."""
 
-    listed = ownership.recorded_writes(out_dir) | {ownership.JOURNAL}
-    try:
-        manifest = mined.read_manifest(out_dir)
-    except (OSError, mined.MinedManifestError):
-        manifest = None  # none, or not ours: nothing in the folder is taken for ours by it
-    if manifest is not None:
-        listed |= {MANIFEST, REPORT, *(entry.file for entry in manifest.pairs.values())}
-    embeddings = storage.join(out_dir, EMBEDDINGS)
-    blocks = {lang: own_blocks(storage.join(embeddings, lang, "blocks")) for lang in storage.subdirectories(embeddings)}
+    what = "mine.output_dir"
+    marker = MANIFEST
+    advice = "give mine.output_dir a new or empty directory of its own"
 
-    def ours(entry: str) -> bool:  # embeddings/<lang>/sentences.parquet, embeddings/<lang>/blocks/<block>
-        parts = entry.split("/")
-        if parts[0] != EMBEDDINGS:
-            return entry in listed
-        inside = "/".join(parts[3:])
-        return (
-            len(parts) <= 2
-            or parts[2:] in (["sentences.parquet"], ["blocks"])
-            or (parts[2] == "blocks" and parts[1] in blocks and blocks[parts[1]](inside))
-        )
+    def ours(self, folder: Location) -> Callable[[str], bool]:
+        from orchestration.embed.folder import EmbedKind
 
-    return ownership.check_only_ours(
-        out_dir, ours, what="mine.output_dir", advice="give mine.output_dir a new or empty directory of its own"
-    )
+        listed = ownership.recorded_writes(folder) | {ownership.JOURNAL}
+        try:
+            manifest = mined.read_manifest(folder)
+        except (OSError, mined.MinedManifestError):
+            manifest = None  # none, or not ours: nothing in the folder is taken for ours by it
+        if manifest is not None:
+            listed |= {MANIFEST, REPORT, *(entry.file for entry in manifest.pairs.values())}
+        embeddings = folder / EMBEDDINGS
+        blocks = {lang: EmbedKind().ours(embeddings / lang / "blocks") for lang in embeddings.subdirectories()}
+
+        def ours(entry: str) -> bool:  # embeddings/<lang>/sentences.parquet, embeddings/<lang>/blocks/<block>
+            parts = entry.split("/")
+            if parts[0] != EMBEDDINGS:
+                return entry in listed
+            inside = "/".join(parts[3:])
+            return (
+                len(parts) <= 2
+                or parts[2:] in (["sentences.parquet"], ["blocks"])
+                or (parts[2] == "blocks" and parts[1] in blocks and blocks[parts[1]](inside))
+            )
+
+        return ours
 
 
-def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict) -> mined.MinedPair:
+def output_folder(out_dir: storage.Where) -> OutputFolder:
+    """`mine.output_dir` as an `OutputFolder` (`MinedKind`): `check_replaceable()` is its entries once each is
+    `mine`'s, ForeignDataError naming the others, before any work: a user's folder is never written into."""
+    return OutputFolder(out_dir, MinedKind())
+
+
+def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict[str, Sentences]) -> mined.MinedPair:
     src, trg = sentences[r.src].raw, sentences[r.trg].raw
     table = pa.table(
         {

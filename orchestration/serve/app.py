@@ -29,6 +29,7 @@ import asyncio
 import importlib.resources
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -39,7 +40,7 @@ from ray import serve
 from starlette.exceptions import HTTPException
 
 from orchestration.adapters.lineage import project_version
-from orchestration.config import Config
+from orchestration.config import Config, JSONValue
 from orchestration.config.stages import ServeConfig
 from orchestration.serve.batch import answer_batch
 from orchestration.serve.models import ModelSlot, ModelSource, ServedModel
@@ -134,7 +135,7 @@ async def _no_route(request: Request, exc: HTTPException) -> JSONResponse:
 class EmbeddingServer:
     """One replica: a loaded model (`ModelSlot`), the batching queue and, for a champion, the alias poller."""
 
-    def __init__(self, config: dict[str, Any], scratch: str | None = None) -> None:
+    def __init__(self, config: dict[str, JSONValue], scratch: str | None = None) -> None:
         from model.training import cpu_threads
 
         bind_replica_grpc()  # before Serve starts the replica's gRPC server, once this constructor returns
@@ -190,7 +191,7 @@ class EmbeddingServer:
         return self._answer(200, answer, served)
 
     @staticmethod
-    def _answer(status: int, body: dict[str, Any], served: ServedModel) -> JSONResponse:
+    def _answer(status: int, body: Mapping[str, object], served: ServedModel) -> JSONResponse:
         body = {**body, "model_version": served.version}
         return JSONResponse(body, status, headers={"X-Model-Version": served.version})
 
@@ -232,7 +233,7 @@ def application(config: Config, scratch: str | None = None):
     ).bind(config.to_dict(), scratch)
 
 
-def http_options(limits: ServeConfig) -> dict[str, Any]:
+def http_options(limits: ServeConfig) -> dict[str, str | int]:
     """Where Serve's HTTP proxy listens: serve.host (127.0.0.1 unless configured) and serve.port."""
     return {"host": limits.host, "port": limits.port}
 

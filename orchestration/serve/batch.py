@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -25,7 +25,24 @@ from orchestration.serve.request import EmbedRequest, RequestRejected, missing_s
 
 log = logging.getLogger(f"ray.serve.{__name__}")  # Ray Serve shows its replicas' "ray.serve" loggers
 
-Result = dict[str, Any] | RequestRejected  # {"embeddings": [[...]], "dim": D[, "nearest": [...]]}
+
+class Hit(TypedDict):
+    """A stored sentence near a query (`schema.Neighbour`)."""
+
+    score: float
+    key: str
+    text: str
+
+
+class Answer(TypedDict):
+    """The body of a request's answer, without the model version (`schema.EmbedResponse`)."""
+
+    embeddings: list[list[float]]  # (N, D)
+    dim: int
+    nearest: NotRequired[list[dict[str, list[Hit]]]]  # per sentence: language -> its hits, best first
+
+
+Result = Answer | RequestRejected
 
 
 async def answer_batch(requests: Sequence[EmbedRequest], served: ServedModel) -> list[Result]:
@@ -73,7 +90,7 @@ async def _embed_group(group: list[EmbedRequest], lang: str, served: ServedModel
 
 async def _answer(request: EmbedRequest, vectors: np.ndarray, served: ServedModel) -> Result:
     """The answer of one request from its (n, D) embeddings: with its nearest stored sentences if asked."""
-    answer: dict[str, Any] = {"embeddings": vectors.tolist(), "dim": int(vectors.shape[1])}
+    answer: Answer = {"embeddings": vectors.tolist(), "dim": int(vectors.shape[1])}
     if not request.nearest_k:
         return answer
     searchable = served.searchable

@@ -7,9 +7,12 @@ answers stay those of the limits; the answers are written by the routes as they 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from orchestration.config import JSONValue
 
 
 class _Body(BaseModel):
@@ -66,7 +69,7 @@ class Ready(BaseModel):
     model_version: str
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
+ERRORS: dict[int | str, dict[str, type[BaseModel] | str]] = {
     413: {"model": ErrorResponse, "description": "The body or the batch is above its limit: send less."},
     422: {"model": ErrorResponse, "description": "Not a request the model can answer (the message says why)."},
     500: {"model": ErrorResponse, "description": "The model failed on this request (the others were answered)."},
@@ -78,7 +81,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+def inline_schema(model: type[BaseModel]) -> dict[str, JSONValue]:
     """`model`'s JSON schema with its nested models written in place: a request body described through
     `openapi_extra` stands alone in the OpenAPI document, where `#/$defs/...` would point nowhere."""
     schema = model.model_json_schema()
@@ -96,6 +99,6 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
     return resolve(schema)
 
 
-def request_body(model: type[BaseModel]) -> dict[str, Any]:
+def request_body(model: type[BaseModel]) -> dict[str, JSONValue]:
     """The `openapi_extra` of a route that reads its JSON body itself: `model` as its required request body."""
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline_schema(model)}}}}

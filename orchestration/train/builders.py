@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from model.args import ModelArgs
 from model.training_paths import TrainingPath
@@ -26,7 +26,7 @@ class WorkerJob:
     mlflow_uri: str
     run_id: str
     # the run dir's lease the driver holds (`lease.held_lease`): every commit of a worker is fenced by it
-    lease: dict[str, Any] | None = None
+    lease: dict[str, object] | None = None
     # a checkpoint of the run in another folder than this driver's (`train.folders`): where a worker group that
     # has no checkpoint of its own run yet starts from
     resume_from: str | None = None
@@ -79,9 +79,20 @@ def training_paths(train: TrainConfig) -> list[TrainingPath]:
     ]
 
 
-def schedule_args(train: TrainConfig) -> dict[str, Any]:
+class ScheduleArgs(TypedDict):
     """The keyword arguments of `model.training.scheduled_lr`."""
-    return dict(
+
+    lr: float
+    warmup_steps: int
+    schedule: str
+    min_lr: float
+    max_steps: int
+    max_minutes: float | None
+
+
+def schedule_args(train: TrainConfig) -> ScheduleArgs:
+    """The keyword arguments of `model.training.scheduled_lr`."""
+    return ScheduleArgs(
         lr=train.lr,
         warmup_steps=train.warmup_steps,
         schedule=train.schedule,

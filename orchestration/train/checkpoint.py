@@ -14,20 +14,28 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
-from core import fencing, ownership, storage
+from core import fencing, storage
 from core.dataset import file_sha256
+from core.location import Location
 from core.schema import dump_yaml
 from model.args import ModelArgs
-from model.nmt import MultilingualNMT, load_model, save_model
+from model.model_file import load_model, save_model
+from model.nmt import MultilingualNMT
 from model.stream import DataPosition
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.model_dir import CONFIG_FILE, MODEL_FILE, PROGRESS_FILE, SPM_FILE
+
+if TYPE_CHECKING:
+    from ray.train import Checkpoint
+
+    from core.dataset import Dataset
 
 STATE_FILE = model_files.CHECKPOINT_STATE
 
@@ -41,7 +49,7 @@ class TrainingProgress:
     dev_error: float | None = None  # the best dev similarity error so far
     best_step: int | None = None
     bad_evals: int = 0  # evaluations since the best one
-    history: list[dict[str, Any]] = field(default_factory=list)  # every resume: step and world size
+    history: list[dict[str, int]] = field(default_factory=list)  # every resume: step and world size
     done: bool = False
     world: int = 1
     data: DataPosition = field(default_factory=DataPosition)  # rank 0's next batch (every rank's, world 1)
@@ -54,16 +62,23 @@ class TrainingProgress:
         return cls(**{**values, "data": data})
 
 
+class RankPosition(TypedDict):
+    """Where one rank's stream stands in a checkpoint: its `DataPosition` as a dict, and its batches' digest."""
+
+    position: dict[str, int]
+    digest: str
+
+
 @dataclass
 class TrainingState:
     """Everything a restarted worker needs (`state.pt`)."""
 
-    model: dict[str, Any]
-    optimizer: dict[str, Any]
-    scheduler: dict[str, Any] | None
+    model: dict[str, torch.Tensor]  # the weights (`state_dict`)
+    optimizer: dict[str, object]  # the optimizer's `state_dict`
+    scheduler: dict[str, object] | None  # the learning rate scheduler's, if any
     progress: TrainingProgress
-    best_model: dict[str, Any]
-    positions: dict[int, dict[str, Any]] = field(default_factory=dict)  # every rank's stream: position, digest
+    best_model: dict[str, torch.Tensor]
+    positions: dict[int, RankPosition] = field(default_factory=dict)  # every rank's stream
 
 
 def restore(resume_from: str | None = None) -> TrainingState | None:
@@ -73,7 +88,7 @@ def restore(resume_from: str | None = None) -> TrainingState | None:
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None and resume_from is not None:
-        filesystem, path = storage.resolve(resume_from) if storage.is_uri(resume_from) else (None, resume_from)
+        filesystem, path = Location.of(resume_from, "resume_from").arrow()
         checkpoint = ray.train.Checkpoint(path, filesystem=filesystem)
     if checkpoint is None:
         return None
@@ -114,7 +129,7 @@ def report(
     model_args: ModelArgs,
     *,
     spm_model: str,
-    config: dict[str, Any],
+    config: Mapping[str, object],
     metrics: dict[str, float],
 ) -> None:
     """Rank 0 writes a checkpoint directory and reports it; every other rank reports without one.
@@ -153,7 +168,7 @@ def report(
             spm_sha256=file_sha256(spm_model),
         )
         (folder / SPM_FILE).write_bytes(storage.read_bytes(spm_model))  # the dataset's, local or at a URI
-        (folder / CONFIG_FILE).write_text(dump_yaml(config))
+        (folder / CONFIG_FILE).write_text(dump_yaml(dict(config)))
         (folder / PROGRESS_FILE).write_text(json.dumps(asdict(progress), indent=2))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -163,24 +178,23 @@ def report(
     )
 
 
-def export(checkpoint, model_dir: str | Path, data=None) -> TrainingProgress:
+def export(checkpoint: Checkpoint, model_dir: storage.Where, data: Dataset | None = None) -> TrainingProgress:
     """Copy the model directory out of a checkpoint (without the training state) to `model_dir` (a local
-    path or a URI), whole (`model_files.publish`), with its lineage when the dataset `data` is given;
-    returns its progress."""
-    if storage.entries(model_dir):
-        model_files.check_replaceable(model_dir)  # before the copy: a foreign file is refused, not found after
-    local = Path(model_dir) if not storage.is_uri(model_dir) else Path(tempfile.mkdtemp(prefix="model-export-"))
-    staging = local.with_name(f".{local.name}.partial")
-    ownership.make_staging(staging)
+    path or a URI), whole (`model_files.folder`: staged, then committed with model.safetensors last), with its
+    lineage when the dataset `data` is given; returns its progress. ForeignDataError, before anything is
+    copied, when `model_dir` holds what a model directory does not; the previous model stays whole on any
+    error."""
+    out = model_files.folder(model_dir)
+    out.check_replaceable()  # before the copy: a foreign file is refused, not found after
+    staging = out.stage()
     try:
         with checkpoint.as_directory() as src:
-            shutil.copytree(src, staging, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
+            shutil.copytree(src, staging.local, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
             progress = TrainingProgress.from_dict(json.loads((Path(src) / PROGRESS_FILE).read_text()))
         if data is not None:
-            model_files.record_lineage(staging, data)
-        model_files.publish(staging, model_dir)  # locally two renames: the old model is never half-deleted
-    finally:
-        ownership.remove_staging(staging)
-        if storage.is_uri(model_dir):
-            shutil.rmtree(local, ignore_errors=True)
+            model_files.record_lineage(staging.local, data)
+        out.commit(staging, None)  # locally two renames: the old model is never half-deleted
+    except BaseException:
+        out.discard(staging)
+        raise
     return progress

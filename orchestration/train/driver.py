@@ -18,13 +18,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import re
 import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from core import ownership, storage
+from core import connection, storage
 from core.dataset import Dataset, fingerprint
 from core.errors import UserError
 from core.schema import dump_yaml
@@ -41,10 +40,9 @@ from orchestration.train import builders, folders, live
 from orchestration.train import teacher as teachers
 from orchestration.train.builders import WorkerJob
 from orchestration.train.record import TrainRecord
+from orchestration.train.train_dir import STATE_FILE, check_train_dir, start_over
 
 log = logging.getLogger(__name__)
-
-STATE_FILE = model_files.TRAIN_STATE
 
 
 class TrainError(UserError, RuntimeError):
@@ -63,7 +61,7 @@ class TrainResult:
 _TEACHER_KEYS = {"teacher", "distill_weight", "distill_pivot", "distill_loss"}
 
 
-def train_fingerprint(config: Config, data: Dataset, teacher: dict | None = None) -> str:
+def train_fingerprint(config: Config, data: Dataset, teacher: dict[str, str] | None = None) -> str:
     """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
     teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as is
     the default `distill_loss` with one: the fingerprint of a run of before they existed."""
@@ -119,54 +117,6 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
             "(the dev error's languages), at least 2 are needed; set evaluate.languages to languages "
             "the dev tuples share, or prepare with prepare.split.heldout_complete=true"
         )
-
-
-_WORKER_FILES = re.compile(r"workers(/rank-\d+\.json)?")
-# The model's staging folders beside it: `checkpoint.export`'s `.model.partial`, `ownership.swap_in`'s
-# `.model.old-<pid>`; only these names, holding only a model's files (a user's `.model.bak/` is not ours)
-_MODEL_STAGING = re.compile(r"\.model\.(partial|old-\d+)")
-
-
-def check_train_dir(train_dir: storage.Location) -> list[str]:
-    """The entries of a training directory once each is this product's, else ForeignDataError naming the
-    others (then nothing is written there, and `--force` removes nothing).
-
-    Its own by record: `run.json` (written first, before anything else, by a directory check that
-    passed) vouches for the run's `config.yaml` and the exported model's files, which a directory without
-    it never holds as the product's. By layout: Ray Train's checkpoints under `ray/` (their folders and
-    files, `train.folders`), the workers' `workers/rank-N.json` and the model's staging folders."""
-    record = ownership.is_stage_state(storage.join(train_dir, STATE_FILE))
-
-    def ours(entry: str) -> bool:
-        top, _, rest = entry.partition("/")
-        if _MODEL_STAGING.fullmatch(top):
-            return not rest or rest in model_files.FILES or rest == ownership.STAGING_MARKER
-        if folders.is_ray_entry(entry):
-            return True
-        if top == "workers":
-            return _WORKER_FILES.fullmatch(entry) is not None
-        if entry == STATE_FILE:
-            return record
-        if top == "model":
-            return record and (not rest or rest in model_files.FILES)
-        return record and entry in (model_files.CONFIG_FILE, ownership.STAGING_MARKER)
-
-    return ownership.check_only_ours(
-        train_dir,
-        ours,
-        what="the training directory",
-        advice=f"move them out of {train_dir} or choose another run_dir; "
-        "interlingua writes and removes only its own files there",
-    )
-
-
-def start_over(train_dir: storage.Location, found: list[str]) -> None:
-    """`--force`: remove the run's own files (`found`, checked by `check_train_dir`) but the exported model,
-    which stays until the new training's export replaces it: a retraining killed before then leaves the
-    last model in place (locally and in a bucket), never a run directory without one. `run.json`, the
-    record that vouches for the model, stays too, until the new training replaces it."""
-    kept = ("model", STATE_FILE)
-    ownership.remove_ours(train_dir, [e for e in found if e.partition("/")[0] not in kept], keep_root=True)
 
 
 def check_source_weights(weights: dict[str, float], data: Dataset) -> None:
@@ -297,7 +247,7 @@ def _run_trainer(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
             **folders.storage_args(train_dir, folder),
             failure_config=FailureConfig(max_failures=r.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=r.keep_checkpoints),
-            worker_runtime_env={"env_vars": {**storage.environment(), **r.worker_env}},
+            worker_runtime_env={"env_vars": {**connection.environment(), **r.worker_env}},
             callbacks=callbacks,
             logging_config=LoggingConfig(log_level=logs.ray_train_log_level()),  # reports, checkpoints: -v
         ),

@@ -16,9 +16,12 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from typing import Any
+from typing import TypedDict
+
+import pyarrow.fs as pafs
 
 from core import ownership, storage
+from core.location import Location
 from orchestration.adapters import model_dir as model_files
 from orchestration.train.record import SHARED, TrainRecord
 
@@ -33,6 +36,29 @@ _RAY_FILES = re.compile(
     rf"{_FOLDER.pattern}(/(\.validate_storage_marker|{re.escape(SNAPSHOT)}|"
     rf"checkpoint_[^/]+(/({_CHECKPOINT_FILES}))?))?"
 )
+
+
+class ReportedMetrics(TypedDict):
+    """What a checkpoint was reported with (`train.checkpoint.report`)."""
+
+    step: int
+    dev_error: float | None
+    finished: bool
+
+
+class Registered(TypedDict):
+    """A checkpoint in Ray Train's snapshot: its folder and its metrics (the keys read here; Ray's has more)."""
+
+    checkpoint_dir_name: str
+    metrics: ReportedMetrics
+
+
+class StorageArgs(TypedDict):
+    """RunConfig's name and storage arguments."""
+
+    name: str
+    storage_path: str
+    storage_filesystem: pafs.FileSystem
 
 
 def is_ray_entry(entry: str) -> bool:
@@ -50,7 +76,7 @@ def current(state: TrainRecord | None) -> str:
     return state.ray_dir if state is not None else SHARED
 
 
-def last_checkpoint(train_dir: storage.Location, state: TrainRecord) -> str | None:
+def last_checkpoint(train_dir: storage.Where, state: TrainRecord) -> str | None:
     """The last checkpoint the run committed, as a path under `train_dir`: the newest that Ray registered in the
     folder `run.json` names, else (that run died before its first) the one that folder's run resumed from."""
     folder = current(state)
@@ -61,22 +87,20 @@ def last_checkpoint(train_dir: storage.Location, state: TrainRecord) -> str | No
         return state.resumed_from
 
 
-def _registered(ray_dir: storage.Location) -> list[dict[str, Any]]:
+def _registered(ray_dir: storage.Where) -> list[Registered]:
     """The checkpoints Ray registered in `ray_dir`, from its snapshot; OSError, ValueError, KeyError or TypeError
     where there is none or it is not Ray's record."""
     return storage.read_json(storage.join(ray_dir, SNAPSHOT))["checkpoint_results"]
 
 
-def storage_args(train_dir: str, folder: str) -> dict[str, Any]:
-    """RunConfig's name and storage arguments: a local folder as it is; a URI as a path in its pyarrow
-    filesystem."""
-    if not storage.is_uri(train_dir):
-        return {"name": folder, "storage_path": train_dir}
-    filesystem, path = storage.resolve(train_dir)
+def storage_args(train_dir: str, folder: str) -> StorageArgs:
+    """RunConfig's name and storage arguments: `train_dir` as a path in its pyarrow filesystem (a local folder's
+    too), so that Ray Train reads and writes through the same filesystem as the rest."""
+    filesystem, path = Location.of(train_dir).arrow()
     return {"name": folder, "storage_path": path, "storage_filesystem": filesystem}
 
 
-def remove_others(train_dir: storage.Location, keep: set[str]) -> None:
+def remove_others(train_dir: storage.Where, keep: set[str]) -> None:
     """Remove the Ray folders under `train_dir` other than `keep` (folder names): those of earlier drivers, a
     woken holder's late upload among them. Only folders holding Ray's layout alone; another is kept, warned."""
     for name in storage.subdirectories(train_dir):
@@ -84,7 +108,7 @@ def remove_others(train_dir: storage.Location, keep: set[str]) -> None:
             _remove(train_dir, name, what="the folder of an earlier training driver")
 
 
-def prune_checkpoints(train_dir: storage.Location, folder: str) -> None:
+def prune_checkpoints(train_dir: storage.Where, folder: str) -> None:
     """Remove the checkpoint folders under `<train_dir>/<folder>` that Ray's record of the run (its snapshot) no
     longer lists: those of an attempt that was killed, which a resumed run does not count against
     `runtime.keep_checkpoints`. The listed ones, the newest included, stay."""
@@ -99,7 +123,7 @@ def prune_checkpoints(train_dir: storage.Location, folder: str) -> None:
         log.info("removed %d checkpoint(s) of an earlier attempt from %s", removed, ray_dir)
 
 
-def _remove(train_dir: storage.Location, entry: str, *, what: str) -> bool:
+def _remove(train_dir: storage.Where, entry: str, *, what: str) -> bool:
     folder = storage.join(train_dir, entry)
     try:
         found = ownership.check_only_ours(

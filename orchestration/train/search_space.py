@@ -87,7 +87,7 @@ def space_origins(path: str | Path) -> dict[str, str]:
     return {p[1]: f"{path}:{line}" for p, line in lines.items() if len(p) == 2 and p[0] == "space"}
 
 
-def tune_domains(space: SearchSpace) -> dict[str, Any]:
+def tune_domains(space: SearchSpace) -> dict[str, object]:
     """Ray Tune's search-space objects, one per config key."""
     from ray import tune
 
@@ -98,7 +98,7 @@ def tune_domains(space: SearchSpace) -> dict[str, Any]:
         "loguniform": lambda b: tune.loguniform(*b),
         "randint": lambda b: tune.randint(*b),
     }
-    out = {}
+    out: dict[str, object] = {}
     for key, domain in space.space.items():
         kind, bounds = next((k, v) for k, v in domain.model_dump().items() if v is not None)
         out[key] = make[kind](list(bounds))

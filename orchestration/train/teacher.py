@@ -8,7 +8,8 @@ model directory of this product (local or a URI: its `model.safetensors` and sen
 embeddings are stored beside the dataset's shards (`core.teacher`), fingerprinted by the teacher's identity
 (USE's package version, or the model file's sha256) and the shards' sha256: a rerun, another run on the same
 dataset, or a search's trials find them there. Each actor of the job embeds whole shards and writes each one's
-file (row groups as the shard's); the manifest is written last, by the driver.
+file (row groups as the shard's) into the folder, built in place (`core.teacher.folder`); the manifest is
+written last, by the driver.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ import posixpath
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from core import ownership, storage
+from core import connection, storage
 from core import teacher as teacher_store
 from core.dataset import Dataset, fingerprint
-from core.teacher import TeacherStore
+from core.location import Location
+from core.teacher import TeacherFile, TeacherManifest, TeacherStore
 from orchestration.config import Config, ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +62,13 @@ def resolve(config: Config) -> TeacherSpec | None:
         return TeacherSpec(
             "use", None, {"kind": "use", "package": package, "version": version(package)}, USE_LANGUAGES, USE_DIM
         )
-    from model.nmt import ModelFileError, embedding_size, read_header
+    from model.model_file import ModelFileError, embedding_size, read_header
     from orchestration.adapters import model_dir as model_files
 
-    where = name if storage.is_uri(name) else storage.absolute(name)
+    try:
+        where = str(Location.of(name, "model.teacher"))
+    except storage.StorageError as exc:  # it names the key
+        raise ConfigError(str(exc)) from None
     try:
         local = model_files.fetch(model_files.check(where))  # a URI's: a verified copy in the cache
         sha = model_files.verify(Path(local))["model_sha256"]
@@ -110,14 +118,14 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
             where,
         )
         return store
-    if storage.exists(where) and not ownership.is_staging(where):
-        raise ownership.ForeignDataError(
-            f"{where} holds files the product did not write; it is never overwritten: move them away"
-        )
-    ownership.make_staging(where)
+    out = teacher_store.folder(where)
+    out.check_replaceable()  # a crashed run's files are made anew; anything else there is refused, never deleted
+    staging = out.stage_in_place()
     started = time.monotonic()
     files = _compute(config, data, spec, languages, where)
-    store = teacher_store.publish(where, files, teacher=spec.identity, languages=languages, dim=spec.dim, data=shards)
+    manifest = TeacherManifest.of(files, teacher=spec.identity, languages=languages, dim=spec.dim, data=shards)
+    out.commit(staging, manifest.file_bytes())
+    store = TeacherStore(where, manifest)
     log.info(
         "teacher embeddings: %s tuples x %d languages by %s in %.0f s -> %s",
         f"{store.manifest.rows:,}",
@@ -131,7 +139,7 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
 
 def _compute(
     config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
-) -> dict[str, teacher_store.TeacherFile]:
+) -> dict[str, TeacherFile]:
     """A shard per item, through `runtime.embed_actors` actors (`embed.job.run_actors`: our progress line)."""
     import ray.data
 
@@ -151,7 +159,7 @@ def _compute(
         "dim": spec.dim,
         "max_tokens": config.evaluate.max_tokens,
         "threads": r.cpus_per_task,
-        "storage_env": storage.environment(),
+        "storage_env": connection.environment(),
     }
     with data_job():  # a shard whose node died under it is embedded again
         dataset = ray.data.from_items(items, override_num_blocks=len(items))
@@ -161,19 +169,16 @@ def _compute(
             kwargs,
             write=_record,
             rows=sum(sentences.values()),
-            rows_of=lambda record: sentences[record.pop("shard")],
+            rows_of=lambda written: sentences[written.shard],
             actors=min(r.embed_actors, len(items)),
             cpus=r.cpus_per_task,
             use_gpu=False,
             batch_size=1,
         )
-    return {
-        f"train/{posixpath.basename(record.pop('out'))}": teacher_store.TeacherFile.model_validate(record)
-        for record in records
-    }
+    return {written.name: written.file for written in records}
 
 
-def _sentences(shard: storage.Location, languages: list[str]) -> int:
+def _sentences(shard: storage.Where, languages: list[str]) -> int:
     """The sentences of `languages` in a shard, from its footer's null counts (every row when it has none)."""
     meta = storage.open_parquet(shard).metadata
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]
@@ -189,14 +194,18 @@ def _sentences(shard: storage.Location, languages: list[str]) -> int:
     return total
 
 
-def _record(row: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "shard": str(row["shard"]),
-        "out": str(row["out"]),
-        "rows": int(row["rows"]),
-        "bytes": int(row["bytes"]),
-        "sha256": str(row["sha256"]),
-    }
+class _Written(NamedTuple):
+    """A teacher file an actor wrote: of which shard, its name in the folder, and its record."""
+
+    shard: str
+    name: str  # train/<the shard's file name>
+    file: TeacherFile
+
+
+def _record(row: dict[str, Any]) -> _Written:
+    """What an actor reported (a row of Ray Data, numpy values) as plain values."""
+    file = TeacherFile(rows=int(row["rows"]), bytes=int(row["bytes"]), sha256=str(row["sha256"]))
+    return _Written(str(row["shard"]), f"train/{posixpath.basename(str(row['out']))}", file)
 
 
 class ShardEmbedFn:
@@ -233,7 +242,7 @@ class ShardEmbedFn:
                 embedder = SentenceEmbedder.load(model_dir, device="cpu", max_tokens=max_tokens, threads=threads)
             self.embed = embedder.embed
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import numpy as np
 
         shard, out = str(batch["shard"][0]), str(batch["out"][0])

@@ -24,19 +24,20 @@ import posixpath
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from core import ownership, storage
+from core import connection, ownership, storage
 from core.dataset import Dataset
+from core.location import Location
 from core.schema import dump_yaml
 from orchestration.adapters import tracking
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
 from orchestration.adapters.tracker import Tracker
-from orchestration.config import Config, ConfigError, with_values
+from orchestration.config import Config, ConfigError, JSONValue, with_values
 from orchestration.train import teacher as teachers
 from orchestration.train.search_space import SearchSpace, example, space_origins, tune_domains
 
@@ -56,7 +57,16 @@ class TuneResult:
     run_id: str
 
 
-def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Config:
+class TrialParams(TypedDict):
+    """What a trial receives from Tune: its sampled values of the search space, the base config
+    (`Config.to_dict`) and the search's MLflow run."""
+
+    values: dict[str, JSONValue]
+    base: dict[str, JSONValue]
+    parent_run_id: str
+
+
+def trial_config(config: Config, values: Mapping[str, JSONValue], trial_id: str) -> Config:
     """The base config with a trial's values, in the trial's own run directory, on the base dataset.
     Checkpoints follow evaluations, so every report carries the dev error the scheduler compares."""
     run_dir = storage.join(config.run_location, TUNE_DIR, "trials", trial_id)
@@ -66,9 +76,9 @@ def trial_config(config: Config, values: dict[str, Any], trial_id: str) -> Confi
     return with_values(trial, {"runtime.checkpoint_every_steps": trial.train.eval_every_steps})
 
 
-def _trial(params: dict[str, Any], storage_env: dict[str, str]) -> None:
+def _trial(params: TrialParams, storage_env: dict[str, str]) -> None:
     """One Tune trial: `interlingua train` of the base config plus the sampled values. `storage_env`: the
-    driver's object store variables (`storage.environment`), for a trial on a node started without them."""
+    driver's object store variables (`connection.environment`), for a trial on a node started without them."""
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -173,7 +183,7 @@ def check_tune_dir(tune_dir: str) -> None:
     )
 
 
-def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: str, tune_dir: str):
+def _tuner(config: Config, space: SearchSpace, domains: dict[str, object], run_id: str, tune_dir: str):
     """A new Ray Tune search of `domains`, or the one saved in `tune_dir` (a local path or a URI) restored."""
     import ray
     from ray import tune as ray_tune
@@ -185,11 +195,11 @@ def _tuner(config: Config, space: SearchSpace, domains: dict[str, Any], run_id: 
     # non-empty request: a hundredth of a CPU). The store's variables go by Ray's object store, not in
     # param_space: Tune saves that beside every trial, in the bucket too.
     trainable = ray_tune.with_resources(
-        ray_tune.with_parameters(_trial, storage_env=storage.environment()), {"CPU": 0.01}
+        ray_tune.with_parameters(_trial, storage_env=connection.environment()), {"CPU": 0.01}
     )
     param_space = {"values": domains, "base": config.to_dict(), "parent_run_id": run_id}
-    # Tune's own state at a URI goes through the same filesystem as the rest (`storage.resolve`: its endpoint)
-    filesystem, path = storage.resolve(tune_dir) if storage.is_uri(tune_dir) else (None, tune_dir)
+    # Tune's own state goes through the same filesystem as the rest (`Location.arrow`: a store's, its endpoint)
+    filesystem, path = Location.of(tune_dir).arrow()
     experiment = posixpath.join(path, "ray")
     if ray_tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
         log.info("resuming the search in %s", storage.join(tune_dir, "ray"))

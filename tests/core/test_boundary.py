@@ -230,7 +230,7 @@ def test_a_shipped_file_never_lands_through_a_link_or_over_a_file(tmp_path, outs
 
 def test_weights_whose_dtype_is_relabelled_are_refused(tmp_path):
     """Float tensors relabelled as integers (the same bytes): loading would cast them to garbage."""
-    from model.nmt import ModelFileError, load_model, save_model
+    from model.model_file import ModelFileError, load_model, save_model
     from tests.support.models import small_model
 
     path = tmp_path / "model.safetensors"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from core import ownership, storage, transfer
+from core import connection, ownership, storage, transfer
 from orchestration.config import ConfigError, load_config
 
 
@@ -27,29 +27,33 @@ def test_local_paths_and_supported_uris_are_accepted():
 
 
 def test_the_endpoint_comes_from_the_environment_or_the_storage_section(monkeypatch):
-    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9999")
-    monkeypatch.delenv(storage.SCHEME_ENV, raising=False)
-    monkeypatch.delenv(storage.REGION_ENV, raising=False)
-    assert storage.s3_options() == {"endpoint_override": "127.0.0.1:9999", "scheme": "http"}
-    storage.configure(endpoint="https://store.example:443", region="eu-west-1")
-    assert storage.s3_options() == {"endpoint_override": "store.example:443", "scheme": "https", "region": "eu-west-1"}
-    assert storage.environment()[storage.ENDPOINT_ENV] == "https://store.example:443"  # what Ray workers inherit
+    monkeypatch.setenv(connection.ENDPOINT_ENV, "http://127.0.0.1:9999")
+    monkeypatch.delenv(connection.SCHEME_ENV, raising=False)
+    monkeypatch.delenv(connection.REGION_ENV, raising=False)
+    assert connection.s3_options() == {"endpoint_override": "127.0.0.1:9999", "scheme": "http"}
+    connection.configure(endpoint="https://store.example:443", region="eu-west-1")
+    assert connection.s3_options() == {
+        "endpoint_override": "store.example:443",
+        "scheme": "https",
+        "region": "eu-west-1",
+    }
+    assert connection.environment()[connection.ENDPOINT_ENV] == "https://store.example:443"  # what Ray workers inherit
 
 
 def test_the_keys_reach_the_workers_only_when_forwarding_is_asked_for(monkeypatch):
     """A worker on another node uses its own node's credential chain: what goes into a Ray runtime_env shows in
     Ray's job metadata and dashboard, so the driver's keys go there only with storage.forward_credentials."""
-    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://store:9000")
+    monkeypatch.setenv(connection.ENDPOINT_ENV, "http://store:9000")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "driver-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "driver-secret")
-    monkeypatch.delenv(storage.FORWARD_ENV, raising=False)
-    storage.configure()
-    env = storage.environment()
-    assert env[storage.ENDPOINT_ENV] == "http://store:9000"
-    assert not set(env) & set(storage.CREDENTIALS_ENV) and "driver-secret" not in repr(env)
-    storage.configure(forward_credentials=True)
-    assert storage.environment()["AWS_SECRET_ACCESS_KEY"] == "driver-secret"
-    assert storage.environment()[storage.FORWARD_ENV] == "1"  # a trial's own workers get them too
+    monkeypatch.delenv(connection.FORWARD_ENV, raising=False)
+    connection.configure()
+    env = connection.environment()
+    assert env[connection.ENDPOINT_ENV] == "http://store:9000"
+    assert not set(env) & set(connection.CREDENTIALS_ENV) and "driver-secret" not in repr(env)
+    connection.configure(forward_credentials=True)
+    assert connection.environment()["AWS_SECRET_ACCESS_KEY"] == "driver-secret"
+    assert connection.environment()[connection.FORWARD_ENV] == "1"  # a trial's own workers get them too
 
 
 def test_files_json_and_directories_round_trip_through_the_bucket(s3_bucket, tmp_path, verse):
@@ -119,9 +123,9 @@ def test_an_unreachable_store_or_missing_bucket_is_one_line_and_exit_1(s3_bucket
     err = capsys.readouterr().err.strip()
     assert err == (
         "interlingua train: error: run_dir: s3://no-such-bucket/runs/x: bucket 'no-such-bucket' does "
-        f"not exist at {storage.os.environ[storage.ENDPOINT_ENV]}; create it first"
+        f"not exist at {storage.os.environ[connection.ENDPOINT_ENV]}; create it first"
     )
-    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv(connection.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
     assert main(["evaluate", f"dataset_dir={s3_bucket}/data"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"interlingua evaluate: error: dataset_dir: {s3_bucket}/data: the store does not answer")

@@ -7,9 +7,20 @@ import json
 import numpy as np
 import pytest
 
+from evaluation import store_writer
 from evaluation.npy import NpyFile, NpyWriter
 from evaluation.store import StoredEmbeddings
-from evaluation.store_writer import publish, text_hashes, write_block
+from evaluation.store_writer import text_hashes, write_block
+
+
+def commit_store(folder, write, *, languages, meta=None):
+    """The store of the blocks `write(staging folder)` writes and returns the records of, committed at `folder`
+    as evaluate commits its embeddings (`store_writer.output`, `finish`)."""
+    out = store_writer.output(folder)
+    staging = out.stage()
+    records = write(staging.local)
+    out.commit(staging, store_writer.finish(staging.local, records, languages=languages, meta=meta))
+    return StoredEmbeddings.open(folder)
 
 
 def stored(tmp_path, n=50, dim=6, cuts=(0, 7, 8, 30, 50), seed=0):
@@ -18,19 +29,22 @@ def stored(tmp_path, n=50, dim=6, cuts=(0, 7, 8, 30, 50), seed=0):
     keys = [f"k{i:04d}" for i in range(n)]
     arrays = {lang: rng.normal(size=(n, dim)).astype(np.float32) for lang in ("en", "fr")}
     texts = {lang: [f"{lang} sentence {i % 9}" for i in range(n)] for lang in ("en", "fr")}
-    staging = tmp_path / ".emb.partial"
-    records = []
-    for a, b in reversed(list(zip(cuts, cuts[1:]))):  # blocks finish in any order, rows shuffled
-        rows = rng.permutation(np.arange(a, b))
-        records.append(
-            write_block(
-                staging,
-                [keys[i] for i in rows],
-                {lang: x[rows] for lang, x in arrays.items()},
-                {lang: [t[i] for i in rows] for lang, t in texts.items()},
+
+    def write(staging):  # the staging folder is tmp_path / ".emb.partial"
+        records = []
+        for a, b in reversed(list(zip(cuts, cuts[1:]))):  # blocks finish in any order, rows shuffled
+            rows = rng.permutation(np.arange(a, b))
+            records.append(
+                write_block(
+                    staging,
+                    [keys[i] for i in rows],
+                    {lang: x[rows] for lang, x in arrays.items()},
+                    {lang: [t[i] for i in rows] for lang, t in texts.items()},
+                )
             )
-        )
-    store = publish(staging, tmp_path / "emb", records, languages=["en", "fr"], meta={"model": "m"})
+        return records
+
+    store = commit_store(tmp_path / "emb", write, languages=["en", "fr"], meta={"model": "m"})
     return store, keys, arrays, texts
 
 
@@ -158,7 +172,7 @@ def test_overlapping_blocks_are_refused(tmp_path):
         write_block(staging, ["b", "d"], vectors, {"en": ["x", "y"]}),
     ]
     with pytest.raises(AssertionError, match="overlap"):
-        publish(staging, tmp_path / "out", records, languages=["en"])
+        store_writer.finish(staging, records, languages=["en"])
 
 
 def test_text_hashes_tell_equal_texts():
@@ -183,48 +197,52 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
     folder = tmp_path / "embeddings"
 
     def staged(value: float):
-        staging = tmp_path / ".embeddings.partial"
-        ownership.make_staging(staging)
-        record = write_block(staging, ["a", "b"], {"en": np.full((2, 3), value, np.float32)}, {"en": ["x", "y"]})
-        return staging, folder, [record]
+        return lambda staging: [
+            write_block(staging, ["a", "b"], {"en": np.full((2, 3), value, np.float32)}, {"en": ["x", "y"]})
+        ]
 
-    publish(*staged(1.0), languages=["en"])
+    commit_store(folder, staged(1.0), languages=["en"])
     (folder / "en" / "notes.txt").write_text("mine")
     with pytest.raises(ownership.ForeignDataError, match="en/notes.txt"):
-        publish(*staged(2.0), languages=["en"])
+        commit_store(folder, staged(2.0), languages=["en"])
     assert (folder / "en" / "notes.txt").read_text() == "mine" and StoredEmbeddings.open(folder).rows("en", 0, 2)[
         0, 0
     ] == 1.0
     (folder / "en" / "notes.txt").unlink()
-    publish(*staged(2.0), languages=["en"])
+    commit_store(folder, staged(2.0), languages=["en"])
     assert StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 2.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["embeddings"]  # no staging or old copy left
 
 
 def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
     from core import ownership
-    from evaluation.report import check_output
+    from evaluation import report
+
+    def replaceable(folder):
+        return report.output(folder).check_replaceable()
 
     for name in ("metrics.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
     # no state file vouches for metrics.json: a user's, never overwritten
     with pytest.raises(ownership.ForeignDataError, match="metrics.json"):
-        check_output(tmp_path, record="state.json")
+        replaceable(tmp_path)
     (tmp_path / "state.json").write_text('{"data": "mine"}')  # nor does a JSON file the product did not write
     with pytest.raises(ownership.ForeignDataError, match="metrics.json, state.json"):
-        check_output(tmp_path, record="state.json")
+        replaceable(tmp_path)
     (tmp_path / "state.json").write_text('{"fingerprint": "0f", "run_id": "r"}')
-    assert "metrics.json" in check_output(tmp_path, record="state.json")
+    assert "metrics.json" in replaceable(tmp_path)
     (tmp_path / "summary.docx").write_text("mine")
     with pytest.raises(ownership.ForeignDataError, match="summary.docx"):
-        check_output(tmp_path, record="state.json")
+        replaceable(tmp_path)
 
 
 def test_an_evaluation_killed_after_its_report_is_rerun_over_its_own_files(tmp_path):
     """The report is recorded before it is written: a run killed before its state file leaves files the rerun
     knows for its own."""
-    from evaluation.report import FILES, check_output, write_report
+    from evaluation.report import FILES, output, write_report
 
-    write_report(tmp_path, {("en", "fr"): 0.5, ("fr", "en"): 0.25}, {}, {"all": 0.375}, ["en", "fr"], 4)
-    assert set(FILES) <= set(check_output(tmp_path, record="state.json"))
+    with pytest.raises(KeyboardInterrupt), output(tmp_path).writing(list(FILES)):  # as `evaluate` writes it
+        write_report(tmp_path, {("en", "fr"): 0.5, ("fr", "en"): 0.25}, {}, {"all": 0.375}, ["en", "fr"], 4)
+        raise KeyboardInterrupt  # killed before its state file
+    assert set(FILES) <= set(output(tmp_path).check_replaceable())

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from core.dataset import EOS_ID, PAD_ID, split_files
 from model.batching import ParallelCorpus, pad, read_units, sample_corpus, shard_units, token_budget_batches
-from model.stream import PLAN, BatchStream, DataPosition, epoch_windows, plan_window, prefetched
+from model.prefetch import prefetched
+from model.stream import PLAN, BatchStream, DataPosition, epoch_windows, plan_window
 from model.training_paths import TrainingPath
 
 LANGS = ["en", "fr", "es", "ru", "ar", "zh"]

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from model.batching import ParallelCorpus, pad
 from model.inference import embed
-from model.nmt import ModelFileError, MultilingualNMT, load_legacy_model, load_meta, load_model, save_model
+from model.model_file import ModelFileError, load_legacy_model, load_meta, load_model, save_model
+from model.nmt import MultilingualNMT
 from tests.support.models import LANGS, small_model
 
 
@@ -236,7 +237,8 @@ def test_distillation_regresses_each_source_onto_its_own_and_the_pivots_teacher_
     """The masked mean squared error between the mapped source embeddings and the teacher's, per term (the
     source's own language, the pivot), averaged over the terms; rows without a teacher vector count nothing;
     a map only where the sizes differ (the student's is 48); it trains the encoder and the map."""
-    from model.nmt import PIVOT, embedding_size
+    from model.model_file import embedding_size
+    from model.nmt import PIVOT
 
     rows = rows_with(corpus, ["fr", "en", "ru"], 5)
     sources, targets = corpus.batch((("fr",), ("en", "ru")), rows)
@@ -304,7 +306,7 @@ def test_a_header_of_wrong_arguments_is_named_by_its_field(tmp_path):
     naming the field, before any weights are read."""
     from safetensors.torch import save_file
 
-    from model.nmt import FORMAT, read_header
+    from model.model_file import FORMAT, read_header
 
     path = tmp_path / "model.safetensors"
     save_file(

@@ -144,7 +144,8 @@ def test_reencoding_the_text_with_the_datasets_own_tokenizer_gives_its_token_ids
 
 
 def test_evaluate_refuses_a_model_of_languages_the_dataset_lacks(small_dataset, tmp_path, where, capsys):
-    from model.nmt import MultilingualNMT, save_model
+    from model.model_file import save_model
+    from model.nmt import MultilingualNMT
 
     model = untrained_model_dir(small_dataset, tmp_path / "model")
     vocab = load_manifest(small_dataset.data_dir).dump()["spm"]["vocab_size"]
@@ -260,7 +261,7 @@ def exported_model_dir(small_dataset, folder, monkeypatch):
 def test_a_model_records_its_tokenizer_and_a_replaced_spm_model_is_refused_naming_both(
     small_dataset, tmp_path, book_lines, where, monkeypatch, capsys, caplog
 ):
-    from model.nmt import load_model
+    from model.model_file import load_model
 
     model = exported_model_dir(small_dataset, tmp_path / "model", monkeypatch)
     trained_with = load_manifest(small_dataset.data_dir).dump()["spm"]["sha256"]

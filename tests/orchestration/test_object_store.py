@@ -8,7 +8,7 @@ import io
 import numpy as np
 import pytest
 
-from core import ownership, storage, transfer
+from core import connection, ownership, storage, transfer
 from core.errors import Exit
 from orchestration.cli import main
 from tests.support.corpus import SMALL_BOOKS
@@ -230,11 +230,11 @@ def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit
     assert main([*embed, "-o", "s3://no-such-bucket/emb"]) == Exit.FAILED
     assert capsys.readouterr().err.strip() == (
         "interlingua embed: error: -o: s3://no-such-bucket/emb: bucket 'no-such-bucket' does not exist at "
-        f"{storage.os.environ[storage.ENDPOINT_ENV]}; create it first"
+        f"{storage.os.environ[connection.ENDPOINT_ENV]}; create it first"
     )
     assert main(mine) == Exit.FAILED
     assert "error: mine.inputs (en): s3://no-such-bucket/en.txt: bucket 'no-such-bucket'" in capsys.readouterr().err
-    monkeypatch.setenv(storage.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv(connection.ENDPOINT_ENV, "http://127.0.0.1:9")  # nothing listens there
     assert main([*embed, "-o", f"{s3_bucket}/emb"]) == Exit.FAILED
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"interlingua embed: error: -o: {s3_bucket}/emb: the store does not answer")

@@ -117,7 +117,7 @@ def test_a_manifest_that_is_not_a_dataset_is_refused(tmp_path, uri):
     (folder / dataset.MANIFEST).write_text('{"format": "someone-else/1"}\n')
     location = f"file://{folder}" if uri else folder
     with pytest.raises(ownership.ForeignDataError, match="not an interlingua dataset"):
-        dataset_writer.check_replaceable(location)
+        dataset_writer.folder(location).check_replaceable()
     assert intact(kept)
 
 

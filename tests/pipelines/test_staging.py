@@ -31,13 +31,13 @@ def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[staging.St
     """A staged one-shard dataset and the manifest that would commit it."""
     staged = staging.stage(data_dir, tag * 16)
     name = dataset_writer.shard_name("train", 0, 1)
-    dataset_writer.write_shard(staged.location(name), rows, LANGS)
-    storage.write_bytes(staged.location(dataset.SPM_MODEL), f"model {tag}".encode())
+    dataset_writer.write_shard(str(staged.join(name)), rows, LANGS)
+    storage.write_bytes(str(staged.join(dataset.SPM_MODEL)), f"model {tag}".encode())
     shard = dataset.ShardFile(
         path=staged.prefix + name,
         rows=len(rows),
-        bytes=storage.size(staged.location(name)),
-        sha256=dataset.file_sha256(staged.location(name)),
+        bytes=storage.size(str(staged.join(name))),
+        sha256=dataset.file_sha256(str(staged.join(name))),
     )
     manifest = dataset.DatasetManifest(
         fingerprint=tag,
@@ -60,7 +60,7 @@ def attempts(tmp_path: Path) -> list[str]:
 def test_the_manifest_is_the_commit(tmp_path, rows):
     uri = f"file://{tmp_path}/data"
     staged, manifest = stage_dataset(uri, rows[:3], "a")
-    assert storage.exists(staged.location("train/part-00000-of-00001.parquet"))
+    assert storage.exists(str(staged.join("train/part-00000-of-00001.parquet")))
     with pytest.raises(dataset.DatasetError, match="not a finished dataset"):
         dataset.load_manifest(uri)  # every file is there, but no manifest names them
     staging.commit(staged, uri, manifest)

@@ -15,16 +15,22 @@ def aligned(n=120, dim=16, noise=1.0, seed=3):
 
 
 def store_of(folder, arrays, texts, cuts):
-    from evaluation.store_writer import publish, write_block
+    """The stored embeddings of `arrays` and `texts` (blocks cut at `cuts`) at `folder / "emb"`, committed as
+    evaluate commits them."""
+    from evaluation import store_writer
+    from evaluation.store import StoredEmbeddings
 
     keys = [f"k{i:05d}" for i in range(len(arrays["en"]))]
+    out = store_writer.output(folder / "emb")
+    staging = out.stage()
     records = [
-        write_block(
-            folder / "staging",
+        store_writer.write_block(
+            staging.local,
             keys[a:b],
             {lang: x[a:b] for lang, x in arrays.items()},
             {lang: t[a:b] for lang, t in texts.items()},
         )
         for a, b in zip(cuts, cuts[1:])
     ]
-    return publish(folder / "staging", folder / "emb", records, languages=list(arrays))
+    out.commit(staging, store_writer.finish(staging.local, records, languages=list(arrays)))
+    return StoredEmbeddings.open(folder / "emb")

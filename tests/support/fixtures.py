@@ -113,17 +113,17 @@ def _moto(tmp_path_factory) -> Iterator[dict[str, str]]:
     """moto's S3 server in a thread of this process, for the whole run; yields the variables that point at it."""
     from moto.server import ThreadedMotoServer
 
-    from core import storage
+    from core import connection
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server's access log, not the product's output
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     yield {
-        storage.ENDPOINT_ENV: f"http://{host}:{port}",
+        connection.ENDPOINT_ENV: f"http://{host}:{port}",
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
-        storage.REGION_ENV: "us-east-1",
+        connection.REGION_ENV: "us-east-1",
     }
     server.stop()
 
@@ -133,13 +133,13 @@ def s3_bucket(_moto, monkeypatch) -> str:
     """An empty bucket `s3://bucket` on the run's S3 server; the standard variables point at it."""
     import boto3
 
-    from core import storage
+    from core import connection
 
     for name, value in _moto.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv(storage.SCHEME_ENV, raising=False)
+    monkeypatch.delenv(connection.SCHEME_ENV, raising=False)
     # moto keeps its buckets in the process: every test starts from an empty store
-    urllib.request.urlopen(urllib.request.Request(f"{_moto[storage.ENDPOINT_ENV]}/moto-api/reset", method="POST"))
+    urllib.request.urlopen(urllib.request.Request(f"{_moto[connection.ENDPOINT_ENV]}/moto-api/reset", method="POST"))
     boto3.client("s3").create_bucket(Bucket=S3_BUCKET)
     return f"s3://{S3_BUCKET}"
 
@@ -320,7 +320,7 @@ def _float_mode_restored() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _environment_restored() -> Iterator[None]:
-    """A command run through `main` sets the object store's variables (`storage.configure`) and, as a CLI
+    """A command run through `main` sets the object store's variables (`connection.configure`) and, as a CLI
     process would, leaves them and any Ray it started to the process's exit. In the one test process each
     test gets the environment back as it found it, and a Ray the test started or joined on its own is shut
     down; the shared local instance stays up for the next test, also when a test that did not ask for it ran

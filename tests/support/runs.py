@@ -86,7 +86,8 @@ def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
 
     from core.dataset import SPM_MODEL, load_manifest
     from core.schema import dump_yaml
-    from model.nmt import MultilingualNMT, save_model
+    from model.model_file import save_model
+    from model.nmt import MultilingualNMT
     from orchestration.adapters import model_dir as files
 
     manifest = load_manifest(small_dataset.data_dir)
@@ -128,7 +129,7 @@ def other_weights(model_dir: Path) -> Path:
     embeddings differ. Its lineage.json, if any, no longer matches: record it again where it must."""
     import torch
 
-    from model.nmt import save_model
+    from model.model_file import save_model
     from orchestration.adapters import model_dir as files
 
     model, meta = files.load(model_dir / files.MODEL_FILE)

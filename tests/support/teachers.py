@@ -8,7 +8,7 @@ import hashlib
 
 import numpy as np
 
-from core import ownership, storage
+from core import storage
 from core import teacher as teacher_store
 from core.dataset import Dataset
 
@@ -24,7 +24,8 @@ def synthetic_store(
     """A complete store at `where` for the dataset at `data_dir`; with `reverse`, each file's rows reversed (a
     store that is not of this dataset's rows)."""
     data = Dataset.open(data_dir)
-    ownership.make_staging(where)
+    out = teacher_store.folder(where)
+    staging = out.stage_in_place()
     files = {}
     for shard in data.files("train"):
         parquet = storage.open_parquet(shard)
@@ -41,6 +42,8 @@ def synthetic_store(
         groups = [parquet.metadata.row_group(i).num_rows for i in range(parquet.metadata.num_row_groups)]
         name = f"train/{shard.name}"
         files[name] = teacher_store.write_shard(storage.join(where, name), keys, vectors, present, groups)
-    return teacher_store.publish(
-        where, files, teacher={"kind": "test"}, languages=languages, dim=dim, data=data.sha256(["train"], spm=False)
+    manifest = teacher_store.TeacherManifest.of(
+        files, teacher={"kind": "test"}, languages=languages, dim=dim, data=data.sha256(["train"], spm=False)
     )
+    out.commit(staging, manifest.file_bytes())
+    return teacher_store.TeacherStore(str(where), manifest)

@@ -9,11 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from core import ownership
 from core.ownership import ForeignDataError
 from evaluation.store_writer import save_block
 from orchestration.cli import main
-from orchestration.embed import corpus
+from orchestration.embed import blocks
 from orchestration.embed import folder as output
 from tests.support.runs import untrained_model_dir
 
@@ -80,22 +79,22 @@ def test_force_removes_its_own_stale_embeddings_only(tmp_path):
     own_stale_block(out, 0)
     own_stale_block(out, 1)
     (out / "fr" / "part-00002.npy.tmp-0a1b2c3d").write_bytes(b"half")
-    with pytest.raises(corpus.CorpusError, match="--force"):
-        corpus._completed(out, "new", [], force=False)
+    with pytest.raises(blocks.CorpusError, match="--force"):
+        blocks.completed(out, "new", [], force=False)
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    done, previous = corpus._completed(out, "new", [], force=True)
+    done, previous = blocks.completed(out, "new", [], force=True)
     assert done == set() and sorted(previous) == [str(p) for p in before]
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing removed before the new is whole
     replace_whole(out, previous)
     (out / "notes.txt").write_text(SENTINEL)
     own_stale_block(out)
     with pytest.raises(ForeignDataError, match="notes.txt"):
-        corpus._completed(out, "new", [], force=True)
+        blocks.completed(out, "new", [], force=True)
     assert (out / "notes.txt").read_text() == SENTINEL and (out / "part-00000.json").exists()
     (out / "fr" / "notes.txt").write_text(SENTINEL)  # inside the language folder too
     (out / "notes.txt").unlink()
     with pytest.raises(ForeignDataError, match="fr/notes.txt"):
-        corpus._completed(out, "new", [], force=True)
+        blocks.completed(out, "new", [], force=True)
     assert (out / "fr" / "notes.txt").read_text() == SENTINEL and (out / "fr" / "part-00000.npy").exists()
 
 
@@ -108,7 +107,7 @@ def test_a_users_file_named_like_a_temporary_block_of_another_form_is_not_ours(t
     (out / "fr" / "part-00002.tmp.npy").write_text(SENTINEL)
     for force in (False, True):
         with pytest.raises(ForeignDataError, match="fr/part-00002.tmp.npy"):
-            corpus._completed(out, "new", [], force=force)
+            blocks.completed(out, "new", [], force=force)
     assert (out / "fr" / "part-00002.tmp.npy").read_text() == SENTINEL
 
 
@@ -118,8 +117,8 @@ def test_an_output_of_the_earlier_layout_is_ours_to_replace_with_force_only(tmp_
     out = tmp_path / "out"
     old_layout(out)
     (out / "part-00003.npy.tmp-0a1b2c3d").write_bytes(b"half")  # a killed run of that layout
-    with pytest.raises(corpus.CorpusError, match="other inputs.*--force"):
-        corpus._completed(out, "same", [], force=False)
+    with pytest.raises(blocks.CorpusError, match="other inputs.*--force"):
+        blocks.completed(out, "same", [], force=False)
     assert sorted(p.name for p in out.iterdir()) == [
         "manifest.json",
         "part-00000.json",
@@ -130,10 +129,10 @@ def test_an_output_of_the_earlier_layout_is_ours_to_replace_with_force_only(tmp_
     ]
     (out / "thesis.txt").write_text(SENTINEL)
     with pytest.raises(ForeignDataError, match="thesis.txt"):
-        corpus._completed(out, "same", [], force=True)
+        blocks.completed(out, "same", [], force=True)
     assert (out / "thesis.txt").read_text() == SENTINEL and (out / "part-00001.npy").exists()
     (out / "thesis.txt").unlink()
-    done, previous = corpus._completed(out, "same", [], force=True)
+    done, previous = blocks.completed(out, "same", [], force=True)
     assert done == set()
     replace_whole(out, previous)
 
@@ -141,16 +140,17 @@ def test_an_output_of_the_earlier_layout_is_ours_to_replace_with_force_only(tmp_
 def replace_whole(out, previous) -> None:
     """What embed does with --force over other embeddings: the new blocks staged beside `out`, swapped in whole;
     then only the new output is there."""
-    staging = corpus._replacement(out, previous)
-    assert staging != out and (out / "part-00000.json").exists()  # the old output whole while the new is written
-    save_block(staging, "part-00000", {"fr": np.ones((2, 4), np.float32)}, index=0, fingerprint="new")
-    ownership.swap_in(staging, out, previous)
+    folder = output.output_folder(out)
+    staging = blocks.replacement(folder, previous)
+    assert staging.local != out and (out / "part-00000.json").exists()  # the old output whole while the new is written
+    save_block(staging.local, "part-00000", {"fr": np.ones((2, 4), np.float32)}, index=0, fingerprint="new")
+    folder.commit(staging, None)
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
         "fr",
         "fr/part-00000.npy",
         "part-00000.json",
     ]
-    assert not staging.exists() and [p.name for p in out.parent.iterdir()] == ["out"]
+    assert not staging.local.exists() and [p.name for p in out.parent.iterdir()] == ["out"]
 
 
 def test_force_over_the_earlier_layout_keeps_a_users_file(tmp_path, args, capsys):
@@ -173,7 +173,7 @@ def test_an_output_holding_the_inputs_is_refused(tmp_path, args, capsys):
     nested = folder / "out"
     nested.mkdir()
     (nested / "ruth-copy.txt").write_text(SENTINEL)
-    with pytest.raises(corpus.CorpusError, match="inside the output directory"):
+    with pytest.raises(output.CorpusError, match="inside the output directory"):
         output.check_not_inside(nested, [output.InputFile(str(nested / "ruth-copy.txt"), "text", 1, "", 1, 0)])
 
 

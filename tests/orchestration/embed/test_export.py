@@ -35,7 +35,7 @@ def split_ids(small_dataset, split: str, languages=LANGS) -> dict[str, list[np.n
 def trained(small_dataset, tmp_path_factory) -> Path:
     """A model directory whose shared BLSTM-max encoder was trained a little (ranking loss, fr-en train
     tuples), so that its neighbours mean something; then exported beside it."""
-    from model.nmt import load_model, save_model
+    from model.model_file import load_model, save_model
 
     folder = untrained_model_dir(small_dataset, tmp_path_factory.mktemp("trained") / "model")
     model, _ = load_model(str(folder / "model.safetensors"))

@@ -48,7 +48,7 @@ def in_memory_metrics(config, model_path):
     """The route before embeddings went to disk: the split's complete tuples read whole, embedded in this
     process, searched in memory, texts compared as strings."""
     from model.inference import embed
-    from model.nmt import load_model
+    from model.model_file import load_model
 
     table = read_split(config.data_dir, "test").sort_by("key")
     complete = np.all([table[f"{lang}_ids"].is_valid().to_numpy(zero_copy_only=False) for lang in LANGS], axis=0)
@@ -77,6 +77,65 @@ def test_shards_read_in_key_order_need_no_sort(tmp_path):
     assert key_ordered([a, b, empty]) == [b, a, empty]
     assert key_ordered([a, shard("c.parquet", ["k2", "k5"])]) is None  # overlapping ranges
     assert key_ordered([shard("d.parquet", ["k2", "k1"])]) is None  # a shard out of order
+
+
+def test_embeddings_that_fail_leave_no_staging_and_the_previous_ones_whole(tmp_path):
+    """The driver writes the blocks into a staging folder and commits it once they are all there; an error
+    before the commit removes the staging folder and leaves the previous embeddings as they were."""
+    from evaluation.store_writer import write_block
+    from orchestration.evaluate.embedding import _stored
+
+    folder = tmp_path / "embeddings"
+
+    def block(staging, value: float):
+        return write_block(staging.local, ["a", "b"], {"en": np.full((2, 3), value, np.float32)}, {"en": ["x", "y"]})
+
+    with _stored(folder, ["en"], None) as (staging, records):
+        assert staging.local == tmp_path / ".embeddings.partial"
+        records.append(block(staging, 1.0))
+    with pytest.raises(EvaluateError, match="fails"), _stored(folder, ["en"], None) as (staging, records):
+        records.append(block(staging, 2.0))
+        raise EvaluateError("the run fails before its commit")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["embeddings"]
+    assert StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 1.0
+
+
+def test_an_evaluation_in_a_store_is_made_in_a_local_copy_and_leaves_no_stale_file(tmp_path, monkeypatch):
+    """With the run dir at a URI, the evaluation works in a local copy of its folder (the earlier evaluation's
+    files copied down first); the copy is uploaded once it succeeds, and the earlier files the new one lacks are
+    removed; a failed evaluation uploads nothing."""
+    from core import storage
+    from orchestration.config import load_config
+    from orchestration.evaluate import job
+    from orchestration.evaluate.encoder import Encoder
+
+    config = load_config(None, [f"run_dir=file://{tmp_path}/run", f"dataset_dir={tmp_path}/data"])
+    folder = f"{config.eval_dir}/{config.evaluate.split}"
+    earlier = {"state.json": b'{"fingerprint": "0f"}', "metrics.json": b"{}", "embeddings/part-00004.json": b"{}"}
+    for name, data in earlier.items():
+        storage.write_bytes(f"{folder}/{name}", data)
+    monkeypatch.setattr(job, "resolve_encoder", lambda *a, **k: Encoder(None, ["en", "fr"], None))
+
+    def evaluated(config, encoder, out_dir, *args):
+        assert {p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file()} == set(earlier)
+        (out_dir / "embeddings" / "part-00004.json").unlink()
+        (out_dir / "embeddings" / "part-00000.json").write_text("{}")
+        (out_dir / "state.json").write_text('{"fingerprint": "1f"}')
+        return job.EvalResult({}, {}, {}, ["en", "fr"], "run", out_dir)
+
+    monkeypatch.setattr(job, "_evaluate", evaluated)
+    assert job.evaluate(config).out_dir == folder
+    assert sorted(storage.files(folder)) == ["embeddings/part-00000.json", "metrics.json", "state.json"]
+    assert storage.read_bytes(f"{folder}/state.json") == b'{"fingerprint": "1f"}'
+
+    def failed(config, encoder, out_dir, *args):
+        (out_dir / "state.json").write_text('{"fingerprint": "2f"}')
+        raise EvaluateError("the search failed")
+
+    monkeypatch.setattr(job, "_evaluate", failed)
+    with pytest.raises(EvaluateError, match="search failed"):
+        job.evaluate(config)
+    assert storage.read_bytes(f"{folder}/state.json") == b'{"fingerprint": "1f"}'
 
 
 def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_path):

@@ -159,7 +159,7 @@ def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refuse
 
 def noisy_copy(model_dir, out, seed: int):
     """The model directory with its weights moved a little: another model over the same tokenizer."""
-    from model.nmt import load_model, save_model
+    from model.model_file import load_model, save_model
 
     shutil.copytree(model_dir, out)
     model, meta = load_model(str(out / "model.safetensors"))

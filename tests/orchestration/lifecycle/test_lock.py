@@ -84,7 +84,7 @@ def test_a_dead_holders_lease_is_taken_over_once_it_is_not_renewed(s3_bucket, tm
 def test_the_lease_of_a_command_killed_on_this_host_is_taken_over_at_once(s3_bucket, tmp_path):
     """A lease naming a process of this host (boot id, pid namespace) that has exited, or whose pid a later
     process has, is taken over without waiting out its ttl; one naming a live process is not."""
-    from orchestration.adapters.lease import _process
+    from orchestration.adapters.holder import process_of
 
     go, out = tmp_path / "go", tmp_path / "held"
     go.touch()
@@ -100,7 +100,7 @@ def test_the_lease_of_a_command_killed_on_this_host_is_taken_over_at_once(s3_buc
         pass
     assert time.monotonic() - started < 30
 
-    client, me = boto3.client("s3"), _process(os.getpid())
+    client, me = boto3.client("s3"), process_of(os.getpid())
     for start, taken in ((me["start"], False), (me["start"] + 1, True)):  # alive; a later process on its pid
         lease = {"holder": f"pid {os.getpid()} on elsewhere", "token": "t", "process": {**me, "start": start}}
         client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=json.dumps(lease).encode())
@@ -271,7 +271,7 @@ def test_a_holder_paused_past_its_lease_commits_nothing_once_it_wakes(s3_bucket,
     `train` takes the lease over, resumes from the last checkpoint into a Ray folder of its own and finishes.
     The first, woken, exits 130 with one line and commits nothing: no file of the run dir outside its own Ray
     folder (which the next command removes), no metric or status of the MLflow run the second finished (the
-    same run, resumed); its workers' metrics and checkpoints are fenced (`lease.worker_fence`). Slow (two
+    same run, resumed); its workers' metrics and checkpoints are fenced (`worker_fence.worker_fence`). Slow (two
     trainings through Ray, the pause): the fence of the workers is only seen with real workers that wake up in
     the middle of their work."""
     from tests.support.tracking_server import sqlite_server

@@ -10,7 +10,7 @@ import pytest
 from core import ownership
 from evaluation.store_writer import save_block
 from orchestration.cli import main
-from orchestration.mine.report import check_output
+from orchestration.mine.report import output_folder
 from tests.support.corpus import write_lines
 from tests.support.runs import mined_manifest, store_uri
 
@@ -51,11 +51,11 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     (folder / "embeddings" / "fr" / "sentences.parquet").write_bytes(b"x")
     ownership.begin_writes(folder, ["manifest.json", "report.png", "pairs-fr-en.parquet"])
     (folder / "pairs-fr-en.parquet").write_bytes(b"half")  # killed before its manifest
-    assert "pairs-fr-en.parquet" in check_output(folder)
+    assert "pairs-fr-en.parquet" in output_folder(folder).check_replaceable()
     mined_manifest(folder, {"pairs-fr-en.parquet": ["fr", "en"]})
     ownership.end_writes(folder)
     (folder / "report.png").write_bytes(b"png")
-    assert set(check_output(folder)) >= {"manifest.json", "report.png", "pairs-fr-en.parquet"}
+    assert set(output_folder(folder).check_replaceable()) >= {"manifest.json", "report.png", "pairs-fr-en.parquet"}
     blocks = folder / "embeddings" / "fr" / "blocks"
     save_block(blocks, "part-00000", {"fr": np.zeros((2, 4), np.float32)}, index=0, fingerprint="fp")
     (blocks / "fr" / "part-00001.npy.tmp-0a1b2c3d").write_bytes(b"half")  # a block a killed run was writing
@@ -63,11 +63,11 @@ def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
         "embeddings/fr/blocks/part-00000.json",
         "embeddings/fr/blocks/fr/part-00000.npy",
         "embeddings/fr/blocks/fr/part-00001.npy.tmp-0a1b2c3d",
-    } <= set(check_output(folder))
+    } <= set(output_folder(folder).check_replaceable())
     (blocks / "fr" / "notes.txt").write_bytes(SENTINEL)
     with pytest.raises(ownership.ForeignDataError, match="embeddings/fr/blocks/fr/notes.txt"):
-        check_output(folder)
+        output_folder(folder).check_replaceable()
     (blocks / "fr" / "notes.txt").unlink()
     (folder / "embeddings" / "fr" / "blocks" / "thesis.txt").write_bytes(SENTINEL)
     with pytest.raises(ownership.ForeignDataError, match="embeddings/fr/blocks/thesis.txt"):
-        check_output(folder)
+        output_folder(folder).check_replaceable()

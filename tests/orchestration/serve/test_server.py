@@ -48,12 +48,14 @@ def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> Non
     keys = table["key"].to_pylist()
     texts = {lang: table[f"{lang}_text"].to_pylist() for lang in ("en", "fr")}
     folder = Path(config.eval_dir) / "test" / "embeddings"
-    staging = folder.parent / "staging"
-    record = store_writer.write_block(staging, keys, {lang: embedder.embed(texts[lang], lang) for lang in texts}, texts)
+    out = store_writer.output(folder)
+    staging = out.stage()
+    vectors = {lang: embedder.embed(texts[lang], lang) for lang in texts}
+    record = store_writer.write_block(staging.local, keys, vectors, texts)
     meta = EmbeddingsMeta(
         model=file_sha256(model_dir / files.MODEL_FILE), split="test", data=Dataset.open(config.data_dir).fingerprint
     )
-    store_writer.publish(staging, folder, [record], languages=["en", "fr"], meta=meta.model_dump())
+    out.commit(staging, store_writer.finish(staging.local, [record], languages=["en", "fr"], meta=meta.model_dump()))
 
 
 @pytest.fixture(scope="module")

@@ -151,13 +151,16 @@ def test_a_checkpoint_restores_the_progress_it_saved(tmp_path, monkeypatch):
     torch.save({**older, "best_model": model.state_dict()}, kept / "state.pt")
     assert all(torch.equal(checkpoint.restore().best_model[name], value) for name, value in model.state_dict().items())
     assert json.loads((kept / "progress.json").read_text())["best_step"] == 30
+    monkeypatch.setattr(ray.train, "get_checkpoint", lambda: None)  # a new driver: the run's last checkpoint
+    for resume_from in (str(kept), f"file://{kept}"):
+        assert checkpoint.restore(resume_from).progress == progress
 
 
 def test_a_checkpoint_of_another_plan_version_resumes_at_the_next_epoch(caplog):
     """Positions saved before plans had versions (plan 1) name batches this version cannot rebuild:
     the stream starts the epoch after the furthest one, and says so; positions of this plan resume."""
     from model.stream import PLAN, DataPosition
-    from orchestration.train.loop import _stream_start
+    from orchestration.train.worker import _stream_start
 
     old = TrainingProgress.from_dict({"step": 9, "data": {"epoch": 3, "window": 0, "batch": 4}})
     assert old.data == DataPosition(3, 0, 4, plan=1)
@@ -196,6 +199,58 @@ def test_an_export_never_removes_a_users_file_from_the_model_directory(tmp_path)
     assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"]  # nothing staged
 
 
+def test_an_export_to_a_store_replaces_only_a_models_files_with_the_weights_removed_first(tmp_path, monkeypatch):
+    """At a URI (here `file://`, the calls every store takes): a user's file refuses the export before anything
+    is copied; the old model.safetensors is removed before the new files go up (an upload that fails leaves no
+    weights beside files of another model), and a finished export leaves only the new model's files."""
+    import tempfile
+
+    from ray.train import Checkpoint
+
+    from core import storage, transfer
+    from core.ownership import ForeignDataError
+
+    scratch = tmp_path / "scratch"  # this host's temp folder: where a store's export is staged
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    checkpoint_dir = tmp_path / "checkpoint"
+    checkpoint_dir.mkdir()
+    for name in ("model.safetensors", "spm.model", "config.yaml", "state.pt"):
+        (checkpoint_dir / name).write_text(f"new {name}")
+    (checkpoint_dir / "progress.json").write_text(json.dumps({"step": 7}))
+    model_dir = tmp_path / "store" / "model"
+    model_dir.mkdir(parents=True)
+    for name in ("model.safetensors", "spm.model", "lineage.json"):
+        (model_dir / name).write_text(f"old {name}")
+    uri = f"file://{model_dir}"
+
+    (model_dir / "notes.txt").write_text(SENTINEL)
+    with pytest.raises(ForeignDataError, match="notes.txt"):
+        checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), uri)
+    assert sorted(storage.files(uri)) == ["lineage.json", "model.safetensors", "notes.txt", "spm.model"]
+    (model_dir / "notes.txt").unlink()
+
+    def upload_fails(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(transfer, "upload_dir", upload_fails)
+        with pytest.raises(OSError, match="No space left on device"):
+            checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), uri)
+    assert "model.safetensors" not in storage.files(uri)  # no reader takes what is left for a whole model
+    assert list(scratch.iterdir()) == []
+
+    progress = checkpoint.export(Checkpoint.from_directory(str(checkpoint_dir)), uri)
+    assert progress.step == 7
+    assert {name: (model_dir / name).read_text() for name in storage.files(uri)} == {
+        "config.yaml": "new config.yaml",
+        "model.safetensors": "new model.safetensors",
+        "progress.json": json.dumps({"step": 7}),
+        "spm.model": "new spm.model",
+    }  # the old lineage.json, which the new model lacks, removed; the training state never exported
+    assert sorted(p.name for p in model_dir.parent.iterdir()) == ["model"] and list(scratch.iterdir()) == []
+
+
 def _tree(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -204,7 +259,8 @@ def _tree(root: Path, files: dict[str, str]) -> None:
 
 def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
     from core import ownership
-    from orchestration.train.driver import check_train_dir, train
+    from orchestration.train.driver import train
+    from orchestration.train.train_dir import check_train_dir
     from tests.support.runs import config_for
 
     config = config_for(small_dataset, tmp_path)
@@ -240,7 +296,7 @@ def test_train_force_removes_the_runs_own_files_only(tmp_path, small_dataset):
 def test_a_training_directory_without_its_record_holds_no_file_of_the_product(tmp_path):
     """A user's config.yaml and model files where no run.json vouches for them are never taken for a run's."""
     from core import ownership
-    from orchestration.train.driver import check_train_dir
+    from orchestration.train.train_dir import check_train_dir
 
     _tree(tmp_path, {"config.yaml": SENTINEL, "model/model.safetensors": SENTINEL})
     with pytest.raises(ownership.ForeignDataError, match=r"config.yaml, model"):
@@ -254,7 +310,7 @@ def test_only_the_models_own_staging_names_are_the_products(tmp_path):
     """`.model.partial` and `.model.old-<pid>` holding a model's files are the product's; a user's `.model.bak/`,
     or a staging name holding something else, is not."""
     from core import ownership
-    from orchestration.train.driver import check_train_dir
+    from orchestration.train.train_dir import check_train_dir
 
     _tree(
         tmp_path,
@@ -276,7 +332,7 @@ def test_only_the_models_own_staging_names_are_the_products(tmp_path):
 
 def test_files_in_ray_and_workers_are_the_products_only_in_their_layout(tmp_path):
     from core import ownership
-    from orchestration.train.driver import check_train_dir
+    from orchestration.train.train_dir import check_train_dir
 
     _tree(
         tmp_path,
@@ -307,7 +363,7 @@ def test_files_in_ray_and_workers_are_the_products_only_in_their_layout(tmp_path
 
 
 def test_starting_over_keeps_the_last_model_and_its_record_until_the_new_ones_replace_them(tmp_path):
-    from orchestration.train.driver import check_train_dir, start_over
+    from orchestration.train.train_dir import check_train_dir, start_over
 
     _tree(
         tmp_path,

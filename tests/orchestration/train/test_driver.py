@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from model.nmt import load_model
+from model.model_file import load_model
 from orchestration.adapters import tracking
 from orchestration.config import load_config
 from orchestration.train.driver import TrainError, train

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.nmt import load_model
+from model.model_file import load_model
 from orchestration.adapters import tracking
 from tests.support.procs import free_ports, own_output, run_to_end, wait_for
 from tests.support.runs import TINY, checkpoints, store_uri

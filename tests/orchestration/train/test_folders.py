@@ -12,8 +12,8 @@ import pytest
 
 from core import ownership
 from orchestration.train import folders
-from orchestration.train.driver import check_train_dir
 from orchestration.train.record import TrainRecord
+from orchestration.train.train_dir import check_train_dir
 
 SENTINEL = "a user's file: never delete me\n"
 A, B = "ray-0123456789ab", "ray-ba9876543210"

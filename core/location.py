@@ -1,0 +1,201 @@
+"""`Location`: a file or folder in any filesystem the product reads and writes, as one value.
+
+A location is what a user names (`run_dir`, `-o`, `--model`): a local path, or a URI whose scheme names a
+filesystem (`s3://`, `gs://`, `hdfs://`, `file://`). It is parsed and checked once (`Location.of`), then
+joined, read, written, listed and copied through the same methods whatever the filesystem: `pyarrow.fs`
+underneath (`core.storage`), so a local folder is one more filesystem and no call site branches on a scheme.
+The few things that differ are named for what they are, not for the scheme:
+
+- `arrow()`: the (filesystem, path) pair that Ray Train, Ray Tune and pyarrow take;
+- `local_path`: the path on this host, None for a store (a library that can only open local files, and the
+  policy checks that a location every host reaches is not one host's folder);
+- `working_copy()`: a local folder to write into that ends up at the location (the folder itself, or a scratch
+  folder copied up when the block ends);
+- `cached_copy()`: a verified local copy to read from (the folder itself, or a copy in this user's cache).
+
+Why pyarrow.fs and not fsspec: docs/layout.md ("Locations").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import glob as shell
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from core import storage
+from core.boundary import Located
+
+
+@dataclass(frozen=True)
+class Location:
+    """A checked local path (absolute) or URI. `str(location)` is what messages show and what `of` reads back."""
+
+    text: str
+
+    @classmethod
+    def of(cls, where: str | os.PathLike[str] | Located, what: str = "location") -> Location:
+        """`where` checked (`storage.check_location`: StorageError naming `what` for an unknown scheme, a URI
+        without its bucket, or a local path that looks like a URI), a local path made absolute."""
+        if isinstance(where, Location):
+            return where
+        given = os.fspath(where) if isinstance(where, str | os.PathLike) else where.text
+        text = storage.check_location(given, what)
+        return cls(storage.absolute(text))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __truediv__(self, name: str) -> Location:
+        return self.join(name)
+
+    def join(self, *parts: str) -> Location:
+        """The location of `parts` under this one; each a relative name inside it (`core.boundary.check_name`:
+        BoundaryError for `..`, an absolute path...)."""
+        return Location(storage.join(self.text, *parts))
+
+    @property
+    def name(self) -> str:
+        return self.text.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> Location:
+        return Location(self.text.rstrip("/").rsplit("/", 1)[0] or "/")
+
+    def sibling(self, name: str) -> Location:
+        """`name` beside this location (a staging folder, a lock)."""
+        return self.parent.join(name)
+
+    # --- what differs between filesystems, named for what it is -----------------------------------------
+    @property
+    def local_path(self) -> Path | None:
+        """The path on this host; None for a location in a store."""
+        return None if storage.is_uri(self.text) else Path(self.text)
+
+    def arrow(self) -> tuple[pafs.FileSystem, str]:
+        """The pyarrow filesystem and the path in it (Ray Train's and Ray Tune's storage, `pyarrow.fs` calls)."""
+        return storage.resolve(self.text)
+
+    @contextlib.contextmanager
+    def working_copy(self, *, last: tuple[str, ...] = ()) -> Iterator[Path]:
+        """A local folder whose files end up here: this folder itself when it is local; for a store, a scratch
+        folder (in this host's temp folder) holding a copy of what is here, whose files are copied up when the
+        block ends without an error, those named in `last` after all the others (a commit file)."""
+        local = self.local_path
+        if local is not None:
+            local.mkdir(parents=True, exist_ok=True)
+            yield local
+            return
+        from core import transfer
+
+        with tempfile.TemporaryDirectory(prefix="interlingua-") as scratch:
+            work = Path(scratch) / "work"
+            work.mkdir()
+            transfer.download_dir(self.text, work)
+            yield work
+            transfer.upload_dir(work, self.text, last=last)
+
+    def cached_copy(self, kind: str, key: Callable[[], str], check: Callable[[Path], Any]) -> Path:
+        """A local folder holding this folder's files, to read: the folder itself when local; for a store, a
+        copy in this user's cache (`core.transfer.cached_copy`: downloaded once per `key()`, `check` on every
+        use)."""
+        if self.local_path is not None:
+            return self.local_path
+        from core import transfer
+
+        return transfer.cached_copy(self.text, kind, key(), check)
+
+    # --- files -------------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        """Whether a file is here."""
+        return storage.exists(self.text)
+
+    def is_dir(self) -> bool:
+        """Whether a folder (a prefix holding something, in a store) is here."""
+        fs, path = self.arrow()
+        return fs.get_file_info(path).type == pafs.FileType.Directory
+
+    def size(self) -> int:
+        return storage.size(self.text)
+
+    def read_bytes(self) -> bytes:
+        return storage.read_bytes(self.text)
+
+    def read_json(self) -> Any:
+        return storage.read_json(self.text)
+
+    def write_bytes(self, data: bytes) -> None:
+        storage.write_bytes(self.text, data)
+
+    def replace_bytes(self, data: bytes) -> None:
+        storage.replace_bytes(self.text, data)
+
+    def write_json(self, value: Any) -> None:
+        storage.write_json(self.text, value)
+
+    def delete(self) -> None:
+        storage.delete_file(self.text)
+
+    def sha256(self) -> str:
+        return storage.sha256(self.text)
+
+    def open_input(self):
+        return storage.open_input(self.text)
+
+    # --- folders -----------------------------------------------------------------------------------------
+    def entries(self) -> list[str]:
+        return storage.entries(self.text)
+
+    def files(self) -> list[str]:
+        return storage.files(self.text)
+
+    def subdirectories(self) -> list[str]:
+        return storage.subdirectories(self.text)
+
+    def glob(self, pattern: str = "") -> list[Location]:
+        """The files here as an input names them, sorted by name. With `pattern` ('/'-separated components,
+        each matched by one of `*`, `?`, `[...]`, or `**` for any number of folders): the files under this folder
+        that it matches, locally as the shell's glob does (a wildcard never matches a leading '.'), in a store on
+        its listing. Without: this file, or this folder's visible files (not those of its subfolders, nor names
+        that start with '.'); FileNotFoundError ("no such file or directory", "no such file or prefix") when
+        nothing is here. A local file comes as its real path (links followed: a link to a file is a file)."""
+        local = self.local_path
+        if local is None:
+            return _store_matches(self, pattern)
+        if pattern:
+            found = [local / m for m in shell.glob(pattern, root_dir=local, recursive=True) if (local / m).is_file()]
+        elif local.is_dir():
+            found = [p for p in local.iterdir() if p.is_file() and not p.name.startswith(".")]
+        elif local.is_file():
+            found = [local]
+        else:
+            raise FileNotFoundError("no such file or directory")
+        return [Location(str(p.resolve())) for p in sorted(found)]
+
+
+def _store_matches(folder: Location, pattern: str) -> list[Location]:
+    """`Location.glob` in a store, on one listing of `folder` (or one look at the file it names)."""
+    if pattern:
+        parts = pattern.split("/")
+        return [folder.join(name) for name in folder.files() if _glob_match(name.split("/"), parts)]
+    if folder.exists():
+        return [folder]
+    names = [name for name in folder.files() if "/" not in name and not name.startswith(".")]
+    if not names and not folder.entries():
+        raise FileNotFoundError("no such file or prefix")
+    return [folder.join(name) for name in names]
+
+
+def _glob_match(parts: list[str], pattern: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return _glob_match(parts, pattern[1:]) or bool(parts) and _glob_match(parts[1:], pattern)
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pattern[0]) and _glob_match(parts[1:], pattern[1:])
