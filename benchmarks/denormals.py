@@ -44,7 +44,7 @@ def measure(config_path: str, model_dir: str, batches: int, passes: int, flushed
     from core.dataset import Dataset
     from model.nmt import MultilingualNMT
     from model.training import make_optimizer, train_step
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     t, m = config.train, config.model
     _, _, args, stream = recipe_parts(config)

@@ -94,7 +94,7 @@ def bare(model: Path, paths: list[Path], threads: int, block_rows: int) -> float
     import torch
 
     from orchestration.embed.corpus import embed_in_process
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     torch.set_num_threads(threads)
     start = time.perf_counter()

@@ -4,7 +4,7 @@
         [--repeats 5] [--threads N]
 
 torch's flush-denormal flag (`model.training.cpu_threads`) does not reach ONNX Runtime's thread pool, which has a
-session setting of its own (`session.set_denormal_as_zero`, `orchestration.embed.backends.session`). The model is
+session setting of its own (`session.set_denormal_as_zero`, `orchestration.embedding.backends.session`). The model is
 exported once (fp32 and int8, `interlingua export`'s code) into a temporary folder; each variant embeds the dev
 split's sentences of every language through `SentenceEmbedder` (as `embed`, `evaluate` and `serve` do), one
 warm-up pass, then `--repeats` timed passes, the variants alternating so that a change in the machine's load
@@ -37,8 +37,8 @@ def main() -> None:
 
     from core.dataset import Dataset
     from orchestration.config import load_config
-    from orchestration.embed import backends, export
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding import backends, export
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     config = load_config(args.config, [])
     loaded = SentenceEmbedder.load(Path(args.model), backend="torch")

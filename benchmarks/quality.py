@@ -220,7 +220,7 @@ def main() -> None:
     finished = {r: v for r, v in record["rows"].items() if v.get("test")}
     best = min(finished, key=lambda r: finished[r]["test"]["all"]) if finished else None
     if args.paraphrase and best:
-        from orchestration.embed.embedder import SentenceEmbedder
+        from orchestration.embedding.embedder import SentenceEmbedder
 
         keys = json.loads(
             (Path(finished[best]["model_dir"]).parents[1] / "eval" / "test" / "embeddings" / "keys.json").read_text()

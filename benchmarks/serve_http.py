@@ -155,7 +155,7 @@ class Memory:
 
 def register(uri: str, model_dir: Path) -> str:
     from orchestration.adapters import registry, tracking
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
     from orchestration.lifecycle import packaging
 
     run = tracking.start_run(uri, "bench", "model", {})

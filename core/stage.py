@@ -14,6 +14,12 @@
    output is untouched.
 
 A new stage is a manifest class, a `Kind` for its folder (`core.output`) and its `work` function.
+
+An output made anew on every run (the ONNX export, the model directory a training run exports, embed's blocks
+replacing other embeddings in a local folder) has no cache answer: `always(folder)` is its stage, and `run`
+gives it the same ownership check, staging (`.<name>.partial` beside a local folder), commit and discard. An
+output written in place (an evaluation's report) has no staging area: its cache answer alone is
+`cached(stage)`; its files are written under `OutputFolder.writing`, its record last.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from core.output import OutputFolder, Staging
 
@@ -63,6 +69,11 @@ def cached(stage: Stage[M]) -> M | None:
         return None
     stage.verify(current)
     return current
+
+
+def always(folder: OutputFolder) -> Stage[Any]:
+    """The stage of an output that has no cache answer: `run` makes it anew every time (`force` or not)."""
+    return Stage(folder, "", read=lambda: None, fingerprint_of=lambda manifest: "")
 
 
 def run(stage: Stage[M], work: Callable[[Staging], Manifest[M]], *, force: bool = False) -> Outcome[M]:

@@ -477,7 +477,7 @@ FORMATS = [
         "`interlingua embed -o DIR`",
     ),
     ("`<mined>/manifest.json`", "core.mined.MinedManifest", "`read_manifest` / `write_manifest`"),
-    ("`<export>/manifest.json`", "orchestration.embed.export.ExportManifest", "`read_manifest` / `export_model`"),
+    ("`<export>/manifest.json`", "orchestration.embedding.export.ExportManifest", "`read_manifest` / `export_model`"),
 ]
 
 

@@ -106,7 +106,7 @@ class StoreManifest(BaseModel):
 
 class EmbeddingsMeta(BaseModel):
     """evaluate's section (`meta`) of the manifest of the embeddings it stores: which model embedded which data,
-    so that `embed.nearest` knows them for its model's or another's."""
+    so that `embed.search` knows them for its model's or another's."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 

@@ -2,7 +2,7 @@
 run's source (the command, the project's version and git commit), the datasets it read as dataset inputs,
 and the error matrix as a table. `adapters.tracking` calls this module when it creates experiments and runs.
 
-    tracking.run(..., inputs=[lineage.prepared_input(data, context="training", splits=("train", "dev"))])
+    tracker.run(..., inputs=[lineage.prepared_input(data, context="training", splits=("train", "dev"))])
 
 A dataset input is described from the dataset's manifest alone (never by reading its shards): its source
 is the dataset's folder or URI, its digest the manifest's fingerprint (the first `DIGEST_CHARS`: MLflow

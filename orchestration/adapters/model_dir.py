@@ -10,7 +10,7 @@
                         model.safetensors
     (model.safetensors also records the sha256 of the spm.model it was trained with, since lineage.json is
     optional). A directory of an older version holds model.pt (a torch pickle) instead: readers refuse it,
-    naming `interlingua upgrade-model` (`embed.export.upgrade_model_dir`), which converts it once.
+    naming `interlingua upgrade-model` (`embedding.export.upgrade_model_dir`), which converts it once.
 
 `interlingua train` writes it (from a checkpoint, through the output layer: `folder`), `evaluate`, `search`,
 `embed` and the MLflow pyfunc model read it; a registered model carries it.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +64,11 @@ class TrackedRun:
         """MLflow's `Run` (its data: params, metrics, tags)."""
         return tracking.get_run(self.uri, self.id)
 
+    def end(self, status: str) -> None:
+        """status: FINISHED, FAILED or KILLED (`tracking.end_run`): for a run no `Tracker.run` of this process
+        ends, such as one a killed command left RUNNING."""
+        tracking.end_run(self.uri, self.id, status)
+
 
 @dataclass(frozen=True)
 class Tracker:
@@ -79,11 +84,12 @@ class Tracker:
         """ConnectionError (or TrackingLoginError) now, before any long work, when the store cannot be used."""
         tracking.check_reachable(self.uri)
 
-    def run(
-        self, run_name: str, params: Mapping[str, Any], *, stage: str, **options: Any
-    ) -> contextlib.AbstractContextManager[str]:
-        """A stage's MLflow run in the experiment (`tracking.run`: its `options` too)."""
-        return tracking.run(self.uri, self.experiment, run_name, params, stage=stage, **options)
+    @contextlib.contextmanager
+    def run(self, run_name: str, params: Mapping[str, Any], *, stage: str, **options: Any) -> Iterator[TrackedRun]:
+        """A stage's MLflow run in the experiment, as its handle (`tracking.run`: its `options` too, and how the
+        run ends: FINISHED, KILLED on an interrupt, FAILED on any error)."""
+        with tracking.run(self.uri, self.experiment, run_name, params, stage=stage, **options) as run_id:
+            yield TrackedRun(self.uri, run_id)
 
     def attach(self, run_id: str) -> TrackedRun:
         """The handle of a run this store holds, started elsewhere (a parent run, a resumed one)."""

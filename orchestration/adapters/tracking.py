@@ -138,9 +138,10 @@ def run(
     tags: Mapping[str, str] | None = None,
     inputs: Sequence[lineage.DataInput] = (),
 ) -> Iterator[str]:
-    """`with tracking.run(...) as run_id:` the one way a stage opens its MLflow run (`start_run`, tagged with
-    its stage, the datasets it reads logged as its dataset `inputs`) and ends it: FINISHED, KILLED on an
-    interrupt (SIGINT, SystemExit), FAILED on any error."""
+    """`with tracking.run(...) as run_id:` the one way a stage's MLflow run is opened (`start_run`, tagged with
+    its stage, the datasets it reads logged as its dataset `inputs`) and ended: FINISHED, KILLED on an
+    interrupt (SIGINT, SystemExit), FAILED on any error. Stages open theirs through `Tracker.run`, which
+    yields the run's handle (`tracker.TrackedRun`)."""
     run_id = start_run(
         uri,
         experiment,

@@ -35,7 +35,7 @@ def export(config: Config, args: argparse.Namespace) -> int:
     from core.location import Location
     from orchestration.adapters import model_dir
     from orchestration.config import ConfigError
-    from orchestration.embed.export import export_model
+    from orchestration.embedding.export import export_model
 
     model = args.model or model_dir.default(config.train_dir)
     if args.output and Location.of(args.output, "-o").local_path is None:
@@ -74,7 +74,7 @@ def upgrade_model(config: Config, args: argparse.Namespace) -> int:
             f"{args.model}: upgrade-model converts a local model directory; download it, convert "
             "it and upload model.safetensors and lineage.json back"
         )
-    from orchestration.embed.export import upgrade_model_dir
+    from orchestration.embedding.export import upgrade_model_dir
 
     target = upgrade_model_dir(Path(args.model))
     print(f"{args.model}: wrote {target.name} (from {model_dir.LEGACY_MODEL_FILE}, kept)")

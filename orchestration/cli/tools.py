@@ -70,7 +70,7 @@ def add_search(sub: argparse._SubParsersAction) -> None:
 
 def search(config: Config, args: argparse.Namespace) -> int:
     from core.dataset import Dataset
-    from orchestration.embed.nearest import nearest_sentences
+    from orchestration.embed.search import nearest_sentences
 
     if args.k < 1:
         raise ConfigError("-k must be at least 1")
@@ -221,7 +221,7 @@ def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> i
     from core import storage
     from orchestration.adapters import model_dir
     from orchestration.embed.corpus import embed_in_process
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     check_npy_output(args.output, args.input, args.force)
     if any(name.endswith(".parquet") for name in args.input):

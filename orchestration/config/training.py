@@ -248,7 +248,7 @@ class RuntimeConfig(Schema):
     cpus_per_task: int = Field(default=1, ge=1, description="CPUs of each embedding actor and search task.")
     backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
         # auto: an ONNX export runs only once `interlingua export` wrote it for this very model file, so the
-        # default changes nothing until a user exports; then int8 is the fastest on a CPU (embed.backends)
+        # default changes nothing until a user exports; then int8 is the fastest on a CPU (embedding.backends)
         default="auto",
         description="The encoder's engine: torch, onnx, onnx-int8, or auto (the fastest present).",
     )

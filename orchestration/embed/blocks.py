@@ -1,11 +1,11 @@
 """`interlingua embed`'s blocks in its output folder: those of a plan written already (a killed job resumes from
-them), or, with --force, the other embeddings they replace (`completed`); where the new ones are written
+them), or, with --force, the other embeddings they replace (`completed`); whether the new ones are staged
 (`replacement`); and the one embedding job that writes those left, each as it comes (`embed_blocks`).
 
 Replacing other embeddings, the previous output stays whole until the new one is: locally the blocks are staged
-beside the folder and swapped in by the commit (`core.output.OutputFolder`). A store renames nothing: there the
-previous output's own files are removed first and the new blocks written in place, each with its record, so
-that a killed run resumes as any other.
+beside the folder and swapped in by the commit, a failed run's staging discarded (`core.stage.run`). A store
+renames nothing: there the previous output's own files are removed first and the new blocks written in place,
+each with its record, so that a killed run resumes as any other.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any, TypedDict
 
 from core import ownership, storage
 from core.location import Location
-from core.output import OutputFolder, Staging
+from core.output import OutputFolder
 from evaluation import store
 from orchestration.adapters.cluster import data_job
-from orchestration.embed.actors import BlockEmbedFn, save_input_block
+from orchestration.batch.actors import BlockEmbedFn, save_input_block
+from orchestration.batch.pool import cell_vectors, run_actors, ship_model
 from orchestration.embed.folder import MANIFEST, TMP_BLOCK, output_folder, read_own_manifest, scan_records
-from orchestration.embed.inputs import BlockSpec, CorpusError
-from orchestration.embed.job import cell_vectors, run_actors, ship_model
+from orchestration.embedding.inputs import BlockSpec, CorpusError
 
 
 class ActorJob(TypedDict):
@@ -34,7 +34,7 @@ class ActorJob(TypedDict):
     max_tokens: int
     device: str
     threads: int  # CPU threads of one actor
-    backend: str  # the engine the driver resolved (`embed.backends.resolve`)
+    backend: str  # the engine the driver resolved (`embedding.backends.resolve`)
     storage_env: dict[str, str]  # the driver's object store settings: the actors read URI inputs from it
 
 
@@ -69,17 +69,17 @@ def completed(
     }, None
 
 
-def replacement(out: OutputFolder, previous: list[str] | None) -> Staging | None:
-    """Where the blocks are written: None for the folder itself; or, when they replace other embeddings there
-    (`previous`, its entries, from `completed`), a staging folder beside a local folder, made whole before the
-    commit (`out.commit(staging, None)`) swaps it in. In a store the previous embeddings are removed first,
-    their own files alone, and the blocks written in place."""
+def replacement(out: OutputFolder, previous: list[str] | None) -> bool:
+    """Whether the blocks are staged: when they replace other embeddings (`previous`, the folder's entries, from
+    `completed`) in a local folder, they are written in a staging folder beside it, swapped in whole by the
+    commit (`core.stage.run`). Otherwise they are written in the folder itself; in a store, which renames
+    nothing, the previous embeddings are removed here first, their own files alone."""
     if previous is None:
-        return None
+        return False
     if out.location.local_path is None:  # a store renames nothing
         ownership.remove_ours(out.location, previous, keep_root=True)
-        return None
-    return out.stage()
+        return False
+    return True
 
 
 def embed_blocks(
@@ -92,7 +92,7 @@ def embed_blocks(
     cpus: int,
     use_gpu: bool,
 ) -> None:
-    """The blocks still to do, through the one embedding job (`embed.job`), a block per batch, each written
+    """The blocks still to do, through the one embedding job (`batch.pool`), a block per batch, each written
     into `target` (local or a URI) as it comes, its record after it."""
     import ray.data
 

@@ -11,7 +11,7 @@
 
 The one block format of `evaluation.store`, without rows files: `StoredEmbeddings.open(out)` reads it,
 locally or at a URI. The driver plans the blocks (`inputs.plan_blocks`: one streaming pass that
-checks UTF-8), then the one embedding job (`embed.job`) hands the blocks to
+checks UTF-8), then the one embedding job (`batch.pool`) hands the blocks to
 an actor pool of `BlockEmbedFn` (`runtime.embed_actors`, `runtime.cpus_per_task`
 CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import JsonValue
 
-from core import connection, storage
+from core import connection, stage, storage
 from core.dataset import file_sha256, fingerprint
 from core.location import Location
 from evaluation import store, store_writer
@@ -55,7 +55,7 @@ from orchestration.embed.folder import (
     output_folder,
     scan_records,
 )
-from orchestration.embed.inputs import CorpusError, plan_blocks, read_lines, resolve_inputs
+from orchestration.embedding.inputs import CorpusError, plan_blocks, read_lines, resolve_inputs
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def embed_corpus(
     (a local folder or a URI; see the module) by the model directory `model_dir` (local or a URI), on the
     Ray cluster at `ray_address` (`orchestration.adapters.cluster.ensure_ray`) when blocks are left to do;
     CorpusError on bad input or an `out_dir` holding other embeddings (without `force`). `backend`:
-    runtime.backend, resolved here once (`embed.backends.resolve`) for every actor; the engine that ran is in
+    runtime.backend, resolved here once (`embedding.backends.resolve`) for every actor; the engine that ran is in
     the manifest and the fingerprint (another engine's blocks are never taken for this one's). One writer at a
     time: a second `embed` into the same folder exits 5 naming the holder (`lock.output_lock`)."""
     from orchestration.adapters.lock import output_lock
@@ -141,7 +141,7 @@ def _embed_corpus(
     dashboard: bool,
     worker_niceness: int,
 ) -> CorpusResult:
-    from orchestration.embed.backends import resolve
+    from orchestration.embedding.backends import resolve
 
     started = time.monotonic()
     local_model = model_files.fetch(model_dir)
@@ -168,8 +168,7 @@ def _embed_corpus(
         }
     )  # torch: the fingerprint of before
     done, previous = completed(out_dir, fp, blocks, force)
-    staging = replacement(out, previous)  # with --force over other embeddings
-    target = out.location if staging is None else staging.root
+    staged = replacement(out, previous)  # with --force over other embeddings
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
     log.info(
@@ -182,34 +181,28 @@ def _embed_corpus(
         len(done),
     )
     warn_empty(sum(f.empty for f in files), total)
-    if pending:
-        ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard, worker_niceness=worker_niceness)
-        local = [f.path for f in files if Location.of(f.path).local_path is not None]
-        if local:  # the actors read the inputs, on any node
-            check_every_node_reaches(input=local[0])
-        job = ActorJob(
-            lang=lang,
-            column=column,
-            dtype=dtype,
-            max_tokens=max_tokens,
-            device=device,
-            threads=cpus_per_actor,
-            backend=engine,
-            storage_env=connection.environment(),
-        )  # the actors read URI inputs from the same store
-        embed_blocks(pending, target, fp, local_model, job, actors, cpus_per_actor, use_gpu)
-    found = scan_records(target).records
-    records = [found[f"{store.block_name(b.index)}.json"] for b in blocks]
-    manifest = make_manifest(
-        files,
-        records,
-        model,
-        lang,
-        dtype,
-        dim,
-        config,
-        fp,
-        EmbedJob(
+
+    def write(target: Location) -> store.StoreManifest:
+        """The blocks left to do, then the manifest (last), written into `target`."""
+        if pending:
+            ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard, worker_niceness=worker_niceness)
+            local = [f.path for f in files if Location.of(f.path).local_path is not None]
+            if local:  # the actors read the inputs, on any node
+                check_every_node_reaches(input=local[0])
+            job = ActorJob(
+                lang=lang,
+                column=column,
+                dtype=dtype,
+                max_tokens=max_tokens,
+                device=device,
+                threads=cpus_per_actor,
+                backend=engine,
+                storage_env=connection.environment(),
+            )  # the actors read URI inputs from the same store
+            embed_blocks(pending, target, fp, local_model, job, actors, cpus_per_actor, use_gpu)
+        found = scan_records(target).records
+        records = [found[f"{store.block_name(b.index)}.json"] for b in blocks]
+        options = EmbedJob(
             column=column,
             block_rows=block_rows,
             actors=actors,
@@ -217,11 +210,15 @@ def _embed_corpus(
             use_gpu=use_gpu,
             max_tokens=max_tokens,
             backend=engine,
-        ),
-    )
-    store_writer.write_manifest(target, manifest)
-    if staging is not None:
-        out.commit(staging, None)  # the old output stays whole until now
+        )
+        manifest = make_manifest(files, records, model, lang, dtype, dim, config, fp, options)
+        store_writer.write_manifest(target, manifest)
+        return manifest
+
+    if staged:  # the old output stays whole until the commit; a failed run's staging is discarded (`core.stage`)
+        manifest = stage.run(stage.always(out), lambda staging: stage.Manifest(write(staging.root), None)).manifest
+    else:  # in place: a killed run resumes from the blocks it wrote
+        manifest = write(out.location)
     return CorpusResult(
         out_dir, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending), time.monotonic() - started
     )

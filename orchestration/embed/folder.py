@@ -17,7 +17,7 @@ from core import ownership, storage
 from core.location import Location
 from core.output import OutputFolder
 from evaluation import store, store_writer
-from orchestration.embed.inputs import CorpusError, InputFile
+from orchestration.embedding.inputs import CorpusError, InputFile
 
 MANIFEST = store.MANIFEST
 LEGACY_FORMAT = "interlingua-embeddings/1"  # blocks at the top (part-N.npy): recognised as ours, never resumed

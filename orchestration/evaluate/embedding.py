@@ -1,4 +1,4 @@
-"""Embedding a held-out split (or a test set) to disk with the one embedding job (`embed.job`).
+"""Embedding a held-out split (or a test set) to disk with the one embedding job (`batch.pool`).
 
 Ray Data reads the split's Parquet shards in key order (a distributed sort
 unless the shards are sorted key ranges already, as one shard is), keeps the
@@ -27,9 +27,9 @@ from core.output import Staging
 from evaluation import store_writer
 from evaluation.store import BlockRecord, EmbeddingsMeta, StoredEmbeddings
 from orchestration.adapters.cluster import data_job
+from orchestration.batch.actors import SplitEmbedFn, TextEmbedFn, UseEmbedFn, tuples_block
+from orchestration.batch.pool import run_actors, ship_model
 from orchestration.config import Config
-from orchestration.embed.actors import SplitEmbedFn, TextEmbedFn, UseEmbedFn, tuples_block
-from orchestration.embed.job import run_actors, ship_model
 from orchestration.evaluate import EvaluateError
 
 log = logging.getLogger(__name__)
@@ -230,8 +230,8 @@ def _embed(
     batch_rows: int,
     backend: str,
 ) -> list[BlockRecord]:
-    """The block records of the `rows` `tuples` embedded by the one embedding job (`embed.job`) and written
-    into `staging` here, the model on `backend` (resolved: `embed.backends`)."""
+    """The block records of the `rows` `tuples` embedded by the one embedding job (`batch.pool`) and written
+    into `staging` here, the model on `backend` (resolved: `embedding.backends`)."""
     e, r = config.evaluate, config.runtime
     shipped = ship_model(None if model_path is None else Path(model_path).parent, backend)
     kwargs = dict(

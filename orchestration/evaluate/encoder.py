@@ -13,7 +13,7 @@ from pathlib import Path
 from core.dataset import Dataset, file_sha256, fingerprint
 from orchestration.adapters import model_dir as model_files
 from orchestration.config import Config, ConfigError, evaluated_languages
-from orchestration.embed import backends
+from orchestration.embedding import backends
 from orchestration.evaluate import EvaluateError
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class Encoder:
     steps: int | None  # the optimizer steps of the model's training (None: the USE baseline, or unknown)
     reencode: bool = False  # the dataset's token ids are of another tokenizer: the model reads the text
     known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
-    backend: str = "torch"  # the engine that runs it (`embed.backends`, resolved: never "auto")
+    backend: str = "torch"  # the engine that runs it (`embedding.backends`, resolved: never "auto")
 
 
 def resolve_encoder(

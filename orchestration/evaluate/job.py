@@ -3,9 +3,11 @@
     result = evaluate(load_config("configs/bible6-cpu.yaml"))
 
 1. `encoder.resolve_encoder`: the model directory (default: the run's trained model) or the USE baseline.
-2. The stage cache: an evaluation of the same model file, data (the sha256 of every file read,
-   verified against the manifest first) and `evaluate` config (its fingerprint in `state.json`,
-   `encoder.eval_fingerprint`) is returned as it is, unless `force`.
+2. The stage cache (`core.stage.cached`): an evaluation of the same model file, data (the sha256 of every file
+   read, verified against the manifest first) and `evaluate` config (its fingerprint in `state.json`,
+   `encoder.eval_fingerprint`) is returned as it is, unless `force`. The folder's ownership is checked before
+   it (a user's file is refused even when the evaluation is up to date), and the output is written in place:
+   nothing is staged.
 3. `embedding.embed_split` (Ray Data actors) writes the embeddings block by block to
    `<run_dir>/eval/<split>/embeddings/` (`evaluation.store`: per language, rows in key order).
 4. `measure.measure`: every ordered pair searched by `evaluation.xsim.search_pairs`
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import ownership
+from core import ownership, stage
 from core.dataset import Dataset
 from core.location import Location
 from evaluation import report
@@ -125,11 +127,13 @@ def _evaluate(
     texts = _testset(config, testset, encoder) if testset else None
     languages = texts.languages if texts else encoder.languages
     output = report.output(out_dir)
-    output.check_replaceable()  # a user's file there is never overwritten
+    output.check_replaceable()  # before the cache too: a user's file there is refused, never overwritten
     data, verified = _verified_data(config, texts)  # before the cache: it must not answer for changed files
     fp = eval_fingerprint(config, encoder, data, verified)
-    state = read_state(out_dir / STATE_FILE, EvaluationRecord) if not force else None
-    if state and state.fingerprint == fp and (out_dir / "metrics.json").is_file():
+    # the cache answer (`core.stage.cached`): a record of this fingerprint beside its report
+    evaluation = stage.Stage(output, fp, read=lambda: _record(out_dir), fingerprint_of=lambda r: r.fingerprint)
+    state = stage.cached(evaluation) if not force else None
+    if state is not None:
         log.info("%s: this model was evaluated on this data already", out_dir)
         return _cached(out_dir, languages, state.run_id, data)
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
@@ -218,6 +222,13 @@ def _testset(config: Config, name: str, encoder: Encoder) -> Testset:
         return load_testset(spec, encoder.languages)
     # files: the languages the encoder knows; the baseline (known None): the test set's own
     return load_testset(spec, list(spec.files) if encoder.known is None else encoder.known)
+
+
+def _record(out_dir: Path) -> EvaluationRecord | None:
+    """The folder's record (StateError when `state.json` holds none), None without one or without the report
+    it vouches for: an evaluation left without its metrics.json is made again."""
+    record = read_state(out_dir / STATE_FILE, EvaluationRecord)
+    return record if record is not None and (out_dir / "metrics.json").is_file() else None
 
 
 def _cached(out_dir: Path, languages: list[str], run_id: str, data: str) -> EvalResult:

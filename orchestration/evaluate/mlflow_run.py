@@ -50,9 +50,9 @@ def log_run(
             **({tracking.TRAIN_RUN_TAG: train_run} if train_run else {}),
         },
         inputs=[read],
-    ) as run_id:
-        tracking.log_metrics(tracker.uri, run_id, metrics, 0)
+    ) as run:
+        run.log_metrics(metrics, 0)
         for file in FILES:
-            tracking.log_artifact(tracker.uri, run_id, out_dir / file)
-        tracking.log_table(tracker.uri, run_id, lineage.error_table(out_dir / "error_matrix.csv"), lineage.MATRIX_TABLE)
-    return run_id
+            run.log_artifact(out_dir / file)
+        run.log_table(lineage.error_table(out_dir / "error_matrix.csv"), lineage.MATRIX_TABLE)
+    return run.id

@@ -3,7 +3,7 @@
     testset = load_testset(spec, model_languages)   # Testset: name, table (key, <lang>_text...), identity
 
 Two kinds, both embedded from their text by each model with its own
-normalization and sentencepiece model (`embed.embedder.SentenceEmbedder`), so
+normalization and sentencepiece model (`embedding.embedder.SentenceEmbedder`), so
 that models with different tokenizers are measured on the same input:
 
 - `files`: one line-aligned file per language (the xx-en similarity sets of
@@ -108,7 +108,7 @@ def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
 
 
 def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
-    from orchestration.embed.inputs import CorpusError, read_lines
+    from orchestration.embedding.inputs import CorpusError, read_lines
 
     columns: dict[str, list[str]] = {}
     identity: dict[str, FileIdentity] = {}

@@ -21,7 +21,8 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestration.adapters import registry, tracking
+from orchestration.adapters import registry
+from orchestration.adapters.tracker import TrackedRun
 from orchestration.config import Config
 from orchestration.lifecycle import packaging
 
@@ -145,15 +146,15 @@ def explain(
     return reason
 
 
-def register_and_decide(
-    config: Config, uri: str, name: str, sha: str, trained, challenger, parent_run_id: str
-) -> Decision:
+def register_and_decide(config: Config, name: str, sha: str, trained, challenger, parent: TrackedRun) -> Decision:
     """Register `trained` (a TrainResult) evaluated as `challenger` (an EvalResult on the split, or on the
-    test set `registry.decide_on`); promote it when `decide` says so against the champion re-evaluated on
-    the same data (RuntimeError if that data's fingerprint differs: numbers on different inputs)."""
+    test set `registry.decide_on`) in the store of the pipeline run `parent`; promote it when `decide` says so
+    against the champion re-evaluated on the same data (RuntimeError if that data's fingerprint differs: numbers
+    on different inputs). The decision is logged to `parent`."""
     from orchestration.adapters import model_dir as model_files
     from orchestration.evaluate.job import evaluate
 
+    uri = parent.uri
     local = model_files.fetch(trained.model_dir)  # a URI's model: a verified copy on this host
     dim = model_files.load(local / model_files.MODEL_FILE)[0].embedding_dim
     lineage = model_files.verify(local)
@@ -183,7 +184,7 @@ def register_and_decide(
                 config,
                 model_dir=champion_dir,
                 label=f"champion-v{current.version}",
-                parent_run_id=parent_run_id,
+                parent_run_id=parent.id,
                 testset=config.registry.decide_on,
                 reencode=True,
             )
@@ -213,21 +214,18 @@ def register_and_decide(
     if verdict.promoted:
         registry.promote(uri, name, version)
     log_decision(
-        uri,
-        parent_run_id,
+        parent,
         verdict,
         challenger_error=challenger_error,
         champion_error=champion_error,
         min_improvement=min_improvement,
         max_pair_regression=max_pair_regression,
     )
-    tracking.set_tags(
-        uri,
-        parent_run_id,
+    parent.set_tags(
         {
             "register.evaluation_set": config.registry.decide_on or config.evaluate.split,
             "register.evaluation_data": challenger.data,
-        },
+        }
     )
     message = f"{'promoted' if verdict.promoted else 'not promoted'} {name} v{version}: {reason}"
     log.info(message)
@@ -235,8 +233,7 @@ def register_and_decide(
 
 
 def log_decision(
-    uri: str,
-    run_id: str,
+    run: TrackedRun,
     verdict: Verdict,
     *,
     challenger_error: float,
@@ -257,16 +254,14 @@ def log_decision(
     metrics.update({f"register/pair_regression/{r.name}": r.delta for r in verdict.blocking})
     items = list(metrics.items())
     for start in range(0, len(items), 1000):  # MLflow takes at most 1,000 metrics per batch
-        tracking.log_metrics(uri, run_id, dict(items[start : start + 1000]), 0)
+        run.log_metrics(dict(items[start : start + 1000]), 0)
     blocking = "; ".join(str(r) for r in verdict.blocking) or "none"
     if len(blocking) > MAX_TAG_CHARS:
         blocking = blocking[: MAX_TAG_CHARS - 40].rsplit(";", 1)[0] + "; ... (all in register/pair_regression/*)"
-    tracking.set_tags(
-        uri,
-        run_id,
+    run.set_tags(
         {
             "register.min_improvement": str(min_improvement),
             "register.max_pair_regression": "none" if max_pair_regression is None else str(max_pair_regression),
             "register.blocking_pairs": blocking,
-        },
+        }
     )

@@ -1,5 +1,5 @@
 """What a registered model carries: the project as a wheel inside the MLflow model, and the pinned
-requirements beside it; `log_model` logs `orchestration/embed/pyfunc.py` with both
+requirements beside it; `log_model` logs `orchestration/embedding/pyfunc.py` with both
 (`registry.log_pyfunc_model`)."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ _BUILT_DIR: list[Path] = []
 
 
 def log_model(uri: str, run_id: str, model_dir: str | os.PathLike, embedding_dim: int):
-    """Log the model directory as the project's pyfunc model (`embed.pyfunc`) in `run_id`, with a wheel of
+    """Log the model directory as the project's pyfunc model (`embedding.pyfunc`) in `run_id`, with a wheel of
     the project and the third-party distributions the pyfunc imports (`pyfunc.REQUIREMENTS`) pinned to the
     versions installed here; returns mlflow's ModelInfo."""
     import tempfile
 
     from orchestration.adapters import registry
-    from orchestration.embed import pyfunc
+    from orchestration.embedding import pyfunc
 
     with tempfile.TemporaryDirectory(prefix="interlingua-wheel-") as tmp:
         wheel = build_project_wheel(tmp)  # before the run is entered: a failed build leaves its status alone

@@ -59,13 +59,15 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
         with tracker.run(
             f"{config.name}-pipeline", config.to_dict(), stage="pipeline", tags={tracking.RUN_DIR_TAG: run_dir}
         ) as parent:
-            outcome = Outcome(Exit.FAILED, "failed", run_id=parent)
+            outcome = Outcome(Exit.FAILED, "failed", run_id=parent.id)
             prepared = run_prepare(config.prepare, config.data_dir, options=options, resolved_config=config.to_dict())
             outcome.stages["prepare"] = "skipped" if prepared.skipped else "ran"
-            trained = train(config, restart_stale=True, parent_run_id=parent)
+            trained = train(config, restart_stale=True, parent_run_id=parent.id)
             outcome.stages["train"] = "skipped" if trained.skipped else "ran"
-            challenger = evaluate(config, parent_run_id=parent)
-            tested = {t.name: evaluate(config, parent_run_id=parent, testset=t.name) for t in config.evaluate.testsets}
+            challenger = evaluate(config, parent_run_id=parent.id)
+            tested = {
+                t.name: evaluate(config, parent_run_id=parent.id, testset=t.name) for t in config.evaluate.testsets
+            }
             outcome.stages["evaluate"] = "skipped" if all(r.skipped for r in [challenger, *tested.values()]) else "ran"
             outcome.matrix = challenger.format_matrix()
             if config.registry.decide_on:  # the decision on a test set (e.g. a pinned one), not the split
@@ -77,14 +79,12 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
                 outcome.code, outcome.message = Exit.NOTHING_TO_DO, "nothing to do: this model was registered already"
             else:
                 outcome.stages["register"] = "ran"
-                decision = register_and_decide(config, uri, name, sha, trained, challenger, parent)
+                decision = register_and_decide(config, name, sha, trained, challenger, parent)
                 outcome.code = Exit.OK if decision.promoted else Exit.NOT_PROMOTED
                 outcome.message = decision.message
                 outcome.champion_error, outcome.challenger_error = decision.champion_error, decision.challenger_error
-            tracking.set_tags(
-                uri, parent, {f"stage.{k}": v for k, v in outcome.stages.items()} | {"decision": outcome.message}
-            )
-            tracking.describe(uri, parent, description(outcome))
+            parent.set_tags({f"stage.{k}": v for k, v in outcome.stages.items()} | {"decision": outcome.message})
+            parent.describe(description(outcome))
         return outcome
 
 
@@ -106,8 +106,8 @@ def _close_killed_runs(tracker: Tracker, run_dir: str) -> None:
         if stale.data.tags.get(tracking.RUN_DIR_TAG) != run_dir:
             continue
         for child in tracker.search_runs(f"tags.`mlflow.parentRunId` = '{stale.info.run_id}' and {running}"):
-            tracking.end_run(tracker.uri, child.info.run_id, "KILLED")
-        tracking.end_run(tracker.uri, stale.info.run_id, "KILLED")
+            tracker.attach(child.info.run_id).end("KILLED")
+        tracker.attach(stale.info.run_id).end("KILLED")
         log.warning(
             "MLflow run %s of an earlier `interlingua run` on %s was left RUNNING by a killed process; marked KILLED",
             stale.info.run_id,

@@ -1,5 +1,5 @@
 """The monolingual sentences of one language, normalized as at training time and deduplicated; the
-files (local or URIs) are found and read by `embed.inputs`, the one input reader (that of `embed` and the
+files (local or URIs) are found and read by `embedding.inputs`, the one input reader (that of `embed` and the
 test sets)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from core import storage
 from core.normalize import NormalizeConfig, Normalizer
 from orchestration.config.stages import MineConfig, MineInput
-from orchestration.embed.inputs import CorpusError, read_column, read_lines, resolve_inputs
+from orchestration.embedding.inputs import CorpusError, read_column, read_lines, resolve_inputs
 from orchestration.mine import MineError
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def read_sentences(spec: MineInput, normalize: NormalizeConfig) -> Sentences:
 
 
 def _lines(path: str, spec: MineInput) -> Iterator[str]:
-    """The file's sentences, read by the one input reader of `embed` (`embed.inputs`): UTF-8 checked, line
+    """The file's sentences, read by the one input reader of `embed` (`embedding.inputs`): UTF-8 checked, line
     ends and an opening BOM dropped, a null Parquet value as an empty sentence."""
     try:
         if spec.format == "parquet":

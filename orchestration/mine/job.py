@@ -180,7 +180,7 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encode
         )
     from core.dataset import file_sha256
     from orchestration.adapters.model_choice import choose_model
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     location = choose_model(config, choice, tmp, key="mine.model").location
     try:

@@ -28,7 +28,6 @@ from core.dataset import file_sha256
 from core.location import Location
 from core.output import OutputFolder
 from evaluation.mining import Pairs
-from orchestration.adapters import tracking
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from orchestration.mine.inputs import Sentences
@@ -200,8 +199,8 @@ def _log(config: Config, out_dir: Path, results: list[LanguagePair], parent_run_
         )
         metrics.update({f"{prefix}/dropped/{reason}": n for reason, n in r.dropped.items()})
         metrics.update({f"{prefix}/{k}": v for k, v in (r.scores or {}).items()})
-    with tracker.run(f"{config.name}-mine", config.to_dict(), stage="mine", parent_run_id=parent_run_id) as run_id:
-        tracking.log_metrics(tracker.uri, run_id, metrics, 0)
+    with tracker.run(f"{config.name}-mine", config.to_dict(), stage="mine", parent_run_id=parent_run_id) as run:
+        run.log_metrics(metrics, 0)
         for name in (MANIFEST, REPORT):
-            tracking.log_artifact(tracker.uri, run_id, out_dir / name)
-    return run_id
+            run.log_artifact(out_dir / name)
+    return run.id

@@ -99,7 +99,7 @@ async def _answer(request: EmbedRequest, vectors: np.ndarray, served: ServedMode
     missing = [t for t in request.nearest_in if t not in searchable]
     if missing:  # likewise: its stored set lacks them (searching would be a KeyError)
         return RequestRejected(422, missing_stored_message(missing, searchable))
-    from orchestration.embed.nearest import search_stored
+    from orchestration.embed.search import search_stored
 
     answer["nearest"] = [{} for _ in request.sentences]
     for target in request.nearest_in:

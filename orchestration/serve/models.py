@@ -32,7 +32,7 @@ from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.model_choice import champion_version, choose_model
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
-from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.embedding.embedder import SentenceEmbedder
 
 # Ray Serve sends its replicas' "ray.serve" loggers to the replica log and the driver's stderr.
 log = logging.getLogger(f"ray.serve.{__name__}")
@@ -113,7 +113,7 @@ def _store(config: Config, folder: Path):
     Looked for before importing the search (faiss), which plain embedding does without."""
     if not storage.exists(storage.join(config.eval_dir, config.evaluate.split, "embeddings", "manifest.json")):
         return None
-    from orchestration.embed.nearest import stored_embeddings
+    from orchestration.embed.search import stored_embeddings
 
     try:
         return stored_embeddings(config, folder)

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
-from core import fencing, storage
+from core import fencing, stage, storage
 from core.dataset import file_sha256
 from core.location import Location
+from core.output import Staging
 from core.schema import dump_yaml
 from model.args import ModelArgs
 from model.model_file import load_model, save_model
@@ -184,17 +185,15 @@ def export(checkpoint: Checkpoint, model_dir: storage.Where, data: Dataset | Non
     lineage when the dataset `data` is given; returns its progress. ForeignDataError, before anything is
     copied, when `model_dir` holds what a model directory does not; the previous model stays whole on any
     error."""
-    out = model_files.folder(model_dir)
-    out.check_replaceable()  # before the copy: a foreign file is refused, not found after
-    staging = out.stage()
-    try:
+
+    def work(staging: Staging) -> stage.Manifest[TrainingProgress]:
         with checkpoint.as_directory() as src:
             shutil.copytree(src, staging.local, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
             progress = TrainingProgress.from_dict(json.loads((Path(src) / PROGRESS_FILE).read_text()))
         if data is not None:
             model_files.record_lineage(staging.local, data)
-        out.commit(staging, None)  # locally two renames: the old model is never half-deleted
-    except BaseException:
-        out.discard(staging)
-        raise
-    return progress
+        return stage.Manifest(progress, None)  # the staging folder holds model.safetensors, committed last
+
+    # a foreign file is refused before the copy, not found after; locally the commit is two renames: the old
+    # model is never half-deleted (`core.stage`)
+    return stage.run(stage.always(model_files.folder(model_dir)), work).manifest

@@ -28,7 +28,7 @@ from core.dataset import Dataset, fingerprint
 from core.errors import UserError
 from core.schema import dump_yaml
 from core.teacher import TeacherInput
-from orchestration.adapters import cluster, lineage, logs, tracking
+from orchestration.adapters import cluster, lineage, logs
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
 from orchestration.adapters.lease import held_lease
@@ -191,7 +191,7 @@ def train(
     resume = folders.last_checkpoint(train_dir, state) if state and folder != folders.SHARED else None
     folders.remove_others(train_dir, keep={folder, folders.current(state), *([resume.split("/")[0]] if resume else [])})
 
-    # an interrupt ends the run KILLED, any other error FAILED (`tracking.run`)
+    # an interrupt ends the run KILLED, any other error FAILED (`Tracker.run`)
     with tracker.run(
         config.name,
         config.to_dict(),
@@ -200,18 +200,18 @@ def train(
         parent_run_id=parent_run_id,
         tags=tags,
         inputs=[lineage.prepared_input(data, context="training", splits=("train", "dev"))],
-    ) as run_id:
-        record = TrainRecord(fingerprint=fp, run_id=run_id, ray_dir=folder, resumed_from=resume)  # `train.folders`
+    ) as run:
+        record = TrainRecord(fingerprint=fp, run_id=run.id, ray_dir=folder, resumed_from=resume)  # `train.folders`
         write_state(state_path, record)
         storage.write_bytes(storage.join(train_dir, model_files.CONFIG_FILE), dump_yaml(config.to_dict()).encode())
-        job = dataclasses.replace(job, run_id=run_id, resume_from=storage.join(train_dir, resume) if resume else None)
+        job = dataclasses.replace(job, run_id=run.id, resume_from=storage.join(train_dir, resume) if resume else None)
         progress = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
-        tracking.log_artifacts(uri, run_id, model_files.fetch(model_dir), "model")
+        run.log_artifacts(model_files.fetch(model_dir), "model")
         if progress.dev_error is not None:  # one value per run, what `compare --stage train` sorts by
-            tracking.log_metrics(uri, run_id, {"dev/best_xsim_error": progress.dev_error}, progress.step)
+            run.log_metrics({"dev/best_xsim_error": progress.dev_error}, progress.step)
     write_state(state_path, record.finished(progress))
     folders.remove_others(train_dir, keep={folder})  # a woken holder's late upload among them
-    return TrainResult(model_dir, run_id, progress.step, progress.dev_error, skipped=False)
+    return TrainResult(model_dir, run.id, progress.step, progress.dev_error, skipped=False)
 
 
 def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):

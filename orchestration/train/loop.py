@@ -30,7 +30,7 @@ from core import fencing
 from model.inference import embed_rows
 from model.prefetch import PrefetchedStream
 from model.training import input_tokens, scheduled_lr, train_step
-from orchestration.adapters import logs, tracking
+from orchestration.adapters import logs
 from orchestration.adapters.worker_fence import worker_fence
 from orchestration.train import checkpoint, live
 from orchestration.train.builders import WorkerJob, schedule_args
@@ -68,7 +68,7 @@ def _train(job: WorkerJob) -> None:
             stop = evaluate_dev(worker, metrics) or stop
         if metrics and worker.rank == 0:
             if n > worker.logged_through:  # a step the killed attempt had logged is not logged twice
-                tracking.log_metrics(job.mlflow_uri, job.run_id, metrics, n)
+                worker.mlflow_run.log_metrics(metrics, n)
             post_progress(worker, metrics)
         if n % run.checkpoint_every_steps == 0 or stop:
             worker.progress.done = stop

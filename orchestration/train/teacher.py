@@ -140,11 +140,11 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
 def _compute(
     config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
 ) -> dict[str, TeacherFile]:
-    """A shard per item, through `runtime.embed_actors` actors (`embed.job.run_actors`: our progress line)."""
+    """A shard per item, through `runtime.embed_actors` actors (`batch.pool.run_actors`: our progress line)."""
     import ray.data
 
     from orchestration.adapters.cluster import data_job
-    from orchestration.embed.job import run_actors, ship_model
+    from orchestration.batch.pool import run_actors, ship_model
 
     r = config.runtime
     shards = data.files("train")
@@ -235,8 +235,8 @@ class ShardEmbedFn:
             encoder = USE(threads=threads)
             self.embed = lambda texts, lang: encoder.encode(texts)
         else:
-            from orchestration.embed.embedder import SentenceEmbedder
-            from orchestration.embed.job import landed_model
+            from orchestration.batch.pool import landed_model
+            from orchestration.embedding.embedder import SentenceEmbedder
 
             with landed_model(model) as model_dir:
                 embedder = SentenceEmbedder.load(model_dir, device="cpu", max_tokens=max_tokens, threads=threads)

@@ -130,11 +130,11 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
         {"space": space.model_dump(mode="json"), **config.to_dict()},
         stage="tune",
         resume_run_id=state.get("run_id"),
-    ) as run_id:
-        storage.write_json(state_path, {"run_id": run_id})
+    ) as run:
+        storage.write_json(state_path, {"run_id": run.id})
         interrupted = _Interruption()
         try:
-            tuner = _tuner(config, space, domains, run_id, tune_dir)
+            tuner = _tuner(config, space, domains, run.id, tune_dir)
             with _graceful_sigint(interrupted):
                 results = tuner.fit()
             if interrupted.is_set():  # Tune returns as from a finished search: the trials were stopped
@@ -145,7 +145,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                     f"no trial reported a dev error; see the trial logs in {storage.join(tune_dir, 'ray')}"
                 )
         finally:  # those the scheduler stopped; on a failure, those whose actors are gone
-            _close_running_trials(tracker, run_id, interrupted.at_ms)
+            _close_running_trials(tracker, run.id, interrupted.at_ms)
         values = best.config["values"]
         path = storage.join(tune_dir, BEST_FILE)
         text = (
@@ -153,12 +153,10 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
             + dump_yaml(with_values(config, values).to_dict())
         )  # base run_dir
         storage.write_bytes(path, text.encode("utf-8"))
-        tracking.log_metrics(
-            uri, run_id, {"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)}, step=0
-        )
-        tracking.set_tags(uri, run_id, {f"tune.best.{k}": str(v) for k, v in values.items()})
-        tracking.log_text(uri, run_id, text, BEST_FILE)
-    return TuneResult(path, float(best.metrics[METRIC]), len(results), run_id)
+        run.log_metrics({"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)}, step=0)
+        run.set_tags({f"tune.best.{k}": str(v) for k, v in values.items()})
+        run.log_text(text, BEST_FILE)
+    return TuneResult(path, float(best.metrics[METRIC]), len(results), run.id)
 
 
 def check_tune_dir(tune_dir: str) -> None:
@@ -275,12 +273,12 @@ def _close_running_trials(tracker: Tracker, tune_run_id: str, interrupted_ms: in
     an error before its actor goes (a race: most are gone first). A rerun of the search resumes them and sets
     them RUNNING again."""
     running = f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'RUNNING'"
-    for run in tracker.search_runs(running, 1000):
-        tracking.end_run(tracker.uri, run.info.run_id, "KILLED")
+    for trial in tracker.search_runs(running, 1000):
+        tracker.attach(trial.info.run_id).end("KILLED")
     if interrupted_ms is not None:
         stopped = (
             f"tags.`interlingua.tune` = '{tune_run_id}' and attributes.status = 'FAILED' "
             f"and attributes.end_time >= {interrupted_ms}"
         )
-        for run in tracker.search_runs(stopped, 1000):
-            tracking.end_run(tracker.uri, run.info.run_id, "KILLED")
+        for trial in tracker.search_runs(stopped, 1000):
+            tracker.attach(trial.info.run_id).end("KILLED")

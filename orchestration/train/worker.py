@@ -23,6 +23,7 @@ from model.prefetch import PrefetchedStream, prefetched
 from model.stream import PLAN, BatchStream, DataPosition
 from model.training import cpu_threads, make_optimizer
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import TrackedRun
 from orchestration.config import Config
 from orchestration.train import checkpoint, live
 from orchestration.train.builders import WorkerJob, training_paths
@@ -53,6 +54,11 @@ class Worker:
     @property
     def config(self) -> Config:
         return self.job.config
+
+    @property
+    def mlflow_run(self) -> TrackedRun:
+        """The training's MLflow run, which rank 0 logs to: the store and run id the driver sent (`WorkerJob`)."""
+        return TrackedRun(self.job.mlflow_uri, self.job.run_id)
 
 
 def set_up(job: WorkerJob) -> Worker:
@@ -128,13 +134,14 @@ def set_up(job: WorkerJob) -> Worker:
     if rank == 0:
         # opens the tracking store (imports, engine, schema check: seconds with sqlite) before
         # the first step: the first metrics window measures training, and a bad store fails now
-        tracking.get_run(job.mlflow_uri, job.run_id)
+        run = worker.mlflow_run
+        run.get()
         if state:  # the attempt that was stopped logged past its last checkpoint, up to its last window
             worker.logged_through = max(
                 (
                     s
                     for key in ("train/loss", "dev/xsim_error")
-                    for s, _ in tracking.metric_history(job.mlflow_uri, job.run_id, key)
+                    for s, _ in tracking.metric_history(run.uri, run.id, key)
                 ),
                 default=0,
             )

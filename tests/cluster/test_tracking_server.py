@@ -80,7 +80,7 @@ def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
     import mlflow
     import pandas as pd
 
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     mlflow.set_tracking_uri(uri)
     model = mlflow.pyfunc.load_model(f"models:/{NAME}@champion")

@@ -73,7 +73,7 @@ def _manifest_fields():
     from core.mined import MinedPair
     from core.teacher import TeacherManifest
     from evaluation.store import BlockEntry, BlockRecord
-    from orchestration.embed.export import ExportManifest
+    from orchestration.embedding.export import ExportManifest
 
     export = dict(
         model={"dir": "/m", "model_sha256": "ab"},
@@ -135,7 +135,7 @@ def _readers():
     from core.teacher import TeacherStore
     from evaluation.store import StoredEmbeddings
     from orchestration.adapters import model_dir
-    from orchestration.embed import export
+    from orchestration.embedding import export
 
     return [
         ("dataset", Dataset.open),

@@ -67,7 +67,7 @@ def model(small_dataset, tmp_path):
 
 
 def test_embed_into_a_missing_directory_is_refused_before_embedding(model, tmp_path, verse, capsys, monkeypatch):
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the output was checked")

@@ -17,12 +17,12 @@ BEAM_FREE = [
     "orchestration.train.tune",
     "orchestration.evaluate.job",
     "orchestration.evaluate.embedding",
-    "orchestration.embed.embedder",
+    "orchestration.embedding.embedder",
     "orchestration.embed.corpus",
-    "orchestration.embed.job",
-    "orchestration.embed.inputs",
-    "orchestration.embed.nearest",
-    "orchestration.embed.pyfunc",
+    "orchestration.batch.pool",
+    "orchestration.embedding.inputs",
+    "orchestration.embed.search",
+    "orchestration.embedding.pyfunc",
     "orchestration.serve.app",
     "orchestration.mine.job",
     "orchestration.mine.inputs",
@@ -57,8 +57,8 @@ SERVING = [
     "core.errors",
     "model.nmt",
     "model.inference",
-    "orchestration.embed.embedder",
-    "orchestration.embed.pyfunc",
+    "orchestration.embedding.embedder",
+    "orchestration.embedding.pyfunc",
 ]
 
 
@@ -66,7 +66,7 @@ def test_the_model_the_embedder_and_the_pyfunc_need_neither_beam_nor_ray_train()
     # nor the pipeline, nor the run config's schema: a model directory is loaded by its own record
     assert loaded(SERVING, ("apache_beam", "ray.train", "pipelines", "orchestration.config")) == set()
     assert loaded(["ray.train.torch"], ("apache_beam", "ray.train")) == {"ray.train"}  # the check can fail
-    from orchestration.embed.pyfunc import REQUIREMENTS
+    from orchestration.embedding.pyfunc import REQUIREMENTS
 
     assert not {"apache-beam", "ray", "faiss-cpu"} & set(REQUIREMENTS)
 
@@ -140,7 +140,7 @@ def test_no_module_of_the_product_imports_itself_back():
 
     circles = sorted(name for name in modules if name in reaches(name))
     assert circles == [], f"modules that import themselves back: {circles}"
-    assert "orchestration.embed.job" in graph and len(graph) > 50  # the graph was read
+    assert "orchestration.batch.pool" in graph and len(graph) > 50  # the graph was read
 
 
 # The rooms of the product, lowest first: a room imports only from rooms of a lower rank, never from one of
@@ -153,13 +153,15 @@ RANKS = {
     "pipelines": 1,
     "orchestration.config": 2,
     "orchestration.adapters": 3,
-    "orchestration.embed": 4,
-    "orchestration.train": 5,
-    "orchestration.evaluate": 5,
-    "orchestration.mine": 5,
-    "orchestration.serve": 5,
-    "orchestration.lifecycle": 6,
-    "orchestration.cli": 7,
+    "orchestration.embedding": 4,
+    "orchestration.batch": 5,
+    "orchestration.embed": 6,
+    "orchestration.train": 7,
+    "orchestration.evaluate": 7,
+    "orchestration.mine": 7,
+    "orchestration.serve": 7,
+    "orchestration.lifecycle": 8,
+    "orchestration.cli": 9,
 }
 
 

@@ -13,7 +13,7 @@ import pytest
 from core.dataset import Dataset, DatasetManifest, load_manifest
 from orchestration.adapters import model_dir as model_files
 from orchestration.cli import main
-from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.embedding.embedder import SentenceEmbedder
 from pipelines.config import SpmConfig
 from pipelines.tokenizer import train_bpe
 from tests.support.corpus import VERSIONS

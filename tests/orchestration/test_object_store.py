@@ -70,7 +70,7 @@ def test_embed_reads_and_writes_the_bucket_and_a_rerun_resumes(
     s3_bucket, bucket_model, small_dataset, tmp_path, monkeypatch, book_lines, capsys
 ):
     from evaluation.store import StoredEmbeddings
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     monkeypatch.chdir(tmp_path)
     local_model, model = bucket_model
@@ -254,7 +254,7 @@ def test_embed_and_mine_name_a_missing_bucket_or_a_silent_store_in_one_line_exit
 
 
 def test_inputs_in_the_bucket_by_prefix_and_glob_are_read_as_local_files_are(s3_bucket, tmp_path, book_lines):
-    from orchestration.embed.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
+    from orchestration.embedding.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
     from tests.support.corpus import write_lines
 
     fr = book_lines({"fr": "l"}, [8, 31])["fr"]

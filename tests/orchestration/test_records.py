@@ -88,7 +88,7 @@ def test_a_damaged_record_is_named_with_its_fields(tmp_path, text, where):
 
 
 def test_an_export_manifest_reads_back_and_a_folder_of_another_kind_has_none(tmp_path):
-    from orchestration.embed import export
+    from orchestration.embedding import export
 
     manifest = export.ExportManifest(
         model=export.ExportedModel(dir="/m", model_sha256="ab", spm_sha256=None),
@@ -179,7 +179,7 @@ def test_the_writers_sections_of_a_store_manifest_read_back_typed(tmp_path):
     from evaluation.store import EmbeddingsMeta, read_manifest
     from evaluation.store_writer import make_manifest, save_block, write_manifest
     from orchestration.embed.folder import BlockSource, EmbedJob, EmbedMeta, EmbedModel
-    from orchestration.embed.inputs import InputFile
+    from orchestration.embedding.inputs import InputFile
 
     record = save_block(
         tmp_path,

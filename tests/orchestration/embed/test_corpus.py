@@ -13,7 +13,7 @@ import pytest
 from core.dataset import file_sha256
 from evaluation.store import StoredEmbeddings
 from orchestration.embed.corpus import embed_corpus
-from orchestration.embed.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
+from orchestration.embedding.inputs import CorpusError, plan_blocks, read_block, resolve_inputs
 from tests.support.runs import untrained_model_dir
 
 
@@ -42,7 +42,7 @@ def corpus(tmp_path, book_lines):
 
 
 def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir, corpus, tmp_path, local_ray):
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     inputs, sentences = corpus
     out = tmp_path / "out"
@@ -146,7 +146,7 @@ def test_the_backend_asked_for_is_the_one_that_runs_and_is_recorded(model_dir, c
     import shutil
 
     from orchestration.cli import main
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     inputs, sentences = corpus
     model = shutil.copytree(model_dir, tmp_path / "model")

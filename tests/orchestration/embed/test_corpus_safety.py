@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from core import stage
 from core.ownership import ForeignDataError
 from evaluation.store_writer import save_block
 from orchestration.cli import main
@@ -141,10 +142,17 @@ def replace_whole(out, previous) -> None:
     """What embed does with --force over other embeddings: the new blocks staged beside `out`, swapped in whole;
     then only the new output is there."""
     folder = output.output_folder(out)
-    staging = blocks.replacement(folder, previous)
-    assert staging.local != out and (out / "part-00000.json").exists()  # the old output whole while the new is written
-    save_block(staging.local, "part-00000", {"fr": np.ones((2, 4), np.float32)}, index=0, fingerprint="new")
-    folder.commit(staging, None)
+    assert blocks.replacement(folder, previous)  # staged
+    staged = []
+
+    def work(staging):
+        assert staging.local != out and (out / "part-00000.json").exists()  # the old output whole meanwhile
+        save_block(staging.local, "part-00000", {"fr": np.ones((2, 4), np.float32)}, index=0, fingerprint="new")
+        staged.append(staging)
+        return stage.Manifest(None, None)
+
+    stage.run(stage.always(folder), work)
+    staging = staged[0]
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
         "fr",
         "fr/part-00000.npy",

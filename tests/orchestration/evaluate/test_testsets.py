@@ -14,6 +14,7 @@ import torch
 from core.dataset import file_sha256, load_manifest
 from core.schema import dump_yaml
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import TrackedRun
 from orchestration.cli import main
 from orchestration.config import ConfigError, load_config
 from orchestration.evaluate import EvaluateError
@@ -182,7 +183,7 @@ def test_the_champion_decision_on_a_pinned_test_set(small_dataset, ruth, tmp_pat
         trained = SimpleNamespace(model_dir=model, run_id=tracking.start_run(uri, "exp", f"train-{i}", {}))
         parent = tracking.start_run(uri, "exp", f"pipeline-{i}", {})
         challenger = evaluate(config, model_dir=model, label=f"m{i}", testset="pinned")
-        decisions.append(register_and_decide(config, uri, "pin", f"sha{i}", trained, challenger, parent))
+        decisions.append(register_and_decide(config, "pin", f"sha{i}", trained, challenger, TrackedRun(uri, parent)))
         tags = tracking.get_run(uri, parent).data.tags
         assert tags["register.evaluation_set"] == "pinned"
         assert tags["register.evaluation_data"] == load_manifest(small_dataset.data_dir).dump()["fingerprint"] + "/test"

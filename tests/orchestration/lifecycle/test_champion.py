@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestration.adapters import tracking
+from orchestration.adapters.tracker import TrackedRun
 from orchestration.lifecycle.champion import (
     PairRegression,
     Verdict,
@@ -128,7 +129,12 @@ def test_the_decision_and_its_inputs_are_logged_to_the_pipeline_run(tmp_path):
     run = tracking.start_run(uri, "exp", "pipeline", {})
     verdict = Verdict(True, (PairRegression(("fr", "en"), 0.25, 0.20), PairRegression(("en", "fr"), 0.13, 0.10)))
     log_decision(
-        uri, run, verdict, challenger_error=0.15, champion_error=0.20, min_improvement=0.01, max_pair_regression=0.02
+        TrackedRun(uri, run),
+        verdict,
+        challenger_error=0.15,
+        champion_error=0.20,
+        min_improvement=0.01,
+        max_pair_regression=0.02,
     )
     data = tracking.get_run(uri, run).data
     assert data.metrics["register/promoted"] == 0.0 and data.metrics["register/blocking_pairs"] == 2.0
@@ -143,8 +149,7 @@ def test_a_first_model_logs_no_champion_and_no_budget(tmp_path):
     uri = store_uri(tmp_path)
     run = tracking.start_run(uri, "exp", "pipeline", {})
     log_decision(
-        uri,
-        run,
+        TrackedRun(uri, run),
         Verdict(better=True),
         challenger_error=0.15,
         champion_error=None,

@@ -100,7 +100,7 @@ def test_a_fixed_threshold_needs_no_gold_and_bad_input_is_refused(bucc, local_ra
 
 
 def test_a_model_directory_embeds_with_the_corpus_job_and_a_rerun_reuses_its_blocks(bucc, small_dataset, local_ray):
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
     from tests.support.runs import untrained_model_dir
 
     folder, _ = bucc

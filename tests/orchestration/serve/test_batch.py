@@ -16,7 +16,7 @@ import pytest
 
 from core.errors import UserError
 from orchestration.config.stages import ServeConfig
-from orchestration.embed.embedder import UnknownLanguage
+from orchestration.embedding.embedder import UnknownLanguage
 from orchestration.serve.batch import answer_batch
 from orchestration.serve.models import ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.embedding.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
 from tests.support.runs import untrained_model_dir
 from tests.support.serving import NAME, get, post, register

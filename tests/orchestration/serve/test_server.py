@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from orchestration.config import load_config
-from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.embedding.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
 from tests.support.runs import other_weights, store_uri, untrained_model_dir
 from tests.support.serving import NAME, any_body, get, post, register

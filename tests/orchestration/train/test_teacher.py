@@ -115,7 +115,7 @@ def test_a_model_of_ours_teaches_a_smaller_student_and_its_embeddings_are_stored
     file among them is not."""
     from model.model_file import load_model
     from orchestration.adapters import tracking
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
     from orchestration.train.driver import train
 
     data_dir = tmp_path / "data"

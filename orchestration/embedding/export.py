@@ -24,11 +24,11 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core import boundary, storage
+from core import boundary, stage, storage
 from core.boundary import Name, Segment
 from core.dataset import file_sha256
 from core.location import Location
-from core.output import OutputFolder
+from core.output import OutputFolder, Staging
 from orchestration.adapters import model_dir as model_files
 
 log = logging.getLogger(__name__)
@@ -123,10 +123,8 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
     model_dir = model_files.check(Path(model_dir).resolve())
     lineage = model_files.verify(model_dir)
     out_dir = Path(out_dir).resolve() if out_dir else default_dir(model_dir)
-    out = folder(out_dir)
-    out.check_replaceable()  # before any work: a refused -o costs nothing
-    staging = out.stage()
-    try:
+
+    def work(staging: Staging) -> stage.Manifest[Exported]:
         model, _ = model_files.load(model_dir / model_files.MODEL_FILE)
         files, quantized = _write_graphs(model, staging.local)
         manifest = ExportManifest(
@@ -141,12 +139,13 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
             versions=_versions(),
         )
         text = json.dumps(manifest.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
-        out.commit(staging, text.encode("utf-8"))  # the manifest last: a folder without it is no export
-    except BaseException:
-        out.discard(staging)
-        raise
-    log.info("exported %s to %s (%s)", model_dir, out_dir, ", ".join(files))
-    return Exported(out_dir, files, quantized)
+        return stage.Manifest(Exported(out_dir, files, quantized), text.encode("utf-8"))  # committed last
+
+    # no cache answer: -o is checked to hold only an earlier export's files before any work, the graphs written
+    # in a staging folder, swapped in with the manifest last, discarded on any error (`core.stage`)
+    exported = stage.run(stage.always(folder(out_dir)), work).manifest
+    log.info("exported %s to %s (%s)", model_dir, out_dir, ", ".join(exported.files))
+    return exported
 
 
 def _write_graphs(model, staging: Path) -> tuple[dict[str, str], list[str]]:

@@ -1,4 +1,4 @@
-"""The actors of the one embedding job (`embed.job.run_actors`), each loading the shipped model once
+"""The actors of the one embedding job (`batch.pool.run_actors`), each loading the shipped model once
 (`job.landed_model`) and returning its vectors as `job.vectors_cell`s, and the driver's writer of each one's rows:
 
     SplitEmbedFn    a split's stored token ids, every language (`evaluate`)
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from orchestration.embed.job import ShippedModel, cell_vectors, landed_model, vectors_cell
+from orchestration.batch.pool import ShippedModel, cell_vectors, landed_model, vectors_cell
 
 if TYPE_CHECKING:
     from evaluation.store import BlockRecord
-    from orchestration.embed.inputs import BlockSpec
+    from orchestration.embedding.inputs import BlockSpec
 
 
 class _TuplesFn:
@@ -82,11 +82,11 @@ class SplitEmbedFn(_TuplesFn):
     ) -> None:
         import torch
 
-        from orchestration.embed.backends import load_encoder
+        from orchestration.embedding.backends import load_encoder
 
         super().__init__(languages, dtype)
         self.device = torch.device("cuda" if use_gpu else "cpu")
-        # the backend the driver resolved (`embed.backends`): every actor runs the same one
+        # the backend the driver resolved (`embedding.backends`): every actor runs the same one
         with landed_model(model) as model_dir:
             self.model = load_encoder(model_dir, backend=backend, device=str(self.device), threads=threads)
         self.max_tokens = max_tokens
@@ -114,7 +114,7 @@ class TextEmbedFn(_TuplesFn):
         backend: str = "torch",
         threads: int | None = None,
     ) -> None:
-        from orchestration.embed.embedder import SentenceEmbedder
+        from orchestration.embedding.embedder import SentenceEmbedder
 
         super().__init__(languages, dtype)
         with landed_model(model) as model_dir:
@@ -140,7 +140,7 @@ class UseEmbedFn(_TuplesFn):
 
 
 class BlockEmbedFn:
-    """Block specs (`embed.inputs.BlockSpec`) in; each block read from its file (a URI, or a path every node
+    """Block specs (`embedding.inputs.BlockSpec`) in; each block read from its file (a URI, or a path every node
     reaches), embedded by the shipped model directory; out, one row per block: `index`, `rows`, `empty`, `dim`
     and `vectors` (`vectors_cell`), which the driver writes (`save_input_block`)."""
 
@@ -159,7 +159,7 @@ class BlockEmbedFn:
         import os
 
         from model.training import cpu_threads
-        from orchestration.embed.embedder import SentenceEmbedder
+        from orchestration.embedding.embedder import SentenceEmbedder
 
         # The driver's object store settings: its inputs may be URIs, and a worker process started before
         # the driver set them (or on another node) would otherwise reach another store or none.
@@ -173,7 +173,7 @@ class BlockEmbedFn:
         self.lang, self.column, self.dtype = lang, column, dtype
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from orchestration.embed.inputs import BlockSpec, read_block
+        from orchestration.embedding.inputs import BlockSpec, read_block
 
         out: dict[str, list] = {"index": [], "rows": [], "empty": [], "dim": [], "vectors": []}
         for i in range(len(batch["index"])):

@@ -12,7 +12,7 @@ from orchestration.evaluate.job import evaluate
 
 def test_embed_and_search_commands_on_a_trained_model(trained_run, small_dataset, tmp_path, verse, capsys, caplog):
     from orchestration.cli import main
-    from orchestration.embed.embedder import SentenceEmbedder
+    from orchestration.embedding.embedder import SentenceEmbedder
 
     config = trained_run.config()
     overrides = [f"run_dir={tmp_path / 'run'}", f"dataset_dir={small_dataset.data_dir}"]
@@ -40,9 +40,9 @@ def test_embed_and_search_commands_on_a_trained_model(trained_run, small_dataset
     evaluate(config)
     capsys.readouterr()
     caplog.clear()  # the searches above embedded the split (and the CLI logs at INFO)
-    with caplog.at_level(logging.INFO, logger="orchestration.embed.nearest"):
+    with caplog.at_level(logging.INFO, logger="orchestration.embed.search"):
         assert main(["search", *overrides, "-q", ruth[0], "-l", "fr", "--in", "en,zh", "-k", "3"]) == 0
-    assert not [r for r in caplog.records if r.name == "orchestration.embed.nearest"]  # nothing embedded here
+    assert not [r for r in caplog.records if r.name == "orchestration.embed.search"]  # nothing embedded here
     stored = capsys.readouterr().out.splitlines()
     assert [line.split(None, 1)[1:] for line in stored] == [line.split(None, 1)[1:] for line in printed]
     np.testing.assert_allclose([float(line.split()[0]) for line in stored[1:4]], scores, atol=2e-3)

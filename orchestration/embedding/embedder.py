@@ -53,9 +53,9 @@ class SentenceEmbedder:
         backend: str = "auto",
         threads: int | None = None,
     ) -> SentenceEmbedder:
-        """`backend`: runtime.backend (`embed.backends`); its encoder stands in for the model in `embed`
+        """`backend`: runtime.backend (`embedding.backends`); its encoder stands in for the model in `embed`
         (`threads`: an ONNX backend's intra-op threads)."""
-        from orchestration.embed.backends import load_encoder
+        from orchestration.embedding.backends import load_encoder
 
         model_dir = model_files.check(Path(model_dir))
         model_files.verify(model_dir)  # model.safetensors and spm.model as exported (ModelDirError otherwise)

@@ -24,7 +24,7 @@ from evaluation.search import search, search_blocks
 from evaluation.store import MANIFEST, EmbeddingsMeta, StoredEmbeddings
 from orchestration.adapters import model_dir as model_files
 from orchestration.config import Config, ConfigError
-from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.embedding.embedder import SentenceEmbedder
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
     vectors = model.predict(pd.DataFrame({"sentence": ["Dieu est amour."], "lang": ["fr"]}))  # (1, D)
 
 The model directory (model.safetensors, spm.model, config.yaml) travels inside the
-MLflow model as an artifact; `orchestration.embed.embedder.SentenceEmbedder` does
+MLflow model as an artifact; `orchestration.embedding.embedder.SentenceEmbedder` does
 the work, so the pyfunc gives exactly the training code's embeddings. The
 project travels with it too, as a wheel in the model's `code/` folder that its
 requirements.txt names, beside the pinned `REQUIREMENTS`
@@ -27,7 +27,7 @@ import pandas as pd
 # hides the submodule's names from a type checker
 from mlflow.pyfunc import PythonModel
 
-# The third-party distributions imported when the model loads (`orchestration.embed.embedder` and what it
+# The third-party distributions imported when the model loads (`orchestration.embedding.embedder` and what it
 # imports: the Beam-free `core`, `model`), pinned at logging time to the versions installed then; neither
 # Apache Beam nor Ray (tests/orchestration/test_imports.py). mlflow pins itself.
 REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyYAML", "pydantic", "regex", "pyarrow")
@@ -35,7 +35,7 @@ REQUIREMENTS = ("torch", "safetensors", "sentencepiece", "numpy", "pandas", "PyY
 
 class SentenceEmbeddingModel(PythonModel):
     def load_context(self, context: Any) -> None:
-        from orchestration.embed.embedder import SentenceEmbedder
+        from orchestration.embedding.embedder import SentenceEmbedder
 
         self.embedder = SentenceEmbedder.load(context.artifacts["model_dir"])
 

@@ -1,4 +1,4 @@
-"""Which engine runs the encoder: PyTorch, or ONNX Runtime on the export (`embed.export`), fp32 or int8.
+"""Which engine runs the encoder: PyTorch, or ONNX Runtime on the export (`embedding.export`), fp32 or int8.
 
     encoder = load_encoder(model_dir, backend="auto")     # a MultilingualNMT, or an OnnxEncoder
     model.inference.embed(encoder, token_ids, "fr")        # the same call either way
@@ -30,7 +30,7 @@ import torch
 from core.dataset import file_sha256
 from core.errors import UserError
 from orchestration.adapters import model_dir as model_files
-from orchestration.embed import export
+from orchestration.embedding import export
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession

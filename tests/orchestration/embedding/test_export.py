@@ -15,8 +15,8 @@ from evaluation.xsim import average_error, error_matrix
 from model.batching import pad
 from model.inference import embed
 from orchestration.cli import main
-from orchestration.embed import backends, export
-from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.embedding import backends, export
+from orchestration.embedding.embedder import SentenceEmbedder
 from tests.support.runs import untrained_model_dir
 
 LANGS = ("fr", "en")

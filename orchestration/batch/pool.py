@@ -6,7 +6,7 @@ record per block kept.
     records = run_actors(dataset, SplitEmbedFn, {"model": shipped, ...}, write=..., rows=total,
                          rows_of=..., actors=2, cpus=1, use_gpu=False, batch_size=1024)
 
-The actors, and the driver's writers of their rows, live in `orchestration.embed.actors`: SplitEmbedFn,
+The actors, and the driver's writers of their rows, live in `orchestration.batch.actors`: SplitEmbedFn,
 TextEmbedFn and UseEmbedFn (tuples of every language, `evaluate`), BlockEmbedFn (a block of an input file,
 `embed` and `mine`).
 
@@ -93,7 +93,7 @@ def ship_model(model_dir: Path | None, backend: str = "torch") -> ShippedModel |
     import ray
 
     from orchestration.adapters import model_dir as model_files
-    from orchestration.embed import export
+    from orchestration.embedding import export
 
     files = [
         name
@@ -104,8 +104,8 @@ def ship_model(model_dir: Path | None, backend: str = "torch") -> ShippedModel |
     if backend != "torch":
         folder = export.default_dir(Path(model_dir))
         manifest = export.read_manifest(folder)
-        if manifest is None:  # `backend` is resolved (`embed.backends.resolve`): the export was there
-            from orchestration.embed.backends import BackendError
+        if manifest is None:  # `backend` is resolved (`embedding.backends.resolve`): the export was there
+            from orchestration.embedding.backends import BackendError
 
             raise BackendError(f"runtime.backend={backend}: no export at {folder} any more; export the model again")
         folders["model-onnx"] = (folder, [export.MANIFEST, *manifest.files])

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from orchestration.adapters import tracking
-from orchestration.embed.embedder import SentenceEmbedder
+from orchestration.embedding.embedder import SentenceEmbedder
 from orchestration.lifecycle import packaging
 from tests.support.runs import untrained_model_dir
 
@@ -102,7 +102,7 @@ def test_the_pyfunc_model_installs_in_a_fresh_venv_and_embeds_as_the_training_co
         f"mlflow.set_tracking_uri({uri!r})\n"
         f"m = mlflow.pyfunc.load_model({info.model_uri!r})\n"
         f"out = m.predict(pd.DataFrame({{'sentence': {sentences!r}, 'lang': {langs!r}}}))\n"
-        "import orchestration, orchestration.embed.embedder as e\n"
+        "import orchestration, orchestration.embedding.embedder as e\n"
         "print(json.dumps({'code': [orchestration.__file__, e.__file__], 'out': out.tolist()}))\n"
     )
     elsewhere = tmp_path / "elsewhere"  # not the checkout, so '' on sys.path finds no project code
