@@ -36,15 +36,10 @@ is `attempt-.../spm.model` here), not `<data_dir>/spm.model`.
 
 from __future__ import annotations
 
-from core import dataset, dataset_writer, storage
+from core import dataset, storage
 from core.output import Staging
 
 ATTEMPT = dataset.ATTEMPT
-
-
-def stage(data_dir: storage.Where, fingerprint: str) -> Staging:
-    """An empty place for a new run's files: a staging directory, or a fresh prefix under a URI."""
-    return dataset_writer.folder(data_dir).stage(fingerprint)  # one a crashed run of this config left is replaced
 
 
 def refuse_other_config(
@@ -66,12 +61,6 @@ def check_staged(staging: Staging, data_dir: storage.Where, manifest: dataset.Da
     where the files are in place already; a local staging folder is swapped in whole)."""
     if staging.prefix:
         _check_members(data_dir, manifest)
-
-
-def commit(staging: Staging, data_dir: storage.Where, manifest: dataset.DatasetManifest) -> None:
-    """Make the staged files the dataset at `data_dir`, then drop the previous one (`check_staged` first)."""
-    check_staged(staging, data_dir, manifest)
-    dataset_writer.folder(data_dir).commit(staging, dataset_writer.manifest_bytes(manifest))
 
 
 def _check_members(data_dir: storage.Where, manifest: dataset.DatasetManifest) -> None:

@@ -10,7 +10,6 @@ import pytest
 
 from core import dataset, dataset_writer, ownership
 from orchestration.cli import main
-from pipelines import staging
 from tests.support.corpus import error_line, text_source
 
 ENGLISH, FRENCH = "k", "l"
@@ -104,7 +103,7 @@ def test_a_staging_path_the_product_did_not_make_is_never_deleted(tmp_path):
     folder = tmp_path / ".data.partial-0123456789abcdef"
     kept = sentinels(folder)
     with pytest.raises(ownership.ForeignDataError, match="sentinel.txt"):
-        staging.stage(tmp_path / "data", "0123456789abcdef" * 4)
+        dataset_writer.folder(tmp_path / "data").stage("0123456789abcdef" * 4)
     assert intact(kept)
     ownership.remove_staging(folder)  # not marked as the product's: nothing is removed
     assert intact(kept)

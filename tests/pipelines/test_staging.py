@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from core import dataset, dataset_writer, storage
+from core.output import Staging
 from pipelines import staging
 from pipelines.prepare import run_prepare
 from pipelines.runners import pipeline_options
@@ -27,9 +28,16 @@ def rows(book_lines) -> list[dict]:
     ]
 
 
-def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[staging.Staging, dataset.DatasetManifest]:
+def commit(staged: Staging, data_dir: str, manifest: dataset.DatasetManifest) -> None:
+    """What `prepare` does once its job has written the files (`run_prepare`'s work, then `stage.run`'s commit):
+    the staged files checked against the manifest, then the dataset's folder committed with it."""
+    staging.check_staged(staged, data_dir, manifest)
+    dataset_writer.folder(data_dir).commit(staged, dataset_writer.manifest_bytes(manifest))
+
+
+def stage_dataset(data_dir: str, rows: list[dict], tag: str) -> tuple[Staging, dataset.DatasetManifest]:
     """A staged one-shard dataset and the manifest that would commit it."""
-    staged = staging.stage(data_dir, tag * 16)
+    staged = dataset_writer.folder(data_dir).stage(tag * 16)
     name = dataset_writer.shard_name("train", 0, 1)
     dataset_writer.write_shard(str(staged.join(name)), rows, LANGS)
     storage.write_bytes(str(staged.join(dataset.SPM_MODEL)), f"model {tag}".encode())
@@ -63,7 +71,7 @@ def test_the_manifest_is_the_commit(tmp_path, rows):
     assert storage.exists(str(staged.join("train/part-00000-of-00001.parquet")))
     with pytest.raises(dataset.DatasetError, match="not a finished dataset"):
         dataset.load_manifest(uri)  # every file is there, but no manifest names them
-    staging.commit(staged, uri, manifest)
+    commit(staged, uri, manifest)
     assert dataset.load_manifest(uri) == manifest
     assert dataset.split_files(uri, "train") == [f"{uri}/{staged.prefix}train/part-00000-of-00001.parquet"]
     assert keys(uri) == ["b:00", "b:01", "b:02"]
@@ -72,7 +80,7 @@ def test_the_manifest_is_the_commit(tmp_path, rows):
 def test_an_unfinished_run_is_never_read_and_the_next_commit_cleans_up(tmp_path, rows):
     uri = f"file://{tmp_path}/data"
     first, manifest = stage_dataset(uri, rows[:3], "a")
-    staging.commit(first, uri, manifest)
+    commit(first, uri, manifest)
     crashed, _ = stage_dataset(uri, rows[3:9], "b")  # every file written, then the run died
     assert dataset.load_manifest(uri) == manifest
     assert keys(uri) == ["b:00", "b:01", "b:02"]
@@ -80,7 +88,7 @@ def test_an_unfinished_run_is_never_read_and_the_next_commit_cleans_up(tmp_path,
     assert dataset.file_sha256(f"{uri}/{shard['path']}") == shard["sha256"]
     assert len(attempts(tmp_path)) == 2
     last, newest = stage_dataset(uri, rows[9:], "c")
-    staging.commit(last, uri, newest)
+    commit(last, uri, newest)
     assert keys(uri) == [r["key"] for r in rows[9:]]
     assert attempts(tmp_path) == [last.prefix.rstrip("/")]  # the previous dataset and the crashed run
 
@@ -101,14 +109,14 @@ class _CrashOnRename:
 def test_a_crash_while_writing_the_manifest_keeps_the_previous_one(tmp_path, rows, monkeypatch):
     uri = f"file://{tmp_path}/data"
     first, manifest = stage_dataset(uri, rows[:3], "a")
-    staging.commit(first, uri, manifest)
+    commit(first, uri, manifest)
     second, other = stage_dataset(uri, rows[3:], "b")
     real = storage.resolve
     monkeypatch.setattr(
         storage, "resolve", lambda location: (lambda fs, path: (_CrashOnRename(fs), path))(*real(location))
     )
     with pytest.raises(OSError, match="crashed before renaming"):
-        staging.commit(second, uri, other)
+        commit(second, uri, other)
     monkeypatch.undo()
     assert not list((tmp_path / "data").glob("manifest.json.tmp-*"))  # the failed write's own file removed
     assert dataset.load_manifest(uri) == manifest
@@ -129,7 +137,7 @@ def test_commit_refuses_a_manifest_that_names_a_missing_or_changed_file(tmp_path
         }
     )
     with pytest.raises(dataset.DatasetError, match="nothing was committed"):
-        staging.commit(staged, uri, manifest)
+        commit(staged, uri, manifest)
     with pytest.raises(dataset.DatasetError, match="not a finished dataset"):
         dataset.load_manifest(uri)
 
