@@ -227,7 +227,10 @@ class TeacherStore:
 
 @dataclass(frozen=True)
 class TeacherInput:
-    """What a training stream reads of a teacher (`model.batching`): its store and the pivot language."""
+    """What a training stream reads of a teacher (`model.batching`): its store, the pivot language, and whether
+    a batch carries the teacher's vectors of every language it encodes (`model.distill_languages: all`) or of
+    its sources only."""
 
     store: TeacherStore
     pivot: str
+    every_language: bool = False

@@ -171,8 +171,9 @@ class MultilingualNMT(nn.Module):
     ) -> Losses:
         """Losses of one homogeneous batch: every source holds the same B tuples (`Losses`). `teacher`: per
         language, the teacher's embeddings of the batch's sentences in it and which rows have one; each
-        source is regressed onto its own language's (where the teacher has it) and the pivot's
-        (`teacher[PIVOT]`), with `distill_weight`."""
+        source, and each target the ranking loss encodes whose language `teacher` holds, is regressed onto
+        its own language's (where the teacher has it) and the pivot's (`teacher[PIVOT]`), with
+        `distill_weight`."""
         ranked = [lang for lang in targets if lang not in sources] if ranking_weight > 0 else []
         encoded = self.encode_many({**sources, **{lang: targets[lang] for lang in ranked}})
         sentence = torch.stack([encoded[lang] for lang in sources]).mean(dim=0)  # (B, D); M:1 averages
@@ -196,7 +197,9 @@ class MultilingualNMT(nn.Module):
             loss = loss + ranking_weight * ranking
         distill = None
         if teacher and distill_weight > 0:
-            distill = self.distill_loss({lang: encoded[lang] for lang in sources}, teacher)
+            # the sources, and every other encoded language the batch carries the teacher's vectors of
+            distilled = [lang for lang in encoded if lang in sources or lang in teacher]
+            distill = self.distill_loss({lang: encoded[lang] for lang in distilled}, teacher)
             loss = loss + distill_weight * distill
         return Losses(loss, nll, tokens, ranking, distill)
 

@@ -12,8 +12,8 @@ Each worker streams its own share of the training split and holds one window of 
              would be its own negative in the ranking loss), length-bucketed by token budget,
              batches shuffled
 
-With a teacher, each batch carries the teacher's embeddings of its sources and of its tuples' pivot
-sentences (`ParallelCorpus.teacher_batch`).
+With a teacher, each batch carries the teacher's embeddings of its sources (or of all its languages:
+`TeacherInput.every_language`) and of its tuples' pivot sentences (`ParallelCorpus.teacher_batch`).
 
 The data position is (epoch, window, batch): a resumed worker reads the window it stopped in,
 rebuilds the same plan and skips the batches it had consumed, reading nothing before it. A stream built
@@ -180,9 +180,10 @@ class BatchStream:
             if p.batch < len(self._plan):
                 signature, rows = self._plan[p.batch]
                 sources, targets = corpus.batch(signature, rows)
-                teacher = (
-                    corpus.teacher_batch(signature[0], rows, self.teacher.pivot) if self.teacher is not None else None
-                )
+                teacher = None
+                if self.teacher is not None:
+                    distilled = signature[0] + signature[1] if self.teacher.every_language else signature[0]
+                    teacher = corpus.teacher_batch(distilled, rows, self.teacher.pivot)
                 self._chain(p, rows)
                 self.position = DataPosition(p.epoch, p.window, p.batch + 1)
                 return Batch(p.epoch, signature, sources, targets, teacher)

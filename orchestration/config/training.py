@@ -99,6 +99,12 @@ class ModelConfig(Schema):
         "(its mean over the teacher's dimensions: small beside the ranking loss), or `contrastive`, the ranking "
         "loss's additive-margin softmax of the student's sentence among the teacher's vectors of the batch.",
     )
+    distill_languages: Literal["sources", "all"] = Field(
+        default="sources",
+        description="Whose sentences are distilled: the batch's `sources` (one language of a 1:N tuple), or `all` "
+        "the languages the ranking loss encodes, each sentence and each of its translations (Reimers & Gurevych "
+        "2020), at no extra encoding.",
+    )
     distill_pivot: str = Field(
         default="en",
         description="The language whose sentence of a tuple every other is also regressed onto "

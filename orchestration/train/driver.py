@@ -58,15 +58,19 @@ class TrainResult:
     skipped: bool
 
 
-_TEACHER_KEYS = {"teacher", "distill_weight", "distill_pivot", "distill_loss"}
+_TEACHER_KEYS = {"teacher", "distill_weight", "distill_pivot", "distill_loss", "distill_languages"}
 
 
 def train_fingerprint(config: Config, data: Dataset, teacher: dict[str, str] | None = None) -> str:
     """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
-    teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as is
-    the default `distill_loss` with one: the fingerprint of a run of before they existed."""
-    exclude = _TEACHER_KEYS if teacher is None else {"distill_loss"} if config.model.distill_loss == "mse" else None
-    model = config.model.model_dump(exclude=exclude)
+    teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as are
+    the defaults of `distill_loss` and `distill_languages` with one: the fingerprint of a run of before they
+    existed."""
+    m = config.model
+    exclude = set(_TEACHER_KEYS) if teacher is None else set()
+    exclude |= {"distill_loss"} if m.distill_loss == "mse" else set()
+    exclude |= {"distill_languages"} if m.distill_languages == "sources" else set()
+    model = m.model_dump(exclude=exclude)
     return fingerprint(
         {
             "data": data.fingerprint,
@@ -183,7 +187,12 @@ def train(
     check_every_node_reaches(uri, dataset_dir=str(config.data_dir), run_dir=str(train_dir))
     if teacher is not None:  # computed once per dataset and teacher, before the MLflow run
         job = dataclasses.replace(
-            job, teacher=TeacherInput(teachers.embeddings(config, data, teacher), config.model.distill_pivot)
+            job,
+            teacher=TeacherInput(
+                teachers.embeddings(config, data, teacher),
+                config.model.distill_pivot,
+                every_language=config.model.distill_languages == "all",
+            ),
         )
     from orchestration.train import checkpoint  # torch: imported only when training
 

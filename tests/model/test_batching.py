@@ -243,6 +243,17 @@ def test_a_stream_with_a_teacher_hands_each_batch_its_sources_and_pivots_teacher
     assert "zh" in seen and len(keys) == sum(u.rows for u in units)
 
 
+def test_a_stream_distilling_every_language_hands_each_batch_the_teacher_rows_of_its_targets_too(units, teacher):
+    from core.teacher import TeacherInput
+    from model.nmt import PIVOT
+
+    every = stream(units, paths=[TrainingPath(kind="1:N")], teacher=TeacherInput(teacher, "en", every_language=True))
+    for _ in range(20):
+        batch = next(every)
+        languages = set(batch.signature[0]) | set(batch.signature[1])
+        assert len(languages) > 1 and set(batch.teacher) == (languages - {"zh"}) | {PIVOT}
+
+
 def test_teacher_rows_that_are_not_the_shards_are_refused(units, small_dataset, tmp_path):
     from tests.support.teachers import synthetic_store
 

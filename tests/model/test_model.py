@@ -236,7 +236,9 @@ def test_ranking_all_pairs_trains_every_language_of_the_batch_through_one_shared
 def test_distillation_regresses_each_source_onto_its_own_and_the_pivots_teacher_rows_only(corpus, teacher_dim):
     """The masked mean squared error between the mapped source embeddings and the teacher's, per term (the
     source's own language, the pivot), averaged over the terms; rows without a teacher vector count nothing;
-    a map only where the sizes differ (the student's is 48); it trains the encoder and the map."""
+    a map only where the sizes differ (the student's is 48); it trains the encoder and the map. A target the
+    batch carries the teacher's vectors of (`model.distill_languages: all`) is regressed too, a target it
+    does not is not."""
     from model.model_file import embedding_size
     from model.nmt import PIVOT
 
@@ -248,13 +250,23 @@ def test_distillation_regresses_each_source_onto_its_own_and_the_pivots_teacher_
     torch.manual_seed(2)
     own, pivot = torch.randn(5, teacher_dim), torch.randn(5, teacher_dim)
     has_own, has_pivot = torch.tensor([True, True, False, True, False]), torch.ones(5, dtype=torch.bool)
-    teacher = {"fr": (own, has_own), PIVOT: (pivot, has_pivot), "ru": (torch.zeros(5, teacher_dim), has_pivot)}
+    teacher = {"fr": (own, has_own), PIVOT: (pivot, has_pivot)}
     out = model(sources, targets, ranking_weight=1.0, teacher=teacher, distill_weight=0.5)
-    mapped = model.encode(*sources["fr"], "fr")
-    mapped = model.distill_map(mapped) if model.distill_map is not None else mapped
+
+    def mapped_of(lang):
+        embedding = model.encode(*(sources | targets)[lang], lang)
+        return model.distill_map(embedding) if model.distill_map is not None else embedding
+
+    mapped = mapped_of("fr")
     error = (mapped - own).pow(2).mean(-1)
-    expected = (error[has_own].mean() + (mapped - pivot).pow(2).mean(-1).mean()) / 2  # "ru" is no source
+    expected = (error[has_own].mean() + (mapped - pivot).pow(2).mean(-1).mean()) / 2  # no target's vectors
     torch.testing.assert_close(out.distill, expected, rtol=1e-5, atol=1e-6)
+    ru = torch.randn(5, teacher_dim)
+    both = model(sources, targets, ranking_weight=1.0, teacher={**teacher, "ru": (ru, has_pivot)}, distill_weight=0.5)
+    mapped_ru = mapped_of("ru")
+    terms = [error[has_own].mean(), (mapped - pivot).pow(2).mean(-1).mean()]
+    terms += [(mapped_ru - ru).pow(2).mean(-1).mean(), (mapped_ru - pivot).pow(2).mean(-1).mean()]
+    torch.testing.assert_close(both.distill, torch.stack(terms).mean(), rtol=1e-5, atol=1e-6)  # "en": no vectors
     torch.testing.assert_close(out.loss, out.ranking + 0.5 * out.distill, rtol=1e-5, atol=1e-6)
     out.distill.backward()
     assert model.encoders["shared"].embed.weight.grad.abs().sum() > 0
