@@ -140,6 +140,11 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         small_dataset, tmp_path, "model.teacher=use", "model.distill_weight=1", "model.distill_loss=contrastive"
     )
     assert train_fingerprint(contrastive, manifest, use) not in fingerprints
+    # so is distilling every language; the default (the sources) keeps it
+    every = config_for(
+        small_dataset, tmp_path, "model.teacher=use", "model.distill_weight=1", "model.distill_languages=all"
+    )
+    assert train_fingerprint(every, manifest, use) not in fingerprints
     import hashlib
     import json
 
@@ -149,7 +154,7 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         "model": {
             k: v
             for k, v in config_for(small_dataset, tmp_path).model.model_dump().items()
-            if k not in ("teacher", "distill_weight", "distill_pivot", "distill_loss")
+            if k not in ("teacher", "distill_weight", "distill_pivot", "distill_loss", "distill_languages")
         },
     }
     assert base == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
@@ -157,7 +162,7 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         "data": manifest.fingerprint,
         "train": taught.train.model_dump(),
         "teacher": use,
-        "model": {k: v for k, v in taught.model.model_dump().items() if k != "distill_loss"},
+        "model": {k: v for k, v in taught.model.model_dump().items() if k not in ("distill_loss", "distill_languages")},
     }
     assert (
         train_fingerprint(taught, manifest, use)
