@@ -17,7 +17,8 @@ Stages, each in a new process, each bounded in time, results appended to DIR/gpu
               against now, at the demo's token budget and a larger one. GPU busy: NVML's utilization sampled
               every 0.1 s over the measured window, and the CUDA kernel time over the wall time of a
               profiled window (torch.profiler, whose top operators go to DIR/profile-*.txt)
-    quality   the demo's recipe (configs/bible6-cpu.yaml) for `--minutes` on the GPU, several token
+    quality   the demo's recipe (configs/bible6-cpu.yaml) without its teacher (this loop distils
+              nothing) for `--minutes` on the GPU, several token
               budgets and encoder sizes side by side (sharing the GPU), the best dev model's test
               similarity error (the 30 ordered pairs of the test split's 1,000 tuples, exact cosine
               search), as `interlingua evaluate` computes it

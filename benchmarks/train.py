@@ -240,7 +240,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    config = load_config(args.config, args.overrides)
+    # the machinery without the demo's teacher (its pass and distillation are not what this measures)
+    config = load_config(args.config, ["model.teacher=null", *args.overrides])
     _same_env_as_workers(config)
     if not (Path(config.data_dir) / "manifest.json").is_file():
         from pipelines.prepare import run_prepare
