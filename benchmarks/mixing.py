@@ -101,8 +101,8 @@ def recipe_parts(config, data_fraction: float = 1.0) -> tuple[list[str], list, M
 
 
 def testset_errors(model: MultilingualNMT, config, languages: list[str], testsets: list[str]) -> dict[str, float]:
-    """The error % of each `NAME=DATASET_DIR`'s test split (its tuples complete in `languages`), read as text
-    and tokenized as the training dataset tokenizes it."""
+    """The error % of each `NAME=DATASET_DIR`'s test split (its tuples complete in `languages`, counted as
+    `NAME_tuples`), read as text and tokenized as the training dataset tokenizes it."""
     data = Dataset.open(config.data_dir)
     processor = model_files.load_tokenizer(Path(data.spm_model))  # a local dataset (this benchmark's)
     embedder = SentenceEmbedder(model, processor, Normalizer(config.prepare.normalize))
@@ -117,6 +117,7 @@ def testset_errors(model: MultilingualNMT, config, languages: list[str], testset
         with torch.no_grad():
             vectors = {lang: embedder.embed(texts[lang], lang) for lang in languages}
         errors[name] = round(100 * average_error(error_matrix(vectors)), 2)
+        errors[f"{name}_tuples"] = int(complete.sum())  # searched; the rest lack a language
         if model.distill_map is not None:  # the same search in the teacher's space, through the learned map
             with torch.no_grad():
                 mapped = {lang: model.distill_map(torch.from_numpy(v)).numpy() for lang, v in vectors.items()}
