@@ -103,7 +103,7 @@ class ModelConfig(Schema):
         default="sources",
         description="Whose sentences are distilled: the batch's `sources` (one language of a 1:N tuple), or `all` "
         "the languages the ranking loss encodes, each sentence and each of its translations (Reimers & Gurevych "
-        "2020), at no extra encoding.",
+        "2020), with no extra encoder pass (the loss terms still cost steps).",
     )
     distill_pivot: str = Field(
         default="en",
