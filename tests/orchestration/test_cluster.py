@@ -191,3 +191,43 @@ def test_a_ray_data_task_that_a_dead_node_failed_runs_again_and_any_other_error_
     with data_job():  # another error is not retried: the first failure fails the job
         with pytest.raises(Exception, match="ZeroDivisionError"):
             ray.data.range(2).map(lambda row: {"x": 1 / 0}).materialize()
+
+
+def test_wait_for_cpus_returns_once_one_is_free_and_gives_up_at_its_timeout():
+    from orchestration.adapters.cluster import wait_for_cpus
+
+    free = iter([0.0, 0.0, 1.0])
+    assert wait_for_cpus(lambda: next(free), timeout_s=5, poll_s=0.001) is True
+    assert next(free, "spent") == "spent"  # asked until the third answer, not after
+    assert wait_for_cpus(lambda: 0.0, timeout_s=0.02, poll_s=0.001) is False
+
+
+@pytest.mark.ray
+def test_a_data_job_waits_for_the_cpus_a_finished_stage_still_holds_and_ray_data_does_not_warn(local_ray, caplog):
+    """As `run` evaluates right after training: Ray Train's workers hand their CPUs back a moment after `fit`
+    returns. A product job on this process's own instance waits for them, so Ray Data's "does not have any
+    available CPUs ... will hang" warning is not printed for a cluster that is about to be free."""
+    import threading
+
+    import ray
+    import ray.data
+
+    from orchestration.adapters.cluster import data_job
+
+    @ray.remote(num_cpus=2)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    ray.get(holder.ready.remote())
+    assert ray.available_resources().get("CPU", 0.0) == 0
+    release = threading.Timer(1.0, ray.kill, args=(holder,))
+    release.start()
+    try:
+        with caplog.at_level("WARNING", logger="ray.data"), data_job():
+            assert ray.available_resources().get("CPU", 0.0) > 0
+            assert ray.data.range(4).count() == 4
+    finally:
+        release.join()
+    assert not [r for r in caplog.records if "available CPUs" in r.getMessage()]
