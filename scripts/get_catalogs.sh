@@ -7,11 +7,16 @@
 # fetched when needed, never committed. A folder of its own: one that holds other files is refused.
 set -euo pipefail
 OUT=${1:-data/catalogs}
-# Desktop, office-like and developer tools of Debian 12, chosen for their many and long messages.
+# Desktop, office-like, media and developer tools of Debian 12, chosen for their many and long messages.
 PACKAGES=(
     nautilus-data gedit-common evince-common gnome-control-center-data libgtk-3-common libglib2.0-data
     xfce4-session thunar-data gnome-text-editor gimp-data
     git gcc-12-locales
+    evolution-common evolution-data-server-common gnucash-common gnumeric-common pidgin-data inkscape vlc-l10n
+    anjuta-common geany-common brasero-common rhythmbox-data shotwell-common totem-common cheese-common eog
+    epiphany-browser-data file-roller gnome-disk-utility gnome-shell-common gnome-software-common
+    gnome-system-monitor gnome-terminal-data gthumb-data mousepad remmina-common seahorse simple-scan
+    xfce4-panel xfce4-settings
 )
 if [ -d "$OUT" ] && [ ! -f "$OUT/packages.tsv" ] && [ -n "$(ls -A "$OUT")" ]; then
     echo "get_catalogs: $OUT holds files this script did not write (no packages.tsv); give another folder" >&2
