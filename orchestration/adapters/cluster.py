@@ -140,11 +140,8 @@ def data_job(*, preserve_order: bool = False) -> Iterator[None]:
     """Ray Data's settings for one of the product's jobs (this driver's `DataContext`, put back after): a map
     task that failed because a node died under it is run again (`NODE_LOST`, up to `NODE_LOST_RETRIES` times;
     any other error fails the job at once); `preserve_order` keeps the blocks' order through the job."""
-    import ray
     from ray.data import DataContext
 
-    if owns_ray():  # a stage just before (a training's workers) may not have handed its CPUs back yet
-        wait_for_cpus(lambda: ray.available_resources().get("CPU", 0.0))
     context = DataContext.get_current()
     before = (context.retried_map_errors, context.max_map_retries, context.execution_options.preserve_order)
     context.retried_map_errors, context.max_map_retries = list(NODE_LOST), NODE_LOST_RETRIES
@@ -153,25 +150,6 @@ def data_job(*, preserve_order: bool = False) -> Iterator[None]:
         yield
     finally:
         context.retried_map_errors, context.max_map_retries, context.execution_options.preserve_order = before
-
-
-# How long a job of an instance this process started waits for the CPUs a finished stage's actors still hold
-# (Ray Train's workers are released a moment after `fit` returns).
-RELEASE_WAIT_S = 30.0
-
-
-def wait_for_cpus(available: Callable[[], float], timeout_s: float = RELEASE_WAIT_S, poll_s: float = 0.2) -> bool:
-    """Wait until `available()` (the cluster's free CPUs) is above 0, at most `timeout_s`; whether it is. Ray
-    Data warns that a job "will hang" when it starts on a cluster with no free CPU; on an instance of this
-    process's own, that is a stage before it still handing its CPUs back, not something for the operator."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while available() <= 0:
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(poll_s)
-    return True
 
 
 def check_every_node_reaches(uri: str | None = None, **locations) -> None:
