@@ -5,6 +5,7 @@ listening on the loopback address alone."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -191,3 +192,75 @@ def test_a_ray_data_task_that_a_dead_node_failed_runs_again_and_any_other_error_
     with data_job():  # another error is not retried: the first failure fails the job
         with pytest.raises(Exception, match="ZeroDivisionError"):
             ray.data.range(2).map(lambda row: {"x": 1 / 0}).materialize()
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def ray_data_lines():
+    """What Ray Data's handlers would print of its `Dataset`'s lines (a handler on the module's own logger: Ray
+    Data replaces the handlers of its `ray.data` logger when it sets up its logging, which does not propagate)."""
+    handler = _Records()
+    logger = logging.getLogger("ray.data.dataset")
+    logger.addHandler(handler)
+    yield handler.messages
+    logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_ray_datas_no_free_cpu_warning_is_dropped_on_an_instance_of_our_own_only(monkeypatch, ray_data_lines, own):
+    from orchestration.adapters import cluster
+
+    monkeypatch.setattr(cluster, "owns_ray", lambda: own)
+    monkeypatch.setattr(logging.getLogger("ray.data.dataset"), "filters", [])
+    cluster.quiet_own_busy_cpus()
+    cluster.quiet_own_busy_cpus()  # once
+    assert len(logging.getLogger("ray.data.dataset").filters) == 1
+    warning = f"{cluster.BUSY_CPUS}. The Dataset job will hang unless more CPUs are freed up."
+    logging.getLogger("ray.data.dataset").warning(warning)
+    logging.getLogger("ray.data.dataset").warning("another warning")
+    assert ray_data_lines == ([] if own else [warning]) + ["another warning"]
+
+
+@pytest.mark.ray
+def test_a_job_started_while_our_own_work_holds_every_cpu_prints_no_hang_warning(
+    local_ray, monkeypatch, ray_data_lines
+):
+    """As `run`'s evaluation: the job starts while work of this command holds both CPUs, which come back a moment
+    later. The job finishes, and Ray Data's "will hang" line is not printed."""
+    import threading
+
+    import ray
+    import ray.data
+    import ray.util.debug
+
+    from orchestration.adapters import cluster
+
+    monkeypatch.setattr(logging.getLogger("ray.data.dataset"), "filters", [])
+    monkeypatch.setattr(ray.util.debug, "_logged", set())  # Ray Data warns once per process: as if for the first time
+    cluster.quiet_own_busy_cpus()
+
+    @ray.remote(num_cpus=2)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    ray.get(holder.ready.remote())
+    assert ray.available_resources().get("CPU", 0.0) == 0
+    release = threading.Timer(1.0, ray.kill, args=(holder,))
+    release.start()
+    try:
+        with cluster.data_job():
+            assert ray.data.range(4).materialize().count() == 4  # an execution: Ray Data checks for a free CPU
+    finally:
+        release.join()
+    assert not [line for line in ray_data_lines if cluster.BUSY_CPUS in line]
+    assert "cpu_warning" in ray.util.debug._logged  # Ray Data did try to warn: the filter is what held it back
