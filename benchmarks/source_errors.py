@@ -31,7 +31,7 @@ def main() -> None:
     for source in args.sources:
         at = np.char.startswith(keys, f"{source}:")
         matrix = error_matrix({lang: store.rows(lang)[at] for lang in languages})
-        ef = (matrix[("en", "fr")] + matrix[("fr", "en")]) / 2 if ("en", "fr") in matrix else float("nan")
+        ef = average_error(matrix, ["en", "fr"]) if {"en", "fr"} <= set(languages) else float("nan")
         print(f"{source}: {int(at.sum())} tuples, error {100 * average_error(matrix):.2f} %, ef {100 * ef:.2f} %")
 
 
