@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -53,6 +54,28 @@ def ensure_ray(
                 include_dashboard=dashboard if local else None,  # None, ray.init's default: the cluster's choice
             )
         _started_here = ray.get_runtime_context().gcs_address if local else None
+        if local and logs.verbosity() < logs.VERBOSE:
+            quiet_own_busy_cpus()
+
+
+# Ray Data's warning, once per process, when a job's execution starts while no CPU is free: "... The Dataset job
+# will hang unless more CPUs are freed up". On an instance this command started, every CPU is held by the
+# command's own work (in `run`'s evaluation on the multidomain recipe: the previous execution of the same job,
+# its read tasks still finishing, with both CPUs free as the job began); they come back, and the line only
+# alarms the operator. On a cluster joined, other work may hold them: the warning stays, and with -v.
+BUSY_CPUS = "Warning: The Ray cluster currently does not have any available CPUs"
+
+
+class _OwnBusyCpus(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).startswith(BUSY_CPUS) and owns_ray())
+
+
+def quiet_own_busy_cpus() -> None:
+    """Drop Ray Data's no-free-CPU warning while this process is connected to an instance of its own."""
+    dataset = logging.getLogger("ray.data.dataset")  # Ray Data's module logger that emits it
+    if not any(isinstance(f, _OwnBusyCpus) for f in dataset.filters):
+        dataset.addFilter(_OwnBusyCpus())
 
 
 # Ray's setting of its workers' niceness (`worker_niceness` of its RayConfig, 15 by default on Linux), which each

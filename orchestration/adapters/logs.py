@@ -7,8 +7,7 @@ something is wrong. `VERBOSE` (`-v`): debug lines and every library's chatter.
 By default the known chatter is silenced at its source, by logger level: faiss's loader
 trying AVX512/AVX2 builds, Beam's notes on missing GCS/BigQuery clients, MLflow's table
 creation, matplotlib's font cache, Ray's start-up lines and Ray Data's and Ray Train's INFO logs
-(reports, checkpoints), and Ray Data's "no available CPUs" warning on a Ray instance of the command's own
-(`_OwnBusyCpus`); one known line of Ray's C++ core in its workers' output by Ray's own
+(reports, checkpoints); one known line of Ray's C++ core in its workers' output by Ray's own
 setting (`RAY_WORKER_NOISE`), and in this process's own stderr by `native_stderr`. The level
 travels in `INTERLINGUA_VERBOSITY`, which local Ray workers and subprocesses inherit (Beam's
 worker processes of `prepare --workers N`: `pipelines.sdk_worker`); a Ray Train worker is told it by its loop config
@@ -65,30 +64,6 @@ class _NoEscapeCodes(logging.Filter):
         return True
 
 
-# Ray Data's warning, once per process, when a job's execution starts while no CPU is free: "... The Dataset job
-# will hang unless more CPUs are freed up". On an instance this command started, every CPU is held by the
-# command's own work (in `run`'s evaluation on the multidomain recipe: the previous execution of the same job,
-# its read tasks still finishing, with both CPUs free as the job began); they come back, and the line only
-# alarms the operator. On a cluster joined, other work may hold them: the warning stays, and with -v.
-BUSY_CPUS = "Warning: The Ray cluster currently does not have any available CPUs"
-
-
-class _OwnBusyCpus(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not str(record.msg).startswith(BUSY_CPUS):
-            return True
-        from orchestration.adapters import cluster
-
-        return not cluster.owns_ray()
-
-
-def quiet_own_busy_cpus() -> None:
-    """Drop Ray Data's no-free-CPU warning while this process is connected to a Ray instance of its own."""
-    dataset = logging.getLogger("ray.data.dataset")  # Ray Data's module logger that emits it
-    if not any(isinstance(f, _OwnBusyCpus) for f in dataset.filters):
-        dataset.addFilter(_OwnBusyCpus())
-
-
 def verbosity() -> int:
     """The level set by `configure` in this process or the process that started it (DEFAULT if none)."""
     try:
@@ -134,7 +109,6 @@ def _quiet_libraries(level: int) -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _DropLibraryNoise) for f in handler.filters):
             handler.addFilter(_DropLibraryNoise())
-    quiet_own_busy_cpus()
     # read when the library is imported (here or in a Ray worker), over its own logging config
     os.environ.setdefault("RAY_DATA_LOG_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")

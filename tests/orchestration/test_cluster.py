@@ -216,14 +216,14 @@ def ray_data_lines():
 
 @pytest.mark.parametrize("own", [True, False])
 def test_ray_datas_no_free_cpu_warning_is_dropped_on_an_instance_of_our_own_only(monkeypatch, ray_data_lines, own):
-    from orchestration.adapters import cluster, logs
+    from orchestration.adapters import cluster
 
     monkeypatch.setattr(cluster, "owns_ray", lambda: own)
     monkeypatch.setattr(logging.getLogger("ray.data.dataset"), "filters", [])
-    logs.quiet_own_busy_cpus()
-    logs.quiet_own_busy_cpus()  # once
+    cluster.quiet_own_busy_cpus()
+    cluster.quiet_own_busy_cpus()  # once
     assert len(logging.getLogger("ray.data.dataset").filters) == 1
-    warning = f"{logs.BUSY_CPUS}. The Dataset job will hang unless more CPUs are freed up."
+    warning = f"{cluster.BUSY_CPUS}. The Dataset job will hang unless more CPUs are freed up."
     logging.getLogger("ray.data.dataset").warning(warning)
     logging.getLogger("ray.data.dataset").warning("another warning")
     assert ray_data_lines == ([] if own else [warning]) + ["another warning"]
@@ -241,11 +241,11 @@ def test_a_job_started_while_our_own_work_holds_every_cpu_prints_no_hang_warning
     import ray.data
     import ray.util.debug
 
-    from orchestration.adapters import cluster, logs
+    from orchestration.adapters import cluster
 
     monkeypatch.setattr(logging.getLogger("ray.data.dataset"), "filters", [])
     monkeypatch.setattr(ray.util.debug, "_logged", set())  # Ray Data warns once per process: as if for the first time
-    logs.quiet_own_busy_cpus()
+    cluster.quiet_own_busy_cpus()
 
     @ray.remote(num_cpus=2)
     class Holder:
@@ -262,5 +262,5 @@ def test_a_job_started_while_our_own_work_holds_every_cpu_prints_no_hang_warning
             assert ray.data.range(4).materialize().count() == 4  # an execution: Ray Data checks for a free CPU
     finally:
         release.join()
-    assert not [line for line in ray_data_lines if logs.BUSY_CPUS in line]
+    assert not [line for line in ray_data_lines if cluster.BUSY_CPUS in line]
     assert "cpu_warning" in ray.util.debug._logged  # Ray Data did try to warn: the filter is what held it back
