@@ -478,6 +478,7 @@ FORMATS = [
     ),
     ("`<mined>/manifest.json`", "core.mined.MinedManifest", "`read_manifest` / `write_manifest`"),
     ("`<export>/manifest.json`", "orchestration.embedding.export.ExportManifest", "`read_manifest` / `export_model`"),
+    ("`<catalogs>/catalogs.json`", "pipelines.debian_catalogs.CatalogsManifest", "`read_manifest` / `fetch`"),
 ]
 
 

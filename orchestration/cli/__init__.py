@@ -12,6 +12,7 @@ flags beside it, and one table of exit codes (`core.errors.Exit`).
     interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
     interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
     interlingua serve -c configs/bible6-cpu.yaml          # HTTP: POST /embed, the champion, hot-swapped
+    interlingua get-catalogs -o data/catalogs             # Debian's gettext catalogs (apt-get)
     interlingua config --config configs/bible6.yaml       # print the resolved config
     interlingua upgrade-model runs/old/train/model        # an older model.pt -> model.safetensors, once
 
@@ -49,6 +50,7 @@ COMMANDS = (
     tools.add_search,
     tools.add_embed,
     tools.add_mine,
+    tools.add_get_catalogs,
     export.add_export,
     export.add_upgrade_model,
     serve.add_serve,

@@ -1,5 +1,5 @@
-"""The commands around the stages: compare, search, embed, mine, config. Each is `add_<name>(sub)`, its flags
-beside its handler `<name>(config, args) -> exit code`."""
+"""The commands around the stages: compare, search, embed, mine, get-catalogs, config. Each is
+`add_<name>(sub)`, its flags beside its handler `<name>(config, args) -> exit code`."""
 
 from __future__ import annotations
 
@@ -265,6 +265,37 @@ def mine(config: Config, args: argparse.Namespace) -> int:
             f"{gold}; dropped: " + ", ".join(f"{r} {n:,}" for r, n in pair.dropped.items())
         )
     print(f"pairs and report: {result.out_dir}  (MLflow run {result.run_id})")
+    return Exit.OK
+
+
+def add_get_catalogs(sub: argparse._SubParsersAction) -> None:
+    p = command(
+        sub,
+        "get-catalogs",
+        get_catalogs,
+        example="interlingua get-catalogs -o data/catalogs --locales en,fr,es,ru,ar,zh_CN",
+        help="fetch the gettext catalogs of a pinned list of Debian packages (apt-get), for kind: gettext",
+        description="Download the packages of pipelines.debian_catalogs.PACKAGES with apt-get, unpack them "
+        "with dpkg-deb and keep their MO files as /usr/share/locale lays them out, with catalogs.json (each "
+        ".deb's version and sha256, each catalog's sha256). An existing OUT is replaced only if it holds "
+        "nothing but an earlier fetch.",
+    )
+    p.add_argument("--output", "-o", default="data/catalogs", help="the catalogs folder (default data/catalogs)")
+    p.add_argument("--locales", help="keep only these locales, comma-separated (default: every locale shipped)")
+    p.add_argument(
+        "--apt-update", action="store_true", help="run apt-get update first (needs root): for a fresh machine"
+    )
+
+
+def get_catalogs(config: Config, args: argparse.Namespace) -> int:
+    from pipelines.debian_catalogs import fetch
+
+    locales = [name for name in args.locales.split(",") if name] if args.locales else None
+    result = fetch(args.output, locales=locales, update=args.apt_update)
+    print(
+        f"{result.catalogs:,} catalogs in {result.locales} locales of {result.packages} packages in "
+        f"{result.out_dir}; see catalogs.json"
+    )
     return Exit.OK
 
 
