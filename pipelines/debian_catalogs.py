@@ -6,8 +6,9 @@ for `kind: gettext` sources (configs/multidomain-cpu.yaml).
         catalogs.json                     format marker; each package's name, version and the sha256 of its
                                           .deb; each catalog's sha256; the locales asked for
 
-The packages are fetched with `apt-get download` (no root needed; `--apt-update` refreshes the package lists
-first, which needs root) and unpacked with `dpkg-deb` in a scratch folder. OUT is an output of the
+The packages are fetched with `apt-get download` into a scratch folder (no root needed; `--apt-update`
+refreshes the package lists first, which needs root); only their regular files under usr/share/locale/ are
+read out of them (`dpkg-deb --fsys-tarfile`), straight into the staging folder. OUT is an output of the
 `CatalogsKind` (`core.output`): built in a staging folder beside it and swapped in whole, so a failed fetch
 leaves the previous catalogs as they were. An existing OUT is replaced only when it holds nothing but an
 earlier fetch's files (its manifest names them); anything else there, or a link, is refused before any work.
@@ -19,17 +20,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core import ownership, stage
+from core import boundary, ownership, stage
 from core.boundary import Name, Segment
 from core.dataset import file_sha256
 from core.errors import UserError
@@ -56,7 +59,7 @@ PACKAGES: Final = (
     "gnome-shell-common", "gnome-software-common", "gnome-system-monitor", "gnome-terminal-data", "gthumb-data",
     "mousepad", "remmina-common", "seahorse", "simple-scan", "xfce4-panel", "xfce4-settings",
 )  # fmt: skip
-LOCALE_DIR = "usr/share/locale"
+_CATALOG = re.compile(r"(?:\./)?usr/share/locale/([^/]+)/LC_MESSAGES/([^/]+\.mo)")  # a package's member
 
 
 class CatalogsError(UserError, ValueError):
@@ -86,7 +89,9 @@ class CatalogsManifest(_Record):
 
 
 def read_manifest(out_dir: Location) -> CatalogsManifest | None:
-    """The folder's manifest; None when it holds none, or one that is not a catalogs fetch's."""
+    """The folder's manifest; None when it holds none, or one that is not a catalogs fetch's. BoundaryError when
+    the folder holds a link (`core.boundary`): nothing is read through one."""
+    boundary.check_no_links(out_dir, "the catalogs folder")
     try:
         return CatalogsManifest.model_validate_json(out_dir.join(MANIFEST).read_bytes())
     except (FileNotFoundError, ValidationError):
@@ -97,7 +102,7 @@ class CatalogsKind:
     """Fetched catalogs as an output kind (`core.output.Kind`): the files its manifest names, and the manifest,
     written last."""
 
-    what = "get-catalogs OUT"
+    what = "-o"
     marker = MANIFEST
     advice = "give an empty or new folder; interlingua get-catalogs replaces only its own catalogs"
 
@@ -115,45 +120,96 @@ class Fetched:
     packages: int
     catalogs: int
     locales: int
-    skipped_links: int  # catalogs a package ships as a link to another file: not copied
+    skipped_links: int  # catalogs a package ships as a link to another one: not copied
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise CatalogsError(f"get-catalogs needs {name} (Debian's or Ubuntu's apt and dpkg), which is not on PATH")
+    return found
 
 
 def apt_download(packages: Sequence[str], dest: Path) -> None:
-    """`apt-get download` each package's .deb into `dest`; the packages it could not find are missing there."""
+    """`apt-get download` each package's .deb into `dest`. CatalogsError quoting apt's errors when it fails (a
+    name it does not know makes it fetch none)."""
     done = subprocess.run(
-        ["apt-get", "download", "-qq", *packages], cwd=dest, capture_output=True, text=True, check=False
+        [_tool("apt-get"), "download", "-qq", *packages], cwd=dest, capture_output=True, text=True, check=False
     )
-    for line in done.stderr.splitlines():
-        if "couldn't be accessed by user '_apt'" not in line:  # apt's note when run as root: not a fault
-            log.warning("apt-get: %s", line)
+    lines = [line for line in done.stderr.splitlines() if "couldn't be accessed by user '_apt'" not in line]
+    if done.returncode:  # apt's own notes when run as root are not faults
+        errors = [line for line in lines if line.startswith("E:")] or lines[-3:] or [f"exit {done.returncode}"]
+        raise CatalogsError(
+            f"apt-get download failed: {'; '.join(errors)}; refresh the package lists (--apt-update, as root), "
+            "check the names, or the network"
+        )
+    for line in lines:
+        log.warning("apt-get: %s", line)
 
 
 def apt_update() -> None:
     """`apt-get update` (root): the package lists `apt_download` finds the packages in."""
-    done = subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True, check=False)
+    done = subprocess.run([_tool("apt-get"), "update", "-qq"], capture_output=True, text=True, check=False)
     if done.returncode:
         raise CatalogsError(f"apt-get update failed ({done.stderr.strip() or done.returncode}); it needs root")
 
 
-def _deb_field(deb: Path, field: str) -> str:
-    return subprocess.run(
-        ["dpkg-deb", "-f", str(deb), field], capture_output=True, text=True, check=True
-    ).stdout.strip()
+def check_locales(locales: Sequence[str] | None) -> set[str] | None:
+    """The locales as a set (None: all); CatalogsError for an empty list or a name that is not one folder."""
+    if locales is None:
+        return None
+    names = {name.strip() for name in locales if name.strip()}
+    if not names:
+        raise CatalogsError("--locales names no locale: give them comma-separated (en,fr,zh_CN), or leave it out")
+    for name in names:
+        boundary.check_segment(name, "--locales")
+    return names
 
 
-def _unpack(debs: Iterable[Path], root: Path) -> list[Package]:
-    """Each .deb unpacked into `root` (dpkg-deb), as a `Package`."""
-    packages = []
-    for deb in debs:
+class _Catalogs:
+    """The catalogs read out of the packages into the staging folder: name -> sha256, the links skipped."""
+
+    def __init__(self, staging: Path, wanted: set[str] | None):
+        self.staging, self.wanted = staging, wanted
+        self.files: dict[str, str] = {}
+        self.owner: dict[str, str] = {}  # name -> the package it came from
+        self.links = 0
+
+    def read(self, deb: Path) -> Package:
+        """The package's catalogs of the wanted locales, written into the staging folder; the package."""
+        dpkg = _tool("dpkg-deb")
         try:
-            name, version = _deb_field(deb, "Package"), _deb_field(deb, "Version")
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], capture_output=True, text=True, check=True)
-        except subprocess.CalledProcessError as exc:
-            raise CatalogsError(
-                f"{deb.name}: not a Debian package dpkg-deb can unpack ({exc.stderr.strip()})"
-            ) from None
-        packages.append(Package(name=name, version=version, sha256=file_sha256(str(deb))))
-    return packages
+            name = subprocess.run([dpkg, "-f", str(deb), "Package"], capture_output=True, text=True, check=True)
+            version = subprocess.run([dpkg, "-f", str(deb), "Version"], capture_output=True, text=True, check=True)
+            package = Package(name=name.stdout.strip(), version=version.stdout.strip(), sha256=file_sha256(deb))
+            with subprocess.Popen([dpkg, "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
+                assert proc.stdout is not None
+                with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+                    for member in tar:
+                        self._member(tar, member, package.name)
+            if proc.returncode:
+                raise subprocess.CalledProcessError(proc.returncode, "dpkg-deb --fsys-tarfile", stderr="")
+        except (subprocess.CalledProcessError, tarfile.TarError) as exc:
+            why = getattr(exc, "stderr", "") or str(exc)
+            raise CatalogsError(f"{deb.name}: not a Debian package dpkg-deb can read ({why.strip()})") from None
+        return package
+
+    def _member(self, tar: tarfile.TarFile, member: tarfile.TarInfo, package: str) -> None:
+        found = _CATALOG.fullmatch(member.name)
+        if found is None or (self.wanted is not None and found[1] not in self.wanted):
+            return
+        if not member.isfile():  # a link to another catalog, or something else: nothing is written through it
+            self.links += 1
+            return
+        name = boundary.check_name(f"{found[1]}/LC_MESSAGES/{found[2]}", package)
+        if name in self.files:
+            raise CatalogsError(f"{name} is shipped by both {self.owner[name]} and {package}: leave one out")
+        data = tar.extractfile(member)
+        assert data is not None
+        target = self.staging / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.read())
+        self.files[name], self.owner[name] = file_sha256(target), package
 
 
 def fetch(
@@ -166,64 +222,43 @@ def fetch(
 ) -> Fetched:
     """Fetch `packages` (default `PACKAGES`) and keep their catalogs of `locales` (None: all) in `out_dir`,
     replacing an earlier fetch there (see the module's docstring). CatalogsError naming the packages not
-    fetched; ForeignDataError when `out_dir` holds anything an earlier fetch did not write; BoundaryError for a
-    link in it. `download(packages, folder)` puts the .deb files in `folder` (default: `apt_download`)."""
-    out = Path(out_dir).absolute()
+    fetched or the locales none of them ships (the earlier fetch stays); ForeignDataError when `out_dir` holds
+    anything an earlier fetch did not write; BoundaryError for a link in it. `download(packages, folder)` puts
+    the .deb files in `folder` (default: `apt_download`)."""
+    where = Location.of(str(out_dir), "-o")
+    if where.local_path is None:
+        raise CatalogsError(f"-o {out_dir}: the catalogs are written to a local folder (prepare reads them there)")
+    out = where.local_path.absolute()
     packages = list(PACKAGES if packages is None else packages)
-    wanted = set(locales) if locales is not None else None
+    wanted = check_locales(locales)
 
     def work(staging: Staging) -> stage.Manifest[Fetched]:
+        catalogs = _Catalogs(staging.local, wanted)
         with tempfile.TemporaryDirectory(prefix="interlingua-debs-") as scratch:
-            debs, root = Path(scratch, "debs"), Path(scratch, "root")
-            debs.mkdir()
             if update:
                 apt_update()
             log.info("get-catalogs: downloading %d packages", len(packages))
-            (download or apt_download)(packages, debs)
-            fetched = _unpack(sorted(debs.glob("*.deb")), root)
-            missing = sorted(set(packages) - {p.name for p in fetched})
-            if missing:
-                raise CatalogsError(
-                    f"not downloaded: {', '.join(missing)}; refresh the package lists (--apt-update, as root) "
-                    "or check the names"
-                )
-            files, links = _copy_catalogs(root / LOCALE_DIR, staging.local, wanted)
+            (download or apt_download)(packages, Path(scratch))
+            fetched = [catalogs.read(deb) for deb in sorted(Path(scratch).glob("*.deb"))]
+        missing = sorted(set(packages) - {p.name for p in fetched})
+        if missing:
+            raise CatalogsError(f"not downloaded: {', '.join(missing)}; check the names, or --apt-update (as root)")
+        found = {name.split("/")[0] for name in catalogs.files}
+        if wanted is not None and wanted - found:
+            raise CatalogsError(
+                f"--locales: no package ships a catalog of {', '.join(sorted(wanted - found))}; the locales "
+                "are /usr/share/locale's folder names (zh_CN, pt_BR, sr@latin)"
+            )
         manifest = CatalogsManifest(
             locales=sorted(wanted) if wanted is not None else None,
             packages=sorted(fetched, key=lambda p: p.name),
-            files=files,
+            files=catalogs.files,
         )
         text = json.dumps(manifest.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
-        found_locales = len({name.split("/")[0] for name in files})
-        result = Fetched(out, len(fetched), len(files), found_locales, links)
+        result = Fetched(out, len(fetched), len(catalogs.files), len(found), catalogs.links)
         return stage.Manifest(result, text.encode("utf-8"))  # committed last
 
-    folder = OutputFolder(out, CatalogsKind())
-    fetched = stage.run(stage.always(folder), work).manifest
+    fetched = stage.run(stage.always(OutputFolder(out, CatalogsKind())), work).manifest
     if fetched.skipped_links:
         log.info("get-catalogs: %d catalogs shipped as links to others, not copied", fetched.skipped_links)
-    if wanted is not None and fetched.locales < len(wanted):
-        log.warning(
-            "get-catalogs: no catalog of %d of the %d locales asked for", len(wanted) - fetched.locales, len(wanted)
-        )
     return fetched
-
-
-def _copy_catalogs(locale_dir: Path, staging: Path, wanted: set[str] | None) -> tuple[dict[str, str], int]:
-    """Copy `<locale>/LC_MESSAGES/*.mo` of the unpacked packages into the staging folder: name -> sha256, and the
-    number of catalogs that were links (not copied)."""
-    files: dict[str, str] = {}
-    links = 0
-    for mo in sorted(locale_dir.glob("*/LC_MESSAGES/*.mo")):
-        locale = mo.parent.parent.name
-        if wanted is not None and locale not in wanted:
-            continue
-        if any(p.is_symlink() for p in (mo, mo.parent, mo.parent.parent)) or not mo.is_file():
-            links += 1
-            continue
-        name = f"{locale}/LC_MESSAGES/{mo.name}"
-        target = staging / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(mo, target)
-        files[name] = file_sha256(str(target))
-    return files, links

@@ -6,6 +6,7 @@ every sentinel file (put at each level of the tree) and every catalog left as it
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,14 +99,31 @@ def test_catalogs_land_as_the_locale_tree_with_a_manifest_naming_each(tmp_path, 
 
 def test_locales_keep_only_those_asked_for(tmp_path, mirror):
     out = tmp_path / "catalogs"
-    fetched = fetch(out, packages=["gedit-common"], locales=["fr", "sr@latin", "de"], download=Mirror(mirror))
+    fetched = fetch(out, packages=["gedit-common"], locales=["fr", " sr@latin"], download=Mirror(mirror))
     assert set(_tree(out)) == {
         "catalogs.json",
         "fr/LC_MESSAGES/gedit-common.mo",
         "sr@latin/LC_MESSAGES/gedit-common.mo",
     }
-    assert json.loads((out / "catalogs.json").read_text())["locales"] == ["de", "fr", "sr@latin"]
+    assert json.loads((out / "catalogs.json").read_text())["locales"] == ["fr", "sr@latin"]
     assert fetched.locales == 2
+
+
+@pytest.mark.parametrize(
+    ("locales", "error"),
+    [
+        (["fr", "fr_FR"], "no package ships a catalog of fr_FR"),  # a typo: the earlier catalogs are not lost
+        ([" ", ""], "names no locale"),
+        (["../etc"], "not a relative path inside its folder"),
+    ],
+)
+def test_locales_that_match_nothing_are_refused_and_the_earlier_fetch_stays(tmp_path, mirror, locales, error):
+    out = tmp_path / "catalogs"
+    fetch(out, packages=["gedit-common"], download=Mirror(mirror))
+    before = _tree(out)
+    with pytest.raises((CatalogsError, BoundaryError), match=error):
+        fetch(out, packages=["gedit-common"], locales=locales, download=Mirror(mirror))
+    assert _tree(out) == before and not list(tmp_path.glob(".catalogs.partial*"))
 
 
 def test_a_fetch_replaces_the_earlier_one_whole(tmp_path, mirror):
@@ -144,9 +162,10 @@ def test_a_folder_of_an_older_fetch_without_its_manifest_is_refused(tmp_path, mi
     (out / "fr" / "LC_MESSAGES").mkdir(parents=True)
     (out / "fr" / "LC_MESSAGES" / "eog.mo").write_bytes(SENTINEL)
     (out / "packages.tsv").write_bytes(SENTINEL)
+    apt = Mirror(mirror)
     with pytest.raises(ForeignDataError, match="give an empty or new folder"):
-        fetch(out, packages=["eog"], download=Mirror(mirror))
-    assert _tree(out) == {"fr/LC_MESSAGES/eog.mo": SENTINEL, "packages.tsv": SENTINEL}
+        fetch(out, packages=["eog"], download=apt)
+    assert apt.calls == [] and _tree(out) == {"fr/LC_MESSAGES/eog.mo": SENTINEL, "packages.tsv": SENTINEL}
 
 
 def test_a_link_in_the_folder_is_refused_and_nothing_is_written_through_it(tmp_path, mirror):
@@ -155,9 +174,10 @@ def test_a_link_in_the_folder_is_refused_and_nothing_is_written_through_it(tmp_p
     outside.mkdir()
     (outside / "keep").write_bytes(SENTINEL)
     (out / "en").symlink_to(outside)  # gedit-common ships en/LC_MESSAGES/...: it would land outside
+    apt = Mirror(mirror)
     with pytest.raises(BoundaryError, match="symbolic links"):
-        fetch(out, packages=["gedit-common"], download=Mirror(mirror))
-    assert _tree(outside) == {"keep": SENTINEL}
+        fetch(out, packages=["gedit-common"], download=apt)
+    assert apt.calls == [] and _tree(outside) == {"keep": SENTINEL}
     assert (out / "fr/LC_MESSAGES/eog.mo").exists()
 
 
@@ -165,7 +185,7 @@ def test_a_package_not_downloaded_is_named_and_the_earlier_fetch_stays(tmp_path,
     out = tmp_path / "catalogs"
     fetch(out, packages=["eog"], download=Mirror(mirror))
     before = _tree(out)
-    with pytest.raises(CatalogsError, match="not downloaded: no-such-package; refresh the package lists"):
+    with pytest.raises(CatalogsError, match="not downloaded: no-such-package; check the names"):
         fetch(out, packages=["eog", "no-such-package"], download=Mirror(mirror))
     assert _tree(out) == before and not list(tmp_path.glob(".catalogs.partial*"))
 
@@ -180,3 +200,35 @@ def test_the_command_prints_what_it_fetched_and_refuses_a_users_folder(tmp_path,
     assert main(["get-catalogs", "-o", str(out)]) == 2
     assert "holds what interlingua did not write (notes.txt)" in capsys.readouterr().err
     assert (out / "notes.txt").read_bytes() == SENTINEL
+
+
+def test_a_uri_is_refused_before_anything_is_written(tmp_path, mirror, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CatalogsError, match="written to a local folder"):
+        fetch("s3://bucket/catalogs", packages=["eog"], download=Mirror(mirror))
+    assert list(tmp_path.iterdir()) == []
+
+
+def _on_path(tmp_path: Path, monkeypatch, script: str | None) -> None:
+    """PATH holding only dpkg-deb and, unless None, an `apt-get` running `script`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dpkg-deb").symlink_to(shutil.which("dpkg-deb"))
+    if script is not None:
+        (bin_dir / "apt-get").write_text("#!/bin/sh\n" + script)
+        (bin_dir / "apt-get").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def test_apt_s_own_error_is_quoted_and_nothing_is_written(tmp_path, monkeypatch):
+    _on_path(tmp_path, monkeypatch, "echo 'E: Unable to locate package no-such-package' >&2\nexit 100\n")
+    out = tmp_path / "catalogs"
+    with pytest.raises(CatalogsError, match="apt-get download failed: E: Unable to locate package no-such-package"):
+        fetch(out, packages=["no-such-package"])
+    assert not out.exists() and not list(tmp_path.glob(".catalogs.partial*"))
+
+
+def test_a_machine_without_apt_get_is_told_so(tmp_path, monkeypatch):
+    _on_path(tmp_path, monkeypatch, None)
+    with pytest.raises(CatalogsError, match="needs apt-get"):
+        fetch(tmp_path / "catalogs", packages=["eog"])
