@@ -18,6 +18,7 @@ committed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -204,12 +205,13 @@ class _Catalogs:
         name = boundary.check_name(f"{found[1]}/LC_MESSAGES/{found[2]}", package)
         if name in self.files:
             raise CatalogsError(f"{name} is shipped by both {self.owner[name]} and {package}: leave one out")
-        data = tar.extractfile(member)
-        assert data is not None
+        stream = tar.extractfile(member)
+        assert stream is not None
+        data = stream.read()
         target = self.staging / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data.read())
-        self.files[name], self.owner[name] = file_sha256(target), package
+        target.write_bytes(data)
+        self.files[name], self.owner[name] = hashlib.sha256(data).hexdigest(), package  # not read back
 
 
 def fetch(
