@@ -92,7 +92,12 @@ def recipe_parts(config, data_fraction: float = 1.0) -> tuple[list[str], list, M
         monolingual=t.monolingual,
         source_weights=t.source_weights,
         teacher=(
-            TeacherInput(store, m.distill_pivot, every_language=m.distill_languages == "all")
+            TeacherInput(
+                store,
+                m.distill_pivot,
+                every_language=m.distill_languages == "all",
+                source_weights=m.distill_source_weights,
+            )
             if store is not None
             else None
         ),
@@ -171,6 +176,7 @@ def main() -> None:
             device=CPU,
             teacher=batch.teacher,
             distill_weight=m.distill_weight,
+            teacher_weight=batch.teacher_weight,
         )
         elapsed = time.perf_counter() - started
         done = step == args.steps or any(60 * limit <= elapsed for limit in (t.max_minutes, args.minutes) if limit)

@@ -24,7 +24,7 @@ import json
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 import numpy as np
@@ -227,10 +227,12 @@ class TeacherStore:
 
 @dataclass(frozen=True)
 class TeacherInput:
-    """What a training stream reads of a teacher (`model.batching`): its store, the pivot language, and whether
+    """What a training stream reads of a teacher (`model.batching`): its store, the pivot language, whether
     a batch carries the teacher's vectors of every language it encodes (`model.distill_languages: all`) or of
-    its sources only."""
+    its sources only, and each source's weight of its tuples' distillation terms
+    (`model.distill_source_weights`: 1 for a source not named)."""
 
     store: TeacherStore
     pivot: str
     every_language: bool = False
+    source_weights: Mapping[str, float] = field(default_factory=dict)

@@ -15,7 +15,7 @@ The one convention every caller shares: an encoder input ends with EOS
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,10 +109,14 @@ class ParallelCorpus:
         always and its fraction at random (`rng`)."""
         if not weights:
             return np.ones(self.size, np.int64)
+        weight = self.source_weight(weights)
+        return np.floor(weight).astype(np.int64) + (rng.random(self.size) < weight - np.floor(weight))
+
+    def source_weight(self, weights: Mapping[str, float]) -> np.ndarray:
+        """Each tuple's source's weight (N,) float64, 1 for a source not named."""
         if self.keys is None:
             raise ValueError("source weights need the tuples' keys: read the corpus with them")
-        weight = np.array([weights.get(source_of(key), 1.0) for key in self.keys])
-        return np.floor(weight).astype(np.int64) + (rng.random(self.size) < weight - np.floor(weight))
+        return np.array([weights.get(source_of(key), 1.0) for key in self.keys], dtype=np.float64)
 
     @classmethod
     def read(cls, data_dir: str | Path, split: str, languages: Sequence[str], *, keys: bool = False) -> ParallelCorpus:

@@ -168,12 +168,13 @@ class MultilingualNMT(nn.Module):
         ranking_weight: float = 0.0,
         teacher: dict[str, Teacher] | None = None,
         distill_weight: float = 0.0,
+        teacher_weight: torch.Tensor | None = None,
     ) -> Losses:
         """Losses of one homogeneous batch: every source holds the same B tuples (`Losses`). `teacher`: per
         language, the teacher's embeddings of the batch's sentences in it and which rows have one; each
         source, and each target the ranking loss encodes whose language `teacher` holds, is regressed onto
         its own language's (where the teacher has it) and the pivot's (`teacher[PIVOT]`), with
-        `distill_weight`."""
+        `distill_weight`, each row's term times its `teacher_weight` (B,) where given."""
         ranked = [lang for lang in targets if lang not in sources] if ranking_weight > 0 else []
         encoded = self.encode_many({**sources, **{lang: targets[lang] for lang in ranked}})
         sentence = torch.stack([encoded[lang] for lang in sources]).mean(dim=0)  # (B, D); M:1 averages
@@ -199,13 +200,17 @@ class MultilingualNMT(nn.Module):
         if teacher and distill_weight > 0:
             # the sources, and every other encoded language the batch carries the teacher's vectors of
             distilled = [lang for lang in encoded if lang in sources or lang in teacher]
-            distill = self.distill_loss({lang: encoded[lang] for lang in distilled}, teacher)
+            distill = self.distill_loss({lang: encoded[lang] for lang in distilled}, teacher, teacher_weight)
             loss = loss + distill_weight * distill
         return Losses(loss, nll, tokens, ranking, distill)
 
-    def distill_loss(self, encoded: dict[str, torch.Tensor], teacher: dict[str, Teacher]) -> torch.Tensor:
+    def distill_loss(
+        self, encoded: dict[str, torch.Tensor], teacher: dict[str, Teacher], row_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Each source's mapped embedding (B, D) against the teacher's embeddings of the same sentence and of
-        the pivot, over the rows the teacher has (masked means: nothing is read back to the host).
+        the pivot, over the rows the teacher has (masked means: nothing is read back to the host), each row's
+        term times its `row_weight` (B,) where given (a source's weight: the mean stays over the rows the
+        teacher has, so a batch of a source weighted 0.5 pulls half as hard).
         `mse`: the mean squared difference (Reimers & Gurevych 2020). `contrastive`: the additive-margin
         softmax of the ranking loss, the student's sentence against the teacher's vectors of the batch
         (both directions; rows without one are neither queries nor negatives), a term of the ranking
@@ -223,7 +228,8 @@ class MultilingualNMT(nn.Module):
                         error = self._teacher_ranking(mapped.float(), vectors.float(), weight)
                     else:
                         error = (mapped.float() - vectors.float()).pow(2).mean(dim=-1)  # (B,)
-                    terms.append((error * weight).sum() / weight.sum().clamp(min=1))
+                    scaled = weight if row_weight is None else weight * row_weight.float()
+                    terms.append((error * scaled).sum() / weight.sum().clamp(min=1))
         return torch.stack(terms).mean() if terms else next(iter(encoded.values())).new_zeros(())
 
     def _teacher_ranking(self, student: torch.Tensor, vectors: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from model.stream import Batch, BatchStream, DataPosition
 class _StreamSource(torch.utils.data.IterableDataset):
     """A `BatchStream`, rebuilt in a DataLoader worker process, as plain values the loader can pin:
     (epoch, signature, sources, targets, the position after the batch, the digest after it, the teacher's
-    embeddings or None)."""
+    embeddings or None, their rows' weights or None)."""
 
     def __init__(self, stream: BatchStream) -> None:
         self.args = dict(
@@ -50,6 +50,7 @@ class _StreamSource(torch.utils.data.IterableDataset):
                 (p.epoch, p.window, p.batch, p.plan),
                 stream.digest,
                 batch.teacher,
+                batch.teacher_weight,
             )
 
 
@@ -103,7 +104,7 @@ class PrefetchedStream:
     def __next__(self) -> Batch:
         if self._batches is None:
             raise ValueError("the prefetched stream was closed")
-        epoch, signature, sources, targets, position, digest, teacher = next(self._batches)
+        epoch, signature, sources, targets, position, digest, teacher, teacher_weight = next(self._batches)
         self.position, self.digest = DataPosition(*position), digest
         # the loader hands tuples back as lists
         return Batch(
@@ -112,6 +113,7 @@ class PrefetchedStream:
             {lang: tuple(pair) for lang, pair in sources.items()},
             {lang: tuple(pair) for lang, pair in targets.items()},
             {lang: tuple(pair) for lang, pair in teacher.items()} if teacher is not None else None,
+            teacher_weight,
         )
 
     def close(self) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from core.teacher import TeacherInput
 from model.batching import Pair, ParallelCorpus, Unit, read_units, token_budget_batches
@@ -62,6 +63,8 @@ class Batch:
     sources: dict[str, Pair]
     targets: dict[str, Pair]
     teacher: dict[str, Pair] | None = None  # `ParallelCorpus.teacher_batch`, with a teacher
+    # (B,) float32: each tuple's weight of its distillation terms (`TeacherInput.source_weights`); None: 1 each
+    teacher_weight: torch.Tensor | None = None
 
 
 def epoch_windows(
@@ -168,6 +171,7 @@ class BatchStream:
         self._loaded: tuple[int, int] | None = None
         self._corpus: ParallelCorpus | None = None
         self._plan: list[tuple[Signature, np.ndarray]] = []
+        self._teacher_weight: np.ndarray | None = None  # the window's tuples' (N,), with teacher source weights
         self._windows: list[list[Unit]] = []
 
     def __iter__(self) -> Iterator[Batch]:
@@ -180,13 +184,15 @@ class BatchStream:
             if p.batch < len(self._plan):
                 signature, rows = self._plan[p.batch]
                 sources, targets = corpus.batch(signature, rows)
-                teacher = None
+                teacher, teacher_weight = None, None
                 if self.teacher is not None:
                     distilled = signature[0] + signature[1] if self.teacher.every_language else signature[0]
                     teacher = corpus.teacher_batch(distilled, rows, self.teacher.pivot)
+                    if self._teacher_weight is not None:
+                        teacher_weight = torch.from_numpy(self._teacher_weight[rows])
                 self._chain(p, rows)
                 self.position = DataPosition(p.epoch, p.window, p.batch + 1)
-                return Batch(p.epoch, signature, sources, targets, teacher)
+                return Batch(p.epoch, signature, sources, targets, teacher, teacher_weight)
             last = p.window + 1 >= len(self._windows)
             self.position = DataPosition(p.epoch + 1, 0, 0) if last else DataPosition(p.epoch, p.window + 1, 0)
         raise ValueError("no training batch can be formed: no tuple serves any training path")
@@ -221,6 +227,8 @@ class BatchStream:
             monolingual=self.monolingual,
             source_weights=self.source_weights,
         )
+        weights = self.teacher.source_weights if self.teacher is not None else None
+        self._teacher_weight = self._corpus.source_weight(weights).astype(np.float32) if weights else None
         self._loaded = (epoch, window)
         return self._corpus
 

@@ -34,12 +34,13 @@ def train_step(
     device: torch.device,
     teacher: dict[str, Pair] | None = None,
     distill_weight: float = 0.0,
+    teacher_weight: torch.Tensor | None = None,
 ) -> Losses:
     """Forward one homogeneous batch, backward, clip, optimizer step; returns the model's outputs.
 
     `model` is a `MultilingualNMT`, possibly DDP-wrapped. Token ids go to `device`; lengths stay on
     the host. On a GPU the forward pass runs under bf16 autocast. `teacher`: the batch's teacher
-    embeddings (`MultilingualNMT.forward`), with `distill_weight`.
+    embeddings (`MultilingualNMT.forward`), with `distill_weight` and each row's `teacher_weight`.
     """
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
         out = model(
@@ -48,6 +49,7 @@ def train_step(
             ranking_weight=ranking_weight,
             teacher=to_device(teacher, device) if teacher else None,
             distill_weight=distill_weight,
+            teacher_weight=teacher_weight.to(device, non_blocking=True) if teacher_weight is not None else None,
         )
     optimizer.zero_grad(set_to_none=True)
     out.loss.backward()

@@ -105,6 +105,12 @@ class ModelConfig(Schema):
         "the languages the ranking loss encodes, each sentence and each of its translations (Reimers & Gurevych "
         "2020), with no extra encoder pass (the loss terms still cost steps).",
     )
+    distill_source_weights: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="A source's name (prepare.sources) -> the weight of its tuples' distillation terms, as a "
+        "multiple of `distill_weight` (1 for a source not named): a teacher that is strong in one domain and weak "
+        "in another can pull hard on the first and lightly on the second.",
+    )
     distill_pivot: str = Field(
         default="en",
         description="The language whose sentence of a tuple every other is also regressed onto "

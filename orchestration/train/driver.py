@@ -58,18 +58,26 @@ class TrainResult:
     skipped: bool
 
 
-_TEACHER_KEYS = {"teacher", "distill_weight", "distill_pivot", "distill_loss", "distill_languages"}
+_TEACHER_KEYS = {
+    "teacher",
+    "distill_weight",
+    "distill_pivot",
+    "distill_loss",
+    "distill_languages",
+    "distill_source_weights",
+}
 
 
 def train_fingerprint(config: Config, data: Dataset, teacher: dict[str, str] | None = None) -> str:
     """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
     teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as are
-    the defaults of `distill_loss` and `distill_languages` with one: the fingerprint of a run of before they
-    existed."""
+    the defaults of `distill_loss`, `distill_languages` and `distill_source_weights` with one: the fingerprint
+    of a run of before they existed."""
     m = config.model
     exclude = set(_TEACHER_KEYS) if teacher is None else set()
     exclude |= {"distill_loss"} if m.distill_loss == "mse" else set()
     exclude |= {"distill_languages"} if m.distill_languages == "sources" else set()
+    exclude |= {"distill_source_weights"} if not m.distill_source_weights else set()
     model = m.model_dump(exclude=exclude)
     return fingerprint(
         {
@@ -123,15 +131,15 @@ def check_dev_tuples(config: Config, languages: list[str]) -> None:
         )
 
 
-def check_source_weights(weights: dict[str, float], data: Dataset) -> None:
-    """ConfigError, before any work, for a weight of a source the dataset does not hold."""
+def check_source_weights(weights: dict[str, float], data: Dataset, key: str = "train.source_weights") -> None:
+    """ConfigError, before any work, for a weight (of `key`) of a source the dataset does not hold."""
     if not weights:
         return
     sources = sorted(data.manifest.counts.sources)
     unknown = sorted(set(weights) - set(sources))
     if not sources or unknown:
         raise ConfigError(
-            f"train.source_weights: {unknown or sorted(weights)} not among the dataset's sources "
+            f"{key}: {unknown or sorted(weights)} not among the dataset's sources "
             f"{sources or '(not counted by source: prepare it again)'}"
         )
 
@@ -149,6 +157,7 @@ def train(
     the run dir holds checkpoints of another dataset or config: what a scheduled run wants after new data."""
     data = Dataset.open(config.data_dir)
     check_source_weights(config.train.source_weights, data)
+    check_source_weights(config.model.distill_source_weights, data, "model.distill_source_weights")
     teacher = teachers.resolve(config)
     train_dir = config.train_dir  # a local path or a URI: everything below goes through core.storage
     fp = train_fingerprint(config, data, teacher.identity if teacher else None)
@@ -192,6 +201,7 @@ def train(
                 teachers.embeddings(config, data, teacher),
                 config.model.distill_pivot,
                 every_language=config.model.distill_languages == "all",
+                source_weights=config.model.distill_source_weights,
             ),
         )
     from orchestration.train import checkpoint  # torch: imported only when training

@@ -96,6 +96,7 @@ def step(worker: Worker, window: Window) -> int:
         device=worker.device,
         teacher=batch.teacher,
         distill_weight=worker.config.model.distill_weight,
+        teacher_weight=batch.teacher_weight,
     )
     worker.progress.step += 1
     window.add(out, input_tokens(sources, targets, ranking_weight))

@@ -92,6 +92,8 @@ def check(config: Config, spec: TeacherSpec | None, languages: list[str]) -> Non
             "teacher and a weight above 0) to distil, or neither"
         )
     if spec is None:
+        if m.distill_source_weights:
+            raise ConfigError("model.distill_source_weights without model.teacher: there is nothing to weight")
         return
     if m.distill_pivot not in languages:
         raise ConfigError(f"model.distill_pivot: {m.distill_pivot!r} is not among the trained languages {languages}")

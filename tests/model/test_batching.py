@@ -37,7 +37,8 @@ def batch_ids(batch) -> list[tuple]:
     tensors = [
         t for pair in (*batch.sources.values(), *batch.targets.values(), *(batch.teacher or {}).values()) for t in pair
     ]
-    return [batch.epoch, batch.signature, sorted(batch.teacher or {}), *[t.tolist() for t in tensors]]
+    weight = batch.teacher_weight.tolist() if batch.teacher_weight is not None else None
+    return [batch.epoch, batch.signature, sorted(batch.teacher or {}), weight, *[t.tolist() for t in tensors]]
 
 
 _stream = stream
@@ -156,7 +157,7 @@ def test_a_prefetched_stream_gives_the_same_batches_and_positions(units, extra, 
 
     if extra != "none":
         source = read_units(units[:1], LANGS, keys=True).keys[0].split(":", 1)[0]
-        kwargs = dict(source_weights={source: 0.5}, teacher=TeacherInput(teacher, "en"))
+        kwargs = dict(source_weights={source: 0.5}, teacher=TeacherInput(teacher, "en", source_weights={source: 0.25}))
         stream = functools.partial(_stream, **kwargs)
     else:
         stream = _stream
@@ -241,6 +242,23 @@ def test_a_stream_with_a_teacher_hands_each_batch_its_sources_and_pivots_teacher
                 assert vector.tolist() == expected.astype(np.float32).tolist()
         seen |= set(batch.signature[0])
     assert "zh" in seen and len(keys) == sum(u.rows for u in units)
+
+
+def test_a_stream_hands_each_batch_its_rows_teacher_weights_by_source(units, teacher):
+    """`TeacherInput.source_weights`: each row's weight is its source's (1 for a source not named); without
+    weights a batch carries none (each row's term counts once)."""
+    from core.teacher import TeacherInput
+
+    source = read_units(units[:1], LANGS, keys=True).keys[0].split(":", 1)[0]
+    assert next(stream(units, teacher=TeacherInput(teacher, "en"))).teacher_weight is None
+    for weights, expected in (({source: 0.25}, 0.25), ({"other": 3.0}, 1.0)):
+        weighted = stream(units, teacher=TeacherInput(teacher, "en", source_weights=weights))
+        for _ in range(10):
+            batch = next(weighted)
+            rows = weighted._plan[weighted.position.batch - 1][1]
+            assert batch.teacher_weight.dtype == torch.float32 and len(batch.teacher_weight) == len(rows)
+            assert [weighted._corpus.keys[r].split(":", 1)[0] for r in rows] == [source] * len(rows)
+            assert batch.teacher_weight.tolist() == [expected] * len(rows)
 
 
 def test_a_stream_distilling_every_language_hands_each_batch_the_teacher_rows_of_its_targets_too(units, teacher):

@@ -306,6 +306,36 @@ def test_contrastive_distillation_ranks_the_students_sentence_among_the_teachers
         small_model(distill_dim=12, distill_loss="cosine")
 
 
+@pytest.mark.parametrize("objective", ["mse", "contrastive"])
+def test_each_rows_teacher_weight_scales_its_term_and_the_mean_stays_over_the_teachers_rows(corpus, objective):
+    """`model.distill_source_weights`: a row's weight multiplies its term; the mean is still over the rows the
+    teacher has, so weights of 1 are the unweighted loss, 2 doubles it, 0 removes a row's pull (its vectors
+    stay the others' negatives in the contrastive term)."""
+    from model.nmt import PIVOT
+
+    rows = rows_with(corpus, ["fr", "en"], 5)
+    sources, targets = corpus.batch((("fr",), ("en",)), rows)
+    model = small_model(shared_encoder=True, nmt_weight=0.0, distill_dim=12, distill_loss=objective)
+    mapped = model.distill_map(model.encode(*sources["fr"], "fr"))
+    torch.manual_seed(4)
+    present = torch.tensor([True, True, False, True, True])
+    teacher = {PIVOT: (torch.randn(5, 12), present)}
+    encoded = {"fr": model.encode(*sources["fr"], "fr")}
+    plain = model.distill_loss(encoded, teacher)
+    torch.testing.assert_close(model.distill_loss(encoded, teacher, torch.ones(5)), plain)
+    torch.testing.assert_close(model.distill_loss(encoded, teacher, torch.full((5,), 2.0)), 2 * plain)
+    weight = torch.tensor([0.0, 3.0, 5.0, 0.5, 1.0])  # the absent row's weight changes nothing
+    if objective == "mse":
+        error = (mapped - teacher[PIVOT][0]).pow(2).mean(-1)
+    else:
+        error = model._teacher_ranking(mapped.float(), teacher[PIVOT][0], present.float())
+    expected = (error * weight * present).sum() / present.sum()
+    torch.testing.assert_close(model.distill_loss(encoded, teacher, weight), expected, rtol=1e-5, atol=1e-6)
+    out = model(sources, targets, ranking_weight=1.0, teacher=teacher, distill_weight=0.5, teacher_weight=weight)
+    torch.testing.assert_close(out.distill, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.loss, out.ranking + 0.5 * out.distill, rtol=1e-5, atol=1e-6)
+
+
 def test_a_distilled_model_saves_and_loads_with_its_map(tmp_path):
     model = small_model(distill_dim=12)
     save_model(model, str(tmp_path / "model.safetensors"))

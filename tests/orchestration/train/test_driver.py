@@ -113,6 +113,21 @@ def test_a_weight_of_a_source_the_dataset_lacks_is_rejected_before_training(smal
     assert not Path(config.train_dir).exists()
 
 
+def test_teacher_weights_of_a_source_the_dataset_lacks_or_without_a_teacher_are_rejected_before_training(
+    small_dataset, tmp_path
+):
+    from orchestration.config import ConfigError
+
+    config = config_for(small_dataset, tmp_path, "model.distill_source_weights={catalogs: 2}")
+    with pytest.raises(ConfigError, match=r"model.distill_source_weights: \['catalogs'\] not among the dataset's"):
+        train(config)
+    sources = json.loads((Path(small_dataset.data_dir) / "manifest.json").read_text())["counts"]["sources"]
+    config = config_for(small_dataset, tmp_path, f"model.distill_source_weights={{{next(iter(sources))}: 2}}")
+    with pytest.raises(ConfigError, match="model.distill_source_weights without model.teacher"):
+        train(config)
+    assert not Path(config.train_dir).exists()
+
+
 def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does(small_dataset, tmp_path):
     from core.dataset import Dataset
     from orchestration.train.driver import train_fingerprint
@@ -145,6 +160,11 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         small_dataset, tmp_path, "model.teacher=use", "model.distill_weight=1", "model.distill_languages=all"
     )
     assert train_fingerprint(every, manifest, use) not in fingerprints
+    # so are per-source teacher weights; none (the default) keeps it
+    weighted = config_for(
+        small_dataset, tmp_path, "model.teacher=use", "model.distill_weight=1", "model.distill_source_weights={a: 2}"
+    )
+    assert train_fingerprint(weighted, manifest, use) not in fingerprints
     import hashlib
     import json
 
@@ -154,7 +174,15 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         "model": {
             k: v
             for k, v in config_for(small_dataset, tmp_path).model.model_dump().items()
-            if k not in ("teacher", "distill_weight", "distill_pivot", "distill_loss", "distill_languages")
+            if k
+            not in (
+                "teacher",
+                "distill_weight",
+                "distill_pivot",
+                "distill_loss",
+                "distill_languages",
+                "distill_source_weights",
+            )
         },
     }
     assert base == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
@@ -162,7 +190,11 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
         "data": manifest.fingerprint,
         "train": taught.train.model_dump(),
         "teacher": use,
-        "model": {k: v for k, v in taught.model.model_dump().items() if k not in ("distill_loss", "distill_languages")},
+        "model": {
+            k: v
+            for k, v in taught.model.model_dump().items()
+            if k not in ("distill_loss", "distill_languages", "distill_source_weights")
+        },
     }
     assert (
         train_fingerprint(taught, manifest, use)
