@@ -15,6 +15,13 @@ class Schema(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
+class Record(BaseModel):
+    """Base for a manifest the product writes and reads back (an export's, the catalogs'): unknown fields and
+    silent coercions are errors, and a record read is never changed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
 def wrong_fields(exc: ValidationError, limit: int = 1) -> str:
     """The first `limit` errors of a file read as a model, each as `field.path: message` ("the whole file"
     when the file is not an object at all), joined by "; ": what a damaged file's one-line error names."""

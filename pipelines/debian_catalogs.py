@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from core import boundary, ownership, stage
 from core.boundary import Name, Segment
@@ -39,6 +39,7 @@ from core.dataset import file_sha256
 from core.errors import UserError
 from core.location import Location
 from core.output import OutputFolder, Staging
+from core.schema import Record
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +68,7 @@ class CatalogsError(UserError, ValueError):
     """A package that could not be fetched or unpacked; the message names it and what to do."""
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class Package(_Record):
+class Package(Record):
     """A package fetched: its catalogs are what it shipped in this version."""
 
     name: Segment
@@ -79,7 +76,7 @@ class Package(_Record):
     sha256: str  # of the .deb as downloaded
 
 
-class CatalogsManifest(_Record):
+class CatalogsManifest(Record):
     """`catalogs.json`: what makes the folder ours to replace, and what was fetched."""
 
     format: Literal["interlingua-catalogs"] = FORMAT

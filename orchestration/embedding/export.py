@@ -22,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from core import boundary, stage, storage
 from core.boundary import Name, Segment
 from core.dataset import file_sha256
 from core.location import Location
 from core.output import OutputFolder, Staging
+from core.schema import Record
 from orchestration.adapters import model_dir as model_files
 
 log = logging.getLogger(__name__)
@@ -39,11 +40,7 @@ MANIFEST = "manifest.json"
 BACKENDS = ("onnx", "onnx-int8")
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class ExportedModel(_Record):
+class ExportedModel(Record):
     """The model directory an export came from."""
 
     dir: str
@@ -51,7 +48,7 @@ class ExportedModel(_Record):
     spm_sha256: str | None = None
 
 
-class ExportManifest(_Record):
+class ExportManifest(Record):
     """`manifest.json` of an export: what makes the folder ours to replace, and what the backends check."""
 
     format: Literal["interlingua-onnx-export"] = FORMAT
