@@ -177,9 +177,10 @@ class _Catalogs:
         """The package's catalogs of the wanted locales, written into the staging folder; the package."""
         dpkg = _tool("dpkg-deb")
         try:
-            name = subprocess.run([dpkg, "-f", str(deb), "Package"], capture_output=True, text=True, check=True)
-            version = subprocess.run([dpkg, "-f", str(deb), "Version"], capture_output=True, text=True, check=True)
-            package = Package(name=name.stdout.strip(), version=version.stdout.strip(), sha256=file_sha256(deb))
+            fields = [dpkg, "--show", "--showformat=${Package}\t${Version}", str(deb)]
+            shown = subprocess.run(fields, capture_output=True, text=True, check=True).stdout
+            name, _, version = shown.partition("\t")
+            package = Package(name=name.strip(), version=version.strip(), sha256=file_sha256(deb))
             with subprocess.Popen([dpkg, "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as proc:
                 assert proc.stdout is not None
                 with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
