@@ -4,6 +4,7 @@ values it holds."""
 
 from __future__ import annotations
 
+import json
 import math
 import tempfile
 import unicodedata
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from core.normalize import NormalizeConfig
 from orchestration.config import ConfigError, load_config
+from orchestration.config.yaml_file import load_yaml
 from pipelines import clean
 from pipelines.clean import Cleaner
 from pipelines.config import FilterConfig
@@ -273,9 +275,13 @@ CONFIG_SETTINGS = settings(SETTINGS, max_examples=300)  # ten draws per key; a c
 
 
 def override(key: str, value: Any) -> str:
-    """`key=value` with the value written as YAML writes it (1e-05 as 1.0e-05, 'yes' quoted)."""
+    """`key=value` with the value written as YAML writes it (1e-05 as 1.0e-05, 'yes' quoted). A string that
+    PyYAML leaves plain but the config's YAML 1.2 floats read as a number (`0E0`) is written quoted."""
     text = yaml.safe_dump(value, default_flow_style=True, width=float("inf"))
-    return f"{key}={text.removesuffix(chr(10) + '...' + chr(10)).strip()}"
+    text = text.removesuffix(chr(10) + "..." + chr(10)).strip()
+    if isinstance(value, str) and load_yaml(text) != value:
+        text = json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+    return f"{key}={text}"
 
 
 def lookup(config: dict[str, Any], key: str) -> Any:
@@ -323,6 +329,13 @@ def test_a_valid_override_is_accepted_and_changes_exactly_that_key(key_value):
 @given(key_value=key_and("invalid"))
 def test_an_invalid_override_is_refused_naming_the_key(key_value):
     assert_refused(*key_value)
+
+
+def test_a_string_that_reads_as_a_number_is_written_quoted():
+    """A draw of the invalid strings once gave `0E0`: PyYAML writes it plain, the config reads it as 0.0."""
+    assert override("model.dropout", "0E0") == 'model.dropout="0E0"'
+    assert_refused("model.dropout", "0E0")
+    assert override("model.dropout", "abc") == "model.dropout=abc"
 
 
 @pytest.mark.parametrize("key, value, accepted", [(k, v, ok) for k, f in FIELDS.items() for v, ok in f.edges])
