@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -31,6 +32,26 @@ def wrong_fields(exc: ValidationError, limit: int = 1) -> str:
     )
 
 
+# YAML 1.2's floats, which PyYAML's YAML 1.1 resolver misses (`3e-4`, `0E0`): a run config reads them as numbers
+# (`orchestration.config.yaml_file.YamlLoader`), so a string that looks like one is written quoted (`YamlDumper`)
+YAML12_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+YAML12_FLOAT_FIRST = list("-+0123456789.")
+
+
+class YamlDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, resolving floats as a run config reads them: the string `1e3` is written quoted."""
+
+
+YamlDumper.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, YAML12_FLOAT_FIRST)
+
+
 def dump_yaml(config: dict[str, Any]) -> str:
-    """A resolved config as YAML: readable, and loadable again as a run config."""
-    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+    """A resolved config as YAML: readable, and loadable again as a run config (the same values: `YamlDumper`)."""
+    return yaml.dump(config, Dumper=YamlDumper, sort_keys=False, allow_unicode=True)

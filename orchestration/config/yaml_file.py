@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import yaml
 
 from core.errors import UserError
+from core.schema import YAML12_FLOAT, YAML12_FLOAT_FIRST
 
 
 class ConfigError(UserError, ValueError):
@@ -20,18 +20,7 @@ class YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader, reading floats as YAML 1.2 does: `3e-4` is a number, not a string."""
 
 
-YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
+YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, YAML12_FLOAT_FIRST)
 
 
 def load_yaml(text: str):

@@ -4,7 +4,6 @@ values it holds."""
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import unicodedata
@@ -18,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.normalize import NormalizeConfig
+from core.schema import YamlDumper, dump_yaml
 from orchestration.config import ConfigError, load_config
 from orchestration.config.yaml_file import load_yaml
 from pipelines import clean
@@ -275,13 +275,10 @@ CONFIG_SETTINGS = settings(SETTINGS, max_examples=300)  # ten draws per key; a c
 
 
 def override(key: str, value: Any) -> str:
-    """`key=value` with the value written as YAML writes it (1e-05 as 1.0e-05, 'yes' quoted). A string that
-    PyYAML leaves plain but the config's YAML 1.2 floats read as a number (`0E0`) is written quoted."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=float("inf"))
-    text = text.removesuffix(chr(10) + "..." + chr(10)).strip()
-    if isinstance(value, str) and load_yaml(text) != value:
-        text = json.dumps(value)  # a JSON string is a YAML double-quoted scalar
-    return f"{key}={text}"
+    """`key=value` with the value written as the product writes a resolved config (1e-05 as 1.0e-05, 'yes' and
+    '0E0' quoted: `core.schema.YamlDumper`)."""
+    text = yaml.dump(value, Dumper=YamlDumper, default_flow_style=True, width=float("inf"))
+    return f"{key}={text.removesuffix(chr(10) + '...' + chr(10)).strip()}"
 
 
 def lookup(config: dict[str, Any], key: str) -> Any:
@@ -332,10 +329,14 @@ def test_an_invalid_override_is_refused_naming_the_key(key_value):
 
 
 def test_a_string_that_reads_as_a_number_is_written_quoted():
-    """A draw of the invalid strings once gave `0E0`: PyYAML writes it plain, the config reads it as 0.0."""
-    assert override("model.dropout", "0E0") == 'model.dropout="0E0"'
+    """A draw of the invalid strings once gave `0E0`: PyYAML's own dumper writes it plain, a config reads it as
+    0.0. The resolved config a run writes keeps such a string a string when read back."""
+    assert override("model.dropout", "0E0") == "model.dropout='0E0'"
     assert_refused("model.dropout", "0E0")
     assert override("model.dropout", "abc") == "model.dropout=abc"
+    config = load_config(None, ["name='1e3'", "model.dropout=1e-1"])
+    assert load_yaml(dump_yaml(config.to_dict())) == config.to_dict()
+    assert config.name == "1e3" and config.model.dropout == 0.1
 
 
 @pytest.mark.parametrize("key, value, accepted", [(k, v, ok) for k, f in FIELDS.items() for v, ok in f.edges])
