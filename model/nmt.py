@@ -36,18 +36,6 @@ Pair = tuple[torch.Tensor, torch.Tensor]  # (ids (B, T), lengths (B,))
 Teacher = tuple[torch.Tensor, torch.Tensor]  # (the teacher's embeddings (B, D_teacher), which rows have one (B,))
 
 
-# A shared encoder's batch on a CPU runs as up to this many length buckets of at least this many rows:
-# the LSTM's cost is rows x the bucket's longest sentence, so sorted buckets read ~a quarter fewer padding
-# steps (benchmarks/encode_buckets.py). Not on a GPU, where each pass's time steps are sequential kernel
-# launches and one wide pass is the cheaper.
-LENGTH_BUCKETS, MIN_BUCKET_ROWS = 4, 32
-
-
-def _buckets(rows: int) -> int:
-    """How many length buckets a shared encoder's CPU batch of `rows` sentences runs as."""
-    return max(1, min(LENGTH_BUCKETS, rows // MIN_BUCKET_ROWS))
-
-
 class Losses(NamedTuple):
     """What `MultilingualNMT.forward` returns for one batch."""
 
@@ -163,26 +151,14 @@ class MultilingualNMT(nn.Module):
             dec.set_token_order(counts)
 
     def encode_many(self, batches: dict[str, Pair]) -> dict[str, torch.Tensor]:
-        """Embeddings (B_lang, D) of several languages' batches. A shared encoder takes them all at once
-        (one LSTM pass over L x B sentences is far cheaper on a CPU than L passes); on a CPU its rows are
-        first sorted by length and cut into up to `LENGTH_BUCKETS` passes, so that a short sentence is not padded
-        to the batch's longest (`_buckets`)."""
+        """Embeddings (B_lang, D) of several languages' batches. A shared encoder takes them all in one
+        call (one LSTM pass over L x B sentences is far cheaper on a CPU than L passes)."""
         if SHARED not in self.encoders or len(batches) < 2:
             return {lang: self.encode(ids, lens, lang) for lang, (ids, lens) in batches.items()}
         width = max(ids.shape[1] for ids, _ in batches.values())
         ids = torch.cat([F.pad(ids, (0, width - ids.shape[1]), value=0) for ids, _ in batches.values()])  # (sum B, T)
         lengths = torch.cat([lens for _, lens in batches.values()])
-        encoder = self.encoders[SHARED]
-        buckets = _buckets(len(lengths)) if ids.device.type == "cpu" else 1
-        if buckets == 1:
-            out = encoder(ids, lengths)  # (sum B, D)
-        else:
-            order = torch.argsort(lengths, stable=True)
-            parts = []
-            for rows in order.tensor_split(buckets):
-                lens = lengths[rows]
-                parts.append(encoder(ids[rows, : int(lens.max())], lens))
-            out = torch.cat(parts).index_select(0, torch.argsort(order))  # back to the batches' order
+        out = self.encoders[SHARED](ids, lengths)  # (sum B, D)
         return dict(zip(batches, out.split([len(lens) for _, lens in batches.values()])))
 
     def forward(

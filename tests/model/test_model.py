@@ -232,38 +232,6 @@ def test_ranking_all_pairs_trains_every_language_of_the_batch_through_one_shared
         small_model(ranking_pairs="every")
 
 
-def test_a_shared_encoders_batch_runs_as_length_buckets_with_the_vectors_and_gradients_of_one_pass(corpus, monkeypatch):
-    """On a CPU the shared encoder's rows of several languages are sorted by length and run as up to
-    `LENGTH_BUCKETS` passes, each padded to its own longest sentence: the embeddings, in the batches' order,
-    and the gradients are those of one pass over the whole padded batch."""
-    from model import nmt
-
-    langs = ["fr", "en", "ru", "zh"]
-    rows = rows_with(corpus, langs, 40)
-    sources, targets = corpus.batch(((langs[0],), tuple(langs[1:])), rows)
-    batches = {**sources, **targets}
-    assert nmt._buckets(4 * len(rows)) == nmt.LENGTH_BUCKETS > 1
-    model = small_model(shared_encoder=True, nmt_weight=0.0)
-    widths = []
-    model.encoders["shared"].register_forward_hook(lambda m, args, out: widths.append(args[0].shape[1]))
-    results = []
-    for buckets in (nmt.LENGTH_BUCKETS, 1):
-        monkeypatch.setattr(nmt, "LENGTH_BUCKETS", buckets)
-        model.zero_grad()
-        encoded = model.encode_many(batches)
-        sum(e.pow(2).sum() for e in encoded.values()).backward()
-        results.append((encoded, [p.grad.clone() for p in model.encoders.parameters()]))
-    longest = max(ids.shape[1] for ids, _ in batches.values())
-    assert len(widths) == 5 and widths[-1] == longest and sorted(widths[:4]) == widths[:4] and widths[0] < longest
-    (split, split_grads), (whole, whole_grads) = results
-    for lang, (ids, lens) in batches.items():
-        assert split[lang].shape == (len(rows), 48)
-        torch.testing.assert_close(split[lang], whole[lang], rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(split[lang][:3], model.encode(ids[:3], lens[:3], lang), rtol=1e-5, atol=1e-6)
-    for a, b in zip(split_grads, whole_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-
-
 @pytest.mark.parametrize("teacher_dim", [48, 12])
 def test_distillation_regresses_each_source_onto_its_own_and_the_pivots_teacher_rows_only(corpus, teacher_dim):
     """The masked mean squared error between the mapped source embeddings and the teacher's, per term (the
