@@ -33,6 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.worker_env import same_env_as_workers  # noqa: E402
 from core.dataset import Dataset  # noqa: E402
 from core.normalize import Normalizer  # noqa: E402
 from core.teacher import TeacherInput, TeacherStore  # noqa: E402
@@ -147,6 +148,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE, as on the command line of interlingua")
     args = parser.parse_args()
     config = load_config(args.config, args.overrides)
+    same_env_as_workers(config)  # its allocator settings: minutes that compare with a training run's
     t, m = config.train, config.model
     cpu_threads(config.runtime.cpus_per_worker)  # as a training worker does
     languages, units, model_args, stream = recipe_parts(config, args.data_fraction)

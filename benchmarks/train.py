@@ -45,6 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.worker_env import same_env_as_workers  # noqa: E402
 from core.dataset import load_manifest, split_files  # noqa: E402
 from model.batching import sample_corpus, shard_units  # noqa: E402
 from model.nmt import MultilingualNMT  # noqa: E402
@@ -195,17 +196,6 @@ def ray_loop(config: Config, steps: int, window: int, workers: int = 1) -> list[
     ]
 
 
-def _same_env_as_workers(config: Config) -> None:
-    """Re-run this process with the Ray workers' environment (`runtime.worker_env`, malloc settings).
-
-    The bare loop then runs under the same allocator settings as the Ray
-    worker, so the ratio measures Ray alone. glibc reads them at start-up only.
-    """
-    missing = {k: v for k, v in config.runtime.worker_env.items() if os.environ.get(k) != v}
-    if missing:
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **missing})
-
-
 def median(values: list[float]) -> float:
     """Median of the known values (nan where none is known, e.g. without /proc/stat)."""
     known = [v for v in values if not math.isnan(v)]
@@ -242,7 +232,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     # the machinery without the demo's teacher (its pass and distillation are not what this measures)
     config = load_config(args.config, ["model.teacher=null", *args.overrides])
-    _same_env_as_workers(config)
+    same_env_as_workers(config)  # the bare loop under the Ray worker's allocator settings: the ratio is Ray's alone
     if not (Path(config.data_dir) / "manifest.json").is_file():
         from pipelines.prepare import run_prepare
         from pipelines.runners import pipeline_options
