@@ -17,7 +17,8 @@ training split's row groups; `--minutes M` stops at M minutes with the schedule 
 wall time for models of different speeds).
 
 The learning rate follows the config's schedule over `train.max_minutes` of this process's time: rows of one
-comparison should be read at equal steps, and on a quiet machine their minutes compare too.
+comparison should be read at equal steps, and on a quiet machine their minutes compare too, with a training
+run's as well (the process re-executes itself under the workers' allocator settings, `runtime.worker_env`).
 """
 
 from __future__ import annotations
