@@ -60,6 +60,14 @@ PACKAGES: Final = (
     "totem-common", "cheese-common", "eog", "epiphany-browser-data", "file-roller", "gnome-disk-utility",
     "gnome-shell-common", "gnome-software-common", "gnome-system-monitor", "gnome-terminal-data", "gthumb-data",
     "mousepad", "remmina-common", "seahorse", "simple-scan", "xfce4-panel", "xfce4-settings",
+    # the other desktops' and their applications' catalogs (MATE, Cinnamon, KDE, LXDE, more of GNOME and Xfce)
+    "cinnamon-l10n", "mate-desktop-common", "caja-common", "pluma-common", "atril-common", "dolphin", "konsole",
+    "okular", "kdenlive-data", "digikam-data", "xfce4-terminal", "ristretto", "parole", "xfce4-power-manager-data",
+    "xfdesktop4-data", "xfwm4", "pcmanfm", "lxterminal", "gnome-calendar", "gnome-maps", "geary", "gnome-builder",
+    "baobab", "gnome-calculator", "gnome-clocks", "gnome-weather", "gnome-contacts", "gnome-music", "gnome-photos",
+    "gnome-boxes", "polari", "dconf-editor", "gucharmap", "yelp", "gnome-tweaks", "network-manager-gnome",
+    "blueman", "pavucontrol", "audacity-data", "darktable", "synaptic", "filezilla-common", "claws-mail-i18n",
+    "hexchat-common",
 )  # fmt: skip
 _CATALOG = re.compile(r"(?:\./)?usr/share/locale/([^/]+)/LC_MESSAGES/([^/]+\.mo)")  # a package's member
 
