@@ -27,9 +27,10 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import storage
-from core.boundary import Name, check_no_links
+from core.boundary import Name, check_no_links, check_regular_file
 from core.errors import UserError
 from core.schema import wrong_fields
+from core.token_ids import check_token_ids
 
 FORMAT: Final = "interlingua-dataset/1"
 SPLITS = ("train", "dev", "test")
@@ -38,6 +39,7 @@ SPM_MODEL = "spm.model"
 CONFIG_FILE = "config.yaml"  # the resolved run config, beside every output
 SPM_VOCAB = "spm.vocab"
 ATTEMPT = "attempt-"  # a run's prefix under a URI dataset (`core.output.ATTEMPT`)
+_REDO = "; run `interlingua prepare --force`"  # what a damaged dataset's message ends with
 # Token ids: sentencepiece reserves these; the stored ids never contain bos/eos.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -157,6 +159,8 @@ def load_manifest(data_dir: storage.Where) -> DatasetManifest:
     the file and, for a manifest of this format that does not hold one, its first wrong field."""
     path = storage.join(data_dir, MANIFEST)
     check_no_links(data_dir, "the dataset")
+    if not storage.is_uri(data_dir):  # a store holds no pipe or device, and a look costs a round trip
+        check_regular_file(path, f"the dataset {data_dir}", error=DatasetError)
     try:
         manifest = json.loads(storage.read_bytes(path))
     except FileNotFoundError:
@@ -164,68 +168,64 @@ def load_manifest(data_dir: storage.Where) -> DatasetManifest:
             f"{data_dir}: no {MANIFEST}: not a finished dataset; run `interlingua prepare` first"
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: not a readable manifest ({exc}); run `interlingua prepare --force`") from exc
+        raise DatasetError(f"{path}: not a readable manifest ({exc}){_REDO}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise DatasetError(f"{path}: format {found!r}, expected {FORMAT!r}")
     try:
         return DatasetManifest.model_validate(manifest)
     except ValidationError as exc:
-        raise DatasetError(
-            f"{path}: not a dataset manifest ({wrong_fields(exc)}); run `interlingua prepare --force`"
-        ) from None
+        raise DatasetError(f"{path}: not a dataset manifest ({wrong_fields(exc)}){_REDO}") from None
 
 
 def split_files(data_dir: str | Path, split: str) -> list[Path] | list[str]:
-    """The Parquet shards of one split of a complete dataset: Paths under a local directory, URIs under a URI."""
+    """The Parquet shards of one split of a complete dataset: Paths under a local directory (each checked to be
+    a regular file: DatasetError), URIs under a URI (`verify` looks there: a store holds no pipe or device)."""
     manifest = load_manifest(data_dir)
     if split not in manifest.splits:
         raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest.splits)}")
     paths = [f.path for f in manifest.splits[split].files]
     if storage.is_uri(data_dir):
         return [storage.join(data_dir, p) for p in paths]
+    for p in paths:
+        check_regular_file(storage.join(data_dir, p), MANIFEST, error=DatasetError)
     return [Path(data_dir) / p for p in paths]
 
 
-def verify(data_dir: storage.Where, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> DatasetManifest:
-    """Check the shards of `splits` (and spm.model) against the size and sha256 the manifest recorded, before
-    a stage reads them; the manifest. DatasetError naming the first file that is missing or differs."""
+def verify(
+    data_dir: storage.Where, splits: list[str] | tuple[str, ...], *, spm: bool = True, ids: bool | None = None
+) -> DatasetManifest:
+    """The manifest, once the shards of `splits` (and spm.model) are regular files (all looked at before any is
+    read) of the sha256 it records that, with `ids` (default: `spm`), hold token ids in the vocabulary
+    (`token_ids`). DatasetError naming the first file that is not, is missing or differs."""
     manifest = load_manifest(data_dir)
-    files = []
-    for split in splits:
-        if split not in manifest.splits:
-            raise DatasetError(f"{data_dir}: no split {split!r}; it has {list(manifest.splits)}")
-        files += [(f.path, f.sha256) for f in manifest.splits[split].files]
-    if spm:
-        files.append((manifest.spm.model, manifest.spm.sha256))
-    for relative, recorded in files:
-        _verify_file(data_dir, relative, recorded)
+    if missing := [split for split in splits if split not in manifest.splits]:
+        raise DatasetError(f"{data_dir}: no split {missing[0]!r}; it has {list(manifest.splits)}")
+    files = {storage.join(data_dir, name): sha for name, sha in recorded_sha256(manifest, splits, spm=spm).items()}
+    for location in files:
+        check_regular_file(location, MANIFEST, error=DatasetError)
+    for location, recorded in files.items():
+        storage.verify_sha256(location, recorded, named_in=MANIFEST, error=DatasetError, advice=_REDO)
+    if spm if ids is None else ids:
+        columns, size = [f"{lang}_ids" for lang in manifest.languages], manifest.spm.vocab_size
+        for name in recorded_sha256(manifest, splits, spm=False):
+            location = storage.join(data_dir, name)
+            check_token_ids(location, columns, size, named_in=MANIFEST, error=DatasetError, advice=_REDO)
     return manifest
-
-
-def _verify_file(data_dir: storage.Where, relative: str, recorded: str | None) -> None:
-    location = storage.join(data_dir, relative)
-    advice = "; run `interlingua prepare --force`"
-    if not recorded:
-        raise DatasetError(f"{location}: no sha256 in {MANIFEST}{advice}")
-    storage.verify_sha256(location, recorded, named_in=MANIFEST, error=DatasetError, advice=advice)
 
 
 def recorded_sha256(
     manifest: DatasetManifest, splits: list[str] | tuple[str, ...], *, spm: bool = True
 ) -> dict[str, str]:
     """{relative path: sha256} of the shards of `splits` (and spm.model) as `manifest` records them: what
-    `verify` checked, for a cache key that changes with the data read. DatasetError for a spm.model without
-    one, as `verify` refuses it."""
+    `verify` checked, a cache key of the data read. DatasetError for a file without one (an early version's)."""
     named = [(f.path, f.sha256) for split in splits for f in manifest.splits[split].files]
     if spm:
         named.append((manifest.spm.model, manifest.spm.sha256))
-    files = {}
     for relative, recorded in named:
-        if not recorded:  # a dataset of an early version
-            raise DatasetError(f"{relative}: no sha256 in {MANIFEST}; run `interlingua prepare --force`")
-        files[relative] = recorded
-    return files
+        if not recorded:
+            raise DatasetError(f"{relative}: no sha256 in {MANIFEST}{_REDO}")
+    return {relative: str(recorded) for relative, recorded in named}
 
 
 def read_split(data_dir: str | Path, split: str, columns: list[str] | None = None) -> pa.Table:
@@ -285,9 +285,9 @@ class Dataset:
         """The split's Parquet shards (`split_files`)."""
         return split_files(self.location, split)
 
-    def verify(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> Dataset:
+    def verify(self, splits: list[str] | tuple[str, ...], *, spm: bool = True, ids: bool | None = None) -> Dataset:
         """This dataset, once the shards of `splits` (and spm.model) match the manifest (`verify`)."""
-        verify(self.location, splits, spm=spm)
+        verify(self.location, splits, spm=spm, ids=ids)
         return self
 
     def sha256(self, splits: list[str] | tuple[str, ...], *, spm: bool = True) -> dict[str, str]:

@@ -79,6 +79,14 @@ class Location:
         """The path on this host; None for a location in a store."""
         return None if storage.is_uri(self.text) else Path(self.text)
 
+    @property
+    def identity(self) -> str:
+        """What tells whether two locations are one file, or one lies inside the other: a local path with its
+        links resolved (a file reached through a link is where the link leads), a URI as written, without a
+        trailing '/'."""
+        local = self.local_path
+        return os.path.realpath(local) if local is not None else self.text.rstrip("/")
+
     def arrow(self) -> tuple[pafs.FileSystem, str]:
         """The pyarrow filesystem and the path in it (Ray Train's and Ray Tune's storage, `pyarrow.fs` calls)."""
         return storage.resolve(self.text)

@@ -35,15 +35,41 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from core import fencing, ownership, storage, transfer
+from core.errors import UserError
 from core.location import Location
 
 ATTEMPT = "attempt-"  # a store's staging prefix inside the folder (`attempts=True`; `core.dataset.ATTEMPT`)
+
+
+class OverlapError(UserError, ValueError):
+    """An output that is, holds or lies inside one of the command's inputs: refused before any work (exit 2)."""
+
+
+def check_apart(output: Location, what: str, inputs: Iterable[tuple[storage.Where, str]]) -> None:
+    """OverlapError naming both when `output` (the folder `what` names) equals, holds or lies inside one of
+    `inputs` ((location, the key or flag that names it)), compared by resolved identity: a command never
+    writes over what it reads, nor reads what it writes."""
+    out = output.identity
+    for given, named in inputs:
+        source = Location.of(given, named).identity
+        if source == out:
+            relation = "is"
+        elif source.startswith(out.rstrip("/") + "/"):
+            relation = "holds"
+        elif out.startswith(source.rstrip("/") + "/"):
+            relation = "lies inside"
+        else:
+            continue
+        raise OverlapError(
+            f"{what}: {output} {relation} the input {given} ({named}); interlingua never writes over what it "
+            f"reads: give {what} a folder apart from the inputs"
+        )
 
 
 class Kind(Protocol):
@@ -91,6 +117,10 @@ class OutputFolder:
     @property
     def manifest(self) -> Location:
         return self.location.join(self.kind.marker)
+
+    def check_apart(self, inputs: Iterable[tuple[storage.Where, str]]) -> None:
+        """OverlapError when this folder equals, holds or lies inside one of `inputs` (`check_apart`)."""
+        check_apart(self.location, self.kind.what, inputs)
 
     def check_replaceable(self) -> list[str]:
         """The folder's entries once each is the kind's own (`[]` when there is nothing); ForeignDataError naming

@@ -8,6 +8,7 @@ Every location is a local path or a URI (`core.storage`).
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import re
@@ -24,6 +25,10 @@ JOURNAL = ".interlingua-writing.json"  # the files an output is about to write i
 
 
 _TMP = re.compile(r"\.tmp-[0-9a-f]{8}$")  # `storage.replace_bytes`'s temporary name beside the file
+# the product's lock files (`orchestration.adapters.lock`): a run dir's `.lock`, an output's `.<name>.lock`
+# beside it; one left by a killed holder is its own, recognized by what it holds (`is_own_lock`)
+_LOCK = re.compile(r"(?:^|/)\.(?:[^/]+\.)?lock$")
+_HOLDER = re.compile(r"pid \d+ on \S+")  # `orchestration.adapters.holder.HOLDER`
 
 
 class ForeignDataError(UserError, ValueError):
@@ -41,12 +46,14 @@ def check_only_ours(location: storage.Where, ours: Callable[[str], bool], *, wha
         raise ForeignDataError(f"{what}: {location} is a file, not a directory; {advice}")
     boundary.check_no_links(location, what)  # nothing of ours is a link: none is deleted or written through
     found = storage.entries(location)
-    own = ours
-    ours = lambda e: own(e) or bool(_TMP.search(e)) and own(_TMP.sub("", e))  # noqa: E731 - a killed replace_bytes
+
+    def product(e: str) -> bool:  # a kind's own, a killed replace_bytes's temporary file, a killed holder's lock
+        return ours(e) or bool(_TMP.search(e)) and ours(_TMP.sub("", e)) or is_own_lock(location, e)
+
     foreign: list[str] = []  # the topmost only: `sub/`, not every file under it
     for e in found:
         parents = {"/".join(e.split("/")[:i]) for i in range(1, e.count("/") + 1)}
-        if not ours(e) and not parents.intersection(foreign):
+        if not product(e) and not parents.intersection(foreign):
             foreign.append(e)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
@@ -55,6 +62,29 @@ def check_only_ours(location: storage.Where, ours: Callable[[str], bool], *, wha
             f"deletes or overwrites such files: {advice}"
         )
     return found
+
+
+def is_own_lock(location: storage.Where, relative: str) -> bool:
+    """Whether `relative` under `location` is a lock file the product wrote: a lock's name, holding nothing or
+    the holder line a lock writes (a local lock), or a lease object's JSON (a store's). A killed command leaves
+    its lock file behind (the OS drops the lock, not the file): its rerun takes it for its own, under the lock
+    rules (`orchestration.adapters.lock`), where a user's file of that name is refused."""
+    if not _LOCK.search(relative):
+        return False
+    target = storage.join(location, relative)
+    try:
+        if storage.size(target) > 4096:
+            return False
+        text = storage.read_bytes(target).decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not text or _HOLDER.fullmatch(text):
+        return True
+    try:
+        lease = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(lease, dict) and isinstance(lease.get("holder"), str) and bool(_HOLDER.fullmatch(lease["holder"]))
 
 
 def remove_ours(location: storage.Where, relatives: list[str], *, keep_root: bool = False) -> None:

@@ -167,15 +167,15 @@ def open_input(location: Where):
 
 
 def write_bytes(location: Where, data: bytes) -> None:
-    """Create or replace the file (its parent directories too, where the filesystem has any). Locally never
-    through a link: a link at `location` is refused (ELOOP), not followed to overwrite what it points at."""
+    """Create or replace the file (its parent directories too, where the filesystem has any). Locally a new
+    file renamed into place (`replace_bytes`): an existing inode is never opened for writing, so a snapshot
+    that a user hard-linked (`cp -al`, `rsync --link-dest`) keeps its bytes, and nothing is written through
+    a link."""
     fs, path = resolve(location)
-    fs.create_dir(posixpath.dirname(path), recursive=True)
-    if fs.type_name == "local":
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        with os.fdopen(os.open(path, flags, 0o644), "wb") as stream:
-            stream.write(data)
+    if fs.type_name in ("local", "hdfs"):
+        replace_bytes(location, data)
         return
+    fs.create_dir(posixpath.dirname(path), recursive=True)
     with fs.open_output_stream(path) as stream:
         stream.write(data)
 
@@ -199,7 +199,9 @@ def replace_bytes(location: Where, data: bytes) -> None:
     write alone (locally with O_EXCL: never a file that is there) and renamed; on an object store, one PUT."""
     fs, path = resolve(location)
     if fs.type_name not in ("local", "hdfs"):
-        write_bytes(location, data)  # one PUT: atomic
+        fs.create_dir(posixpath.dirname(path), recursive=True)
+        with fs.open_output_stream(path) as stream:  # one PUT: atomic
+            stream.write(data)
         return
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"  # `ownership._TMP`
     fs.create_dir(posixpath.dirname(path), recursive=True)

@@ -3,10 +3,13 @@ works on a local copy, and a local folder goes up to a URI, several files at onc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
 import shutil
+import stat
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,7 +17,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from core import storage
+from core import boundary, storage
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +50,58 @@ def download_dir(location: storage.Where, local: Path) -> list[str]:
     """Copy every file under `location` into the local directory `local`, several at once; the relative
     names, sorted."""
     fs, path = storage.resolve(location)
-    names = storage.files(location)
+    names = [confined(local, name, location) for name in storage.files(location)]
+    Path(local).mkdir(parents=True, exist_ok=True)
 
     def copy(name: str) -> None:
-        (Path(local) / name).parent.mkdir(parents=True, exist_ok=True)
-        pafs.copy_files(
-            posixpath.join(path, name),
-            str(Path(local) / name),
-            source_filesystem=fs,
-            destination_filesystem=pafs.LocalFileSystem(),
-        )
+        target = Path(local).joinpath(*name.split("/"))
+        _make_parents(Path(local), name)
+        tmp = target.with_name(f".{target.name}.download-{uuid.uuid4().hex[:8]}")
+        try:  # a new file, renamed into place: never through a link, never into an inode that is there
+            with fs.open_input_stream(posixpath.join(path, name)) as source, _create(tmp) as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     _copy_all(copy, names)
     return names
+
+
+def confined(local: Path, name: str, source: storage.Where) -> str:
+    """`name`, from the listing of `source`, once it is a relative path inside its folder that lands inside
+    `local` (`boundary.check_name`: no `..`, nothing absolute, no empty segment, as a manifest's names are);
+    BoundaryError naming the source otherwise: a crafted listing (`m/../../x`, `m//x`) writes nothing."""
+    boundary.check_name(name, f"the listing of {source}")
+    if len(name.encode()) > _PATH_MAX or any(len(part.encode()) > _NAME_MAX for part in name.split("/")):
+        raise boundary.BoundaryError(
+            f"the listing of {source}: the name {name[:60]!r}... is longer than a local file name may be; "
+            "the folder is refused"
+        )
+    return name
+
+
+_NAME_MAX, _PATH_MAX = 255, 4096  # Linux's limits on one name and a whole path
+
+
+def _make_parents(root: Path, name: str) -> None:
+    """The folders of `name` under `root`, made here or checked to be folders: none is a link or a file."""
+    here = root
+    for part in name.split("/")[:-1]:
+        here = here / part
+        try:
+            os.mkdir(here, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(here).st_mode):
+                raise boundary.BoundaryError(f"{here}: not a folder of ours; nothing is written through it") from None
+
+
+def _create(path: Path):
+    """A new file at `path`, opened for writing: never one that is there, never through a link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, 0o600), "wb")
 
 
 def _copy_all(copy: Callable[[str], None], names: list[str]) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from core import ownership, storage
-from core.boundary import Segment, check_no_links
+from core.boundary import Segment, check_no_links, check_regular_file
 from core.location import Location
 from core.schema import wrong_fields
 from evaluation.npy import NpyFile
@@ -150,6 +150,17 @@ def read_manifest(folder: storage.Where) -> StoreManifest | None:
         return None
 
 
+def _check_files(folder: Path, manifest: StoreManifest) -> None:
+    """BoundaryError naming the first file the manifest names (a block's array per language, its rows file
+    when the store has them) that is a FIFO, a device, a directory, a link or of an over-long name: found by
+    `os.lstat`, none opened. Locally only: a store holds objects, and a look per block costs a round trip."""
+    with_rows = bool(manifest.rows_columns())
+    for block in manifest.blocks:
+        rows = [f"{ROWS}/{block.name}.parquet"] if with_rows else []
+        for name in [*(f"{lang}/{block.name}.npy" for lang in manifest.languages), *rows]:
+            check_regular_file(storage.join(folder, name), MANIFEST)
+
+
 class NoRowsError(LookupError):
     """A rows column asked of a store written without rows files (`interlingua embed`'s: vectors only)."""
 
@@ -171,15 +182,20 @@ class StoredEmbeddings:
     @classmethod
     def open(cls, folder: str | Path) -> StoredEmbeddings:
         """FileNotFoundError when `folder` holds no published embeddings; ValueError naming the manifest's
-        fields when it is not a stored-embeddings manifest."""
+        fields when it is not a stored-embeddings manifest; BoundaryError (a ValueError) when a local folder's
+        manifest, or a file it names, is not a regular file (`_check_files`), before any is read."""
         location = Location.of(folder, "the embeddings folder")
         folder = location.local_path or str(location)
         path = storage.join(folder, MANIFEST)
         check_no_links(folder, "the embeddings folder")
+        if isinstance(folder, Path):
+            check_regular_file(path, f"the embeddings folder {folder}")
         try:
             manifest = StoreManifest.model_validate_json(storage.read_bytes(path))
         except ValidationError as exc:
             raise ValueError(f"{path}: not a stored-embeddings manifest ({wrong_fields(exc)})") from None
+        if isinstance(folder, Path):
+            _check_files(folder, manifest)
         blocks = manifest.blocks
         return cls(
             folder,

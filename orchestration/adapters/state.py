@@ -11,6 +11,7 @@ is up to date.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import TypeVar
@@ -51,6 +52,11 @@ def read_state(path: str | Path, record: type[R]) -> R | None:
             f"{path}: not a {record.__name__} ({wrong_fields(exc, 3)}); interlingua keeps its record of what the "
             "stage's output was made from there: move the file away, or start the stage over with --force"
         ) from None
+
+
+def state_bytes(state: StageRecord) -> bytes:
+    """The state file's bytes, as `write_state` writes them: for a stage whose commit writes its record last."""
+    return (json.dumps(state.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False) + "\n").encode()
 
 
 def write_state(path: str | Path, state: StageRecord) -> None:

@@ -195,10 +195,10 @@ def check_npy_output(output: str, inputs: list[str], force: bool) -> None:
     never one of the inputs. ConfigError, or ForeignDataError when the file there is not such an array."""
     from core.location import Location
     from core.ownership import ForeignDataError
-    from orchestration.embed.folder import is_embeddings_array, resolved
+    from orchestration.embed.folder import is_embeddings_array
 
     # a local path with its links resolved: -i a -o link-to-a is one file
-    if any(name != "-" and resolved(Location.of(name)) == resolved(Location.of(output)) for name in inputs):
+    if any(name != "-" and Location.of(name).identity == Location.of(output).identity for name in inputs):
         raise ConfigError(f"-o {output} is also an input (-i); give another output file")
     target = Location.of(output, "-o")
     if not target.exists():

@@ -55,7 +55,7 @@ from orchestration.embed.folder import (
     output_folder,
     scan_records,
 )
-from orchestration.embedding.inputs import CorpusError, plan_blocks, read_lines, resolve_inputs
+from orchestration.embedding.inputs import MAX_CHARS, CorpusError, plan_blocks, read_lines, resolve_inputs, warn_cut
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +153,10 @@ def _embed_corpus(
         raise CorpusError(f"the model knows {languages}, not {lang!r}")
     out = output_folder(out_dir)
     out.check_replaceable()  # before the inputs are read: a user's folder is refused at once
-    files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows)
+    max_chars = max_sentence_chars(config)
+    files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows, max_chars=max_chars)
     check_not_inside(out_dir, files)
+    cut = sum(f.cut for f in files)
     model = EmbedModel(dir=str(storage.absolute(model_dir)), model_sha256=file_sha256(model_path))
     fp = fingerprint(
         {
@@ -165,22 +167,26 @@ def _embed_corpus(
             "dtype": dtype,
             "block_rows": block_rows,
             **({"backend": engine} if engine != "torch" else {}),
+            **({"max_chars": max_chars} if cut else {}),
         }
-    )  # torch: the fingerprint of before
+    )  # torch, no sentence cut: the fingerprint of before
     done, previous = completed(out_dir, fp, blocks, force)
     staged = replacement(out, previous)  # with --force over other embeddings
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
     log.info(
-        "%d sentences (%d empty) in %d files -> %d blocks of %d, %d complete already",
+        "%d sentences (%d empty, %d cut to %d characters) in %d files -> %d blocks of %d, %d complete already",
         total,
         sum(f.empty for f in files),
+        cut,
+        max_chars,
         len(files),
         len(blocks),
         block_rows,
         len(done),
     )
     warn_empty(sum(f.empty for f in files), total)
+    warn_cut(f"{len(files)} inputs", cut, total, max_chars)
 
     def write(target: Location) -> store.StoreManifest:
         """The blocks left to do, then the manifest (last), written into `target`."""
@@ -230,13 +236,16 @@ def load_embeddings(out_dir: str | Path) -> np.ndarray:
     return stored.rows(stored.languages[0])
 
 
-def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 10000) -> tuple[np.ndarray, int]:
+def embed_in_process(
+    embedder, names: Sequence[str], lang: str, *, chunk: int = 10000, max_chars: int = MAX_CHARS
+) -> tuple[np.ndarray, int]:
     """Small inputs without Ray: the lines of text files (local or URIs, or "-", stdin) embedded here, chunk
-    by chunk: ((N, D) float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
+    by chunk, each cut to `max_chars` characters (`inputs.read_lines`, which counts them in the log): ((N, D)
+    float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
     chunks, batch, empty = [], [], 0
     for name in names:
         with open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else storage.open_input(name) as handle:
-            for line in read_lines(handle, "<stdin>" if name == "-" else name):
+            for line in read_lines(handle, "<stdin>" if name == "-" else name, max_chars=max_chars):
                 batch.append(line)
                 empty += not line
                 if len(batch) == chunk:
@@ -247,6 +256,14 @@ def embed_in_process(embedder, names: Sequence[str], lang: str, *, chunk: int = 
         chunks.append(embedder.embed(batch, lang))
     warn_empty(empty, sum(len(c) for c in chunks))
     return (np.concatenate(chunks) if chunks else np.zeros((0, embedder.model.embedding_dim), np.float32)), empty
+
+
+def max_sentence_chars(config: Mapping[str, JsonValue]) -> int:
+    """The most characters of a sentence the model is given: the run config's serve.max_sentence_chars (the
+    server's limit), its default without one."""
+    serve = config.get("serve")
+    value = serve.get("max_sentence_chars") if isinstance(serve, dict) else None
+    return value if isinstance(value, int) and value > 0 else MAX_CHARS
 
 
 def warn_empty(empty: int, total: int) -> None:

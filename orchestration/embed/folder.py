@@ -171,20 +171,13 @@ def read_own_manifest(out_dir: storage.Where) -> Manifest:
 
 def check_not_inside(out_dir: storage.Where, files: list[InputFile]) -> None:
     """CorpusError when an input lies inside the output folder: its blocks would be read as input next time."""
-    root = resolved(Location.of(out_dir, "-o")).rstrip("/") + "/"
-    inside = [f.path for f in files if resolved(Location.of(f.path)).startswith(root)]
+    root = Location.of(out_dir, "-o").identity.rstrip("/") + "/"
+    inside = [f.path for f in files if Location.of(f.path).identity.startswith(root)]
     if inside:
         raise CorpusError(
             f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
             "write the embeddings to a directory of their own"
         )
-
-
-def resolved(location: Location) -> str:
-    """A local path with its links resolved (a file reached through a link is where the link leads), a URI as it
-    is: what to compare to tell whether two names are one file, or one file is inside a folder."""
-    local = location.local_path
-    return location.text if local is None else str(local.resolve())
 
 
 def is_embeddings_array(location: Location) -> bool:

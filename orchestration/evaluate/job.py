@@ -6,16 +6,18 @@
 2. The stage cache (`core.stage.cached`): an evaluation of the same model file, data (the sha256 of every file
    read, verified against the manifest first) and `evaluate` config (its fingerprint in `state.json`,
    `encoder.eval_fingerprint`) is returned as it is, unless `force`. The folder's ownership is checked before
-   it (a user's file is refused even when the evaluation is up to date), and the output is written in place:
-   nothing is staged.
-3. `embedding.embed_split` (Ray Data actors) writes the embeddings block by block to
-   `<run_dir>/eval/<split>/embeddings/` (`evaluation.store`: per language, rows in key order).
+   it (a user's file is refused even when the evaluation is up to date).
+3. Otherwise the evaluation is made whole in a staging folder and committed by `core.stage.run`, `state.json`
+   last: no file of the previous evaluation is opened for writing (a snapshot a user hard-linked keeps its
+   bytes), and the data is verified again before the commit (a dataset swapped during the run records nothing).
+   `embedding.embed_split` (Ray Data actors) writes the embeddings block by block to
+   `<staging>/embeddings/` (`evaluation.store`: per language, rows in key order).
 4. `measure.measure`: every ordered pair searched by `evaluation.xsim.search_pairs`
    on Ray tasks, each reading one block of queries and one of `evaluate.shards`
    candidate shards from disk; the merged top-k go to `<out_dir>/search/`, then the metrics.
 5. `evaluation.report` files and an MLflow run nested under the training run (`mlflow_run.log_run`),
    then `state.json`. The folder is an output of `evaluation.report.ReportKind` (`core.output`): a user's
-   file there is refused before any work; in a store, the evaluation is made in a local working copy
+   file there is refused before any work; in a store, the evaluation is made in a local scratch folder
    uploaded with `state.json` last.
 
 The driver holds a block of queries at a time, never a split's embeddings or texts
@@ -25,7 +27,6 @@ The driver holds a block of queries at a time, never a split's embeddings or tex
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,16 +34,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import ownership, stage
-from core.dataset import Dataset
+from core import stage
+from core.dataset import Dataset, DatasetError
 from core.location import Location
+from core.output import Staging
 from evaluation import report
 from evaluation.metrics import subset_averages
-from evaluation.report import FILES, STATE_FILE, format_matrix, write_report
+from evaluation.report import STATE_FILE, format_matrix, write_report
 from evaluation.store import EmbeddingsMeta
 from orchestration.adapters import lineage, tracking
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
-from orchestration.adapters.state import read_state, write_state
+from orchestration.adapters.state import read_state, state_bytes
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config
 from orchestration.evaluate import EvaluateError, EvaluationRecord
@@ -95,47 +97,19 @@ def evaluate(
     label = label or (None if config.evaluate.encoder == "model" else config.evaluate.encoder)
     name = f"testset-{testset}" if testset else config.evaluate.split
     location = Location.of(config.eval_dir).join(f"{name}-{label}" if label else name)
-    local = location.local_path
-    if local is not None:
-        return _evaluate(config, encoder, local, name, label, parent_run_id, force, testset)
-    # the search reads its embeddings memory-mapped: the evaluation is made in a local copy of the folder,
-    # uploaded when it succeeds, state.json (the commit a rerun reads) last
-    with location.working_copy(last=(STATE_FILE,)) as work:
-        before = _files(work)
-        result = _evaluate(config, encoder, work, name, label, parent_run_id, force, testset)
-        stale = sorted(before - _files(work))
-    if stale:  # the earlier evaluation's files that this one no longer has (checked to be ours by `_evaluate`)
-        ownership.remove_ours(location, stale, keep_root=True)
-    return dataclasses.replace(result, out_dir=str(location))
-
-
-def _files(folder: Path) -> set[str]:
-    """The files under the local `folder`, as '/'-separated relative paths."""
-    return {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()}
-
-
-def _evaluate(
-    config: Config,
-    encoder: Encoder,
-    out_dir: Path,
-    name: str,
-    label: str | None,
-    parent_run_id: str | None,
-    force: bool,
-    testset: str | None,
-) -> EvalResult:
     texts = _testset(config, testset, encoder) if testset else None
     languages = texts.languages if texts else encoder.languages
-    output = report.output(out_dir)
+    output = report.output(location)
     output.check_replaceable()  # before the cache too: a user's file there is refused, never overwritten
+    if not texts:
+        output.check_apart([(config.data_dir, "data_dir")])  # never over the data it reads
     data, verified = _verified_data(config, texts)  # before the cache: it must not answer for changed files
     fp = eval_fingerprint(config, encoder, data, verified)
-    # the cache answer (`core.stage.cached`): a record of this fingerprint beside its report
-    evaluation = stage.Stage(output, fp, read=lambda: _record(out_dir), fingerprint_of=lambda r: r.fingerprint)
+    evaluation = stage.Stage(output, fp, read=lambda: _record(location), fingerprint_of=lambda r: r.fingerprint)
     state = stage.cached(evaluation) if not force else None
     if state is not None:
-        log.info("%s: this model was evaluated on this data already", out_dir)
-        return _cached(out_dir, languages, state.run_id, data)
+        log.info("%s: this model was evaluated on this data already", location)
+        return _cached(location, languages, state.run_id, data)
     # the run is logged after the work: an unreachable store must fail now, not after it and minutes of retries
     Tracker.of(config).check_reachable()
     ensure_ray(
@@ -146,6 +120,40 @@ def _evaluate(
     )
     if not texts:
         check_every_node_reaches(dataset_dir=str(config.data_dir))  # Ray Data reads the split on any node
+
+    made: list[EvalResult] = []
+
+    def work(staging: Staging) -> stage.Manifest[EvaluationRecord]:
+        # made whole in a staging folder (a store's: a local scratch folder), so that no file of the previous
+        # evaluation is opened for writing: a snapshot a user hard-linked keeps its bytes
+        result = _measure(config, encoder, staging.local, name, label, parent_run_id, testset, texts, data)
+        if _verified_data(config, texts) != (data, verified):  # the data read must be the data verified
+            raise DatasetError(
+                f"{config.data_dir if not texts else testset}: the data changed while it was evaluated "
+                "(its files no longer match the sha256s verified at the start); nothing is recorded: run again"
+            )
+        made.append(result)
+        record = EvaluationRecord(fingerprint=fp, run_id=result.run_id, data=data)
+        return stage.Manifest(record, state_bytes(record))
+
+    stage.run(evaluation, work, force=True)  # the cache answered above
+    out_dir: Path | str = location.local_path or str(location)
+    return dataclasses.replace(made[0], out_dir=out_dir)
+
+
+def _measure(
+    config: Config,
+    encoder: Encoder,
+    out_dir: Path,
+    name: str,
+    label: str | None,
+    parent_run_id: str | None,
+    testset: str | None,
+    texts: Testset | None,
+    data: str,
+) -> EvalResult:
+    """Embed the split or test set into `out_dir`, search every pair, write the report and log the MLflow run."""
+    languages = texts.languages if texts else encoder.languages
     meta = EmbeddingsMeta(model=model_identity(config, encoder), split=name, data=data, backend=encoder.backend)
     if texts:
         store = embed_texts(
@@ -178,23 +186,20 @@ def _evaluate(
         tracking.BACKEND_TAG: encoder.backend,
         **({tracking.TESTSET_TAG: testset} if testset else {}),
     }
-    # the report is recorded as the product's before it is written; the state file vouches for it at the end
-    with output.writing(list(FILES)):
-        write_report(out_dir, matrix, named, averages, languages, len(store))
-        run_id = log_run(
-            config,
-            out_dir,
-            named,
-            averages,
-            encoder.steps,
-            len(store),
-            label,
-            parent_run_id,
-            name,
-            tags,
-            lineage.evaluated_input(config.data_dir, name, texts),
-        )
-        write_state(out_dir / STATE_FILE, EvaluationRecord(fingerprint=fp, run_id=run_id, data=data))
+    write_report(out_dir, matrix, named, averages, languages, len(store))
+    run_id = log_run(
+        config,
+        out_dir,
+        named,
+        averages,
+        encoder.steps,
+        len(store),
+        label,
+        parent_run_id,
+        name,
+        tags,
+        lineage.evaluated_input(config.data_dir, name, texts),
+    )
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
 
 
@@ -224,14 +229,15 @@ def _testset(config: Config, name: str, encoder: Encoder) -> Testset:
     return load_testset(spec, list(spec.files) if encoder.known is None else encoder.known)
 
 
-def _record(out_dir: Path) -> EvaluationRecord | None:
+def _record(folder: Location) -> EvaluationRecord | None:
     """The folder's record (StateError when `state.json` holds none), None without one or without the report
     it vouches for: an evaluation left without its metrics.json is made again."""
-    record = read_state(out_dir / STATE_FILE, EvaluationRecord)
-    return record if record is not None and (out_dir / "metrics.json").is_file() else None
+    record = read_state(str(folder / STATE_FILE), EvaluationRecord)
+    return record if record is not None and (folder / "metrics.json").exists() else None
 
 
-def _cached(out_dir: Path, languages: list[str], run_id: str, data: str) -> EvalResult:
-    record = json.loads((out_dir / "metrics.json").read_text())
+def _cached(folder: Location, languages: list[str], run_id: str, data: str) -> EvalResult:
+    record = (folder / "metrics.json").read_json()
     matrix = {tuple(k.split("-", 1)): v["error"] for k, v in record["pairs"].items()}
+    out_dir: Path | str = folder.local_path or str(folder)
     return EvalResult(matrix, record["pairs"], record["averages"], languages, run_id, out_dir, skipped=True, data=data)

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core import storage
+from core.boundary import check_regular_file
 from core.dataset import MANIFEST, Dataset, DatasetError, fingerprint
 from orchestration.config.stages import TestsetConfig
 from orchestration.evaluate import EvaluateError
@@ -114,6 +115,10 @@ def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
     identity: dict[str, FileIdentity] = {}
     for lang, name in files.items():
         path = storage.absolute(name)  # a local path or a URI
+        # a FIFO would block the read until killed, a device never ends: refused by what it is (a link to a file
+        # is the file: the test set's files are the user's own)
+        where = f"evaluate.testsets {spec.name} ({lang})"
+        check_regular_file(path, where, error=EvaluateError, follow_links=True, advice="give a regular text file")
         if not storage.exists(path):
             raise EvaluateError(f"evaluate.testsets {spec.name}: {path} ({lang}) is not a file")
         raw = storage.read_bytes(path)  # read once: the lines and their sha256 come from the same bytes
@@ -143,6 +148,7 @@ def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
 
 def _from_dataset(spec: TestsetConfig, dataset: str, languages: list[str]) -> Testset:
     folder = storage.absolute(dataset)
+    check_regular_file(storage.join(folder, MANIFEST), f"evaluate.testsets {spec.name}", error=EvaluateError)
     if not storage.exists(storage.join(folder, MANIFEST)):
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} holds no prepared dataset ({MANIFEST})")
     data = Dataset.open(folder)
@@ -167,7 +173,21 @@ def _from_dataset(spec: TestsetConfig, dataset: str, languages: list[str]) -> Te
     table = data.read(spec.split, ["key", *[f"{lang}_text" for lang in languages]])
     read = len(table)
     table = table.filter(functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_text"]) for lang in languages]))
-    table = table.sort_by("key")
+    table = _cut(table.sort_by("key"), [f"{lang}_text" for lang in languages], f"{folder} {spec.split}")
     dropped = {"incomplete": read - len(table)} if read > len(table) else {}
     identity = DatasetIdentity(dataset=folder, split=spec.split, fingerprint=spec.fingerprint)
     return Testset(spec.name, table, list(languages), identity, read, dropped, data.sha256((spec.split,), spm=False))
+
+
+def _cut(table: pa.Table, columns: list[str], where: str) -> pa.Table:
+    """`table` with each text of `columns` cut to the characters the model is given (`inputs.MAX_CHARS`), as a
+    files test set's lines are, the texts cut counted in the log (`inputs.warn_cut`)."""
+    from orchestration.embedding.inputs import MAX_CHARS, warn_cut
+
+    for name in columns:
+        longer = pc.sum(pc.greater(pc.utf8_length(table[name]), MAX_CHARS)).as_py() or 0
+        if longer:
+            warn_cut(f"{where} {name}", longer, len(table), MAX_CHARS)
+            cut = pc.utf8_slice_codeunits(table[name], 0, MAX_CHARS)
+            table = table.set_column(table.schema.get_field_index(name), name, cut)
+    return table

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import mined, storage
+from core import mined, ownership, storage
 from core.location import Location
 from evaluation.mining import calibrate, filter_pairs, hub_counts, knn, precision_recall_f1
 from evaluation.mining import mine as mine_pairs
@@ -65,7 +65,10 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
     out_dir = Location.of(config.mine_dir, "mine.output_dir")
     check_inputs(m)  # a missing or empty file is the user's to fix before any model is loaded
     check_writable(str(out_dir), "mine.output_dir")
-    output_folder(out_dir).check_replaceable()  # a user's folder is refused before any work
+    output = output_folder(out_dir)
+    output.check_replaceable()  # a user's folder is refused before any work
+    gold_file = [(m.gold.path, "mine.gold.path")] if m.gold is not None and m.gold.path else []
+    output.check_apart([*((i.path, f"mine.inputs ({i.lang})") for i in m.inputs), *gold_file])  # never over an input
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
         encoder, normalize, model_meta = load_encoder(config, Path(tmp), str(out_dir / EMBEDDINGS))
         sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
@@ -214,7 +217,10 @@ def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path
 
     source, body = storage.join(out, "sentences.parquet"), io.BytesIO()
     pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), body)
-    storage.write_bytes(source, body.getvalue())  # the same bytes for the same sentences: the blocks are kept
+    # recorded as mine's before it is written (the manifest of its blocks names it from then on), so that a rerun
+    # after a kill knows it for the product's; the same bytes for the same sentences: the blocks are kept
+    ownership.begin_writes(Location.of(out).parent.parent, [f"{EMBEDDINGS}/{lang}/sentences.parquet"])
+    storage.write_bytes(source, body.getvalue())
     runtime = config.runtime
     result = embed_corpus(
         [source],

@@ -14,6 +14,8 @@ folder and copied up, the manifest last.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +26,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core import mined, ownership, storage, transfer
-from core.dataset import file_sha256
 from core.location import Location
 from core.output import OutputFolder
 from evaluation.mining import Pairs
@@ -112,23 +113,43 @@ class MinedKind:
             manifest = mined.read_manifest(folder)
         except (OSError, mined.MinedManifestError):
             manifest = None  # none, or not ours: nothing in the folder is taken for ours by it
-        if manifest is not None:
+        if manifest is not None:  # a finished output names its pair files and the sides it embedded
             listed |= {MANIFEST, REPORT, *(entry.file for entry in manifest.pairs.values())}
+            listed |= {f"{EMBEDDINGS}/{lang}/sentences.parquet" for lang in manifest.inputs}
         embeddings = folder / EMBEDDINGS
         blocks = {lang: EmbedKind().ours(embeddings / lang / "blocks") for lang in embeddings.subdirectories()}
 
         def ours(entry: str) -> bool:  # embeddings/<lang>/sentences.parquet, embeddings/<lang>/blocks/<block>
             parts = entry.split("/")
-            if parts[0] != EMBEDDINGS:
+            if parts[0] != EMBEDDINGS or entry in listed:
                 return entry in listed
             inside = "/".join(parts[3:])
             return (
                 len(parts) <= 2
-                or parts[2:] in (["sentences.parquet"], ["blocks"])
+                or parts[2:] == ["blocks"]
+                or (parts[2:] == ["sentences.parquet"] and _embedded(embeddings / parts[1]))
                 or (parts[2] == "blocks" and parts[1] in blocks and blocks[parts[1]](inside))
             )
 
         return ours
+
+
+def _embedded(side: Location) -> bool:
+    """Whether `side/sentences.parquet` is the input that the manifest of the blocks beside it names (by its
+    path and size): mine wrote it. A file of that name that no record names is a user's."""
+    from pydantic import ValidationError
+
+    from orchestration.embed.folder import EmbedMeta, read_own_manifest
+
+    current = read_own_manifest(side / "blocks").current
+    try:
+        meta = None if current is None else EmbedMeta.model_validate(current.meta)
+    except ValidationError:
+        return False
+    sentences = side / "sentences.parquet"
+    return meta is not None and any(
+        Location.of(i.path).identity == sentences.identity and i.bytes == sentences.size() for i in meta.inputs
+    )
 
 
 def output_folder(out_dir: storage.Where) -> OutputFolder:
@@ -149,12 +170,15 @@ def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict[str, Sentences]
         }
     )
     path = out_dir / f"pairs-{r.name}.parquet"
-    pq.write_table(table, path, compression="zstd")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    data = sink.getvalue().to_pybytes()
+    storage.write_bytes(path, data)  # a new file renamed into place: a hard-linked snapshot keeps the old one
     grid = np.round(np.linspace(1.0, 1.5, 11), 2)
     return mined.MinedPair(
         file=path.name,
         rows=len(table),
-        sha256=file_sha256(path),
+        sha256=hashlib.sha256(data).hexdigest(),
         languages=[r.src, r.trg],
         index=r.index,
         candidates=r.candidates,
@@ -185,8 +209,10 @@ def _figure(path: Path, results: list[LanguagePair]) -> None:
             cal.legend(fontsize=8)
         cal.set_title("calibration on gold pairs" if r.curve is not None else "fixed threshold (no gold)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
+    storage.write_bytes(path, image.getvalue())
 
 
 def _log(config: Config, out_dir: Path, results: list[LanguagePair], parent_run_id: str | None) -> str:

@@ -1,5 +1,7 @@
 """The storage layer on a real S3 server (moto's): locations, endpoint configuration, whole directories."""
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -185,3 +187,19 @@ def test_a_file_is_replaced_whole_through_a_temporary_name_of_its_own_and_never_
     with pytest.raises(FileExistsError):
         storage.replace_bytes(target, b"fourth")
     assert sentinel.read_text() == "a user's file: never overwrite me\n" and target.read_bytes() == b"second"
+
+
+@pytest.mark.parametrize("write", ["write_bytes", "replace_bytes", "write_json"])
+def test_a_write_makes_a_new_file_so_a_hard_linked_snapshot_keeps_its_bytes(tmp_path, write):
+    """`cp -al`, rsnapshot and `rsync --link-dest` share inodes with the output: a write must never open one."""
+    out, snapshot = tmp_path / "out", tmp_path / "snapshot"
+    out.mkdir()
+    snapshot.mkdir()
+    (out / "metrics.json").write_bytes(b'{"old": 1}\n')
+    os.link(out / "metrics.json", snapshot / "metrics.json")
+    data = {"new": 2} if write == "write_json" else b'{"new": 2}\n'
+    getattr(storage, write)(str(out / "metrics.json"), data)
+    assert json.loads((out / "metrics.json").read_bytes()) == {"new": 2}
+    assert (snapshot / "metrics.json").read_bytes() == b'{"old": 1}\n'
+    assert os.stat(out / "metrics.json").st_ino != os.stat(snapshot / "metrics.json").st_ino
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json"]  # no temporary file left beside it

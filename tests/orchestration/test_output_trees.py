@@ -16,6 +16,9 @@ generates.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from core import storage
@@ -146,7 +149,10 @@ def rerun_all(todo, planted: dict[str, str], capsys) -> dict[str, int]:
 @pytest.mark.beam
 @pytest.mark.ray
 def test_no_command_touches_a_users_file_anywhere_in_its_output_trees(tmp_path, book_lines, capsys):
-    check_every_tree(str(tmp_path / "out"), tmp_path, book_lines, capsys)
+    """Also: a snapshot of every tree the way `cp -al`, rsnapshot and `rsync --link-dest` keep one (a hard link
+    to every file) keeps its bytes through every command's rerun with --force: no write opens an inode that is
+    there (STYLE.md, "Data safety")."""
+    check_every_tree(str(tmp_path / "out"), tmp_path, book_lines, capsys, snapshot=tmp_path / "snapshot")
 
 
 @pytest.mark.beam
@@ -188,7 +194,18 @@ def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
     )
 
 
-def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None) -> None:
+def link_snapshot(out: Path, to: Path) -> dict[Path, bytes]:
+    """A hard link under `to` to every file under `out`, as `cp -al` makes one; {link: its bytes}."""
+    kept = {}
+    for path in sorted(p for p in out.rglob("*") if p.is_file() and not p.is_symlink()):
+        link = to / path.relative_to(out)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.link(path, link)
+        kept[link] = link.read_bytes()
+    return kept
+
+
+def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None, snapshot: Path | None = None) -> None:
     todo = commands(tmp_path, out, book_lines)
     for name, (argv, _) in todo.items():
         assert main(argv) in finished(name), (name, capsys.readouterr().err[-3000:])
@@ -210,6 +227,12 @@ def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None) -> None:
     # first the deepest folders alone (a command that takes a whole subfolder for its own is found out
     # there), then every folder
     leaves = [f for f in found if f and not any(g.startswith(f + "/") for g in found)]
+    if snapshot is not None:  # every command again, each finishing: then every snapshot file has its bytes
+        kept = link_snapshot(Path(out), snapshot)
+        assert len(kept) > 50 and any(p.name == "metrics.json" for p in kept), len(kept)
+        assert set(rerun_all(todo, {}, capsys).values()) <= {Exit.OK, Exit.NOTHING_TO_DO}
+        changed = sorted(str(p.relative_to(snapshot)) for p, data in kept.items() if p.read_bytes() != data)
+        assert not changed, f"a rerun with --force wrote into files a hard-linked snapshot shares: {changed}"
     planted = plant(out, leaves, "leaf")
     assert len(planted) > 15  # Ray's checkpoints, each language's blocks and each pair's results among them
     rerun_all(todo, planted, capsys)

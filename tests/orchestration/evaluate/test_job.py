@@ -100,42 +100,87 @@ def test_embeddings_that_fail_leave_no_staging_and_the_previous_ones_whole(tmp_p
     assert StoredEmbeddings.open(folder).rows("en", 0, 2)[0, 0] == 1.0
 
 
-def test_an_evaluation_in_a_store_is_made_in_a_local_copy_and_leaves_no_stale_file(tmp_path, monkeypatch):
-    """With the run dir at a URI, the evaluation works in a local copy of its folder (the earlier evaluation's
-    files copied down first); the copy is uploaded once it succeeds, and the earlier files the new one lacks are
-    removed; a failed evaluation uploads nothing."""
+def _offline(job, monkeypatch, fingerprint: str) -> None:
+    """`job.evaluate` with its encoder, data checks, tracking store and Ray stood in for: its staging and commit
+    alone run."""
+    from types import SimpleNamespace
+
+    from orchestration.evaluate.encoder import Encoder
+
+    monkeypatch.setattr(job, "resolve_encoder", lambda *a, **k: Encoder(None, ["en", "fr"], None))
+    monkeypatch.setattr(job, "_verified_data", lambda config, texts: ("data-fp", {}))
+    monkeypatch.setattr(job, "eval_fingerprint", lambda *a: fingerprint)
+    monkeypatch.setattr(job, "Tracker", SimpleNamespace(of=lambda c: SimpleNamespace(check_reachable=lambda: None)))
+    monkeypatch.setattr(job, "ensure_ray", lambda *a, **k: None)
+    monkeypatch.setattr(job, "check_every_node_reaches", lambda **k: None)
+
+
+def test_an_evaluation_in_a_store_is_staged_locally_committed_state_last_and_leaves_no_stale_file(
+    tmp_path, monkeypatch
+):
+    """With the run dir at a URI, the evaluation is made whole in a local scratch folder (nothing of the earlier
+    one is copied down or opened); the commit uploads it, `state.json` last, and removes the earlier files the
+    new one lacks; a failed evaluation uploads nothing and leaves the earlier one as it was."""
     from core import storage
     from orchestration.config import load_config
     from orchestration.evaluate import job
-    from orchestration.evaluate.encoder import Encoder
 
     config = load_config(None, [f"run_dir=file://{tmp_path}/run", f"dataset_dir={tmp_path}/data"])
     folder = f"{config.eval_dir}/{config.evaluate.split}"
-    earlier = {"state.json": b'{"fingerprint": "0f"}', "metrics.json": b"{}", "embeddings/part-00004.json": b"{}"}
+    earlier = {
+        "state.json": b'{"fingerprint": "0f", "run_id": "r0", "data": "data-fp"}',
+        "metrics.json": b"{}",
+        "embeddings/part-00004.json": b"{}",
+    }
     for name, data in earlier.items():
         storage.write_bytes(f"{folder}/{name}", data)
-    monkeypatch.setattr(job, "resolve_encoder", lambda *a, **k: Encoder(None, ["en", "fr"], None))
+    _offline(job, monkeypatch, "1f")
 
-    def evaluated(config, encoder, out_dir, *args):
-        assert {p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*") if p.is_file()} == set(earlier)
-        (out_dir / "embeddings" / "part-00004.json").unlink()
+    def measured(config, encoder, out_dir, *args):
+        assert not list(out_dir.rglob("*.json")), "the staging folder starts empty"
+        (out_dir / "embeddings").mkdir()
         (out_dir / "embeddings" / "part-00000.json").write_text("{}")
-        (out_dir / "state.json").write_text('{"fingerprint": "1f"}')
-        return job.EvalResult({}, {}, {}, ["en", "fr"], "run", out_dir)
+        (out_dir / "metrics.json").write_text('{"pairs": {}, "averages": {}}')
+        return job.EvalResult({}, {}, {}, ["en", "fr"], "r1", out_dir)
 
-    monkeypatch.setattr(job, "_evaluate", evaluated)
+    monkeypatch.setattr(job, "_measure", measured)
     assert job.evaluate(config).out_dir == folder
     assert sorted(storage.files(folder)) == ["embeddings/part-00000.json", "metrics.json", "state.json"]
-    assert storage.read_bytes(f"{folder}/state.json") == b'{"fingerprint": "1f"}'
+    assert storage.read_json(f"{folder}/state.json")["run_id"] == "r1"
 
     def failed(config, encoder, out_dir, *args):
-        (out_dir / "state.json").write_text('{"fingerprint": "2f"}')
+        (out_dir / "metrics.json").write_text("{}")
         raise EvaluateError("the search failed")
 
-    monkeypatch.setattr(job, "_evaluate", failed)
+    _offline(job, monkeypatch, "2f")
+    monkeypatch.setattr(job, "_measure", failed)
     with pytest.raises(EvaluateError, match="search failed"):
         job.evaluate(config)
-    assert storage.read_bytes(f"{folder}/state.json") == b'{"fingerprint": "1f"}'
+    assert storage.read_json(f"{folder}/state.json")["run_id"] == "r1"
+    assert storage.read_bytes(f"{folder}/metrics.json") == b'{"pairs": {}, "averages": {}}'
+
+
+def test_an_evaluation_whose_data_changes_while_it_runs_records_nothing(tmp_path, monkeypatch):
+    """The probe's shared dataset swapped during `evaluate`: the data is verified again before the commit, so
+    a number measured on other data than the verified one is never recorded, and no rerun answers with it."""
+    from core.dataset import DatasetError
+    from orchestration.config import load_config
+    from orchestration.evaluate import job
+
+    config = load_config(None, [f"run_dir={tmp_path}/run", f"dataset_dir={tmp_path}/data"])
+    _offline(job, monkeypatch, "1f")
+    seen = iter([("data-fp", {"test/shard-0.parquet": "aa"}), ("data-fp", {"test/shard-0.parquet": "bb"})])
+    monkeypatch.setattr(job, "_verified_data", lambda config, texts: next(seen))
+
+    def measured(config, encoder, out_dir, *args):
+        (out_dir / "metrics.json").write_text('{"pairs": {}, "averages": {}}')
+        return job.EvalResult({}, {}, {}, ["en", "fr"], "r1", out_dir)
+
+    monkeypatch.setattr(job, "_measure", measured)
+    with pytest.raises(DatasetError, match="changed while it was evaluated"):
+        job.evaluate(config)
+    folder = tmp_path / "run" / "eval" / config.evaluate.split
+    assert not folder.exists() and not [p for p in folder.parent.iterdir() if "partial" in p.name]
 
 
 def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_path):

@@ -67,6 +67,59 @@ def test_bad_test_sets_are_refused_naming_the_file(ruth, tmp_path):
         load_config(None, ["registry.decide_on=pinned"])
 
 
+def test_a_test_set_line_over_the_models_limit_is_cut_and_counted(ruth, tmp_path, caplog):
+    """A line of 1 MB in a test set: the model is given its first serve.max_sentence_chars characters (embedding
+    it whole took minutes, deaf to Ctrl+C), and the log counts it; the tuple stays."""
+    import logging
+
+    from orchestration.config.stages import ServeConfig
+
+    files, lines = ruth
+    limit = ServeConfig().max_sentence_chars
+    long = lines["en"][0] * (1_000_000 // len(lines["en"][0]))
+    write_lines(tmp_path / "long.en", [long] + lines["en"][1:])
+    with caplog.at_level(logging.WARNING):
+        testset = load_testset(
+            spec(name="long", files={"fr": files["fr"], "en": str(tmp_path / "long.en")}), ["fr", "en"]
+        )
+    assert len(testset.table) == 85 and testset.dropped == {}
+    assert testset.table["en_text"][0].as_py() == long[:limit]
+    assert testset.table["en_text"].to_pylist()[1:] == lines["en"][1:]
+    assert any(f"1 of 85 sentences are longer than {limit} characters" in r.getMessage() for r in caplog.records)
+
+
+def test_a_pinned_sets_texts_over_the_models_limit_are_cut_and_counted(small_dataset, tmp_path, caplog):
+    """A pinned set's text longer than the model is given (a copy of the prepared books, its shard crafted and
+    re-recorded in the manifest) is cut, as a files test set's line is, and counted in the log."""
+    import logging
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from orchestration.config.stages import ServeConfig
+
+    data = tmp_path / "data"
+    shutil.copytree(small_dataset.data_dir, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    entry = manifest["splits"]["test"]["files"][0]
+    table = pq.read_table(data / entry["path"])
+    french = table["fr_text"].to_pylist()
+    row = next(i for i, (fr, en) in enumerate(zip(french, table["en_text"].to_pylist())) if fr and en)
+    limit = ServeConfig().max_sentence_chars
+    french[row] = french[row] * (3 * limit // len(french[row]) + 1)
+    table = table.set_column(table.schema.get_field_index("fr_text"), "fr_text", pa.array(french, pa.string()))
+    pq.write_table(table, data / entry["path"])
+    entry.update(sha256=file_sha256(data / entry["path"]), bytes=(data / entry["path"]).stat().st_size)
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING):
+        testset = load_testset(
+            spec(name="p", dataset=str(data), fingerprint=manifest["fingerprint"], split="test"), ["fr", "en"]
+        )
+    texts = testset.table["fr_text"].to_pylist()
+    assert max(len(t) for t in texts) == limit and french[row][:limit] in texts
+    assert any(f"1 of {len(texts)} sentences are longer than {limit}" in r.getMessage() for r in caplog.records)
+
+
 def test_a_pinned_dataset_is_refused_when_it_changed_or_is_not_pinned(small_dataset, tmp_path):
     data = Path(small_dataset.data_dir)
     current = load_manifest(data).dump()["fingerprint"]

@@ -201,7 +201,25 @@ def _output_under_a_file(folder):
     return [f"mine.output_dir={folder / 'notes.txt' / 'mined'}", "mine.threshold=1.1"], "mine.output_dir: cannot write"
 
 
-@pytest.mark.parametrize("case", [_empty_input, _missing_gold, _parquet_without_the_column, _output_under_a_file])
+def _output_holding_an_input(folder):
+    """The probe's case: mine.output_dir holds the user's own `embeddings/fr/sentences.parquet`, which is also
+    mine's French input (the name mine gives the sentences it embeds): the user's table is never overwritten."""
+    import pyarrow as pa
+
+    table = folder / "mined" / "embeddings" / "fr" / "sentences.parquet"
+    table.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"text": (folder / "fr.txt").read_text().splitlines()}), table)
+    return [
+        f"mine.output_dir={folder / 'mined'}",
+        f"mine.inputs=[{{lang: fr, path: '{table}', format: parquet}}, {{lang: en, path: '{folder / 'en.txt'}'}}]",
+        "mine.threshold=1.1",
+    ], "embeddings/fr/sentences.parquet"
+
+
+CASES = [_empty_input, _missing_gold, _parquet_without_the_column, _output_under_a_file, _output_holding_an_input]
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_and_exit_2_before_any_model_is_loaded(case, bucc, monkeypatch, capsys):
     from orchestration.mine import job
 
@@ -223,3 +241,49 @@ def test_bad_input_is_one_line_and_exit_2_before_any_model_is_loaded(case, bucc,
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("interlingua mine: error: ") and expected in err, err
     assert not (folder / "run" / "mine").exists()
+    if case is _output_holding_an_input:
+        table = folder / "mined" / "embeddings" / "fr" / "sentences.parquet"
+        assert pq.read_table(table)["text"].to_pylist() == (folder / "fr.txt").read_text().splitlines()
+        assert sorted(p.name for p in (folder / "mined").rglob("*")) == ["embeddings", "fr", "sentences.parquet"]
+
+
+def test_an_input_that_is_mines_own_earlier_output_is_refused_as_an_overlap(tmp_path):
+    """An input inside the output folder that the product wrote (recorded as its own) is still never written
+    over: the output and the inputs are compared by resolved identity before any work."""
+    from core import ownership
+    from core.output import OverlapError
+    from orchestration.mine.report import output_folder
+
+    out = tmp_path / "mined"
+    table = out / "embeddings" / "fr" / "sentences.parquet"
+    table.parent.mkdir(parents=True)
+    table.write_bytes(b"PAR1")
+    ownership.begin_writes(str(out), ["embeddings/fr/sentences.parquet"])
+    folder = output_folder(str(out))
+    folder.check_replaceable()  # the product's own, by its record
+    with pytest.raises(OverlapError, match="holds the input .*sentences.parquet"):
+        folder.check_apart([(str(table), "mine.inputs (fr)")])
+    (tmp_path / "link").symlink_to(out)
+    with pytest.raises(OverlapError, match="is the input"):
+        folder.check_apart([(str(tmp_path / "link"), "mine.gold.path")])
+    with pytest.raises(OverlapError, match="lies inside the input"):
+        output_folder(str(out / "sub")).check_apart([(str(out), "--model")])
+    folder.check_apart([(str(tmp_path / "fr.txt"), "mine.inputs (fr)")])  # beside it: fine
+
+
+@pytest.mark.parametrize("held", ["", "pid 4242 on node-1\n", '{"holder": "pid 7 on h", "token": "ab"}', "notes\n"])
+def test_a_lock_that_a_killed_mine_left_in_its_output_is_its_own_and_a_users_file_there_is_not(tmp_path, held):
+    """`kill -9` of mine leaves `embeddings/<lang>/.blocks.lock` (the OS drops the lock, not its file): the
+    rerun takes it for the product's, by what it holds; a user's file of that name is still refused."""
+    from core.ownership import ForeignDataError
+    from orchestration.mine.report import output_folder
+
+    lock = tmp_path / "mined" / "embeddings" / "fr" / ".blocks.lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(held)
+    folder = output_folder(str(tmp_path / "mined"))
+    if held == "notes\n":
+        with pytest.raises(ForeignDataError, match=".blocks.lock"):
+            folder.check_replaceable()
+    else:
+        assert "embeddings/fr/.blocks.lock" in folder.check_replaceable()

@@ -48,7 +48,10 @@ def test_a_users_manifest_and_report_are_never_overwritten(tmp_path, args, capsy
 def test_its_own_output_and_a_killed_runs_files_are_its_own(tmp_path):
     folder = tmp_path / "mine"
     (folder / "embeddings" / "fr" / "blocks").mkdir(parents=True)
-    (folder / "embeddings" / "fr" / "sentences.parquet").write_bytes(b"x")
+    with pytest.raises(ownership.ForeignDataError, match="sentences.parquet"):  # no record names it: a user's
+        (folder / "embeddings" / "fr" / "sentences.parquet").write_bytes(b"x")
+        output_folder(folder).check_replaceable()
+    ownership.begin_writes(folder, ["embeddings/fr/sentences.parquet"])  # as mine records it before writing it
     ownership.begin_writes(folder, ["manifest.json", "report.png", "pairs-fr-en.parquet"])
     (folder / "pairs-fr-en.parquet").write_bytes(b"half")  # killed before its manifest
     assert "pairs-fr-en.parquet" in output_folder(folder).check_replaceable()
