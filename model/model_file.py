@@ -8,7 +8,7 @@ tensor's dtype and shape against the architecture it describes (`check_tensors`)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from pydantic import ValidationError
@@ -120,11 +120,12 @@ def check_tensors(model: MultilingualNMT, path: str) -> None:
         )
 
 
-def load_legacy_model(path: str) -> tuple[MultilingualNMT, ModelMeta]:
+def load_legacy_model(source: str | BinaryIO) -> tuple[MultilingualNMT, ModelMeta]:
     """A model file of the older format (`torch.save` of the arguments, weights and metadata), read with
     `weights_only=True`: tensors and plain values only; torch refuses a file that holds anything else (code
-    to run). For `interlingua upgrade-model`, which converts it."""
-    blob = torch.load(path, map_location="cpu", weights_only=True)
+    to run). `source`: its path, or its bytes as read and checked (`io.BytesIO`). For `interlingua
+    upgrade-model`, which converts it."""
+    blob = torch.load(source, map_location="cpu", weights_only=True)
     model = MultilingualNMT.build(ModelArgs.model_validate(blob["args"]))
     model.load_state_dict(blob["state_dict"])
     return model.eval(), ModelMeta.model_validate(blob.get("meta", {}))

@@ -102,19 +102,51 @@ def champion(uri: str, name: str):
 
 
 def promote(uri: str, name: str, version: str) -> None:
+    """Move the champion alias of `name` to `version`. Its first setting creates it: when another command
+    creates it at the same moment, the store refuses one of the two (the alias is a unique key: MLflow's
+    BAD_REQUEST from the database, or RESOURCE_ALREADY_EXISTS); the alias exists then, and is set again."""
+    from mlflow.exceptions import MlflowException
+
     fencing.check()
-    tracking._client(uri).set_registered_model_alias(name, CHAMPION, version)
+    client = tracking._client(uri)
+    try:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    except MlflowException as exc:
+        if exc.error_code not in (*tracking.ALREADY_EXISTS, "BAD_REQUEST") or champion(uri, name) is None:
+            raise
+        fencing.check()
+        client.set_registered_model_alias(name, CHAMPION, version)  # an update of the other's alias now
 
 
 def download_model_dir(uri: str, name: str, version: str, dst: str | os.PathLike) -> Path:
-    """The model directory inside a registered pyfunc version, downloaded to `dst`."""
+    """The model directory inside a registered pyfunc version, downloaded to `dst`. BoundaryError, before
+    anything is copied, when the version's artifacts in a local store hold a symbolic link: the registry's
+    folders were written by someone else, and MLflow's copy follows a link (to /etc/shadow: `core.boundary`);
+    the download itself is held to the same rule. FileNotFoundError when it holds no model directory."""
     import mlflow
 
-    mlflow.set_tracking_uri(uri)
-    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst))
+    from core import boundary
     from orchestration.adapters.model_dir import MODEL_FILE
 
+    what = f"the registered version models:/{name}/{version}, at"
+    source = _local_path(tracking._client(uri).get_model_version_download_uri(name, version))
+    if source is not None:
+        boundary.check_no_links(source, what)
+    mlflow.set_tracking_uri(uri)
+    local = mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst))
+    boundary.check_no_links(local, what)
     found = [p.parent for p in Path(local).rglob(MODEL_FILE)]
     if not found:
         raise FileNotFoundError(f"models:/{name}/{version} holds no {MODEL_FILE}")
     return found[0]
+
+
+def _local_path(artifact_uri: str) -> Path | None:
+    """The folder on this host that a `file:` (or schemeless) artifact URI names; None for any other store."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme == "file":
+        return Path(url2pathname(parsed.path))
+    return Path(artifact_uri) if not parsed.scheme else None

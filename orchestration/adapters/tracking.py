@@ -34,6 +34,7 @@ TRAIN_RUN_TAG = "interlingua.train_run_id"
 TUNE_TAG, TRIAL_TAG = "interlingua.tune", "interlingua.trial"
 RUN_DIR_TAG = "interlingua.run_dir"
 MAX_NOTE_CHARS = 7000  # MLflow 3 caps a tag's value at 8,000 characters
+ALREADY_EXISTS = ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS")  # MLflow's codes for a create that lost a race
 
 
 def resolve_uri(uri: str) -> str:
@@ -74,19 +75,26 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 def experiment_id(uri: str, name: str) -> str:
     """The experiment `name`, created as a model-training experiment (`lineage.EXPERIMENT_KIND_TAG`: MLflow's UI
-    opens it on its runs); one that has no kind yet is given that one, a kind chosen otherwise is kept."""
+    opens it on its runs); one that has no kind yet is given that one, a kind chosen otherwise is kept; one that
+    another command created since the look-up (two commands on a fresh store) is read back, not an error."""
+    from mlflow.exceptions import MlflowException
+
     client = _client(uri)
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        if lineage.EXPERIMENT_KIND_TAG not in found.tags:
-            client.set_experiment_tag(found.experiment_id, lineage.EXPERIMENT_KIND_TAG, lineage.MODEL_TRAINING)
-        return found.experiment_id
-    location = None
-    if uri.startswith("sqlite:///"):  # artifacts beside the database, not in the caller's cwd
-        location = Path(uri[len("sqlite:///") :]).parent.joinpath("mlartifacts").as_uri()
-    return client.create_experiment(
-        name, artifact_location=location, tags={lineage.EXPERIMENT_KIND_TAG: lineage.MODEL_TRAINING}
-    )
+    if found is None:
+        location = None
+        if uri.startswith("sqlite:///"):  # artifacts beside the database, not in the caller's cwd
+            location = Path(uri[len("sqlite:///") :]).parent.joinpath("mlartifacts").as_uri()
+        kind = {lineage.EXPERIMENT_KIND_TAG: lineage.MODEL_TRAINING}
+        try:
+            return client.create_experiment(name, artifact_location=location, tags=kind)
+        except MlflowException as exc:  # RESOURCE_ALREADY_EXISTS: the other command's experiment is ours
+            found = client.get_experiment_by_name(name) if exc.error_code in ALREADY_EXISTS else None
+            if found is None:
+                raise
+    if lineage.EXPERIMENT_KIND_TAG not in found.tags:
+        client.set_experiment_tag(found.experiment_id, lineage.EXPERIMENT_KIND_TAG, lineage.MODEL_TRAINING)
+    return found.experiment_id
 
 
 def start_run(

@@ -15,8 +15,13 @@ normalization stay outside the graphs: the model directory keeps them.
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import io
 import json
 import logging
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,32 +178,64 @@ def upgrade_model_dir(model_dir: Path) -> Path:
     `weights_only=True` (tensors and plain values only: torch refuses a file that holds code), checked first
     against the sha256 its lineage.json records, and written as model.safetensors; lineage.json then records
     the new file. model.pt is left where it was (remove it once no older version needs it). Returns the new
-    file; ModelDirError when there is nothing to convert or the file is refused."""
+    file; ModelDirError when there is nothing to convert or the file is refused.
+
+    Written through the output layer (`model_files.folder`, `core.stage`): before anything is read, the folder
+    must hold nothing but a model directory's files (ForeignDataError naming a user's others) and no link
+    (BoundaryError: a link is never followed out of the model directory); the converted directory is built
+    in a staging folder beside it, from the very bytes checked (each file opened without following a link),
+    and swapped in whole behind the fence; on any error the folder stays as it was."""
     import pickle
 
     from model.model_file import load_legacy_model, save_model
 
+    model_dir = Path(model_dir)
+    out = model_files.folder(model_dir)
+    present = out.check_replaceable()  # a link or a user's file: refused before anything is read
     legacy, target = model_dir / model_files.LEGACY_MODEL_FILE, model_dir / model_files.MODEL_FILE
-    if target.exists():
+    if model_files.MODEL_FILE in present:
         raise model_files.ModelDirError(f"{target} exists: {model_dir} is of this version already")
-    if not legacy.is_file():
+    if model_files.LEGACY_MODEL_FILE not in present:
         raise model_files.ModelDirError(f"{model_dir}: no {model_files.LEGACY_MODEL_FILE} to convert")
     recorded = model_files.lineage(model_dir)
-    if "model_sha256" in recorded and recorded["model_sha256"] != file_sha256(legacy):
+    data = _read_own_file(legacy)
+    if "model_sha256" in recorded and recorded["model_sha256"] != hashlib.sha256(data).hexdigest():
         raise model_files.ModelDirError(
             f"{legacy}: sha256 differs from the one recorded in "
             f"{model_files.LINEAGE_FILE}: the file is damaged or was replaced; not converted"
         )
     try:
-        model, meta = load_legacy_model(str(legacy))
+        model, meta = load_legacy_model(io.BytesIO(data))
     except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, TypeError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise model_files.ModelDirError(
             f"{legacy}: refused ({type(exc).__name__}: {first}); only a file of tensors and plain values is converted"
         ) from None
-    partial = model_dir / f".{model_files.MODEL_FILE}.partial"
-    save_model(model, str(partial), **meta.model_dump())
-    partial.rename(target)
-    if recorded:
-        storage.write_json(model_dir / model_files.LINEAGE_FILE, {**recorded, "model_sha256": file_sha256(target)})
-    return target
+
+    def work(staging: Staging) -> stage.Manifest[Path]:
+        rewritten = model_files.LINEAGE_FILE if recorded else None  # written below, with the new sha256
+        for name in (name for name in model_files.FILES if name in present and name != rewritten):
+            # model.pt as it was checked, the others as they are
+            (staging.local / name).write_bytes(data if name == legacy.name else _read_own_file(model_dir / name))
+        save_model(model, str(staging.local / model_files.MODEL_FILE), **meta.model_dump())
+        if recorded:
+            new_sha256 = file_sha256(staging.local / model_files.MODEL_FILE)
+            storage.write_json(staging.local / model_files.LINEAGE_FILE, {**recorded, "model_sha256": new_sha256})
+        return stage.Manifest(target, None)  # the staging folder holds model.safetensors, committed last
+
+    return stage.run(stage.always(out), work).manifest
+
+
+def _read_own_file(path: Path) -> bytes:
+    """The bytes of the regular file `path` of a checked folder, opened without following a link (one put there
+    since the check) nor waiting on a FIFO; BoundaryError naming it otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise boundary.BoundaryError(f"{path}: a symbolic link; a link is never followed out of its folder") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise boundary.BoundaryError(f"{path}: not a regular file; the folder is damaged or crafted")
+        return handle.read()

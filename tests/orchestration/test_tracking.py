@@ -139,3 +139,124 @@ def test_requirements_are_pinned_without_the_local_label():
 def test_a_server_is_browsed_at_its_address_and_a_local_store_with_mlflow_ui():
     assert tracking.how_to_browse("http://10.0.0.5:5000") == "open http://10.0.0.5:5000 in a browser"
     assert tracking.how_to_browse("sqlite:////runs/m.db") == "`mlflow ui --backend-store-uri sqlite:////runs/m.db`"
+
+
+def _race(calls, hold) -> list:
+    """Run each of `calls` in a thread of its own, each held once at the point where `hold(wait)` calls `wait()`
+    until all are there: every one has looked the thing up and found none before any creates it. The results
+    (or exceptions) in the order of `calls`."""
+    import threading
+
+    barrier, held = threading.Barrier(len(calls), timeout=60), threading.local()
+
+    def wait() -> None:
+        if getattr(held, "racing", False):
+            held.racing = False
+            barrier.wait()
+
+    hold(wait)
+    results: list = [None] * len(calls)
+
+    def run(i: int) -> None:
+        held.racing = True
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:  # noqa: BLE001 - the test asserts on it
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results
+
+
+def test_two_commands_creating_the_experiment_at_once_get_the_same_one(tmp_path, monkeypatch):
+    """Two commands on a fresh store both look the experiment up, find none and create it: the one whose
+    create loses the race reads the other's back (it goes on to its run lock, where the second `run` exits 5,
+    not with a RESOURCE_ALREADY_EXISTS traceback)."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.support.runs import store_uri
+
+    uri = store_uri(tmp_path)
+    assert tracking.experiment_names(uri) == ["Default"]  # the store opened once, not by both threads at once
+    look_up = MlflowClient.get_experiment_by_name
+
+    def hold(wait):
+        def held(self, name):
+            found = look_up(self, name)
+            wait()  # after the look-up, before the create
+            return found
+
+        monkeypatch.setattr(MlflowClient, "get_experiment_by_name", held)
+
+    first, second = _race([lambda: tracking.experiment_id(uri, "exp")] * 2, hold)
+    assert isinstance(first, str) and first == second, (first, second)
+    assert tracking.experiment_names(uri) == ["Default", "exp"]
+    assert tracking.get_run(uri, tracking.start_run(uri, "exp", "after", {})).info.experiment_id == first
+
+
+def test_two_commands_promoting_at_once_both_succeed_and_the_alias_is_one_of_theirs(tmp_path):
+    """The champion alias's first setting creates it: two commands setting it at once (each looked for it and
+    found none) both succeed, and it holds one of their versions. (The registered model's own creation,
+    inside `mlflow.register_model`, treats RESOURCE_ALREADY_EXISTS as success: the second version here.)"""
+    from mlflow.store.model_registry.dbmodels.models import SqlRegisteredModelAlias
+    from sqlalchemy import event
+    from sqlalchemy.orm import Session
+
+    from tests.support.runs import store_uri
+
+    uri = store_uri(tmp_path)
+    run = tracking.start_run(uri, "exp", "train", {})
+    tracking.log_text(uri, run, "flavors: {}\n", "model/MLmodel")  # a model folder's marker: registrable
+    assert [registry.register_model(uri, f"runs:/{run}/model", "m", {}) for _ in range(2)] == ["1", "2"]
+
+    listeners = []
+
+    def hold(wait):
+        def before_flush(session, context, instances):
+            if any(isinstance(new, SqlRegisteredModelAlias) for new in session.new):
+                wait()  # the alias was looked up (`session.merge`) and found absent; its INSERT comes next
+
+        event.listen(Session, "before_flush", before_flush)
+        listeners.append(before_flush)
+
+    try:
+        first, second = _race([lambda: registry.promote(uri, "m", "1"), lambda: registry.promote(uri, "m", "2")], hold)
+    finally:
+        for listener in listeners:
+            event.remove(Session, "before_flush", listener)
+    assert first is None and second is None, (first, second)
+    assert str(registry.champion(uri, "m").version) in {"1", "2"}
+
+
+def test_a_registered_version_whose_folder_links_out_is_refused_before_anything_is_copied(tmp_path):
+    """A registered version whose artifacts in the (local) store hold a symbolic link to a file outside (as
+    /etc/shadow would be): one BoundaryError naming the version and the link, not its target, and nothing of
+    the target copied; MLflow's own download would have followed it."""
+    from mlflow.tracking import MlflowClient
+
+    from core.boundary import BoundaryError
+    from tests.support.runs import store_uri
+
+    uri = store_uri(tmp_path)
+    run = tracking.start_run(uri, "exp", "train", {})
+    tracking.log_text(uri, run, "flavors: {}\n", "pyfunc/MLmodel")
+    for name in ("model.safetensors", "spm.model"):
+        tracking.log_text(uri, run, "weights\n", f"pyfunc/artifacts/model_dir/{name}")
+    assert registry.register_model(uri, f"runs:/{run}/pyfunc", "m", {}) == "1"
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$secret-hash:19000:0:99999:7:::\n")
+    stored = Path(MlflowClient(tracking_uri=uri).get_model_version_download_uri("m", "1").removeprefix("file://"))
+    (stored / "artifacts" / "model_dir" / "spm.model").unlink()
+    (stored / "artifacts" / "model_dir" / "spm.model").symlink_to(secret)
+
+    with pytest.raises(BoundaryError) as refused:
+        registry.download_model_dir(uri, "m", "1", tmp_path / "download")
+    message = str(refused.value)
+    assert "models:/m/1" in message and "model_dir/spm.model" in message and "\n" not in message, message
+    assert "shadow" not in message and "secret" not in message, message
+    copied = [p.read_bytes() for p in (tmp_path / "download").rglob("*") if p.is_file()]
+    assert not any(b"secret-hash" in data for data in copied)
