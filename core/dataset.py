@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core import storage
-from core.boundary import Name, check_no_links, check_regular_file
+from core.boundary import Name, check_no_links
 from core.errors import UserError
+from core.regular import check_regular_file
 from core.schema import wrong_fields
 from core.token_ids import check_token_ids
 

@@ -9,8 +9,7 @@ The few things that differ are named for what they are, not for the scheme:
 - `arrow()`: the (filesystem, path) pair that Ray Train, Ray Tune and pyarrow take;
 - `local_path`: the path on this host, None for a store (a library that can only open local files, and the
   policy checks that a location every host reaches is not one host's folder);
-- `working_copy()`: a local folder to write into that ends up at the location (the folder itself, or a scratch
-  folder copied up when the block ends);
+- `identity`: what two locations are compared by (links resolved), to tell one file or one inside another;
 - `cached_copy()`: a verified local copy to read from (the folder itself, or a copy in this user's cache).
 
 Why pyarrow.fs and not fsspec: docs/layout.md ("Locations").
@@ -18,12 +17,10 @@ Why pyarrow.fs and not fsspec: docs/layout.md ("Locations").
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import glob as shell
 import os
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,25 +87,6 @@ class Location:
     def arrow(self) -> tuple[pafs.FileSystem, str]:
         """The pyarrow filesystem and the path in it (Ray Train's and Ray Tune's storage, `pyarrow.fs` calls)."""
         return storage.resolve(self.text)
-
-    @contextlib.contextmanager
-    def working_copy(self, *, last: tuple[str, ...] = ()) -> Iterator[Path]:
-        """A local folder whose files end up here: this folder itself when it is local; for a store, a scratch
-        folder (in this host's temp folder) holding a copy of what is here, whose files are copied up when the
-        block ends without an error, those named in `last` after all the others (a commit file)."""
-        local = self.local_path
-        if local is not None:
-            local.mkdir(parents=True, exist_ok=True)
-            yield local
-            return
-        from core import transfer
-
-        with tempfile.TemporaryDirectory(prefix="interlingua-") as scratch:
-            work = Path(scratch) / "work"
-            work.mkdir()
-            transfer.download_dir(self.text, work)
-            yield work
-            transfer.upload_dir(work, self.text, last=last)
 
     def cached_copy(self, kind: str, key: Callable[[], str], check: Callable[[Path], Any]) -> Path:
         """A local folder holding this folder's files, to read: the folder itself when local; for a store, a

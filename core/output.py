@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from core import fencing, ownership, storage, transfer
+from core import anchor, fencing, ownership, storage, transfer
 from core.errors import UserError
 from core.location import Location
 
@@ -124,7 +124,10 @@ class OutputFolder:
 
     def check_replaceable(self) -> list[str]:
         """The folder's entries once each is the kind's own (`[]` when there is nothing); ForeignDataError naming
-        the others, BoundaryError for a link."""
+        the others, BoundaryError for a link. The folder's identity is taken now (`core.anchor.seen`): `held()`
+        writes into this folder, not one put in its place since."""
+        if self.location.local_path is not None:
+            anchor.seen(self.location.local_path)
         return ownership.check_only_ours(
             self.location, self.kind.ours(self.location), what=self.kind.what, advice=self.kind.advice
         )
@@ -193,6 +196,17 @@ class OutputFolder:
             shutil.rmtree(staging.local, ignore_errors=True)
         elif not staging.prefix:  # a store's attempt prefix is removed by the next commit
             ownership.remove_staging(staging.root)
+
+    @contextlib.contextmanager
+    def held(self, staging: Staging | None = None) -> Iterator[None]:
+        """While the block runs, every local write under this folder (or under `staging`, a local staging
+        folder) goes through it as it was when checked (`core.anchor.held`); nothing for a store."""
+        root = staging.root.local_path if staging is not None else self.location.local_path
+        if root is None:
+            yield
+            return
+        with anchor.held(root):
+            yield
 
     # --- an output written in place ------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -87,8 +87,9 @@ def run(stage: Stage[M], work: Callable[[Staging], Manifest[M]], *, force: bool 
     stage.refuse(stage.read())
     staging = stage.folder.stage(stage.fingerprint)
     try:
-        made = work(staging)
-        stage.folder.commit(staging, made.data)
+        with stage.folder.held(staging):  # what is written lands in the staging folder as it was made
+            made = work(staging)
+            stage.folder.commit(staging, made.data)
     except BaseException:
         stage.folder.discard(staging)
         raise

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from evaluation.store import (
     BlockEntry,
     BlockRecord,
     StoreManifest,
-    block_files,
     block_name,
     read_manifest,
 )
@@ -48,6 +47,19 @@ def save_arrays(folder: storage.Where, name: str, arrays: Mapping[str, np.ndarra
         lang: save_array(storage.join(folder, lang, f"{name}.npy"), np.ascontiguousarray(array))
         for lang, array in arrays.items()
     }
+
+
+def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = False) -> set[str]:
+    """The relative paths the blocks `names` consist of (their folders too): what a store's owner may
+    replace. `rows`: with their rows files."""
+    names, languages = list(names), list(languages)
+    return ownership.with_parents(
+        [
+            *(f"{n}.json" for n in names),
+            *(f"{lang}/{n}.npy" for lang in languages for n in names),
+            *((f"{ROWS}/{n}.parquet" for n in names) if rows else ()),
+        ]
+    )
 
 
 def write_record(folder: storage.Where, record: BlockRecord) -> BlockRecord:
@@ -79,7 +91,11 @@ def make_manifest(
     """The manifest of the blocks `records` (in row order): each block's start is the rows before it."""
     blocks, start = [], 0
     for record in records:
-        blocks.append(BlockEntry(name=record.name, start=start, rows=record.rows, sha256=record.sha256))
+        blocks.append(
+            BlockEntry(
+                name=record.name, start=start, rows=record.rows, sha256=record.sha256, rows_sha256=record.rows_sha256
+            )
+        )
         start += record.rows
     return StoreManifest(
         format=FORMAT,
@@ -109,7 +125,8 @@ def write_block(
     staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray], texts: Mapping[str, Sequence[str]]
 ) -> BlockRecord:
     """Write one batch of tuples (any order; sorted here by key) into `staging`; returns its record
-    (name, rows, sha256, first_key, last_key) for `finish`. Rewriting the same batch gives the same files."""
+    (name, rows, sha256, rows_sha256, first_key, last_key) for `finish`. Rewriting the same batch gives the
+    same files. The rows file is written whole or not at all, like the arrays, and hashed as written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -122,11 +139,18 @@ def write_block(
         ordered = [values[i] for i in order]
         columns[f"{lang}_text"] = pa.array(ordered, pa.string())
         columns[f"{lang}_hash"] = pa.array(text_hashes(ordered), pa.uint64())
-    path = staging / ROWS / f"{name}.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(columns), path.with_suffix(".tmp"))
-    os.replace(path.with_suffix(".tmp"), path)
-    return BlockRecord(name=name, rows=len(keys), sha256=sha256, first_key=keys[0], last_key=keys[-1])
+    buffer = pa.BufferOutputStream()
+    pq.write_table(pa.table(columns), buffer)
+    data = buffer.getvalue().to_pybytes()
+    storage.replace_bytes(storage.join(staging, ROWS, f"{name}.parquet"), data)
+    return BlockRecord(
+        name=name,
+        rows=len(keys),
+        sha256=sha256,
+        rows_sha256=hashlib.sha256(data).hexdigest(),
+        first_key=keys[0],
+        last_key=keys[-1],
+    )
 
 
 def _key_range(record: BlockRecord) -> tuple[str, str]:

@@ -141,8 +141,11 @@ class UseEmbedFn(_TuplesFn):
 
 class BlockEmbedFn:
     """Block specs (`embedding.inputs.BlockSpec`) in; each block read from its file (a URI, or a path every node
-    reaches), embedded by the shipped model directory; out, one row per block: `index`, `rows`, `empty`, `dim`
-    and `vectors` (`vectors_cell`), which the driver writes (`save_input_block`)."""
+    reaches), embedded by the shipped model directory; out, one row per block: `index`, `rows`, `empty`, `dim`,
+    `vectors` (`vectors_cell`), `input_sha256` (of the input read) and `error`: "", or the CorpusError of a
+    block that cannot be read as planned (`inputs.read_block_text`: its input changed since), which the
+    driver raises (a deterministic input error, told once, never retried by Ray); the driver writes the others
+    (`save_input_block`)."""
 
     def __init__(
         self,
@@ -173,23 +176,32 @@ class BlockEmbedFn:
         self.lang, self.column, self.dtype = lang, column, dtype
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from orchestration.embedding.inputs import BlockSpec, read_block
+        from orchestration.embedding.inputs import BlockSpec, CorpusError, read_block_text
 
-        out: dict[str, list] = {"index": [], "rows": [], "empty": [], "dim": [], "vectors": []}
+        out: dict[str, list] = {name: [] for name in (*_COUNTS, "vectors", "input_sha256", "error")}
         for i in range(len(batch["index"])):
             spec = BlockSpec(**{f.name: _plain(batch[f.name][i]) for f in dataclasses.fields(BlockSpec)})
-            sentences = read_block(spec, column=self.column)
-            vectors = self.embedder.embed(sentences, self.lang).astype(self.dtype)  # (rows, D)
-            assert len(vectors) == spec.rows, (spec, vectors.shape)
-            for name, value in (
-                ("index", spec.index),
-                ("rows", spec.rows),
-                ("empty", sum(not s for s in sentences)),
-                ("dim", vectors.shape[1]),
-                ("vectors", vectors_cell(vectors)[0]),
-            ):
+            row: dict[str, Any] = {"index": spec.index, "rows": spec.rows}
+            try:
+                text = read_block_text(spec, column=self.column)  # its input as planned, or CorpusError
+            except CorpusError as exc:  # the input's fault: the driver stops on it, in one line, never retried
+                row |= {"empty": 0, "dim": 0, "vectors": b"", "input_sha256": "", "error": str(exc)}
+            else:
+                vectors = self.embedder.embed(text.sentences, self.lang).astype(self.dtype)  # (rows, D)
+                assert len(vectors) == spec.rows, (spec, vectors.shape)
+                row |= {
+                    "empty": sum(not s for s in text.sentences),
+                    "dim": vectors.shape[1],
+                    "vectors": vectors_cell(vectors)[0],
+                    "input_sha256": text.sha256,
+                    "error": "",
+                }
+            for name, value in row.items():
                 out[name].append(value)
-        return {name: np.array(values, object if name == "vectors" else np.int64) for name, values in out.items()}
+        return {name: np.array(values, np.int64 if name in _COUNTS else object) for name, values in out.items()}
+
+
+_COUNTS = ("index", "rows", "empty", "dim")  # BlockEmbedFn's integer columns
 
 
 def _plain(value: Any) -> Any:
@@ -197,14 +209,22 @@ def _plain(value: Any) -> Any:
 
 
 def save_input_block(
-    out_dir: Path | str, spec: BlockSpec, lang: str, vectors: np.ndarray, empty: int, fp: str
+    out_dir: Path | str,
+    spec: BlockSpec,
+    lang: str,
+    vectors: np.ndarray,
+    empty: int,
+    fp: tuple[str, str],
+    input_sha256: str,
 ) -> BlockRecord:
     """An input file's block (`inputs.BlockSpec`) in `out_dir` (local or a URI): <lang>/part-NNNNN.npy whole
     or not at all, then its record part-NNNNN.json: the completion marker a rerun looks for
-    (`store_writer.save_block`)."""
+    (`store_writer.save_block`), with the run's two fingerprints (`fp`: `embed.folder.fingerprints`) and the
+    sha256 of the input its actor read (`input_sha256`: the plan's, which the actor checked)."""
     from evaluation import store, store_writer
 
     assert len(vectors) == spec.rows, (spec, vectors.shape)
+    assert input_sha256 == spec.sha256, (spec, input_sha256)  # the actor refuses any other (`read_block_text`)
     return store_writer.save_block(
         out_dir,
         store.block_name(spec.index),
@@ -214,5 +234,7 @@ def save_input_block(
         kind=spec.kind,
         first_line=spec.first + 1,
         empty=empty,
-        fingerprint=fp,
+        fingerprint=fp[0],
+        job_fingerprint=fp[1],
+        input_sha256=input_sha256,
     )

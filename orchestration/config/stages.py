@@ -211,6 +211,38 @@ class ServeConfig(Schema):
     )
     max_body_bytes: int = Field(default=1_000_000, ge=64, description="Request body size (more: 413).")
     max_nearest_k: int = Field(default=100, ge=1, description="Neighbours a request may ask for (more: 422).")
+    # A neighbour cost 1.5 ms of a replica in a stored set of 1,000-row blocks, 9 ms in one of 20,000-row blocks
+    # (2026-12-02, 2-core: `search_stored` reads each one's key and text from its block): 500 is 1-5 s.
+    max_nearest_hits: int = Field(
+        default=500,
+        ge=1,
+        description="Neighbours one request may cost: its sentences x nearest.k x the languages of nearest.in "
+        "(more: 413). Each neighbour is read from the stored set, so this bounds the time one request holds a "
+        "replica.",
+    )
+    body_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a replica waits for a request's whole body, from when it starts reading it (more: 408).",
+    )
+    slow_body_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="A body still arriving after this long is slow; slow bodies are capped by max_slow_bodies and "
+        "max_slow_bodies_per_client (beyond: 408, and 429 for that client's next requests).",
+    )
+    max_slow_bodies: int = Field(
+        default=8,
+        ge=1,
+        description="Slow bodies a replica waits for at once, from all clients: below max_ongoing_requests, so "
+        "slow clients never hold every request a replica takes.",
+    )
+    max_slow_bodies_per_client: int = Field(
+        default=2,
+        ge=1,
+        description="Slow bodies one client (its address, as the HTTP proxy sees it) may have at once in a "
+        "replica; at most max_slow_bodies.",
+    )
     max_ongoing_requests: int = Field(
         default=64,
         ge=1,
@@ -236,5 +268,24 @@ class ServeConfig(Schema):
             raise ValueError(
                 f"max_ongoing_requests ({self.max_ongoing_requests}) is below max_batch_size "
                 f"({self.max_batch_size}): a batch could never fill; raise it or lower max_batch_size"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _slow_bodies_leave_room(self) -> ServeConfig:
+        if self.slow_body_s >= self.body_timeout_s:
+            raise ValueError(
+                f"slow_body_s ({self.slow_body_s}) is not below body_timeout_s ({self.body_timeout_s}): no body "
+                "would ever count as slow; lower it or raise body_timeout_s"
+            )
+        if self.max_slow_bodies >= self.max_ongoing_requests:
+            raise ValueError(
+                f"max_slow_bodies ({self.max_slow_bodies}) is not below max_ongoing_requests "
+                f"({self.max_ongoing_requests}): slow clients could hold every request a replica takes; lower it"
+            )
+        if self.max_slow_bodies_per_client > self.max_slow_bodies:
+            raise ValueError(
+                f"max_slow_bodies_per_client ({self.max_slow_bodies_per_client}) is above max_slow_bodies "
+                f"({self.max_slow_bodies}); lower it"
             )
         return self

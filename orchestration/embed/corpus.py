@@ -4,7 +4,7 @@
 
     out/<lang>/part-00000.npy  (n, D) the embeddings of one block of sentences, in input order
     out/part-00000.json        its record, written after it: source file, first line, rows, empty lines,
-                               sha256, the run's fingerprint
+                               sha256, the run's fingerprints, the sha256 of the input it was embedded from
     out/manifest.json          written last, when the counts add up: languages [lang], dim, dtype, rows,
                                blocks, and under `meta` the inputs (sizes, sha256, lines), the model (its
                                model.safetensors sha256), each block's source, the totals and the resolved config
@@ -17,9 +17,12 @@ CPUs or a GPU each): each actor loads `SentenceEmbedder` once (the
 normalization and sentencepiece model of training), reads its block from the
 file and embeds it; the driver writes it (`actors.save_input_block`: `store_writer.save_block`) whole or not at
 all, then its record. A rerun of the same inputs, model and
-options skips every block whose record is there, so a killed job resumes; other
-inputs in the same folder, or an output of the earlier layout (`part-N.npy` beside
-its record), are refused unless `force`, which replaces them whole (`embed.blocks`).
+options skips every block whose record is there and vouches for the input planned
+now (its sha256, as its actor read it), so a killed job resumes, and an input
+rewritten since has its changed blocks embedded again; an actor whose block
+changed after it was planned refuses it ("run again"). Other inputs in the same
+folder, or an output of the earlier layout (`part-N.npy` beside its record), are
+refused unless `force`, which replaces them whole (`embed.blocks`).
 
 Inputs, the output and the model may be URIs (`s3://bucket/emb`): the actors, on any node, get the model's
 files through Ray's object store and read their blocks from the inputs' store; the driver writes each block
@@ -41,7 +44,7 @@ import numpy as np
 from pydantic import JsonValue
 
 from core import connection, stage, storage
-from core.dataset import file_sha256, fingerprint
+from core.dataset import file_sha256
 from core.location import Location
 from evaluation import store, store_writer
 from orchestration.adapters import model_dir as model_files
@@ -51,6 +54,7 @@ from orchestration.embed.folder import (
     EmbedJob,
     EmbedModel,
     check_not_inside,
+    fingerprints,
     make_manifest,
     output_folder,
     scan_records,
@@ -158,18 +162,16 @@ def _embed_corpus(
     check_not_inside(out_dir, files)
     cut = sum(f.cut for f in files)
     model = EmbedModel(dir=str(storage.absolute(model_dir)), model_sha256=file_sha256(model_path))
-    fp = fingerprint(
-        {
-            "inputs": [[f.path, f.bytes, f.sha256] for f in files],
-            "model": model.model_sha256,
-            "lang": lang,
-            "column": column,
-            "dtype": dtype,
-            "block_rows": block_rows,
-            **({"backend": engine} if engine != "torch" else {}),
-            **({"max_chars": max_chars} if cut else {}),
-        }
-    )  # torch, no sentence cut: the fingerprint of before
+    fp = fingerprints(  # the output's (as before the job's existed) and the job's
+        files,
+        model.model_sha256,
+        lang=lang,
+        column=column,
+        dtype=dtype,
+        block_rows=block_rows,
+        backend=engine,
+        max_chars=max_chars,
+    )
     done, previous = completed(out_dir, fp, blocks, force)
     staged = replacement(out, previous)  # with --force over other embeddings
     pending = [b for b in blocks if b.index not in done]
@@ -223,8 +225,9 @@ def _embed_corpus(
 
     if staged:  # the old output stays whole until the commit; a failed run's staging is discarded (`core.stage`)
         manifest = stage.run(stage.always(out), lambda staging: stage.Manifest(write(staging.root), None)).manifest
-    else:  # in place: a killed run resumes from the blocks it wrote
-        manifest = write(out.location)
+    else:  # in place: a killed run resumes from the blocks it wrote, into the folder as it was checked
+        with out.held():
+            manifest = write(out.location)
     return CorpusResult(
         out_dir, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending), time.monotonic() - started
     )

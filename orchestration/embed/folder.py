@@ -14,6 +14,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from core import ownership, storage
+from core.dataset import fingerprint
 from core.location import Location
 from core.output import OutputFolder
 from evaluation import store, store_writer
@@ -61,7 +62,8 @@ class EmbedMeta(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    fingerprint: str  # of the inputs, the model and the options: a rerun with another one is refused
+    fingerprint: str  # of the inputs, the model and the options (`fingerprints`)
+    job_fingerprint: str | None = None  # of them less the inputs' bytes: a rerun with another one is refused
     lang: str
     empty: int  # empty lines among the rows (embedded, so that row i is line i)
     inputs: list[InputFile]
@@ -115,11 +117,14 @@ class Manifest(NamedTuple):
 def owned(scan: Scan, manifest: Manifest) -> Callable[[str], bool]:
     ours = ownership.with_parents(f for f in scan.files if TMP_BLOCK.fullmatch(f))
     for name, record in scan.records.items():
-        ours |= {name} | store.block_files([record.name], record.sha256)
+        ours |= {name} | store_writer.block_files([record.name], record.sha256)
     for entries in scan.legacy.values():
         ours |= entries
     if manifest.current is not None:
-        ours |= {MANIFEST, *store.block_files([b.name for b in manifest.current.blocks], manifest.current.languages)}
+        ours |= {
+            MANIFEST,
+            *store_writer.block_files([b.name for b in manifest.current.blocks], manifest.current.languages),
+        }
     return (ours | manifest.legacy).__contains__
 
 
@@ -161,7 +166,8 @@ def read_own_manifest(out_dir: storage.Where) -> Manifest:
     except ValidationError:
         current = None
     if current is not None:
-        return Manifest(current if current.format == store.FORMAT and "fingerprint" in current.meta else None, set())
+        ours = current.format in store.BLOCK_FORMATS and "fingerprint" in current.meta
+        return Manifest(current if ours else None, set())
     form = raw.get("format")
     if form == LEGACY_FORMAT or (not form and {"fingerprint", "lang", "model"} <= raw.keys()):
         names = [str(b["name"]) for b in raw["blocks"] if isinstance(b, dict) and "name" in b]
@@ -196,6 +202,36 @@ def is_embeddings_array(location: Location) -> bool:
     return len(shape) == 2 and dtype.kind == "f" and location.size() >= start + math.prod(shape) * dtype.itemsize
 
 
+def fingerprints(
+    files: list[InputFile],
+    model_sha256: str,
+    *,
+    lang: str,
+    column: str,
+    dtype: str,
+    block_rows: int,
+    backend: str,
+    max_chars: int,
+) -> tuple[str, str]:
+    """(the output's fingerprint, the job's). The output's: of the inputs (name, size, sha256), the model and
+    the options, as before the job's existed (torch and no sentence cut: the fingerprint of before that too),
+    so that an output of unchanged inputs is this one's. The job's: the same less the inputs' bytes, which each
+    block's record holds for its own (`input_sha256`): a rerun of the same job over a changed input is not one
+    of "other inputs", and embeds again only the blocks whose input changed (`embed.blocks.completed`)."""
+    options = {"model": model_sha256, "lang": lang, "column": column, "dtype": dtype, "block_rows": block_rows}
+    cut = sum(f.cut for f in files)
+    output = fingerprint(
+        {
+            "inputs": [[f.path, f.bytes, f.sha256] for f in files],
+            **options,
+            **({"backend": backend} if backend != "torch" else {}),
+            **({"max_chars": max_chars} if cut else {}),
+        }
+    )
+    job = fingerprint({"inputs": [f.path for f in files], **options, "backend": backend, "max_chars": max_chars})
+    return output, job
+
+
 def make_manifest(
     files: list[InputFile],
     records: list[store.BlockRecord],
@@ -204,11 +240,11 @@ def make_manifest(
     dtype: str,
     dim: int,
     config: Mapping[str, JsonValue],
-    fp: str,
+    fp: tuple[str, str],
     job: EmbedJob,
 ) -> store.StoreManifest:
-    """The manifest (`store_writer.make_manifest`, this job's under `meta`), once every block's rows and empty
-    lines add up to the inputs'; AssertionError otherwise."""
+    """The manifest (`store_writer.make_manifest`, this job's under `meta`, `fp` its two fingerprints), once
+    every block's rows and empty lines add up to the inputs'; AssertionError otherwise."""
     rows, empty = sum(r.rows for r in records), sum(r.empty or 0 for r in records)
     if rows != sum(f.rows for f in files) or empty != sum(f.empty for f in files):
         raise AssertionError(
@@ -217,7 +253,15 @@ def make_manifest(
         )
     sources = [BlockSource.model_validate(r.model_dump()) for r in records]
     meta = EmbedMeta(
-        fingerprint=fp, lang=lang, empty=empty, inputs=files, model=model, sources=sources, job=job, config=config
+        fingerprint=fp[0],
+        job_fingerprint=fp[1],
+        lang=lang,
+        empty=empty,
+        inputs=files,
+        model=model,
+        sources=sources,
+        job=job,
+        config=config,
     )
     return store_writer.make_manifest(
         records, languages=[lang], dim=dim, dtype=dtype, meta=meta.model_dump(mode="json")

@@ -9,9 +9,9 @@ they are of this model; otherwise the split is embedded here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
-import json
 import logging
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from core.dataset import Dataset, file_sha256
 from core.location import Location
 from evaluation.search import search, search_blocks
-from evaluation.store import MANIFEST, EmbeddingsMeta, StoredEmbeddings
+from evaluation.store import MANIFEST, EmbeddingsMeta, StoredEmbeddings, StoreError
 from orchestration.adapters import model_dir as model_files
 from orchestration.config import Config, ConfigError
 from orchestration.embedding.embedder import SentenceEmbedder
@@ -55,37 +55,39 @@ def nearest_sentences(
     return out
 
 
-def embeddings_folder(config: Config) -> Path | None:
-    """The local folder of the evaluation's stored embeddings of the split (at a URI: a copy in this user's
-    cache folder, downloaded once per manifest and verified on every use), None when there are none. The
-    search reads them mapped."""
+def open_embeddings(config: Config) -> StoredEmbeddings | None:
+    """The evaluation's stored embeddings of the split, opened (`StoredEmbeddings.open`: every array and rows
+    file verified against the manifest, StoreError naming a file that is not); None when there are none. At a
+    URI: a copy in this user's cache folder, downloaded once per manifest and verified on every use (one that
+    fails is fetched again). The search reads them mapped."""
     location = Location.of(config.eval_dir).join(config.evaluate.split, "embeddings")
     if not (location / MANIFEST).exists():
         return None
+    if location.local_path is not None:
+        return StoredEmbeddings.open(location.local_path)
 
     @functools.cache
     def key() -> str:  # the manifest's digest: read once, for a store's copy only
         return hashlib.sha256((location / MANIFEST).read_bytes()).hexdigest()[:16]
 
-    def check(copy: Path) -> None:
-        # on every use: the copy's manifest is the source's, and every array the sha256 it records
-        manifest = (copy / MANIFEST).read_bytes()
-        if hashlib.sha256(manifest).hexdigest()[:16] != key():
-            raise ValueError(f"{copy / MANIFEST} is not the manifest of {location}")
-        for block in json.loads(manifest)["blocks"]:
-            for lang, sha256 in block["sha256"].items():
-                if file_sha256(copy / lang / f"{block['name']}.npy") != sha256:
-                    raise ValueError(f"{copy / lang / block['name']}.npy: sha256 differs from its manifest's")
+    opened: list[StoredEmbeddings] = []
 
-    return location.cached_copy("embeddings", key, check)
+    def check(copy: Path) -> None:
+        # on every use: the copy's manifest is the source's, and every file the sha256 it records (opened once)
+        if hashlib.sha256((copy / MANIFEST).read_bytes()).hexdigest()[:16] != key():
+            raise StoreError(f"{copy / MANIFEST} is not the manifest of {location}")
+        opened[:] = [StoredEmbeddings.open(copy)]
+
+    folder = location.cached_copy("embeddings", key, check)
+    return dataclasses.replace(opened[-1], folder=folder)  # a new copy is checked first, then renamed into place
 
 
 def stored_embeddings(config: Config, model_dir: Path) -> StoredEmbeddings | None:
     """The evaluation's stored embeddings of the split when this model made them, else None."""
-    folder = embeddings_folder(config)
-    if folder is None:
+    store = open_embeddings(config)
+    if store is None:
         return None
-    store = StoredEmbeddings.open(folder)
+    folder = store.folder
     try:
         embedded_by = EmbeddingsMeta.model_validate(store.meta).model
     except ValidationError:  # not evaluate's embeddings: not this model's as far as can be told

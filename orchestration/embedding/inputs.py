@@ -17,41 +17,34 @@ the same blocks. A line ends with LF or CRLF; a byte-order mark opening a file
 is dropped; empty lines (and null Parquet values) are sentences too. Every input
 is a regular file (a FIFO, a device or a directory is refused by name).
 
+Each block carries the sha256 of the input it covers as planned (`BlockSpec.sha256`: the bytes of its lines, or
+its Parquet values, `_value_bytes`); its reader hashes what it reads, and refuses a block whose input changed
+after it was planned (`read_block_text`: CorpusError naming the file and the block, "run again"), so that no
+block's vectors are of other lines than the plan's.
+
 A sentence longer than `max_chars` characters (`MAX_CHARS`: serve.max_sentence_chars, the most the model is
 given to read) is cut to its first `max_chars`, and counted (`InputFile.cut`, the log): the row stays its line.
-A line is read a bounded piece at a time (`read_line`), so a line of any length costs the memory of
-`max_chars` characters, and the model never gets the millions of tokens that took minutes (deaf to Ctrl+C) and
-gigabytes to embed.
+Lines are read in bounded memory (`embedding.lines`), so the model never gets the millions of tokens that took
+minutes (deaf to Ctrl+C) and gigabytes to embed.
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
-import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Final, NamedTuple
+from typing import Any, NamedTuple
 
 from core import storage
-from core.boundary import check_regular_file
-from core.errors import UserError
 from core.location import Location
-from orchestration.config.stages import ServeConfig
-
-log = logging.getLogger(__name__)
-BOM = b"\xef\xbb\xbf"
-# The most characters of one sentence the model is given (its schema's default; `embed` reads the config's).
-MAX_CHARS: Final[int] = ServeConfig.model_fields["max_sentence_chars"].default
-
+from core.regular import check_regular_file
+from orchestration.embedding.lines import MAX_CHARS, CorpusError, read_line, warn_cut
+from orchestration.embedding.lines import Line as Line  # the line reader's, which its users import from here
+from orchestration.embedding.lines import read_lines as read_lines
 
 _REGULAR = "an input is read by byte ranges: give a regular file"
-
-
-class CorpusError(UserError, ValueError):
-    """Input that cannot be embedded as given; the message names the file (and line) and what to do."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +67,7 @@ class BlockSpec:
     rows: int
     offset: int = 0  # byte offset of the first line (text files)
     max_chars: int = MAX_CHARS  # each sentence cut to this many characters
+    sha256: str = ""  # of the input it covers, as planned: its lines' bytes, or its Parquet values (`_value_bytes`)
 
 
 def resolve_inputs(specs: Sequence[str], *, what: str = "-i") -> list[str]:
@@ -121,104 +115,44 @@ def plan_blocks(
     files: list[InputFile] = []
     blocks: list[BlockSpec] = []
     for path in paths:
-        parquet = str(path).endswith(".parquet")
-        info, offsets = _scan_parquet(path, column, max_chars) if parquet else _scan_text(path, block_rows, max_chars)
+        if str(path).endswith(".parquet"):
+            info, offsets, hashes = _scan_parquet(path, column, block_rows, max_chars)
+        else:
+            info, offsets, hashes = _scan_text(path, block_rows, max_chars)
         files.append(info)
         for n, first in enumerate(range(0, info.rows, block_rows)):
             rows, offset = min(block_rows, info.rows - first), offsets[n] if info.kind == "text" else 0
-            blocks.append(BlockSpec(len(blocks), info.path, info.kind, first, rows, offset, max_chars))
+            blocks.append(BlockSpec(len(blocks), info.path, info.kind, first, rows, offset, max_chars, hashes[n]))
     return files, blocks
 
 
-def _scan_text(path: str, block_rows: int, max_chars: int) -> tuple[InputFile, list[int]]:
-    digest, offsets, lines, empty, cut, position = hashlib.sha256(), [], 0, 0, 0, 0
+class _Digests:
+    """A hashlib-like sink (`read_line`'s `digest`) feeding every byte to the whole file's digest and to the
+    digest of the block being read."""
+
+    def __init__(self) -> None:
+        self.file, self.blocks = hashlib.sha256(), [hashlib.sha256()]
+
+    def update(self, data: bytes) -> None:
+        self.file.update(data)
+        self.blocks[-1].update(data)
+
+
+def _scan_text(path: str, block_rows: int, max_chars: int) -> tuple[InputFile, list[int], list[str]]:
+    """The file's InputFile, the byte offset of each block's first line and the sha256 of each block's bytes."""
+    digests, offsets, lines, empty, cut, position = _Digests(), [], 0, 0, 0, 0
     with storage.open_input(path) as handle:
-        while line := read_line(handle, path, lines + 1, max_chars=max_chars, first=position == 0, digest=digest):
+        while line := read_line(handle, path, lines + 1, max_chars=max_chars, first=position == 0, digest=digests):
             if lines % block_rows == 0:
                 offsets.append(position)
             lines += 1
             empty += not line.text
             cut += line.cut
             position += line.size
-    return InputFile(str(path), "text", position, digest.hexdigest(), lines, empty, cut), offsets
-
-
-class Line(NamedTuple):
-    text: str  # its first `max_chars` characters, without its line end (nor a file's opening BOM)
-    size: int  # its bytes, its line end included
-    cut: bool  # whether it held more than `max_chars` characters
-
-
-def read_line(
-    handle: BinaryIO,
-    where: Path | str,
-    number: int,
-    *,
-    max_chars: int = MAX_CHARS,
-    first: bool = False,
-    digest: Any = None,
-) -> Line | None:
-    """The next line of `handle` (None at its end; `first`: the file's first, its BOM dropped), read a bounded
-    piece at a time whatever its length: it holds about `max_chars` characters, the rest of a longer line is
-    read only to check it and hash it into `digest` (a hashlib object, fed every byte). CorpusError naming
-    `where`:`number` when any of the line is not UTF-8."""
-    piece_bytes = 4 * max_chars + 2  # max_chars characters of UTF-8 and a CRLF: a line within the limit is one piece
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    kept: list[str] = []
-    held = size = decoded = 0
-    dropped = False
-    while True:
-        piece = handle.readline(piece_bytes)
-        if digest is not None:
-            digest.update(piece)
-        raw = piece.removeprefix(BOM) if first and size == 0 else piece
-        size += len(piece)
-        ended = piece.endswith(b"\n") or len(piece) < piece_bytes  # readline stops short at a line end or EOF
-        pending = len(decoder.getstate()[0])  # bytes of a character the last piece began
-        try:
-            text = decoder.decode(raw, final=ended)
-        except UnicodeDecodeError as exc:
-            raise CorpusError(
-                f"{where}:{number}: not valid UTF-8 (byte {decoded - pending + exc.start + 1} of the line: "
-                f"{exc.object[exc.start : exc.start + 4]!r}); convert the file to UTF-8 (e.g. iconv)"
-            ) from None
-        decoded += len(raw)
-        if held <= max_chars + 2:  # the limit and a line end; beyond, checked and dropped
-            kept.append(text)
-            held += len(text)
-        else:
-            dropped = dropped or bool(text)
-        if ended:
-            break
-    if not size:
-        return None
-    line = "".join(kept) if dropped else "".join(kept).rstrip("\r\n")
-    return Line(line[:max_chars], size, dropped or len(line) > max_chars)
-
-
-def read_lines(handle: BinaryIO, name: str, *, max_chars: int = MAX_CHARS) -> Iterator[str]:
-    """The lines of an open binary stream as text (`read_line`: each cut to `max_chars` characters, the cut
-    ones counted in a warning once the stream ends), for small in-process inputs."""
-    number = cut = 0
-    while line := read_line(handle, name, number + 1, max_chars=max_chars, first=number == 0):
-        number += 1
-        cut += line.cut
-        yield line.text
-    warn_cut(name, cut, number, max_chars)
-
-
-def warn_cut(where: str, cut: int, total: int, max_chars: int) -> None:
-    """The log line that counts the sentences cut to `max_chars` characters (nothing when none was)."""
-    if cut:
-        log.warning(
-            "%s: %d of %d sentences are longer than %d characters, the most the model is given "
-            "(serve.max_sentence_chars): each is embedded from its first %d",
-            where,
-            cut,
-            total,
-            max_chars,
-            max_chars,
-        )
+            if lines % block_rows == 0:
+                digests.blocks.append(hashlib.sha256())  # the next block's, from its first byte
+    hashes = [d.hexdigest() for d in digests.blocks[: len(offsets)]]
+    return InputFile(str(path), "text", position, digests.file.hexdigest(), lines, empty, cut), offsets, hashes
 
 
 def read_column(path: Path | str, column: str, *, max_chars: int = MAX_CHARS) -> Iterator[str]:
@@ -234,7 +168,8 @@ def read_column(path: Path | str, column: str, *, max_chars: int = MAX_CHARS) ->
     warn_cut(str(path), cut, rows, max_chars)
 
 
-def _scan_parquet(path: str, column: str, max_chars: int) -> tuple[InputFile, list[int]]:
+def _scan_parquet(path: str, column: str, block_rows: int, max_chars: int) -> tuple[InputFile, list, list[str]]:
+    """The file's InputFile, no offsets, and the sha256 of each block's values (`_value_bytes`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -244,17 +179,32 @@ def _scan_parquet(path: str, column: str, max_chars: int) -> tuple[InputFile, li
         raise CorpusError(f"{path}: no column {column!r} (it has {', '.join(schema.names)}); pass --column NAME")
     if not (pa.types.is_string(schema.field(column).type) or pa.types.is_large_string(schema.field(column).type)):
         raise CorpusError(f"{path}: column {column!r} is {schema.field(column).type}, not text; pass --column NAME")
-    empty, seen, cut = 0, 0, 0
+    empty, seen, cut, digests = 0, 0, 0, []
     for batch in parquet.iter_batches(columns=[column], batch_size=65536):
         values = batch.column(0)
         try:
             values.validate(full=True)
         except pa.ArrowInvalid:
             raise CorpusError(f"{path}: row {seen + _first_invalid(values) + 1}: not valid UTF-8") from None
-        empty += values.null_count + sum(1 for v in values.to_pylist() if v == "")
+        listed = values.to_pylist()
+        empty += values.null_count + sum(1 for v in listed if v == "")
         cut += pc.sum(pc.greater(pc.utf8_length(values), max_chars)).as_py() or 0
+        for row, value in enumerate(listed, seen):
+            if row % block_rows == 0:
+                digests.append(hashlib.sha256())
+            digests[-1].update(_value_bytes(value))
         seen += len(values)
-    return InputFile(str(path), "parquet", storage.size(path), storage.sha256(path), seen, empty, cut), []
+    info = InputFile(str(path), "parquet", storage.size(path), storage.sha256(path), seen, empty, cut)
+    return info, [], [d.hexdigest() for d in digests]
+
+
+def _value_bytes(value: str | None) -> bytes:
+    """One Parquet value as its block's sha256 takes it: null, or its UTF-8 bytes after their length (so that
+    no two sequences of values hash alike)."""
+    if value is None:
+        return b"\x00"
+    raw = value.encode("utf-8")
+    return b"\x01" + len(raw).to_bytes(8, "little") + raw
 
 
 def _first_invalid(values) -> int:
@@ -272,21 +222,51 @@ def _is_utf8(raw: bytes) -> bool:
         return False
 
 
+class BlockText(NamedTuple):
+    sentences: list[str]  # each cut to the block's `max_chars` characters (null Parquet values: empty)
+    sha256: str  # of the input read: the bytes of its lines, or its Parquet values (`_value_bytes`)
+
+
 def read_block(block: BlockSpec, *, column: str) -> list[str]:
+    """The sentences of one block, as planned (`read_block_text`)."""
+    return read_block_text(block, column=column).sentences
+
+
+def read_block_text(block: BlockSpec, *, column: str) -> BlockText:
     """The sentences of one block (null Parquet values as empty sentences), each cut to `block.max_chars`
     characters, read by byte offset (a line a bounded piece at a time: `read_line`) or row groups from its
-    file (a local path or a URI)."""
-    if block.kind == "text":
-        with storage.open_input(block.path) as handle:
-            handle.seek(block.offset)
-            lines = []
-            for i in range(block.rows):
-                first = block.offset == 0 and i == 0
-                line = read_line(handle, block.path, block.first + i + 1, max_chars=block.max_chars, first=first)
-                if line is None:  # the file is shorter than when it was planned
-                    raise CorpusError(f"{block.path}: ends before line {block.first + i + 1}: it changed; run again")
-                lines.append(line.text)
-            return lines
+    file (a local path or a URI), and the sha256 of what was read. CorpusError naming the file and the block
+    when that is not the sha256 it was planned with (`BlockSpec.sha256`): the input changed since."""
+    assert block.sha256, f"{block}: a block is read as planned (`plan_blocks`)"
+    digest = hashlib.sha256()
+    what = "lines" if block.kind == "text" else "rows"
+    changed = CorpusError(
+        f"{block.path}: {what} {block.first + 1}-{block.first + block.rows} (block part-{block.index:05d}) "
+        "changed after it was planned; run again"
+    )
+    sentences = _text_lines(block, digest) if block.kind == "text" else _parquet_values(block, column, digest)
+    if len(sentences) != block.rows or digest.hexdigest() != block.sha256:
+        raise changed
+    return BlockText(sentences, digest.hexdigest())
+
+
+def _text_lines(block: BlockSpec, digest: Any) -> list[str]:
+    """A text block's lines, every byte read fed to `digest`."""
+    with storage.open_input(block.path) as handle:
+        handle.seek(block.offset)
+        lines = []
+        for i in range(block.rows):
+            first = block.offset == 0 and i == 0
+            number = block.first + i + 1
+            line = read_line(handle, block.path, number, max_chars=block.max_chars, first=first, digest=digest)
+            if line is None:  # the file is shorter than when it was planned
+                raise CorpusError(f"{block.path}: ends before line {number}: it changed; run again")
+            lines.append(line.text)
+        return lines
+
+
+def _parquet_values(block: BlockSpec, column: str, digest: Any) -> list[str]:
+    """A Parquet block's values, read by row groups, each fed to `digest` (`_value_bytes`)."""
     parquet = storage.open_parquet(block.path)
     groups, start = [], 0
     for g in range(parquet.num_row_groups):
@@ -294,6 +274,10 @@ def read_block(block: BlockSpec, *, column: str) -> list[str]:
         if start < block.first + block.rows and start + size > block.first:
             groups.append((g, start))
         start += size
+    if not groups:
+        return []
     table = parquet.read_row_groups([g for g, _ in groups], columns=[column])
     values = table[column].slice(block.first - groups[0][1], block.rows).to_pylist()
+    for value in values:
+        digest.update(_value_bytes(value))
     return ["" if v is None else v[: block.max_chars] for v in values]

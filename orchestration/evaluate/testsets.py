@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core import storage
-from core.boundary import check_regular_file
 from core.dataset import MANIFEST, Dataset, DatasetError, fingerprint
+from core.regular import check_regular_file
 from orchestration.config.stages import TestsetConfig
 from orchestration.evaluate import EvaluateError
 

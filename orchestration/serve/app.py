@@ -10,13 +10,14 @@
 The routes are a FastAPI app, the deployment's ingress (`@serve.ingress`), as in Ray Serve's own examples; its
 pydantic models (serve/schema.py) describe the bodies. /embed reads its raw body itself, so that the
 checks stay `parse_embed`'s. Every error is {"error": "...", ...} with its status.
-Requests are checked against the `serve` limits before any work (serve/request.py: 413, 422 with a
-message); concurrent requests are embedded together (`@serve.batch`, grouped by language), each failure
-kept to the request that caused it (serve/batch.py); beyond
-`max_ongoing_requests` per replica and `max_queued_requests` waiting, Ray Serve's proxy answers 503 at
-once, so an overload costs no memory. With serve.model=champion each replica reads the alias every
-`poll_seconds` and swaps to a newly promoted version without failing a request (serve/models.py); every
-answer names the version that computed it (body and the X-Model-Version header).
+A body is read within its deadline, and slow bodies are capped per replica and per client, so slow clients
+cannot starve fast ones (serve/body.py: 408, 429). Requests are checked against the `serve` limits before any
+work, their cost in neighbours too (serve/request.py: 413, 422 with a message); concurrent requests are
+embedded together (`@serve.batch`, grouped by language), each failure kept to the request that caused it
+(serve/batch.py); beyond `max_ongoing_requests` per replica and `max_queued_requests` waiting, Ray Serve's
+proxy answers 503 at once, so an overload costs no memory. With serve.model=champion each replica reads the
+alias every `poll_seconds` and swaps to a newly promoted version without failing a request (serve/models.py);
+every answer names the version that computed it (body and the X-Model-Version header).
 
 Every listener of the endpoint is on the loopback address unless configured otherwise: Serve's HTTP proxy on
 serve.host (127.0.0.1 by default), the replica's own gRPC server on the node's address (`bind_replica_grpc`),
@@ -43,6 +44,7 @@ from orchestration.adapters.lineage import project_version
 from orchestration.config import Config, JSONValue
 from orchestration.config.stages import ServeConfig
 from orchestration.serve.batch import answer_batch
+from orchestration.serve.body import SlowBodies, read_body
 from orchestration.serve.models import ModelSlot, ModelSource, ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
 from orchestration.serve.schema import ERRORS, EmbedBody, EmbedResponse, Health, Ready, request_body
@@ -77,19 +79,6 @@ def bind_replica_grpc() -> None:
             "this Ray Serve has no replica.add_port_to_grpc_server: its replica's gRPC server may listen "
             "on every interface"
         )
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, read until it passes `limit` bytes (413): a body without a Content-Length is bounded too."""
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestRejected(
-                413, f"the body is above serve.max_body_bytes ({limit} bytes); send fewer sentences per request"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 # The app and the deployment come after every function their methods call: `serve.ingress` pickles the app,
@@ -142,6 +131,7 @@ class EmbeddingServer:
         self.config = Config.model_validate(config)
         self.limits = self.config.serve
         cpu_threads(max(1, int(self.limits.cpus_per_replica)))
+        self.slow_bodies = SlowBodies(self.limits)
         self.source = ModelSource(self.config, scratch=scratch)
         self.slot = ModelSlot(
             self.source.load(self.source.current_version()), drain_timeout_s=self.limits.drain_timeout_s
@@ -175,11 +165,12 @@ class EmbeddingServer:
         summary="Embed sentences of one language (and find their nearest stored sentences)",
     )
     async def embed(self, request: Request) -> JSONResponse:
-        """The body is read up to serve.max_body_bytes and checked by `parse_embed` (413, 422 with a message),
-        then embedded in a batch with concurrent requests."""
+        """The body is read up to serve.max_body_bytes, within serve.body_timeout_s and the slow bodies' caps
+        (serve/body.py: 408, 413, 429), checked by `parse_embed` (413, 422 with a message), then embedded in a
+        batch with concurrent requests."""
         try:
             check_length(request.headers.get("content-length"), self.limits)
-            body = await _read_body(request, self.limits.max_body_bytes)
+            body = await read_body(request, self.limits, self.slow_bodies)
             current = self.slot.current
             parsed = parse_embed(body, self.limits, current.embedder.languages, stored=current.searchable)
             result = await self.embed_batch(parsed)

@@ -4,9 +4,12 @@
     POST /embed {"sentences": ["Dieu est amour."], "lang": "fr", "nearest": {"k": 3, "in": ["en"]}}
 
 Plain functions, testable without Ray or HTTP: `parse_embed` turns the raw body into an `EmbedRequest` or
-raises `RequestRejected` with the HTTP status and a message that says what to change: 413 for a body or a
-batch above its limit (send less per request), 422 for what no resend fixes as is (not JSON, a missing or
-mistyped field, a language the model does not know or its stored set does not hold, a sentence too long).
+raises `RequestRejected` with the HTTP status and a message that says what to change: 413 for a body, a
+batch or a cost above its limit (send less per request), 422 for what no resend fixes as is (not JSON, a
+missing or mistyped field, a language the model does not know or its stored set does not hold, or named twice,
+a sentence too long). A request's cost is bounded here too: its sentences' characters once normalized
+(`check_normalized_length`), and the neighbours it asks for, sentences x nearest.k x languages
+(`serve.max_nearest_hits`), each language once.
 Everything one request can get wrong is refused here, before it joins a batch: a batch is embedded as one, so
 an error found there would have to be kept from the requests batched with it (serve/batch.py does, as the
 second line).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -94,6 +98,7 @@ def parse_embed(
             ) from None
         check_normalized_length(sentence, i, limits)
     k, targets = _nearest(data.get("nearest"), limits, languages, stored)
+    check_nearest_cost(len(sentences), k, targets, limits)
     return EmbedRequest(tuple(sentences), lang, k, targets)
 
 
@@ -131,6 +136,9 @@ def _nearest(
         )
     if not isinstance(targets, list) or not targets or not all(isinstance(t, str) for t in targets):
         raise RequestRejected(422, '"nearest.in" must be a non-empty list of languages, e.g. ["en"]')
+    repeated = sorted(t for t, n in Counter(targets).items() if n > 1)
+    if repeated:  # each repeat would search the stored set again, for the same answer
+        raise RequestRejected(422, f'"nearest.in" names {repeated} more than once; name each language once')
     unknown = [t for t in targets if t not in languages]
     if unknown:
         raise RequestRejected(422, f'"nearest.in": the model knows {languages}, not {unknown}')
@@ -140,6 +148,19 @@ def _nearest(
     if missing:
         raise RequestRejected(422, missing_stored_message(missing, stored))
     return k, tuple(targets)
+
+
+def check_nearest_cost(sentences: int, k: int, targets: Sequence[str], limits: ServeConfig) -> None:
+    """413 when the neighbours asked for, `sentences` x `k` x the languages of `targets`, are above
+    `max_nearest_hits`: each is read from the stored set and sent back, so this bounds how long one request
+    holds a replica (issue 71: 256 sentences, k 100, "fr" 100 times held one for over a minute)."""
+    cost = sentences * k * len(targets)
+    if cost > limits.max_nearest_hits:
+        raise RequestRejected(
+            413,
+            f"{sentences} sentences x nearest.k {k} x {len(targets)} in nearest.in = {cost} neighbours, "
+            f"above serve.max_nearest_hits ({limits.max_nearest_hits}); ask for fewer per request",
+        )
 
 
 def no_stored_set_message(version: str | None = None) -> str:

@@ -22,8 +22,15 @@ class _Body(BaseModel):
 class NearestQuery(_Body):
     """The nearest stored sentences to return for each sentence (the model's stored embedding set)."""
 
-    k: int = Field(3, ge=1, description="How many, at most serve.max_nearest_k.")
-    in_: list[str] = Field(alias="in", min_length=1, description="The languages of the stored set to search.")
+    k: int = Field(
+        3,
+        ge=1,
+        description="How many, at most serve.max_nearest_k; the sentences x k x the languages of `in` at most "
+        "serve.max_nearest_hits.",
+    )
+    in_: list[str] = Field(
+        alias="in", min_length=1, description="The languages of the stored set to search, each named once."
+    )
 
 
 class EmbedBody(_Body):
@@ -70,8 +77,21 @@ class Ready(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, type[BaseModel] | str]] = {
-    413: {"model": ErrorResponse, "description": "The body or the batch is above its limit: send less."},
+    408: {
+        "model": ErrorResponse,
+        "description": "The body did not arrive whole within serve.body_timeout_s, or arrived slowly while "
+        "the replica or this client already had as many slow bodies as it may: send it at once.",
+    },
+    413: {
+        "model": ErrorResponse,
+        "description": "The body, the batch or the neighbours asked for are above their limit: send less.",
+    },
     422: {"model": ErrorResponse, "description": "Not a request the model can answer (the message says why)."},
+    429: {
+        "model": ErrorResponse,
+        "description": "This client already has serve.max_slow_bodies_per_client bodies arriving slowly: "
+        "send each body whole, at once.",
+    },
     500: {"model": ErrorResponse, "description": "The model failed on this request (the others were answered)."},
     503: {
         "model": ErrorResponse,

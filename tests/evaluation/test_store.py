@@ -71,14 +71,15 @@ def test_every_block_has_its_record_and_the_manifest_its_checksums(tmp_path):
     store, _, _, _ = stored(tmp_path)
     folder = tmp_path / "emb"
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["format"] == "interlingua-stored-embeddings/2" and manifest["languages"] == ["en", "fr"]
+    assert manifest["format"] == "interlingua-stored-embeddings/3" and manifest["languages"] == ["en", "fr"]
     assert manifest["columns"] == ["key", "en_text", "en_hash", "fr_text", "fr_hash"]
     for block in manifest["blocks"]:
         record = json.loads((folder / f"{block['name']}.json").read_text())
-        assert {k: record[k] for k in ("name", "start", "rows", "sha256")} == block
+        assert {k: record[k] for k in ("name", "start", "rows", "sha256", "rows_sha256")} == block
         assert block["sha256"] == {
             lang: storage.sha256(folder / lang / f"{block['name']}.npy") for lang in ("en", "fr")
         }
+        assert block["rows_sha256"] == storage.sha256(folder / "rows" / f"{block['name']}.parquet")
     assert sorted(p.name for p in folder.iterdir()) == [
         "en",
         "fr",

@@ -97,7 +97,8 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
 TREES = ("prepare", "train", "evaluate", "run", "tune", "embed", "mine", "export")
 NO_TREE = {
     "compare": "--plot replaces only a PNG that compare wrote (its Software field); lifecycle/test_compare.py",
-    "upgrade-model": "writes model.safetensors beside a model.pt, never over one; test_model_dir.py",
+    "upgrade-model": "converts a model folder in place through the output layer (a link or a user's file there is "
+    "refused, the new folder staged and swapped in); test_model_upgrade.py",
     "serve": "writes its own mkdtemp folder only, removed on exit; tests/orchestration/serve/test_server.py",
     "search": "prints its neighbours; writes nothing",
     "config": "prints the resolved configuration; writes nothing",

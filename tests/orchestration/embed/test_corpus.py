@@ -50,7 +50,7 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
     first = embed_corpus(inputs, out, **options)
     manifest = json.loads((out / "manifest.json").read_text())
     meta = manifest["meta"]
-    assert manifest["format"] == "interlingua-stored-embeddings/2" and manifest["languages"] == ["fr"]
+    assert manifest["format"] == "interlingua-stored-embeddings/3" and manifest["languages"] == ["fr"]
     assert first.rows == manifest["rows"] == len(sentences) == 156 and first.empty == meta["empty"] == 3
     assert [i["rows"] for i in meta["inputs"]] == [87, 21, 48]
     assert [i["empty"] for i in meta["inputs"]] == [2, 0, 1]
@@ -77,6 +77,7 @@ def test_embed_a_glob_resumes_block_by_block_and_the_manifest_adds_up(model_dir,
     for block in manifest["blocks"]:  # each block's record: the completion marker, with its checksum
         record = json.loads((out / f"{block['name']}.json").read_text())
         assert record["sha256"] == block["sha256"] and record["fingerprint"] == meta["fingerprint"]
+        assert record["job_fingerprint"] == meta["job_fingerprint"] and len(record["input_sha256"]) == 64
     assert meta["model"]["model_sha256"] == file_sha256(model_dir / "model.safetensors")
     assert meta["config"] == {"name": "test"}
     vectors = np.concatenate([np.load(out / "fr" / f"{b['name']}.npy") for b in manifest["blocks"]])
@@ -163,3 +164,59 @@ def test_the_backend_asked_for_is_the_one_that_runs_and_is_recorded(model_dir, c
     assert not np.allclose(StoredEmbeddings.open(int8.out_dir).rows("fr"), expected, atol=1e-6)
     with pytest.raises(CorpusError, match="other inputs, model or options"):  # never resumed as torch's
         embed_corpus(inputs, tmp_path / "int8", backend="torch", **options)
+
+
+def test_an_input_rewritten_after_planning_is_refused_and_a_rerun_embeds_only_its_changed_blocks(
+    model_dir, tmp_path, book_lines, small_dataset, local_ray, monkeypatch, capsys
+):
+    """Issue 71: an input rewritten between the plan and the actors' reads (the same size, other lines) is
+    refused, one line naming the file and the block; the rerun embeds every block of the lines it finds, and
+    after a later rewrite embeds again only the block whose lines changed."""
+    import orchestration.embed.corpus as corpus
+    from orchestration.cli import main
+    from orchestration.embedding.embedder import SentenceEmbedder
+    from tests.support.corpus import error_line, write_lines
+
+    ruth = book_lines({"fr": "l"}, [8])["fr"]  # 85 verses: blocks of lines 1-32, 33-64, 65-85
+    path, out = write_lines(tmp_path / "ruth.fr", ruth), tmp_path / "out"
+
+    def swap(lines: list[str], i: int) -> list[str]:  # the same bytes: the same size, other lines
+        lines = list(lines)
+        lines[i], lines[i + 1] = lines[i + 1], lines[i]
+        write_lines(path, lines)
+        return lines
+
+    real, now = corpus.embed_blocks, ruth
+
+    def rewritten_first(*args, **kwargs):  # after the plan, before any actor reads its block
+        nonlocal now
+        now = swap(ruth, 40)  # lines 41 and 42: block part-00001
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(corpus, "embed_blocks", rewritten_first)
+    args = ["embed", f"dataset_dir={small_dataset.data_dir}", "-l", "fr", "--model", str(model_dir)]
+    assert main([*args, "-i", str(path), "-o", str(out), "--block-rows", "32"]) == 2
+    line = error_line(capsys)
+    assert f"{path}: lines 33-64 (block part-00001) changed after it was planned; run again" in line, line
+    assert not (out / "manifest.json").exists() and not (out / "part-00001.json").exists()
+    monkeypatch.setattr(corpus, "embed_blocks", real)
+
+    options = dict(lang="fr", model_dir=model_dir, config={}, block_rows=32)
+    first = embed_corpus([str(path)], out, **options)  # run again: the blocks of the lines there now
+    embedder = SentenceEmbedder.load(model_dir)
+    stored = StoredEmbeddings.open(out).rows("fr")
+    np.testing.assert_allclose(stored, embedder.embed(now, "fr"), rtol=1e-5, atol=1e-6)
+    assert first.computed >= 1 and first.blocks == 3
+
+    kept = {p.name: p.stat().st_mtime_ns for p in out.glob("fr/part-*.npy")}
+    now = swap(now, 70)  # lines 71 and 72: block part-00002 alone
+    again = embed_corpus([str(path)], out, **options)  # no --force: the same input, rewritten
+    assert again.computed == 1
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("fr/part-*.npy")} != kept
+    assert {n: t for n, t in kept.items() if n != "part-00002.npy"} == {
+        p.name: p.stat().st_mtime_ns for p in out.glob("fr/part-*.npy") if p.name != "part-00002.npy"
+    }
+    np.testing.assert_allclose(StoredEmbeddings.open(out).rows("fr"), embedder.embed(now, "fr"), rtol=1e-5, atol=1e-6)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["meta"]["inputs"][0]["sha256"] == file_sha256(path)
+    assert embed_corpus([str(path)], out, **options).computed == 0

@@ -1,4 +1,5 @@
-"""`interlingua embed` and `interlingua search` on a model trained on real Bible text."""
+"""`interlingua embed` and `interlingua search` on a model trained on real Bible text; search refuses stored
+embeddings changed after their manifest."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import logging
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from orchestration.evaluate.job import evaluate
+from tests.support.corpus import error_line
 
 
 def test_embed_and_search_commands_on_a_trained_model(trained_run, small_dataset, tmp_path, verse, capsys, caplog):
@@ -48,3 +51,21 @@ def test_embed_and_search_commands_on_a_trained_model(trained_run, small_dataset
     np.testing.assert_allclose([float(line.split()[0]) for line in stored[1:4]], scores, atol=2e-3)
     (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
     assert main(["embed", *overrides, "-l", "fr", "-i", str(tmp_path / "bad.txt"), "-o", str(out)]) == 2
+
+    # the stored embeddings changed after their manifest (issue 71): search refuses, one line naming the file
+    emb = Path(config.eval_dir) / config.evaluate.split / "embeddings"
+    query = ["search", *overrides, "-q", ruth[0], "-l", "fr", "--in", "en,zh", "-k", "3"]
+    for name in ("rows/part-00000.parquet", "en/part-00000.npy"):
+        changed, original = emb / name, (emb / name).read_bytes()
+        if name.endswith(".parquet"):  # other sentences' texts beside the same keys
+            table = pq.read_table(changed)
+            texts = table.schema.get_field_index("en_text")
+            pq.write_table(table.set_column(texts, "en_text", table["en_text"][::-1]), changed)
+        else:  # other vectors of the same shape: the wrong neighbours
+            np.save(changed, np.load(changed)[::-1].copy())
+        capsys.readouterr()
+        assert main(query) == 2
+        line = error_line(capsys)
+        assert f"{changed}: sha256 " in line and f"{emb / 'manifest.json'}" in line, line
+        changed.write_bytes(original)
+    assert main(query) == 0

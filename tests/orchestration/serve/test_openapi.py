@@ -86,7 +86,7 @@ def test_the_openapi_document_lists_the_routes_and_their_request_and_response_sc
     answer = response(embed, "200")
     assert set(answer["properties"]) == {"embeddings", "dim", "model_version", "nearest"}
     assert answer["properties"]["embeddings"]["items"] == {"items": {"type": "number"}, "type": "array"}
-    for code in ("413", "422", "500", "503"):
+    for code in ("408", "413", "422", "429", "500", "503"):
         assert set(response(embed, code)["properties"]) == {"error", "model_version"}, code
     assert set(response(doc["paths"]["/readyz"]["get"], "200")["properties"]) == {"ready", "model_version"}
     assert set(response(doc["paths"]["/healthz"]["get"], "200")["properties"]) == {"status"}

@@ -14,7 +14,7 @@ from orchestration.serve.models import ModelSlot, ServedModel
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
 from tests.support.serving import any_body
 
-LIMITS = ServeConfig(max_sentences=2, max_sentence_chars=40, max_body_bytes=200, max_nearest_k=5)
+LIMITS = ServeConfig(max_sentences=2, max_sentence_chars=40, max_body_bytes=200, max_nearest_k=5, max_nearest_hits=10)
 DEEP = ServeConfig(max_body_bytes=100_000)  # room for a deeply nested body
 LANGS = ["en", "fr"]
 STORED = ["en", "fr"]  # the languages the stored embedding set can be searched in
@@ -49,6 +49,8 @@ def test_a_good_request_is_parsed():
         (b'{"sentences": ["ok", "\\ud800"], "lang": "en"}', 422, "sentence 1 is not valid Unicode text"),
         (body(sentences=["a"], lang="en", nearest={"k": 1, "in": []}), 422, "nearest.in"),
         (body(sentences=["a"], lang="en", nearest={"k": 1, "in": ["de"]}), 422, "the model knows"),
+        (body(sentences=["a"], lang="en", nearest={"k": 1, "in": ["fr", "en", "fr"]}), 422, "more than once"),
+        (body(sentences=["a", "b"], lang="en", nearest={"k": 3, "in": ["en", "fr"]}), 413, "max_nearest_hits"),
     ],
 )
 def test_a_bad_request_is_refused_with_its_status_and_what_to_change(raw, status, words):
@@ -97,6 +99,42 @@ def test_a_sentence_within_the_raw_limit_that_nfkc_expands_above_it_is_422_befor
     assert got.sentences == (fits, "ﬁn")
     plain = "a" * limit
     assert parse_embed(body(sentences=[plain], lang="en"), limits, LANGS, stored=None).sentences == (plain,)
+
+
+def test_a_request_asking_too_many_neighbours_is_refused_before_it_joins_a_batch():
+    """Issue 71's probe (256 sentences, k 100, "fr" 100 times) held a replica for over a minute, as
+    its cost grows with sentences x k x the languages of nearest.in: a repeated language is a 422, and the
+    product above serve.max_nearest_hits a 413, each naming the field, from `parse_embed` (before any
+    embedding); a request within the budget passes."""
+    limits = ServeConfig()  # the shipped limits
+    sentences = ["Dieu est amour."] * limits.max_sentences
+    probe = body(sentences=sentences, lang="fr", nearest={"k": 100, "in": ["fr"] * 100})
+    assert len(probe) < limits.max_body_bytes
+    with pytest.raises(RequestRejected) as caught:
+        parse_embed(probe, limits, LANGS, stored=STORED)
+    assert (caught.value.status, str(caught.value)) == (
+        422,
+        "\"nearest.in\" names ['fr'] more than once; name each language once",
+    )
+    with pytest.raises(RequestRejected) as caught:
+        parse_embed(
+            body(sentences=sentences, lang="fr", nearest={"k": 100, "in": ["fr"]}), limits, LANGS, stored=STORED
+        )
+    assert (caught.value.status, str(caught.value)) == (
+        413,
+        f"{limits.max_sentences} sentences x nearest.k 100 x 1 in nearest.in = {limits.max_sentences * 100} "
+        f"neighbours, above serve.max_nearest_hits ({limits.max_nearest_hits}); ask for fewer per request",
+    )
+    few = sentences[:10]
+    k = limits.max_nearest_hits // (2 * len(few))  # the most neighbours two languages allow ten sentences
+    fits = parse_embed(
+        body(sentences=few, lang="fr", nearest={"k": k, "in": ["en", "fr"]}), limits, LANGS, stored=STORED
+    )
+    assert (fits.nearest_k, fits.nearest_in) == (k, ("en", "fr"))
+    with pytest.raises(RequestRejected, match="max_nearest_hits"):
+        parse_embed(
+            body(sentences=few, lang="fr", nearest={"k": k + 1, "in": ["en", "fr"]}), limits, LANGS, stored=STORED
+        )
 
 
 @pytest.mark.parametrize(

@@ -1,110 +1,20 @@
-"""`interlingua serve` over HTTP on loopback: a real server process (a local Ray, MLflow in a sqlite store),
-a real client. The embeddings, the limits, the 503s under overload, and a champion swap under load."""
+"""`interlingua serve` over HTTP on loopback: a real server process (a local Ray, MLflow in a sqlite store;
+the package's `server` fixture, conftest.py), a real client. The embeddings, the limits, the 503s under
+overload, and a champion swap under load. Slow clients and expensive requests: test_edge.py."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from orchestration.config import load_config
-from orchestration.embedding.embedder import SentenceEmbedder
-from tests.support.procs import free_ports, stop, wait_for
-from tests.support.runs import other_weights, store_uri, untrained_model_dir
-from tests.support.serving import NAME, any_body, get, post, register
+from tests.support.procs import wait_for
+from tests.support.serving import any_body, get, post, register
 
 pytestmark = pytest.mark.server
-
-ROOT = Path(__file__).resolve().parents[3]
-LIMITS = [
-    "serve.max_batch_size=4",
-    "serve.max_ongoing_requests=4",
-    "serve.max_queued_requests=6",
-    "serve.max_sentences=16",
-    "serve.max_sentence_chars=300",
-    "serve.max_body_bytes=8000",
-    "serve.poll_seconds=0.5",
-    "serve.cpus_per_replica=1",
-]
-
-
-def store_embeddings(config, embedder: SentenceEmbedder, model_dir: Path) -> None:
-    """What `interlingua evaluate` leaves for nearest sentences: the test split's en and fr embeddings of
-    `model_dir` in <run_dir>/eval/test/embeddings."""
-    from core.dataset import Dataset, file_sha256
-    from evaluation import store_writer
-    from evaluation.store import EmbeddingsMeta
-    from orchestration.adapters import model_dir as files
-
-    table = Dataset.open(config.data_dir).read("test", ["key", "en_text", "fr_text"]).sort_by("key")
-    keys = table["key"].to_pylist()
-    texts = {lang: table[f"{lang}_text"].to_pylist() for lang in ("en", "fr")}
-    folder = Path(config.eval_dir) / "test" / "embeddings"
-    out = store_writer.output(folder)
-    staging = out.stage()
-    vectors = {lang: embedder.embed(texts[lang], lang) for lang in texts}
-    record = store_writer.write_block(staging.local, keys, vectors, texts)
-    meta = EmbeddingsMeta(
-        model=file_sha256(model_dir / files.MODEL_FILE), split="test", data=Dataset.open(config.data_dir).fingerprint
-    )
-    out.commit(staging, store_writer.finish(staging.local, [record], languages=["en", "fr"], meta=meta.model_dump()))
-
-
-@pytest.fixture(scope="module")
-def server(small_dataset, tmp_path_factory):
-    """The server process, serving the champion (version 1) of a fresh registry; stopped with SIGINT by the
-    module's last test, else with SIGTERM."""
-    tmp = tmp_path_factory.mktemp("serve")
-    uri = store_uri(tmp)
-    first = untrained_model_dir(small_dataset, tmp / "v1")
-    second = other_weights(untrained_model_dir(small_dataset, tmp / "v2"))
-    embedders = {"1": SentenceEmbedder.load(first), "2": SentenceEmbedder.load(second)}
-    assert register(uri, first, embedders["1"]) == "1"
-    (port,) = free_ports(1)
-    overrides = [
-        f"run_dir={tmp / 'run'}",
-        f"dataset_dir={small_dataset.data_dir}",
-        f"tracking.uri={uri}",
-        f"registry.model_name={NAME}",
-        f"serve.port={port}",
-        *LIMITS,
-    ]
-    store_embeddings(load_config(None, overrides), embedders["1"], first)
-    log = open(tmp / "server.log", "w")
-    # the server's own temp folder, where what it leaves is seen: short, as Ray's socket paths under it must be
-    scratch = Path(tempfile.mkdtemp(prefix="ils-"))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestration.cli", "serve", *overrides],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: get(f"{url}/readyz")[0] == 200, 300, "the server to be ready", proc, log=tmp / "server.log")
-        yield {
-            "url": url,
-            "uri": uri,
-            "data_dir": small_dataset.data_dir,
-            "embedders": embedders,
-            "second": second,
-            "proc": proc,
-            "tmp": scratch,
-            "stored": tmp / "run" / "eval" / "test" / "embeddings",
-        }
-    finally:
-        stop(proc)
-        log.close()
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def test_health_and_readiness(server):
@@ -317,8 +227,9 @@ def test_a_new_champion_is_served_under_load_without_a_failed_request(server, ve
 
 
 def test_ctrl_c_exits_130_and_leaves_no_download_behind(server):
-    """Last in this module (pytest runs them in order): it stops the module's server. The champions the
-    replica downloaded (versions 1 and 2) were in a folder of the command's, removed with it."""
+    """Last in this module, the package's last to use the server (pytest runs them in order): it stops the
+    server. The champions the replica downloaded (versions 1 and 2) were in a folder of the command's, removed
+    with it."""
     import signal
 
     server["proc"].send_signal(signal.SIGINT)
