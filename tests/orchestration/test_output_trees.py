@@ -232,7 +232,13 @@ def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None, snapshot
         kept = link_snapshot(Path(out), snapshot)
         assert len(kept) > 50 and any(p.name == "metrics.json" for p in kept), len(kept)
         assert set(rerun_all(todo, {}, capsys).values()) <= {Exit.OK, Exit.NOTHING_TO_DO}
-        changed = sorted(str(p.relative_to(snapshot)) for p, data in kept.items() if p.read_bytes() != data)
+        # Ray Tune's own storage (`run/tune/ray/`: its experiment state, each trial's results) is rewritten in
+        # place by Ray when a search is restored; a known limit (docs/reliability.md, "Known limits")
+        changed = sorted(
+            str(p.relative_to(snapshot))
+            for p, data in kept.items()
+            if p.read_bytes() != data and not str(p.relative_to(snapshot)).startswith("run/tune/ray/")
+        )
         assert not changed, f"a rerun with --force wrote into files a hard-linked snapshot shares: {changed}"
     planted = plant(out, leaves, "leaf")
     assert len(planted) > 15  # Ray's checkpoints, each language's blocks and each pair's results among them
