@@ -64,8 +64,8 @@ def held(folder: Path) -> Iterator[None]:
 
 def _replaced(root: str) -> BoundaryError:
     return BoundaryError(
-        f"{root}: the output folder was replaced (by a link or another folder) after interlingua checked it; "
-        "nothing is written there: run the command again"
+        f"{root}: the output folder was replaced (by a symbolic link or another folder) after interlingua "
+        "checked it; nothing is written there: run the command again"
     )
 
 
@@ -101,8 +101,8 @@ def replace_under(held_root: tuple[str, int, int], path: str, data: bytes) -> No
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise BoundaryError(
-                        f"{path}: {part} is not a folder of interlingua's (a link or a file); nothing is written "
-                        "through it"
+                        f"{path}: {part} is not a folder of interlingua's (a symbolic link or a file); nothing is "
+                        "written through it"
                     ) from None
                 raise
             os.close(fd)
