@@ -130,18 +130,24 @@ def land(folder: str | os.PathLike, name: str, data: bytes) -> Path:
     check_name(name, f"a file shipped into {folder}")
     root = Path(folder)
     target = root.joinpath(*name.split("/"))
-    here = root
-    for part in name.split("/")[:-1]:
-        here = here / part
-        try:
-            os.mkdir(here)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(here).st_mode):  # a link or a file where a folder goes
-                raise BoundaryError(f"{here}: not a folder of ours; nothing is written through it") from None
+    make_parents(root, name)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
     return target
+
+
+def make_parents(root: Path, name: str, mode: int = 0o777) -> None:
+    """The folders of `name` (a checked relative name) under `root`, each made here or checked to be a folder:
+    BoundaryError for a link or a file where a folder goes, so nothing is written through it."""
+    here = root
+    for part in name.split("/")[:-1]:
+        here = here / part
+        try:
+            os.mkdir(here, mode)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(here).st_mode):  # a link or a file where a folder goes
+                raise BoundaryError(f"{here}: not a folder of ours; nothing is written through it") from None
 
 
 def check_segment(name: str, what: str = "a manifest") -> str:

@@ -28,7 +28,7 @@ _TMP = re.compile(r"\.tmp-[0-9a-f]{8}$")  # `storage.replace_bytes`'s temporary 
 # the product's lock files (`orchestration.adapters.lock`): a run dir's `.lock`, an output's `.<name>.lock`
 # beside it; one left by a killed holder is its own, recognized by what it holds (`is_own_lock`)
 _LOCK = re.compile(r"(?:^|/)\.(?:[^/]+\.)?lock$")
-_HOLDER = re.compile(r"pid \d+ on \S+")  # `orchestration.adapters.holder.HOLDER`
+HOLDER = re.compile(r"pid \d+ on \S+")  # what a lock's holder writes (`orchestration.adapters.holder`)
 
 
 class ForeignDataError(UserError, ValueError):
@@ -78,13 +78,13 @@ def is_own_lock(location: storage.Where, relative: str) -> bool:
         text = storage.read_bytes(target).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return False
-    if not text or _HOLDER.fullmatch(text):
+    if not text or HOLDER.fullmatch(text):
         return True
     try:
         lease = json.loads(text)
     except ValueError:
         return False
-    return isinstance(lease, dict) and isinstance(lease.get("holder"), str) and bool(_HOLDER.fullmatch(lease["holder"]))
+    return isinstance(lease, dict) and isinstance(lease.get("holder"), str) and bool(HOLDER.fullmatch(lease["holder"]))
 
 
 def remove_ours(location: storage.Where, relatives: list[str], *, keep_root: bool = False) -> None:

@@ -8,7 +8,6 @@ import logging
 import os
 import posixpath
 import shutil
-import stat
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +54,7 @@ def download_dir(location: storage.Where, local: Path) -> list[str]:
 
     def copy(name: str) -> None:
         target = Path(local).joinpath(*name.split("/"))
-        _make_parents(Path(local), name)
+        boundary.make_parents(Path(local), name, 0o700)
         tmp = target.with_name(f".{target.name}.download-{uuid.uuid4().hex[:8]}")
         try:  # a new file, renamed into place: never through a link, never into an inode that is there
             with fs.open_input_stream(posixpath.join(path, name)) as source, _create(tmp) as out:
@@ -84,18 +83,6 @@ def confined(local: Path, name: str, source: storage.Where) -> str:
 
 
 _NAME_MAX, _PATH_MAX = 255, 4096  # Linux's limits on one name and a whole path
-
-
-def _make_parents(root: Path, name: str) -> None:
-    """The folders of `name` under `root`, made here or checked to be folders: none is a link or a file."""
-    here = root
-    for part in name.split("/")[:-1]:
-        here = here / part
-        try:
-            os.mkdir(here, 0o700)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(here).st_mode):
-                raise boundary.BoundaryError(f"{here}: not a folder of ours; nothing is written through it") from None
 
 
 def _create(path: Path):

@@ -7,10 +7,13 @@ namespace, pid, start time), by which a lease of a process of this host that has
 from __future__ import annotations
 
 import os
-import re
 import socket
 from pathlib import Path
 from typing import TypedDict
+
+from core.ownership import HOLDER
+
+__all__ = ["HOLDER", "holder_name", "is_gone", "process_of"]
 
 
 class ProcessIdentity(TypedDict):
@@ -22,8 +25,7 @@ class ProcessIdentity(TypedDict):
     start: int  # clock ticks since boot
 
 
-# what `holder_name` writes, in a lease or a local lock file: anything else is a user's
-HOLDER = re.compile(r"pid \d+ on \S+")
+# what `holder_name` writes, in a lease or a local lock file: anything else is a user's (`core.ownership.HOLDER`)
 
 
 def holder_name() -> str:
