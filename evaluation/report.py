@@ -45,33 +45,64 @@ def grid(matrix: Matrix, languages: list[str]) -> np.ndarray:
     return out
 
 
-SUBFOLDERS = ("embeddings", ".embeddings.partial", "search")  # the stored embeddings, their staging, the top-k
+EMBEDDINGS, SEARCH = "embeddings", "search"  # the stored embeddings (their own kind), each pair's top-k
+STAGED = f".{EMBEDDINGS}.partial"  # the stored embeddings' staging folder (`store_writer.output`)
+SEARCH_FILES = ("scores.npy", "ids.npy", "better.npy")  # search/<p>-<q>/: `evaluation.xsim`'s files of a pair
 
 
 class MetricsRecord(TypedDict):
-    """metrics.json: the tuples searched, the averages and every pair's metrics ("en-fr": {"error": ...})."""
-
     sentences: int
     averages: dict[str, float]
     pairs: dict[str, dict[str, float]]
 
 
 class ReportKind:
-    """An evaluation's folder as an output kind (`core.output.Kind`), written in place and committed by its
-    state file (`STATE_FILE`, written last: a JSON object with the evaluation's fingerprint).
+    """An evaluation's folder as an output kind (`core.output.Kind`), committed by its state file (`STATE_FILE`,
+    written last: a JSON object with the evaluation's fingerprint).
 
-    Its own by record: the state file or the write journal (`OutputFolder.writing`, begun before the report)
-    vouches for `FILES` and the state file; without either, a file of those names is a user's. By layout: the
-    journal, and what lies in `SUBFOLDERS`."""
+    Its own, by record only: the state file (or the write journal of `OutputFolder.writing`) vouches for `FILES`
+    and itself; metrics.json's pairs for `search/<p>-<q>/` and its `SEARCH_FILES`; the stored embeddings'
+    manifest for what lies under `embeddings/` (`evaluation.store_writer.StoreKind`). A user's file anywhere
+    else, in those folders too, is a user's."""
 
     what = "evaluation folder"
     marker = STATE_FILE
     advice = "move those files out of it; interlingua writes only its own evaluation there"
 
     def ours(self, folder: Location) -> Callable[[str], bool]:
+        from evaluation.store_writer import StoreKind
+
         vouched = ownership.is_stage_state(folder / STATE_FILE) or set(FILES) <= ownership.recorded_writes(folder)
         names = {*FILES, STATE_FILE} if vouched else set()
-        return lambda e: e in names or e == ownership.JOURNAL or e.split("/")[0] in SUBFOLDERS
+        if vouched:
+            names |= ownership.with_parents(
+                f"{SEARCH}/{pair}/{name}" for pair in _pairs(folder / "metrics.json") for name in SEARCH_FILES
+            )
+        store = StoreKind().ours(folder / EMBEDDINGS)
+        prefix = EMBEDDINGS + "/"
+        staged = ownership.is_staging(folder / STAGED)  # a killed run's embeddings, marked: removed whole
+
+        def ours(entry: str) -> bool:
+            if entry.startswith(prefix):
+                return store(entry[len(prefix) :])
+            if entry.split("/")[0] == STAGED:
+                return staged
+            return entry in names or entry in (ownership.JOURNAL, EMBEDDINGS)
+
+        return ours
+
+
+def _pairs(metrics: Location) -> list[str]:
+    """The pair names ("<p>-<q>") a report's metrics.json lists; none when it is missing or not a report's."""
+    try:
+        pairs = json.loads(metrics.read_bytes())["pairs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return (
+        [p for p in pairs if isinstance(p, str) and "/" not in p and p not in ("", ".", "..")]
+        if isinstance(pairs, dict)
+        else []
+    )
 
 
 def output(out_dir: storage.Where) -> OutputFolder:

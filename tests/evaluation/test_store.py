@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -216,27 +217,37 @@ def test_publishing_over_a_folder_with_a_users_file_is_refused_and_keeps_it(tmp_
 
 
 def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
+    """Only what a record names is the product's: the state file vouches for the report, metrics.json's pairs
+    for their search files, the stored embeddings' manifest for what lies under embeddings/."""
     from core import ownership
     from evaluation import report
 
     def replaceable(folder):
         return report.output(folder).check_replaceable()
 
-    for name in ("metrics.json", "embeddings/en/part-00000.npy", "search/en-fr.npy"):
+    (tmp_path / "metrics.json").write_text('{"sentences": 2, "averages": {}, "pairs": {"en-fr": {"error": 0.5}}}')
+    for name in ("search/en-fr/ids.npy", "embeddings/en/part-00000.npy"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
     # no state file vouches for metrics.json: a user's, never overwritten
     with pytest.raises(ownership.ForeignDataError, match="metrics.json"):
         replaceable(tmp_path)
     (tmp_path / "state.json").write_text('{"data": "mine"}')  # nor does a JSON file the product did not write
-    with pytest.raises(ownership.ForeignDataError, match="metrics.json, state.json"):
+    with pytest.raises(ownership.ForeignDataError, match="metrics.json, search and 1 more"):
         replaceable(tmp_path)
     (tmp_path / "state.json").write_text('{"fingerprint": "0f", "run_id": "r"}')
-    assert "metrics.json" in replaceable(tmp_path)
-    (tmp_path / "summary.docx").write_text("mine")
-    with pytest.raises(ownership.ForeignDataError, match="summary.docx"):
+    # no manifest of stored embeddings names embeddings/en/part-00000.npy: a user's
+    with pytest.raises(ownership.ForeignDataError, match="embeddings/en") as refused:
         replaceable(tmp_path)
-
+    assert "search" not in str(refused.value) and "metrics.json" not in str(refused.value)
+    shutil.rmtree(tmp_path / "embeddings" / "en")
+    assert {"metrics.json", "search/en-fr/ids.npy", "embeddings"} <= set(replaceable(tmp_path))
+    for name in ("search/en-fr/notes.txt", "search/de-fr/ids.npy", "summary.docx"):  # beside its files, a user's
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("mine")
+        with pytest.raises(ownership.ForeignDataError, match=name.rsplit("/", 1)[0] if "de-fr" in name else name):
+            replaceable(tmp_path)
+        (tmp_path / name).unlink()
 
 def test_an_evaluation_killed_after_its_report_is_rerun_over_its_own_files(tmp_path):
     """The report is recorded before it is written: a run killed before its state file leaves files the rerun
