@@ -249,6 +249,7 @@ def test_an_evaluation_folder_with_a_users_file_is_refused(tmp_path):
             replaceable(tmp_path)
         (tmp_path / name).unlink()
 
+
 def test_an_evaluation_killed_after_its_report_is_rerun_over_its_own_files(tmp_path):
     """The report is recorded before it is written: a run killed before its state file leaves files the rerun
     knows for its own."""
