@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from core import anchor
+from core import anchor, listing
 from core.boundary import Located, check_name
 from core.connection import ENDPOINT_ENV, s3_options
 from core.errors import UserError
@@ -258,48 +258,18 @@ def delete_file(location: Where) -> None:
     fs.delete_file(path)
 
 
+# --- Listing (`core.listing`) -------------------------------------------------------------------------------
 def subdirectories(location: Where) -> list[str]:
     """The names of the directories (prefixes) directly under `location`; [] if there is none."""
-    fs, path = resolve(location)
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
-        return []
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=False))
-    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+    return listing.subdirectories(*resolve(location))
 
 
-# --- Listing ---------------------------------------------------------------------------------------------
 def entries(location: Where) -> list[str]:
     """Every file and directory under `location`, as '/'-separated paths relative to it, sorted (parents
-    before their children); [] when there is nothing there. Locally a link is listed as an entry of its own and
-    never followed (its target's files are not under `location`: `core.boundary`)."""
-    return [name for name, _ in _listing(location)]
+    before their children); [] when there is nothing there. Locally a link is listed, never followed."""
+    return listing.entries(*resolve(location))
 
 
 def files(location: Where) -> list[str]:
     """The files under `location` (not the directories, nor links), as in `entries`."""
-    return [name for name, is_file in _listing(location) if is_file]
-
-
-def _listing(location: Where) -> list[tuple[str, bool]]:
-    """(relative path, whether it is a regular file) of everything under `location`, sorted."""
-    fs, path = resolve(location)
-    if fs.type_name == "local":
-        if not os.path.isdir(path) or os.path.islink(path):
-            return []
-        found = []
-        for here, folders, names in os.walk(path, followlinks=False):  # a link to a folder: listed, not entered
-            rel = os.path.relpath(here, path)
-            for name in folders + names:
-                full = os.path.join(here, name)
-                found.append(
-                    (
-                        name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"),
-                        os.path.isfile(full) and not os.path.islink(full),
-                    )
-                )
-        return sorted(found)
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
-        return []
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    root = path.rstrip("/") + "/"
-    return sorted((i.path[len(root) :], i.type == pafs.FileType.File) for i in infos if i.path.startswith(root))
+    return listing.files(*resolve(location))

@@ -284,11 +284,12 @@ class TrackingLoginError(UserError):
 
 def check_reachable(uri: str) -> None:
     """Fail fast, before any long work, when the tracking store cannot be reached."""
+    from unittest import mock
+
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-    saved = {key: os.environ.get(key) for key in quick}
-    os.environ.update(quick)  # a probe, not a long retry loop
     try:
-        _client(uri).search_experiments(max_results=1)
+        with mock.patch.dict(os.environ, quick):  # a probe, not a long retry loop; the variables restored after
+            _client(uri).search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - any failure here means "unreachable"
         code = getattr(exc, "error_code", None)
         if code in _REFUSED:
@@ -298,9 +299,3 @@ def check_reachable(uri: str) -> None:
             ) from None
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConnectionError(f"MLflow tracking store {uri} is unreachable: {first_line}") from None
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from core.errors import Exit
 from orchestration.cli.common import command
@@ -131,11 +130,22 @@ def add_embed(sub: argparse._SubParsersAction) -> None:
 
 def embed(config: Config, args: argparse.Namespace) -> int:
     from orchestration.adapters import model_dir
+    from orchestration.embed.to_file import check_locations, embed_to_file
 
     model = args.model or model_dir.default(config.train_dir)
-    check_embed_locations(args, model)
+    check_locations(args.input, args.output, model)
     if args.output.endswith(".npy"):
-        return _embed_small(model, args, config.runtime.backend)
+        made = embed_to_file(
+            model,
+            args.input,
+            args.output,
+            args.lang,
+            dtype=args.dtype,
+            force=args.force,
+            backend=config.runtime.backend,
+        )
+        print(f"{made.rows} sentences ({made.empty} empty) -> {args.output} ({made.dim}-d {args.dtype})")
+        return Exit.OK
     if "-" in args.input:
         raise ConfigError("stdin (-i -) is embedded in this process: give -o FILE.npy")
     from orchestration.embed.corpus import embed_corpus
@@ -166,77 +176,6 @@ def embed(config: Config, args: argparse.Namespace) -> int:
         f"({result.computed} embedded now, {result.blocks - result.computed} complete already; "
         f"{result.seconds:.0f} s); see manifest.json"
     )
-    return Exit.OK
-
-
-def check_embed_locations(args: argparse.Namespace, model: str | Path) -> None:
-    """Before any embedding work: every -i, -o and --model a local path or a URI of a supported scheme
-    (StorageError, exit 2), each store they name answering (StoreUnreachable, exit 1), and a local -o's
-    parent an existing directory (ConfigError)."""
-    from core import storage
-    from core.location import Location
-
-    for name in args.input:
-        if name != "-":
-            storage.check_location(name, "-i")
-    storage.check_location(args.output, "-o")
-    storage.check_location(model, "--model")
-    for location, flag in [(args.output, "-o"), (model, "--model"), *((name, "-i") for name in args.input)]:
-        storage.check_reachable(location, flag)  # a URI's store; local paths are not checked here
-    local = Location.of(args.output, "-o").local_path
-    if local is not None:
-        parent = local.resolve().parent
-        if not parent.is_dir():
-            raise ConfigError(f"-o {args.output}: directory {parent} does not exist; create it first")
-
-
-def check_npy_output(output: str, inputs: list[str], force: bool) -> None:
-    """-o FILE.npy may be written: a new file, or with `force` an (N, D) array of floats (what `embed` writes),
-    never one of the inputs. ConfigError, or ForeignDataError when the file there is not such an array."""
-    from core.location import Location
-    from core.ownership import ForeignDataError
-    from orchestration.embed.folder import is_embeddings_array
-
-    # a local path with its links resolved: -i a -o link-to-a is one file
-    if any(name != "-" and Location.of(name).identity == Location.of(output).identity for name in inputs):
-        raise ConfigError(f"-o {output} is also an input (-i); give another output file")
-    target = Location.of(output, "-o")
-    if not target.exists():
-        return
-    if not force:
-        raise ConfigError(f"-o {output} exists; pass --force to replace it, or give another file")
-    if not is_embeddings_array(target):
-        raise ForeignDataError(
-            f"-o {output}: this file is not an (N, D) array of embeddings, so not one "
-            "interlingua wrote; it never overwrites such a file, even with --force: move it "
-            "or give another output file"
-        )
-
-
-def _embed_small(model: str | Path, args: argparse.Namespace, backend: str) -> int:
-    import io
-
-    import numpy as np
-
-    from core import storage
-    from orchestration.adapters import model_dir
-    from orchestration.embed.corpus import embed_in_process
-    from orchestration.embedding.embedder import SentenceEmbedder
-
-    check_npy_output(args.output, args.input, args.force)
-    if any(name.endswith(".parquet") for name in args.input):
-        raise ConfigError("Parquet input needs an output directory (-o DIR), not a .npy file")
-    missing = [name for name in args.input if name != "-" and not storage.exists(name)]
-    if missing:
-        raise ConfigError(f"-i {missing[0]}: no such file")
-    embedder = SentenceEmbedder.load(model_dir.fetch(model), backend=backend)
-    if args.lang not in embedder.languages:
-        raise ConfigError(f"-l {args.lang}: the model knows {embedder.languages}")
-    vectors, empty = embed_in_process(embedder, args.input, args.lang)
-    buffer = io.BytesIO()
-    np.save(buffer, vectors.astype(args.dtype))
-    storage.replace_bytes(args.output, buffer.getvalue())  # whole or not at all; never a file beside it
-    print(f"{len(vectors)} sentences ({empty} empty) -> {args.output} ({vectors.shape[1]}-d {args.dtype})")
     return Exit.OK
 
 

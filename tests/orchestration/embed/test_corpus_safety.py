@@ -194,8 +194,8 @@ def test_an_existing_npy_needs_force(tmp_path, args, capsys):
 
 
 def test_force_replaces_only_an_embeddings_array_never_an_input_or_another_file(tmp_path):
-    from orchestration.cli.tools import check_npy_output
     from orchestration.config import ConfigError
+    from orchestration.embed.to_file import check_npy_output
 
     text = tmp_path / "input.npy"  # a text file with an array's name
     text.write_text(SENTINEL)
