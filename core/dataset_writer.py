@@ -80,11 +80,6 @@ def manifest_bytes(manifest: DatasetManifest) -> bytes:
     return (json.dumps(manifest.dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def write_manifest(data_dir: str | Path, manifest: DatasetManifest) -> None:
-    """The manifest, replaced whole: from then on `data_dir` (local or a URI) is the dataset it names."""
-    storage.replace_bytes(storage.join(data_dir, MANIFEST), manifest_bytes(manifest))
-
-
 def folder(data_dir: storage.Where, *, what: str = "dataset_dir") -> OutputFolder:
     """The dataset's output folder (`core.output`): in a store, built under an attempt prefix and committed by
     its manifest, because Beam's workers write the shards straight into the store."""

@@ -9,6 +9,7 @@ because the pipeline may not import the orchestration.
 
 from __future__ import annotations
 
+import json
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
@@ -74,6 +75,6 @@ def read_manifest(folder: storage.Where) -> MinedManifest:
         raise MinedManifestError(f"{path}: not a mining manifest ({wrong_fields(exc)})") from None
 
 
-def write_manifest(folder: storage.Where, manifest: MinedManifest) -> None:
-    """The manifest, replaced whole."""
-    storage.write_json(storage.join(folder, MANIFEST), manifest.model_dump(mode="json"))
+def manifest_bytes(manifest: MinedManifest) -> bytes:
+    """The manifest's file as `mine` commits it (`OutputFolder.commit_in_place`)."""
+    return (json.dumps(manifest.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")

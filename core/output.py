@@ -21,9 +21,11 @@ whose folder holds anything else. The folder does the rest, the same way for eve
       model directory's `model.safetensors`), then the previous output's files that the new one lacks.
 - `stage_in_place()`: a content-addressed output that is never replaced (the teacher's vectors) is built in
   its own folder, marked as staging, and committed by its manifest.
-- `writing(names)`: for outputs written in place (an evaluation's report, mined pairs, embed's blocks), the
-  names about to be written are recorded first (`ownership.begin_writes`), so that a rerun after a crash knows
-  them for the product's, and forgotten once the manifest names them.
+- `writing(names)`, `commit_in_place(manifest)`: for outputs written in place (mined pairs, embed's blocks in
+  their own folder, which a killed run resumes from), the names about to be written are recorded first
+  (`ownership.begin_writes`) and the previous manifest removed, so that a rerun after a crash knows them for the
+  product's and nothing takes the folder for finished; the commit is fenced, writes the manifest last, and the
+  record is forgotten once the manifest names them.
 
 Every commit first calls `fencing.check()`: a run whose lease another host took over writes nothing more.
 """
@@ -211,8 +213,19 @@ class OutputFolder:
     # --- an output written in place ------------------------------------------------------------------------
     @contextlib.contextmanager
     def writing(self, names: list[str]) -> Iterator[None]:
-        """Record `names` (relative to the folder) as the product's before they are written in place; forget the
-        record when the block ends without an error (its manifest, written in it, names them from then on)."""
-        ownership.begin_writes(self.location, names)
+        """Record `names` (relative to the folder) as the product's before they are written in place, and remove
+        the previous manifest (an unfinished output is never taken for a finished one); forget the record when
+        the block ends without an error (`commit_in_place`, called in it, wrote the manifest naming them)."""
+        ownership.begin_writes(self.location, [self.kind.marker, *names])
+        if self.manifest.exists():
+            self.manifest.delete()
         yield
         ownership.end_writes(self.location)
+
+    def commit_in_place(self, manifest: bytes, *, files_from: Path | None = None) -> None:
+        """Commit an output written in place (inside `writing`): the fence first, then the files of
+        `files_from` (a local scratch folder where a store's output was made) copied up, the manifest last."""
+        fencing.check()
+        if files_from is not None:
+            transfer.upload_dir(files_from, str(self.location))
+        self.manifest.replace_bytes(manifest)

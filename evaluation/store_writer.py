@@ -116,11 +116,6 @@ def manifest_bytes(manifest: StoreManifest) -> bytes:
     ).encode()
 
 
-def write_manifest(folder: storage.Where, manifest: StoreManifest) -> None:
-    """The manifest, written last (replaced whole): the folder is a published store from then on."""
-    storage.replace_bytes(storage.join(folder, MANIFEST), manifest_bytes(manifest))
-
-
 def write_block(
     staging: Path, keys: Sequence[str], embeddings: Mapping[str, np.ndarray], texts: Mapping[str, Sequence[str]]
 ) -> BlockRecord:

