@@ -7,6 +7,7 @@ underneath (`core.storage`), so a local folder is one more filesystem and no cal
 The few things that differ are named for what they are, not for the scheme:
 
 - `arrow()`: the (filesystem, path) pair that Ray Train, Ray Tune and pyarrow take;
+- `renames`: whether an output can be staged beside its folder and swapped in by a rename (a local disk);
 - `local_path`: the path on this host, None for a store (a library that can only open local files, and the
   policy checks that a location every host reaches is not one host's folder);
 - `identity`: what two locations are compared by (links resolved), to tell one file or one inside another;
@@ -77,6 +78,12 @@ class Location:
         return None if storage.is_uri(self.text) else Path(self.text)
 
     @property
+    def renames(self) -> bool:
+        """Whether this filesystem renames in one step (a local disk), so that an output can be staged beside
+        its folder and swapped in; a store renames nothing (a copy, then a delete)."""
+        return self.local_path is not None
+
+    @property
     def identity(self) -> str:
         """What tells whether two locations are one file, or one lies inside the other: a local path with its
         links resolved (a file reached through a link is where the link leads), a URI as written, without a
@@ -99,6 +106,11 @@ class Location:
         return transfer.cached_copy(self.text, kind, key(), check)
 
     # --- files -------------------------------------------------------------------------------------------
+    def make_folder(self) -> None:
+        """Create this folder and its parents where the filesystem has folders (a store's prefix needs none)."""
+        if self.local_path is not None:
+            self.local_path.mkdir(parents=True, exist_ok=True)
+
     def exists(self) -> bool:
         """Whether a file is here."""
         return storage.exists(self.text)

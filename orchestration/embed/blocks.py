@@ -133,7 +133,7 @@ def replacement(out: OutputFolder, previous: list[str] | None) -> bool:
     nothing, the previous embeddings are removed here first, their own files alone."""
     if previous is None:
         return False
-    if out.location.local_path is None:  # a store renames nothing
+    if not out.location.renames:
         ownership.remove_ours(out.location, previous, keep_root=True)
         return False
     return True
@@ -154,8 +154,7 @@ def embed_blocks(
     CorpusError, once, for a block whose input changed after it was planned (its actor's `error`)."""
     import ray.data
 
-    if target.local_path is not None:
-        target.local_path.mkdir(parents=True, exist_ok=True)
+    target.make_folder()
     specs = {b.index: b for b in pending}
 
     def write(row: dict[str, Any]) -> store.BlockRecord:  # a row of `BlockEmbedFn`'s, as Ray Data hands it over
