@@ -185,7 +185,7 @@ def recorded_writes(location: storage.Where) -> set[str]:
     """The files `begin_writes` recorded under `location` and no manifest took over yet."""
     try:
         names = storage.read_json(storage.join(location, JOURNAL))
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):  # none, or `location` is a file (refused by `check_only_ours`)
         return set()
     return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 

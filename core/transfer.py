@@ -24,11 +24,14 @@ COPY_THREADS = 8  # storage.files copied at once to or from a store: its latency
 
 
 def upload_dir(local: Path, location: storage.Where, *, last: Sequence[str] = ()) -> list[str]:
-    """Copy every file under the local directory `local` to `location` (a local path or a URI), several at
-    once, then the storage.files named in `last` in their order, each once the others are all there (a commit marker
-    a reader looks for); the relative names copied, sorted."""
+    """Copy every file under the local directory `local` to `location`, a store's URI, several at once, then
+    the files named in `last` in their order, each once the others are all there (a commit marker a reader
+    looks for); the relative names copied, sorted. A local destination is refused (ValueError): a local output
+    is staged beside its folder and swapped in (`core.output`), never copied into files that are there."""
     names = sorted(str(p.relative_to(local)).replace(os.sep, "/") for p in Path(local).rglob("*") if p.is_file())
     fs, path = storage.resolve(location)
+    if fs.type_name == "local":
+        raise ValueError(f"{location}: upload_dir copies to a store; a local output is staged and swapped in")
     fs.create_dir(path, recursive=True)
 
     def copy(name: str) -> None:

@@ -78,3 +78,15 @@ def test_a_name_longer_than_the_filesystem_allows_is_refused_in_one_line(tmp_pat
     with pytest.raises(boundary.BoundaryError, match="listing of s3://bucket/m"):
         transfer.confined(tmp_path, "a/../b", "s3://bucket/m")
     assert transfer.confined(tmp_path, "a/b.npy", "s3://bucket/m") == "a/b.npy"
+
+
+def test_an_upload_to_a_local_folder_is_refused_before_any_file_is_opened(tmp_path):
+    """A local output is staged and swapped in: `upload_dir` never copies into files that are there (a hard-linked
+    snapshot would change with them)."""
+    (tmp_path / "src" / "sub").mkdir(parents=True)
+    (tmp_path / "src" / "sub" / "a.txt").write_text("new")
+    (tmp_path / "dst").mkdir()
+    (tmp_path / "dst" / "keep.txt").write_text("a user's")
+    with pytest.raises(ValueError, match="copies to a store"):
+        transfer.upload_dir(tmp_path / "src", tmp_path / "dst")
+    assert [p.name for p in (tmp_path / "dst").iterdir()] == ["keep.txt"]
