@@ -24,17 +24,18 @@ COPY_THREADS = 8  # storage.files copied at once to or from a store: its latency
 
 
 def upload_dir(local: Path, location: storage.Where, *, last: Sequence[str] = ()) -> list[str]:
-    """Copy every file under the local directory `local` to `location`, a store's URI, several at once, then
-    the files named in `last` in their order, each once the others are all there (a commit marker a reader
-    looks for); the relative names copied, sorted. A local destination is refused (ValueError): a local output
-    is staged beside its folder and swapped in (`core.output`), never copied into files that are there."""
+    """Copy every file under the local directory `local` to `location` (a URI; a `file://` one too), several at
+    once, then the files named in `last` in their order, each once the others are all there (a commit marker a
+    reader looks for); the relative names copied, sorted. Into a local filesystem each file lands as a new file
+    renamed into place (`storage.replace_bytes`), never into an inode that is there."""
     names = sorted(str(p.relative_to(local)).replace(os.sep, "/") for p in Path(local).rglob("*") if p.is_file())
     fs, path = storage.resolve(location)
-    if fs.type_name == "local":
-        raise ValueError(f"{location}: upload_dir copies to a store; a local output is staged and swapped in")
     fs.create_dir(path, recursive=True)
 
     def copy(name: str) -> None:
+        if fs.type_name in ("local", "hdfs"):
+            storage.replace_bytes(storage.join(location, name), (Path(local) / name).read_bytes())
+            return
         pafs.copy_files(
             str(Path(local) / name),
             posixpath.join(path, name),

@@ -88,7 +88,10 @@ def write_outputs(
                 pairs=entries,
                 config=config.to_dict(),
             )
-            out.commit_in_place(mined.manifest_bytes(manifest), files_from=None if local else work)
+            data = mined.manifest_bytes(manifest)
+            out.commit_in_place(data, files_from=None if local else work)
+        if local is None:  # the run logs the manifest beside the figure, from the scratch folder
+            (work / MANIFEST).write_bytes(data)
         return _log(config, work, results, parent_run_id)
 
 

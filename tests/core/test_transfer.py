@@ -80,13 +80,16 @@ def test_a_name_longer_than_the_filesystem_allows_is_refused_in_one_line(tmp_pat
     assert transfer.confined(tmp_path, "a/b.npy", "s3://bucket/m") == "a/b.npy"
 
 
-def test_an_upload_to_a_local_folder_is_refused_before_any_file_is_opened(tmp_path):
-    """A local output is staged and swapped in: `upload_dir` never copies into files that are there (a hard-linked
-    snapshot would change with them)."""
+def test_an_upload_to_a_local_folder_writes_new_files_never_into_a_shared_inode(tmp_path):
+    """Into a local filesystem (a `file://` store), every file lands as a new file renamed into place: a snapshot
+    hard-linked to the file that was there keeps its bytes, and subfolders are made."""
     (tmp_path / "src" / "sub").mkdir(parents=True)
     (tmp_path / "src" / "sub" / "a.txt").write_text("new")
-    (tmp_path / "dst").mkdir()
-    (tmp_path / "dst" / "keep.txt").write_text("a user's")
-    with pytest.raises(ValueError, match="copies to a store"):
-        transfer.upload_dir(tmp_path / "src", tmp_path / "dst")
-    assert [p.name for p in (tmp_path / "dst").iterdir()] == ["keep.txt"]
+    (tmp_path / "src" / "m.json").write_text("{}")
+    (tmp_path / "dst" / "sub").mkdir(parents=True)
+    (tmp_path / "dst" / "sub" / "a.txt").write_text("old")
+    os.link(tmp_path / "dst" / "sub" / "a.txt", tmp_path / "snapshot.txt")
+    names = transfer.upload_dir(tmp_path / "src", f"file://{tmp_path / 'dst'}", last=["m.json"])
+    assert names == ["m.json", "sub/a.txt"]
+    assert (tmp_path / "dst" / "sub" / "a.txt").read_text() == "new" and (tmp_path / "dst" / "m.json").exists()
+    assert (tmp_path / "snapshot.txt").read_text() == "old"

@@ -129,8 +129,8 @@ def test_an_evaluation_in_a_store_is_staged_locally_committed_state_last_and_lea
     folder = f"{config.eval_dir}/{config.evaluate.split}"
     earlier = {
         "state.json": b'{"fingerprint": "0f", "run_id": "r0", "data": "data-fp"}',
-        "metrics.json": b"{}",
-        "embeddings/part-00004.json": b"{}",
+        "metrics.json": b'{"pairs": {"en-fr": {"error": 0.5}}}',  # which vouches for the pair's search files
+        "search/en-fr/ids.npy": b"ids",
     }
     for name, data in earlier.items():
         storage.write_bytes(f"{folder}/{name}", data)
@@ -138,14 +138,14 @@ def test_an_evaluation_in_a_store_is_staged_locally_committed_state_last_and_lea
 
     def measured(config, encoder, out_dir, *args):
         assert not list(out_dir.rglob("*.json")), "the staging folder starts empty"
-        (out_dir / "embeddings").mkdir()
-        (out_dir / "embeddings" / "part-00000.json").write_text("{}")
-        (out_dir / "metrics.json").write_text('{"pairs": {}, "averages": {}}')
+        (out_dir / "search" / "en-fr").mkdir(parents=True)
+        (out_dir / "search" / "en-fr" / "scores.npy").write_text("scores")
+        (out_dir / "metrics.json").write_text('{"pairs": {"en-fr": {}}, "averages": {}}')
         return job.EvalResult({}, {}, {}, ["en", "fr"], "r1", out_dir)
 
     monkeypatch.setattr(job, "_measure", measured)
     assert job.evaluate(config).out_dir == folder
-    assert sorted(storage.files(folder)) == ["embeddings/part-00000.json", "metrics.json", "state.json"]
+    assert sorted(storage.files(folder)) == ["metrics.json", "search/en-fr/scores.npy", "state.json"]
     assert storage.read_json(f"{folder}/state.json")["run_id"] == "r1"
 
     def failed(config, encoder, out_dir, *args):
@@ -157,7 +157,7 @@ def test_an_evaluation_in_a_store_is_staged_locally_committed_state_last_and_lea
     with pytest.raises(EvaluateError, match="search failed"):
         job.evaluate(config)
     assert storage.read_json(f"{folder}/state.json")["run_id"] == "r1"
-    assert storage.read_bytes(f"{folder}/metrics.json") == b'{"pairs": {}, "averages": {}}'
+    assert storage.read_bytes(f"{folder}/metrics.json") == b'{"pairs": {"en-fr": {}}, "averages": {}}'
 
 
 def test_an_evaluation_whose_data_changes_while_it_runs_records_nothing(tmp_path, monkeypatch):
