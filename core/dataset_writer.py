@@ -5,7 +5,6 @@ the output layer (`core.output`). Only `prepare` writes datasets.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections.abc import Callable
@@ -77,7 +76,7 @@ def shard_rows(path: str | Path) -> int:
 
 def manifest_bytes(manifest: DatasetManifest) -> bytes:
     """The manifest's file as the commit writes it (`storage.write_json`'s form)."""
-    return (json.dumps(manifest.dump(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return storage.json_bytes(manifest.dump())
 
 
 def folder(data_dir: storage.Where, *, what: str = "dataset_dir") -> OutputFolder:

@@ -9,7 +9,6 @@ because the pipeline may not import the orchestration.
 
 from __future__ import annotations
 
-import json
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
@@ -77,4 +76,4 @@ def read_manifest(folder: storage.Where) -> MinedManifest:
 
 def manifest_bytes(manifest: MinedManifest) -> bytes:
     """The manifest's file as `mine` commits it (`OutputFolder.commit_in_place`)."""
-    return (json.dumps(manifest.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return storage.json_bytes(manifest.model_dump(mode="json"))

@@ -189,9 +189,14 @@ def open_parquet(location: Where):
     return pq.ParquetFile(fs.open_input_file(path))
 
 
+def json_bytes(value: Any, *, indent: int | None = 2) -> bytes:
+    """`value` as every JSON file of the product holds it (manifests, records): UTF-8, indented, one newline last."""
+    return (json.dumps(value, indent=indent, ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def write_json(location: Where, value: Any, *, indent: int | None = 2) -> None:
     """Replace the JSON file at `location` whole (`replace_bytes`)."""
-    replace_bytes(location, (json.dumps(value, indent=indent, ensure_ascii=False) + "\n").encode("utf-8"))
+    replace_bytes(location, json_bytes(value, indent=indent))
 
 
 def replace_bytes(location: Where, data: bytes) -> None:

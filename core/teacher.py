@@ -20,7 +20,6 @@ checks that their keys agree.
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -99,7 +98,7 @@ class TeacherManifest(BaseModel):
 
     def file_bytes(self) -> bytes:
         """The manifest's file, as the commit writes it."""
-        return (json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        return storage.json_bytes(self.model_dump(mode="json"))
 
 
 class TeacherKind:

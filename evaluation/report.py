@@ -18,7 +18,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from core import ownership, storage
+from core import boundary, ownership, storage
 from core.location import Location
 from core.output import OutputFolder
 
@@ -51,6 +51,8 @@ SEARCH_FILES = ("scores.npy", "ids.npy", "better.npy")  # search/<p>-<q>/: `eval
 
 
 class MetricsRecord(TypedDict):
+    """metrics.json: the tuples searched, the averages and every pair's metrics ("en-fr": {"error": ...})."""
+
     sentences: int
     averages: dict[str, float]
     pairs: dict[str, dict[str, float]]
@@ -98,11 +100,18 @@ def _pairs(metrics: Location) -> list[str]:
         pairs = json.loads(metrics.read_bytes())["pairs"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    return (
-        [p for p in pairs if isinstance(p, str) and "/" not in p and p not in ("", ".", "..")]
-        if isinstance(pairs, dict)
-        else []
-    )
+    return [p for p in pairs if _is_segment(p)] if isinstance(pairs, dict) else []
+
+
+def _is_segment(name: object) -> bool:
+    """Whether `name` is one path segment inside its folder (`core.boundary.check_segment`)."""
+    if not isinstance(name, str):
+        return False
+    try:
+        boundary.check_segment(name)
+    except boundary.BoundaryError:
+        return False
+    return True
 
 
 def output(out_dir: storage.Where) -> OutputFolder:

@@ -111,9 +111,7 @@ def make_manifest(
 
 def manifest_bytes(manifest: StoreManifest) -> bytes:
     """The manifest's file as it is written (`storage.write_json`'s form, indented by 1)."""
-    return (
-        json.dumps(manifest.model_dump(mode="json", exclude_none=True), indent=1, ensure_ascii=False) + "\n"
-    ).encode()
+    return storage.json_bytes(manifest.model_dump(mode="json", exclude_none=True), indent=1)
 
 
 def write_block(

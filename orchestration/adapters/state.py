@@ -11,7 +11,6 @@ is up to date.
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import TypeVar
@@ -56,7 +55,7 @@ def read_state(path: str | Path, record: type[R]) -> R | None:
 
 def state_bytes(state: StageRecord) -> bytes:
     """The state file's bytes, as `write_state` writes them: for a stage whose commit writes its record last."""
-    return (json.dumps(state.model_dump(mode="json", exclude_none=True), indent=2, ensure_ascii=False) + "\n").encode()
+    return storage.json_bytes(state.model_dump(mode="json", exclude_none=True))
 
 
 def write_state(path: str | Path, state: StageRecord) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
-import json
 import logging
 import os
 import stat
@@ -140,8 +139,8 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
             files=files,
             versions=_versions(),
         )
-        text = json.dumps(manifest.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
-        return stage.Manifest(Exported(out_dir, files, quantized), text.encode("utf-8"))  # committed last
+        data = storage.json_bytes(manifest.model_dump(mode="json"))
+        return stage.Manifest(Exported(out_dir, files, quantized), data)  # committed last
 
     # no cache answer: -o is checked to hold only an earlier export's files before any work, the graphs written
     # in a staging folder, swapped in with the manifest last, discarded on any error (`core.stage`)
