@@ -30,6 +30,9 @@ import pyarrow.fs as pafs
 
 from core import storage
 from core.boundary import Located
+from core.storage import StorageError, StoreUnreachable, Where, json_bytes
+
+__all__ = ["Location", "StorageError", "StoreUnreachable", "Where", "json_bytes"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,39 @@ class Location:
     def local_path(self) -> Path | None:
         """The path on this host; None for a location in a store."""
         return None if storage.is_uri(self.text) else Path(self.text)
+
+    @property
+    def on_this_host(self) -> bool:
+        """Whether this is a path on this host alone: the other nodes of a cluster cannot reach it (a store, or
+        a file:// path that every host mounts, they can)."""
+        return self.local_path is not None
+
+    @property
+    def scheme(self) -> str:
+        """The filesystem's name: "local" for a path on this host, else the URI's scheme ("s3", "file"...),
+        for what differs by more than one property (a lock's lease: `orchestration.adapters.lock`)."""
+        return storage.scheme(self.text)
+
+    def require_local(self, error: type[Exception], message: str) -> Path:
+        """The path on this host, for a writer or a library that only takes local files; `error(message)` for
+        a location in a store."""
+        if self.local_path is None:
+            raise error(message)
+        return self.local_path
+
+    def check_reachable(self, what: str) -> None:
+        """For a store, its bucket (or root) asked for once, before any work (`storage.check_reachable`:
+        StoreUnreachable naming `what`, within seconds); nothing for a path on this host."""
+        storage.check_reachable(self.text, what)
+
+    def check_regular_file(
+        self, named_in: str, *, error: type[Exception], advice: str, follow_links: bool = False
+    ) -> None:
+        """`core.regular.check_regular_file` of this location: `error` for a FIFO, a device, a folder, a link
+        (unless `follow_links`) or an over-long name where a file should be; nothing when it is missing."""
+        from core.regular import check_regular_file
+
+        check_regular_file(self.text, named_in, error=error, follow_links=follow_links, advice=advice)
 
     @property
     def renames(self) -> bool:
@@ -135,8 +171,8 @@ class Location:
     def replace_bytes(self, data: bytes) -> None:
         storage.replace_bytes(self.text, data)
 
-    def write_json(self, value: Any) -> None:
-        storage.write_json(self.text, value)
+    def write_json(self, value: Any, *, indent: int | None = 2) -> None:
+        storage.write_json(self.text, value, indent=indent)
 
     def delete(self) -> None:
         storage.delete_file(self.text)
@@ -144,8 +180,17 @@ class Location:
     def sha256(self) -> str:
         return storage.sha256(self.text)
 
+    def verify_sha256(self, recorded: str, *, named_in: str, error: type[Exception], advice: str = "") -> None:
+        """`error` when this file is missing or its SHA-256 is not `recorded` (`storage.verify_sha256`)."""
+        storage.verify_sha256(self.text, recorded, named_in=named_in, error=error, advice=advice)
+
     def open_input(self):
+        """The file opened for binary reading, buffered, by lines (`storage.open_input`)."""
         return storage.open_input(self.text)
+
+    def open_parquet(self):
+        """A `pyarrow.parquet.ParquetFile` reading this file by ranges (`storage.open_parquet`)."""
+        return storage.open_parquet(self.text)
 
     # --- folders -----------------------------------------------------------------------------------------
     def entries(self) -> list[str]:
