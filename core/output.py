@@ -130,9 +130,31 @@ class OutputFolder:
         writes into this folder, not one put in its place since."""
         if self.location.local_path is not None:
             anchor.seen(self.location.local_path)
-        return ownership.check_only_ours(
-            self.location, self.kind.ours(self.location), what=self.kind.what, advice=self.kind.advice
-        )
+        return ownership.check_only_ours(self.location, self._ours(), what=self.kind.what, advice=self.kind.advice)
+
+    def _ours(self) -> Callable[[str], bool]:
+        """The kind's own entries, and what an unfinished in-place write recorded (`writing`) with its journal."""
+        ours = self.kind.ours(self.location)
+        recorded = ownership.with_parents(ownership.recorded_writes(self.location) | {ownership.JOURNAL})
+        return lambda entry: ours(entry) or entry in recorded
+
+    def settle(self) -> None:
+        """Finish what a killed commit left of this local folder (`stage.run` calls it first): the staging
+        marker a swap had not yet removed from a committed output, and the previous outputs it set aside
+        (`ownership.set_aside`), removed where their kind vouches for every entry (one that holds anything
+        else is left as it is)."""
+        local = self.location.local_path
+        if local is None:
+            return
+        if (local / self.kind.marker).is_file() and (local / ownership.STAGING_MARKER).is_file():
+            (local / ownership.STAGING_MARKER).unlink()
+        for old in ownership.set_aside(local):
+            where = Location.of(old)
+            try:
+                entries = ownership.check_only_ours(where, self.kind.ours(where), what=self.kind.what, advice="")
+            except ownership.ForeignDataError:
+                continue
+            ownership.remove_ours(where, sorted(entries, key=lambda entry: entry == self.kind.marker))
 
     # --- a whole output, staged then committed -----------------------------------------------------------
     def stage(self, fingerprint: str = "") -> Staging:
@@ -171,7 +193,7 @@ class OutputFolder:
             if manifest is not None:
                 staging.join(self.kind.marker).replace_bytes(manifest)
             previous = self.check_replaceable() if local.exists() else None
-            ownership.swap_in(staging.local, local, previous)
+            ownership.swap_in(staging.local, local, previous, last=self.kind.marker)
             return
         if staging.prefix:  # the attempt prefix's files are in place: the manifest at the root names them
             assert manifest is not None, "an attempt's manifest is written by the commit"
@@ -213,13 +235,22 @@ class OutputFolder:
     # --- an output written in place ------------------------------------------------------------------------
     @contextlib.contextmanager
     def writing(self, names: list[str]) -> Iterator[None]:
-        """Record `names` (relative to the folder) as the product's before they are written in place, and remove
-        the previous manifest (an unfinished output is never taken for a finished one); forget the record when
-        the block ends without an error (`commit_in_place`, called in it, wrote the manifest naming them)."""
-        ownership.begin_writes(self.location, [self.kind.marker, *names])
+        """Record `names` (relative to the folder) as the product's before they are written in place, with the
+        previous output's own files, and remove the previous manifest (an unfinished output is never taken for a
+        finished one); when the block ends without an error (`commit_in_place`, called in it, wrote the manifest
+        naming them), remove the recorded files the new manifest does not name (the previous output's stale
+        ones), then forget the record. A run killed at any point leaves every file it or the previous output
+        wrote recorded as the product's."""
+        ours = self.kind.ours(self.location)
+        previous = [name for name in self.location.files() if ours(name)] if self.manifest.exists() else []
+        ownership.begin_writes(self.location, [self.kind.marker, *names, *previous])  # all of it stays known
+        ownership.remove_temporaries(self.location, self._ours())  # a killed run's
         if self.manifest.exists():
             self.manifest.delete()
         yield
+        ours = self.kind.ours(self.location)  # the new manifest's
+        stale = [name for name in sorted(ownership.recorded_writes(self.location)) if not ours(name)]
+        ownership.remove_ours(self.location, [n for n in stale if n != ownership.JOURNAL], keep_root=True)
         ownership.end_writes(self.location)
 
     def commit_in_place(self, manifest: bytes, *, files_from: Path | None = None) -> None:

@@ -126,6 +126,9 @@ def make_staging(location: storage.Where) -> None:
     fs, path = storage.resolve(location)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         found = [] if is_staging(location) else storage.entries(location)
+        if found and all(_TMP.sub("", e) == STAGING_MARKER for e in found):  # killed while marking it
+            remove_ours(location, found)
+            found = []
         if found:
             raise ForeignDataError(
                 f"{location}: interlingua stages its output here, but this path holds files "
@@ -150,6 +153,14 @@ def remove_staging(location: storage.Where) -> None:
         fs.delete_dir(path)
     elif info.type == pafs.FileType.Directory:
         _delete_if_empty(fs, path)
+
+
+def remove_temporaries(location: storage.Where, ours: Callable[[str], bool]) -> None:
+    """Delete what a killed `storage.replace_bytes` left under `location`: its temporary files beside names that
+    are the product's (`ours`), which no reader opens and no writer finishes."""
+    left = [e for e in storage.entries(location) if _TMP.search(e) and ours(_TMP.sub("", e))]
+    if left:
+        remove_ours(location, left, keep_root=True)
 
 
 def with_parents(relatives) -> set[str]:
@@ -196,10 +207,12 @@ def end_writes(location: storage.Where) -> None:
         storage.delete_file(storage.join(location, JOURNAL))
 
 
-def swap_in(staging: Path, target: Path, previous: list[str] | None) -> None:
+def swap_in(staging: Path, target: Path, previous: list[str] | None, *, last: str = "") -> None:
     """Put a finished local staging directory (`make_staging`) in place of `target` by two renames: the
     previous `target` stays whole until the new one is in; then only `previous`, its entries that were
-    checked to be the product's (`check_only_ours`), are removed. `previous` None: there was none."""
+    checked to be the product's (`check_only_ours`), are removed, `last` (its manifest) after the rest, so that
+    a run killed meanwhile leaves a set-aside folder its manifest still vouches for (`set_aside`). `previous`
+    None: there was none."""
     fencing.check()
     old = target.with_name(f".{target.name}.old-{os.getpid()}")
     if previous is not None:
@@ -207,4 +220,13 @@ def swap_in(staging: Path, target: Path, previous: list[str] | None) -> None:
     os.replace(staging, target)
     (target / STAGING_MARKER).unlink(missing_ok=True)
     if previous is not None:
-        remove_ours(old, previous)
+        remove_ours(old, sorted(previous, key=lambda entry: entry == last))
+
+
+def set_aside(target: Path) -> list[Path]:
+    """The previous outputs that `swap_in` set aside beside `target` (`.<name>.old-<pid>`) and a killed run
+    left: real folders (never a link), to be removed as the product's once their kind vouches for them."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.old-\d+")
+    if not target.parent.is_dir():
+        return []
+    return sorted(p for p in target.parent.iterdir() if pattern.fullmatch(p.name) and p.is_dir() and not p.is_symlink())

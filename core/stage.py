@@ -79,6 +79,7 @@ def always(folder: OutputFolder) -> Stage[Any]:
 def run(stage: Stage[M], work: Callable[[Staging], Manifest[M]], *, force: bool = False) -> Outcome[M]:
     """Run `work` unless the output is up to date (`cached`; `force` runs it anyway), and commit what it made."""
     started = time.monotonic()
+    stage.folder.settle()  # what a killed commit left
     if not force:
         current = cached(stage)
         if current is not None:

@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from core import fencing
-from core.errors import UserError
 from orchestration.adapters import lineage
+from orchestration.adapters.tracking_store import CREDENTIALS_ENV as CREDENTIALS_ENV
+from orchestration.adapters.tracking_store import TrackingLoginError as TrackingLoginError
+from orchestration.adapters.tracking_store import check_reachable as check_reachable
+from orchestration.adapters.tracking_store import client as _client
+from orchestration.adapters.tracking_store import how_to_browse as how_to_browse
+from orchestration.adapters.tracking_store import resolve_uri as resolve_uri
 
 log = logging.getLogger(__name__)
 
@@ -35,30 +40,6 @@ TUNE_TAG, TRIAL_TAG = "interlingua.tune", "interlingua.trial"
 RUN_DIR_TAG = "interlingua.run_dir"
 MAX_NOTE_CHARS = 7000  # MLflow 3 caps a tag's value at 8,000 characters
 ALREADY_EXISTS = ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS")  # MLflow's codes for a create that lost a race
-
-
-def resolve_uri(uri: str) -> str:
-    """Make a relative sqlite or file store absolute, so Ray workers elsewhere reach the same store."""
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
-    if "://" not in uri:
-        return str(Path(uri).resolve())
-    return uri
-
-
-def how_to_browse(uri: str) -> str:
-    """What a user runs to see the store's runs: a server has its own web UI; a local store needs `mlflow ui`."""
-    if uri.startswith(("http://", "https://")):
-        return f"open {uri} in a browser"
-    return f"`mlflow ui --backend-store-uri {uri}`"
-
-
-def _client(uri: str):
-    from mlflow.tracking import MlflowClient
-
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=uri)
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -271,31 +252,3 @@ def set_tags(uri: str, run_id: str, tags: Mapping[str, str]) -> None:
     client = _client(uri)
     for key, value in tags.items():
         client.set_tag(run_id, key, value)
-
-
-# MLflow's client reads a tracking server's login from these (`mlflow server --app-name basic-auth`)
-CREDENTIALS_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
-_REFUSED = ("UNAUTHENTICATED", "PERMISSION_DENIED")
-
-
-class TrackingLoginError(UserError):
-    """The tracking server answers but refuses this command's credentials (or their absence)."""
-
-
-def check_reachable(uri: str) -> None:
-    """Fail fast, before any long work, when the tracking store cannot be reached."""
-    from unittest import mock
-
-    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-    try:
-        with mock.patch.dict(os.environ, quick):  # a probe, not a long retry loop; the variables restored after
-            _client(uri).search_experiments(max_results=1)
-    except Exception as exc:  # noqa: BLE001 - any failure here means "unreachable"
-        code = getattr(exc, "error_code", None)
-        if code in _REFUSED:
-            raise TrackingLoginError(
-                f"tracking.uri: {uri} refused this command ({code}): give it a user's credentials in "
-                f"MLflow's variables, {', '.join(CREDENTIALS_ENV)} (basic auth), or MLFLOW_TRACKING_TOKEN"
-            ) from None
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConnectionError(f"MLflow tracking store {uri} is unreachable: {first_line}") from None
