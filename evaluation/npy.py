@@ -10,9 +10,12 @@ from __future__ import annotations
 import hashlib
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from core.location import Where
 
 
 class NpyFile:
@@ -53,14 +56,14 @@ class NpyWriter:
             handle.write(np.ascontiguousarray(rows, dtype=self.dtype).tobytes())
 
 
-def save_array(location: str | Path, array: np.ndarray) -> str:
+def save_array(location: Where, array: np.ndarray) -> str:
     """The `.npy` at `location` written whole or not at all, so that a killed writer leaves no half block under
-    a block's name: `storage.replace_bytes` (locally a temporary name unique to this write, `<name>.tmp-<8 hex>`
+    a block's name: `Location.replace_bytes` (locally a temporary name unique to this write, `<name>.tmp-<8 hex>`
     created with O_EXCL, renamed when whole; an object at a URI by one PUT). The sha256 of what was written."""
-    from core import storage
+    from core.location import Location
 
     buffer = io.BytesIO()
     np.save(buffer, array)
     data = buffer.getvalue()
-    storage.replace_bytes(location, data)
+    Location.of(location).replace_bytes(data)
     return hashlib.sha256(data).hexdigest()

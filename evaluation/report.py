@@ -18,8 +18,8 @@ from typing import TypedDict
 
 import numpy as np
 
-from core import boundary, ownership, storage
-from core.location import Location
+from core import boundary, ownership
+from core.location import Location, Where
 from core.output import OutputFolder
 
 Matrix = dict[tuple[str, str], float]
@@ -114,7 +114,7 @@ def _is_segment(name: object) -> bool:
     return True
 
 
-def output(out_dir: storage.Where) -> OutputFolder:
+def output(out_dir: Where) -> OutputFolder:
     """The evaluation folder `out_dir` as an output (`core.output`): `check_replaceable()` before the
     evaluation overwrites anything (ForeignDataError naming what is not the product's), `writing(FILES)`
     around the report until the state file names it."""

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 from pydantic import JsonValue, ValidationError
 
-from core import storage
 from core.boundary import check_no_links
 from core.location import Location
 from core.regular import check_regular_file
@@ -67,27 +66,24 @@ class StoredEmbeddings:
         folder's file differs from the sha256 the manifest records (each hashed here, once), or the manifest
         lacks one (`named_files`)."""
         location = Location.of(folder, "the embeddings folder")
-        folder = location.local_path or str(location)
-        path = storage.join(folder, MANIFEST)
-        check_no_links(folder, "the embeddings folder")
-        if isinstance(folder, Path):
-            check_regular_file(path, f"the embeddings folder {folder}")
+        path = location / MANIFEST
+        check_no_links(location, "the embeddings folder")
+        if location.on_this_host:
+            check_regular_file(path, f"the embeddings folder {location}")
         try:
-            manifest = StoreManifest.model_validate_json(storage.read_bytes(path))
+            manifest = StoreManifest.model_validate_json(path.read_bytes())
         except ValidationError as exc:
             raise ValueError(f"{path}: not a stored-embeddings manifest ({wrong_fields(exc)})") from None
-        files = named_files(manifest, path)
-        if isinstance(folder, Path):  # a store holds objects, and a look per block costs a round trip
+        files = named_files(manifest, path.text)
+        if location.on_this_host:  # a store holds objects, and a look per block costs a round trip
             for name in files:  # FIFOs, devices, folders, links and over-long names refused, none opened
-                check_regular_file(storage.join(folder, name), MANIFEST)
+                check_regular_file(location.join(name), MANIFEST)
             for name, sha256 in files.items():  # then each hashed once: the reads map them
                 if sha256 is not None:
-                    storage.verify_sha256(
-                        storage.join(folder, name), sha256, named_in=path, error=StoreError, advice=ADVICE
-                    )
+                    location.join(name).verify_sha256(sha256, named_in=path.text, error=StoreError, advice=ADVICE)
         blocks = manifest.blocks
         return cls(
-            folder,
+            location.local_path or location.text,
             list(manifest.languages),
             manifest.dim,
             manifest.dtype,
@@ -110,19 +106,24 @@ class StoredEmbeddings:
                 break
             yield self.names[i], max(start, lo) - lo, min(stop, hi) - lo
 
+    @property
+    def _location(self) -> Location:
+        return Location.of(self.folder, "the embeddings folder")
+
     def _read(self, lang: str, name: str, a: int, b: int) -> np.ndarray:
         """Rows [a, b) of one block: mapped from a local file (verified by `open`); a URI's block read whole
         through the store, and loaded from the bytes read once they are verified."""
-        if isinstance(self.folder, Path):
-            return NpyFile(self.folder / lang / f"{name}.npy")[a:b]
+        block = self._location.join(lang, f"{name}.npy")
+        if block.on_this_host:
+            return NpyFile(block.text)[a:b]
         return np.load(io.BytesIO(self._whole(f"{lang}/{name}.npy")))[a:b]
 
     def _whole(self, name: str) -> bytes:
         """The file `name` of a URI's store, read whole, once the bytes read have the sha256 the manifest
-        records (StoreError otherwise, as `storage.verify_sha256` words it); an earlier format's unrecorded
+        records (StoreError otherwise, as `Location.verify_sha256` words it); an earlier format's unrecorded
         file as it is."""
-        location = storage.join(self.folder, *name.split("/"))
-        data, recorded = storage.read_bytes(location), self.sha256.get(name)
+        location = self._location.join(*name.split("/"))
+        data, recorded = location.read_bytes(), self.sha256.get(name)
         if recorded is not None and (actual := hashlib.sha256(data).hexdigest()) != recorded:
             raise StoreError(
                 f"{location}: sha256 {actual[:12]} differs from {recorded[:12]} in {self.folder}/{MANIFEST}: "
@@ -136,8 +137,9 @@ class StoredEmbeddings:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if isinstance(self.folder, Path):
-            return storage.open_parquet(self.folder / ROWS / f"{block}.parquet").read(columns=[name])[name]
+        rows = self._location.join(ROWS, f"{block}.parquet")
+        if rows.on_this_host:
+            return rows.open_parquet().read(columns=[name])[name]
         return pq.read_table(pa.BufferReader(self._whole(f"{ROWS}/{block}.parquet")), columns=[name])[name]
 
     def rows(self, lang: str, start: int = 0, stop: int | None = None) -> np.ndarray:

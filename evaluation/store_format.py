@@ -31,9 +31,9 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from core import storage
 from core.boundary import Segment
 from core.errors import UserError
+from core.location import Location, Where
 
 FORMAT: Final = "interlingua-stored-embeddings/3"
 # /1: evaluate's, before block records (no checksums); /2: no sha256 of the rows files
@@ -121,18 +121,18 @@ def block_name(index: int) -> str:
     return f"part-{index:05d}"
 
 
-def read_record(path: storage.Where) -> BlockRecord | None:
+def read_record(path: Where) -> BlockRecord | None:
     """The block record at `path`; None when it is missing or not one (a block without its record is not done)."""
     try:
-        return BlockRecord.model_validate_json(storage.read_bytes(path))
+        return BlockRecord.model_validate_json(Location.of(path).read_bytes())
     except (OSError, ValidationError):
         return None
 
 
-def read_manifest(folder: storage.Where) -> StoreManifest | None:
+def read_manifest(folder: Where) -> StoreManifest | None:
     """The folder's manifest when it is a stored-embeddings manifest (of any of its formats), else None."""
     try:
-        return StoreManifest.model_validate_json(storage.read_bytes(storage.join(folder, MANIFEST)))
+        return StoreManifest.model_validate_json(Location.of(folder).join(MANIFEST).read_bytes())
     except (OSError, ValidationError):
         return None
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from pydantic import JsonValue
 
-from core import ownership, storage
-from core.location import Location
+from core import ownership
+from core.location import Location, Where, json_bytes
 from core.output import OutputFolder
 from evaluation.npy import save_array
 from evaluation.store import (
@@ -40,11 +40,12 @@ def text_hashes(texts: Sequence[str]) -> np.ndarray:
     )
 
 
-def save_arrays(folder: storage.Where, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+def save_arrays(folder: Where, name: str, arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
     """Each language's (n, D) array as `<folder>/<lang>/<name>.npy` (local or a URI), whole or not at all
     (`save_array`); {lang: sha256}."""
+    location = Location.of(folder)
     return {
-        lang: save_array(storage.join(folder, lang, f"{name}.npy"), np.ascontiguousarray(array))
+        lang: save_array(location.join(lang, f"{name}.npy"), np.ascontiguousarray(array))
         for lang, array in arrays.items()
     }
 
@@ -62,14 +63,14 @@ def block_files(names: Iterable[str], languages: Iterable[str], *, rows: bool = 
     )
 
 
-def write_record(folder: storage.Where, record: BlockRecord) -> BlockRecord:
+def write_record(folder: Where, record: BlockRecord) -> BlockRecord:
     """The block's record `<folder>/<name>.json`, replaced whole: the completion marker, written after the
     block's arrays (a reader or a rerun trusts a block only once its record is there)."""
-    storage.write_json(storage.join(folder, f"{record.name}.json"), record.model_dump(exclude_none=True), indent=1)
+    Location.of(folder).join(f"{record.name}.json").write_json(record.model_dump(exclude_none=True), indent=1)
     return record
 
 
-def save_block(folder: storage.Where, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> BlockRecord:
+def save_block(folder: Where, name: str, arrays: Mapping[str, np.ndarray], **fields: Any) -> BlockRecord:
     """One block written in place (a local folder or a URI): its arrays (`save_arrays`), then its record
     (name, rows, sha256 and the writer's `fields`)."""
     rows = {len(array) for array in arrays.values()}
@@ -110,8 +111,8 @@ def make_manifest(
 
 
 def manifest_bytes(manifest: StoreManifest) -> bytes:
-    """The manifest's file as it is written (`storage.write_json`'s form, indented by 1)."""
-    return storage.json_bytes(manifest.model_dump(mode="json", exclude_none=True), indent=1)
+    """The manifest's file as it is written (`Location.write_json`'s form, indented by 1)."""
+    return json_bytes(manifest.model_dump(mode="json", exclude_none=True), indent=1)
 
 
 def write_block(
@@ -135,7 +136,7 @@ def write_block(
     buffer = pa.BufferOutputStream()
     pq.write_table(pa.table(columns), buffer)
     data = buffer.getvalue().to_pybytes()
-    storage.replace_bytes(storage.join(staging, ROWS, f"{name}.parquet"), data)
+    Location.of(staging).join(ROWS, f"{name}.parquet").replace_bytes(data)
     return BlockRecord(
         name=name,
         rows=len(keys),
@@ -194,7 +195,7 @@ class StoreKind:
         return lambda e: e in ours
 
 
-def output(folder: storage.Where) -> OutputFolder:
+def output(folder: Where) -> OutputFolder:
     """The stored embeddings at `folder` as an output (`core.output`): `check_replaceable()` (ForeignDataError
     naming what the manifest does not), `stage()`, `commit()`, `discard()`."""
     return OutputFolder(folder, StoreKind())

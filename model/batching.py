@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from core import storage
 from core.dataset import EOS_ID, PAD_ID, source_of
+from core.location import Location
 from core.teacher import TeacherStore, read_row_group
 from model.training_paths import Signature
 
@@ -188,7 +188,7 @@ def shard_units(files: Sequence[str | Path]) -> list[Unit]:
     """Every row group of the shards, in file order (from the Parquet footers: no data is read)."""
     units = []
     for path in files:
-        meta = storage.open_parquet(path).metadata
+        meta = Location.of(path).open_parquet().metadata
         units += [
             Unit(str(path), i, meta.row_group(i).num_rows)
             for i in range(meta.num_row_groups)
@@ -203,7 +203,7 @@ def read_units(
     """The token ids of the units' tuples, in the given order (and their keys); with `teacher`, its
     embeddings of them, from the same row groups of its files (ValueError where their keys differ)."""
     columns = [f"{lang}_ids" for lang in languages] + (["key"] if keys or teacher else [])
-    tables = [storage.open_parquet(u.path).read_row_group(u.row_group, columns=columns) for u in units]
+    tables = [Location.of(u.path).open_parquet().read_row_group(u.row_group, columns=columns) for u in units]
     corpus = ParallelCorpus.from_table(pa.concat_tables(tables), languages)
     if teacher is not None:
         langs = [lang for lang in teacher.languages if lang in languages]

@@ -11,9 +11,9 @@ import re
 
 from pydantic import Field, field_validator, model_validator
 
+from core.location import Location
 from core.normalize import NormalizeConfig
 from core.schema import Schema
-from core.storage import check_location
 from pipelines.source_config import LANG_CODE, BibleSource, Source, source_name
 
 SOURCE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -127,7 +127,8 @@ class TrainedOnDataset(Schema):
     @field_validator("dataset")
     @classmethod
     def _location(cls, dataset: str) -> str:
-        return check_location(dataset, "dataset")
+        Location.of(dataset, "dataset")  # StorageError, a ValueError, for a location no filesystem opens
+        return dataset  # as given: `open_trained_on` makes it absolute
 
 
 class SplitConfig(Schema):

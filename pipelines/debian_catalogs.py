@@ -233,10 +233,9 @@ def fetch(
     fetched or the locales none of them ships (the earlier fetch stays); ForeignDataError when `out_dir` holds
     anything an earlier fetch did not write; BoundaryError for a link in it. `download(packages, folder)` puts
     the .deb files in `folder` (default: `apt_download`)."""
-    where = Location.of(str(out_dir), "-o")
-    if where.local_path is None:
-        raise CatalogsError(f"-o {out_dir}: the catalogs are written to a local folder (prepare reads them there)")
-    out = where.local_path.absolute()
+    out = Location.of(str(out_dir), "-o").require_local(
+        CatalogsError, f"-o {out_dir}: the catalogs are written to a local folder (prepare reads them there)"
+    )
     packages = list(PACKAGES if packages is None else packages)
     wanted = check_locales(locales)
 

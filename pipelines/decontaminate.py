@@ -24,8 +24,8 @@ import apache_beam as beam
 import pyarrow as pa
 from pydantic import ValidationError
 
-from core import storage
 from core.dataset import Dataset, DatasetError
+from core.location import Location
 from core.normalize import NormalizeConfig
 from pipelines.config import PrepareConfig
 from pipelines.counting import STATS, CountedParDo, Tally
@@ -58,18 +58,19 @@ def training_index(table: pa.Table, languages: Iterable[str]) -> frozenset[str]:
     return frozenset(ids)
 
 
-def open_trained_on(config: PrepareConfig, data_dir: str) -> list[Dataset]:
+def open_trained_on(config: PrepareConfig, data_dir: Location | str) -> list[Dataset]:
     """Each dataset of `prepare.split.decontaminate_against`, opened, checked and its training split verified.
 
     Raises SourceError for one that is the dataset being prepared, holds another fingerprint than the pinned
     one, shares no language with this one or was normalized otherwise; DatasetError (naming the key) for one
     that is missing or damaged.
     """
+    preparing = Location.of(data_dir)
     out = []
     for i, entry in enumerate(config.split.decontaminate_against):
         key = f"prepare.split.decontaminate_against[{i}]"
-        location = storage.absolute(entry.dataset)  # workers may run elsewhere: the same location from anywhere
-        if location == storage.absolute(data_dir):
+        location = Location.of(entry.dataset)  # workers may run elsewhere: the same location from anywhere
+        if location == preparing:
             raise SourceError(f"{key}: {entry.dataset} is the dataset being prepared; name another dataset")
         try:
             data = Dataset.open(location).verify(["train"], spm=False)
@@ -116,7 +117,12 @@ def input_records(datasets: list[Dataset]) -> list[dict[str, str | int | None]]:
     """The training shards read, as the manifest's input records (`InputRecord`): in the fingerprint, so that
     this dataset is made again when one of them changes."""
     return [
-        {"source": INPUT_SOURCE, "path": storage.join(data.location, f.path), "sha256": f.sha256, "bytes": f.bytes}
+        {
+            "source": INPUT_SOURCE,
+            "path": Location.of(data.location).join(f.path).text,
+            "sha256": f.sha256,
+            "bytes": f.bytes,
+        }
         for data in datasets
         for f in data.manifest.splits["train"].files
     ]

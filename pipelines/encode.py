@@ -10,7 +10,8 @@ from typing import Any
 import apache_beam as beam
 import sentencepiece as spm
 
-from core import dataset, dataset_writer, storage
+from core import dataset, dataset_writer
+from core.location import Location
 from pipelines import tokenizer
 from pipelines.config import SpmConfig
 from pipelines.counting import STATS, CountedParDo, Tally
@@ -126,7 +127,7 @@ class WriteShardFn(beam.DoFn):
     sentencepiece encode a whole shard in one (multi-threaded) call.
     """
 
-    def __init__(self, root: str, languages: list[str], shards: dict[str, int]) -> None:
+    def __init__(self, root: Location, languages: list[str], shards: dict[str, int]) -> None:
         self.root, self.languages, self.shards = root, languages, shards
 
     def setup(self) -> None:
@@ -158,24 +159,24 @@ class WriteShardFn(beam.DoFn):
             tally.add(f"sources/{key.split(':', 1)[0]}/out/{split}")  # every key starts with its source's name
         tally.add(f"tuples/out/{split}", len(rows))
         name = dataset_writer.shard_name(split, shard, self.shards[split])
-        dataset_writer.write_shard(storage.join(self.root, name), rows, self.languages)
+        dataset_writer.write_shard(self.root.join(name).text, rows, self.languages)
         log.debug("wrote %s: %d rows", name, len(rows))  # one line per shard: for -v
         yield from tally.flush()
 
 
-def _write_model(proto: bytes, root: str) -> list[Any]:
+def _write_model(proto: bytes, root: Location) -> list[Any]:
     """Write spm.model and spm.vocab under `root`; no output (it joins the stats, to be waited for)."""
-    storage.write_bytes(storage.join(root, dataset.SPM_MODEL), proto)
-    storage.write_bytes(storage.join(root, dataset.SPM_VOCAB), tokenizer.vocab_tsv(proto).encode("utf-8"))
+    root.join(dataset.SPM_MODEL).write_bytes(proto)
+    root.join(dataset.SPM_VOCAB).write_bytes(tokenizer.vocab_tsv(proto).encode("utf-8"))
     return []
 
 
 class EncodeAndWrite(beam.PTransform):
     """{split: tuples, 'pool': deduplicated tuples} -> BPE model and Parquet shards under `root`; the stats."""
 
-    def __init__(self, config: SpmConfig, languages: list[str], shards: dict[str, int], root: str):
+    def __init__(self, config: SpmConfig, languages: list[str], shards: dict[str, int], root: Location | str):
         super().__init__()
-        self.config, self.languages, self.shards, self.root = config, languages, shards, root
+        self.config, self.languages, self.shards, self.root = config, languages, shards, Location.of(root)
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> Any:
         splits = {s: inputs[s] for s in dataset.SPLITS}

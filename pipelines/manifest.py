@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import dataset, dataset_writer, storage
+from core import dataset, dataset_writer
 from core.output import Staging
 from pipelines import sources
 from pipelines.accounting import check_accounting, check_not_empty, check_splits_not_empty, count_table
@@ -21,15 +21,15 @@ def shard_files(staged: Staging, split: str, count: int, languages: list[str]) -
     files = []
     for i in range(count):
         name = dataset_writer.shard_name(split, i, count)
-        location = str(staged.join(name))
-        if not storage.exists(location):
-            dataset_writer.write_shard(location, [], languages)
+        location = staged.join(name)
+        if not location.exists():
+            dataset_writer.write_shard(location.text, [], languages)
         files.append(
             dataset.ShardFile(
                 path=staged.prefix + name,
-                rows=dataset_writer.shard_rows(location),
-                bytes=storage.size(location),
-                sha256=dataset.file_sha256(location),
+                rows=dataset_writer.shard_rows(location.text),
+                bytes=location.size(),
+                sha256=location.sha256(),
             )
         )
     return files
@@ -66,13 +66,13 @@ def build_manifest(
             raise RuntimeError(
                 f"{split}: shards hold {splits[split].tuples} rows, {counts['tuples']['out'][split]} were encoded"
             )
-    model = str(staged.join(dataset.SPM_MODEL))
-    if not storage.exists(model):
+    model = staged.join(dataset.SPM_MODEL)
+    if not model.exists():
         raise RuntimeError(
             f"{model}: no BPE model was trained: no training sentence was left after cleaning, "
             "dedup and the split; check prepare.sources, prepare.filters and prepare.split"
         )
-    sp = spm.SentencePieceProcessor(model_proto=storage.read_bytes(model))
+    sp = spm.SentencePieceProcessor(model_proto=model.read_bytes())
     return dataset.DatasetManifest(
         fingerprint=print_,
         languages=config.languages,
@@ -82,7 +82,7 @@ def build_manifest(
             model=staged.prefix + dataset.SPM_MODEL,
             vocab=staged.prefix + dataset.SPM_VOCAB,
             vocab_size=sp.get_piece_size(),
-            sha256=dataset.file_sha256(model),
+            sha256=model.sha256(),
             sample_sentences=stats.get(SAMPLE_STAT, 0),
         ),
         counts=dataset.Counts.model_validate(counts),

@@ -29,7 +29,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from core import dataset, dataset_writer, stage, storage
+from core import dataset, dataset_writer, stage
 from core.location import Location
 from core.output import Staging
 from core.schema import dump_yaml
@@ -50,8 +50,8 @@ log = logging.getLogger(__name__)
 STATS_FILE = "stats.json"
 
 
-def _write_stats(stats: dict[str, int], root: str) -> None:
-    storage.write_bytes(storage.join(root, STATS_FILE), json.dumps(stats, sort_keys=True).encode())
+def _write_stats(stats: dict[str, int], root: Location) -> None:
+    root.join(STATS_FILE).write_bytes(json.dumps(stats, sort_keys=True).encode())
 
 
 class PrepareCorpus(beam.PTransform):
@@ -60,7 +60,7 @@ class PrepareCorpus(beam.PTransform):
     `trained_on`: the datasets of `prepare.split.decontaminate_against`, opened (`open_trained_on`).
     """
 
-    def __init__(self, config: PrepareConfig, root: str, trained_on: list[dataset.Dataset] | None = None) -> None:
+    def __init__(self, config: PrepareConfig, root: Location, trained_on: list[dataset.Dataset] | None = None) -> None:
         super().__init__()
         self.config = config
         self.root = root
@@ -138,14 +138,14 @@ def run_prepare(
             f"prepare.split: dev_size + test_size = {held_out} but the sources hold only "
             f"{plan.records} records; lower them or use dev_fraction/test_fraction"
         )
-    trained_on = open_trained_on(config, str(where))  # verified: its shards' sha256 go into the fingerprint
+    trained_on = open_trained_on(config, where)  # verified: its shards' sha256 go into the fingerprint
     plan = sources.SourcePlan(plan.tasks, plan.fingerprints + input_records(trained_on), plan.records)
     print_ = fingerprint(config, plan.fingerprints)
     name = (resolved_config or {}).get("name")
     dataset_stage = stage.Stage(
         dataset_writer.folder(where),
         print_,
-        read=lambda: dataset.load_manifest(where) if storage.exists(storage.join(where, dataset.MANIFEST)) else None,
+        read=lambda: dataset.load_manifest(where) if where.join(dataset.MANIFEST).exists() else None,
         fingerprint_of=lambda manifest: manifest.fingerprint,
         verify=lambda _: dataset.verify(where, dataset.SPLITS),  # up to date only if whole: names a bad file
         refuse=lambda current: staging.refuse_other_config(where, current, name, print_, force),
@@ -161,10 +161,10 @@ def run_prepare(
                 len(plan.tasks),
                 where,
             )
-            stats = _run_job(config, plan, str(staged.root), options, trained_on)
+            stats = _run_job(config, plan, staged.root, options, trained_on)
         manifest = build_manifest(config, staged, stats, plan, print_, resolved_config)
         if resolved_config is not None:
-            storage.write_bytes(staged.join(dataset.CONFIG_FILE), dump_yaml(resolved_config).encode("utf-8"))
+            staged.join(dataset.CONFIG_FILE).write_bytes(dump_yaml(resolved_config).encode("utf-8"))
         staging.check_staged(staged, where, manifest)
         return stage.Manifest(manifest, dataset_writer.manifest_bytes(manifest))
 
@@ -234,7 +234,7 @@ def _warn_unchecked_languages(config: PrepareConfig) -> None:
 def _run_job(
     config: PrepareConfig,
     plan: sources.SourcePlan,
-    root: str,
+    root: Location,
     options: PipelineOptions,
     trained_on: list[dataset.Dataset],
 ) -> dict[str, int]:
@@ -249,8 +249,9 @@ def _run_job(
             )
     finally:
         release(pipeline)
-    stats = json.loads(storage.read_bytes(storage.join(root, STATS_FILE)))
-    storage.delete_file(storage.join(root, STATS_FILE))
+    written = root.join(STATS_FILE)
+    stats = json.loads(written.read_bytes())
+    written.delete()
     return stats
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from core import mined, storage
-from core.dataset import file_sha256
+from core import mined
+from core.location import Location
 from pipelines.errors import SourceError
 from pipelines.read_task import BELOW_MIN_SCORE, MALFORMED, ReadTask, SourcePlan
 from pipelines.source_config import MinedSource, TableSource, TextSource
@@ -28,7 +29,7 @@ class _Scan:
 def scan_file(path: str, chunk_lines: int, skip_header: bool = False) -> _Scan:
     """Count lines, hash the bytes, and note where every chunk of lines starts."""
     try:
-        handle = storage.open_input(path)
+        handle = Location.of(path).open_input()
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
     except OSError as exc:
@@ -113,7 +114,7 @@ def plan_table(source: TableSource, name: str, chunk_lines: int) -> SourcePlan:
 
 def _first_line(path: str) -> str:
     try:
-        with storage.open_input(path) as handle:
+        with Location.of(path).open_input() as handle:
             raw = handle.readline()
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
@@ -128,7 +129,7 @@ def _first_line(path: str) -> str:
 def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
     """Read tasks over the rows of a mined pair file, checked against its mining manifest."""
     folder = source.path.rstrip("/")
-    manifest_path = storage.join(folder, mined.MANIFEST)
+    manifest_path = _in_folder(folder, mined.MANIFEST)
     try:
         manifest = mined.read_manifest(folder)
     except FileNotFoundError:
@@ -141,8 +142,9 @@ def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
             f"{manifest_path}: no mined pair of {source.languages}; it has "
             f"{[e.languages for e in manifest.pairs.values()]}"
         )
-    path = storage.join(folder, entry.file)
-    digest = file_sha256(path)
+    path = _in_folder(folder, entry.file)
+    pairs = Location.of(path)
+    digest = pairs.sha256()
     if digest != entry.sha256:
         raise SourceError(f"{path}: its sha256 differs from the mining manifest's: the file changed after mining")
     rows = entry.rows
@@ -158,7 +160,16 @@ def plan_mined(source: MinedSource, name: str, chunk_lines: int) -> SourcePlan:
         )
         for start in range(0, rows, chunk_lines)
     ]
-    return SourcePlan(tasks, [{"path": path, "sha256": digest, "bytes": storage.size(path)}], rows)
+    return SourcePlan(tasks, [{"path": path, "sha256": digest, "bytes": pairs.size()}], rows)
+
+
+def _in_folder(folder: str, name: str) -> str:
+    """`name` in the mining output `folder` (BoundaryError for a name that leads out of it: `Location.join`),
+    with `folder` as the source wrote it: a relative path stays relative in the messages and in the input
+    records (the dataset's fingerprint)."""
+    location = Location.of(folder)
+    location.join(name)
+    return os.path.join(folder, name) if location.on_this_host else f"{folder}/{name}"
 
 
 def read_mined(task: ReadTask) -> Iterator[tuple[str, dict[str, str | None] | str]]:
@@ -182,7 +193,7 @@ def _decode(raw: bytes) -> str | None:
 
 
 def _lines(path: str, offset: int, n: int) -> Iterator[bytes]:
-    with storage.open_input(path) as handle:
+    with Location.of(path).open_input() as handle:
         handle.seek(offset)
         for i in range(n):
             line = handle.readline()

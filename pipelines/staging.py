@@ -36,14 +36,15 @@ is `attempt-.../spm.model` here), not `<data_dir>/spm.model`.
 
 from __future__ import annotations
 
-from core import dataset, storage
+from core import dataset
+from core.location import Location, Where
 from core.output import Staging
 
 ATTEMPT = dataset.ATTEMPT
 
 
 def refuse_other_config(
-    data_dir: storage.Where, old: dataset.DatasetManifest | None, name: str | None, fingerprint: str, force: bool
+    data_dir: Where, old: dataset.DatasetManifest | None, name: str | None, fingerprint: str, force: bool
 ) -> None:
     """DatasetError if `data_dir` holds the dataset (`old`) of another config (by its `name`), unless `force`: a
     shared `dataset_dir` is never replaced under another config's models without being asked."""
@@ -56,21 +57,21 @@ def refuse_other_config(
         )
 
 
-def check_staged(staging: Staging, data_dir: storage.Where, manifest: dataset.DatasetManifest) -> None:
+def check_staged(staging: Staging, data_dir: Where, manifest: dataset.DatasetManifest) -> None:
     """Before the commit: DatasetError if a file the manifest names is missing or of another size (in a store,
     where the files are in place already; a local staging folder is swapped in whole)."""
     if staging.prefix:
-        _check_members(data_dir, manifest)
+        _check_members(Location.of(data_dir), manifest)
 
 
-def _check_members(data_dir: storage.Where, manifest: dataset.DatasetManifest) -> None:
+def _check_members(data_dir: Location, manifest: dataset.DatasetManifest) -> None:
     for split in manifest.splits.values():
         for f in split.files:
-            location = storage.join(data_dir, f.path)
-            if not storage.exists(location) or storage.size(location) != f.bytes:
+            location = data_dir.join(f.path)
+            if not location.exists() or location.size() != f.bytes:
                 raise dataset.DatasetError(
                     f"{location}: missing or not {f.bytes} bytes as its manifest says; "
                     "nothing was committed: run `interlingua prepare --force` again"
                 )
-    if not storage.exists(storage.join(data_dir, manifest.spm.model)):
+    if not data_dir.join(manifest.spm.model).exists():
         raise dataset.DatasetError(f"{data_dir}: {manifest.spm.model} is missing; nothing was committed")

@@ -195,7 +195,7 @@ def check_every_node_reaches(uri: str | None = None, **locations) -> None:
             "write its own host's copy; use an MLflow server (tracking.uri=http://HOST:PORT)"
         )
     for key, location in locations.items():
-        if Location.of(location, key).local_path is not None:
+        if Location.of(location, key).on_this_host:
             raise ConfigError(
                 f"{key}: {location} is a path on this host, but {spans} and the workers on the others "
                 f"cannot read or write it; use an object store (s3://BUCKET/...), or file:///PATH "

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core import storage
+from core.location import Location
 
 # The tag MLflow 3's UI reads to open an experiment on its runs table and model metrics, not its GenAI view
 # (traces, prompts): the values its UI knows are "custom_model_development" and "genai_development".
@@ -128,10 +128,10 @@ def prepared_input(data, *, context: str, splits: Sequence[str], name: str | Non
         "sentences": {lang: dict(tally.out) for lang, tally in counts.sentences.items()},
         "vocab_size": manifest.spm.vocab_size,
     }
-    location = storage.absolute(data.location)
+    location = Location.of(data.location)
     return DataInput(
-        name or manifest.config_name or os.path.basename(str(location).rstrip("/")),
-        location,
+        name or manifest.config_name or location.name,
+        location.text,
         manifest.fingerprint,
         tuple(manifest.languages),
         profile,

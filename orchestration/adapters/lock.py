@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from core import storage
 from core.errors import UserError
+from core.location import Location
 from core.ownership import ForeignDataError
 from orchestration.adapters.holder import HOLDER, holder_name
 from orchestration.adapters.lease import S3Lease
@@ -42,7 +42,7 @@ WAIT_HINT = "use --wait to wait for it"
 
 @contextmanager
 def run_lock(
-    run_dir: str | Path,
+    run_dir: Location | str | Path,
     wait: bool = False,
     *,
     ttl: float = TTL_SECONDS,
@@ -53,13 +53,14 @@ def run_lock(
     """Hold the run dir's lock for the block. AlreadyRunning when another command holds it (unless `wait`),
     its message ending with `hint`. `name`: the lock file's name in `run_dir` (`output_lock`'s, beside an
     output folder)."""
-    kind = storage.scheme(run_dir)
+    where = Location.of(run_dir, "run_dir")
+    kind = where.scheme
     if kind in ("local", "file"):
-        local = str(run_dir)[len("file://") :] if kind == "file" else str(run_dir)
-        with _flock(Path(local), wait, hint, name):
+        local = where.local_path or Path(where.text[len("file://") :])  # file://: a path every host mounts
+        with _flock(local, wait, hint, name):
             yield
     elif kind == "s3":
-        lease = S3Lease(storage.join(run_dir, name), ttl)
+        lease = S3Lease(where.join(name).text, ttl)
         while not lease.acquire():
             if not wait:
                 raise AlreadyRunning(
@@ -70,43 +71,40 @@ def run_lock(
             yield
     else:
         raise LockUnsupported(
-            f"run_dir: {run_dir}: `interlingua run` locks its run dir with a conditional "
+            f"run_dir: {where}: `interlingua run` locks its run dir with a conditional "
             f"create, which {kind}:// lacks here; use an s3:// or local run_dir for `run` "
             "(prepare, train and evaluate run on any scheme)"
         )
 
 
 @contextmanager
-def stage_lock(run_dir: str | Path, command: str, *, ttl: float = TTL_SECONDS) -> Iterator[None]:
+def stage_lock(run_dir: Location | str | Path, command: str, *, ttl: float = TTL_SECONDS) -> Iterator[None]:
     """The run dir's lock around one stage command (`prepare`, `train`, `evaluate`, `tune`), so that two of them,
     or one and a `run`, never write one run dir at once: the second exits 5 naming the holder. Where the
     filesystem has no conditional create (gs://, hdfs://) the stage runs unlocked, as it always has there."""
-    if storage.scheme(run_dir) not in ("local", "file", "s3"):
+    where = Location.of(run_dir, "run_dir")
+    if where.scheme not in ("local", "file", "s3"):
         yield
         return
-    with run_lock(
-        run_dir, ttl=ttl, hint=f"`interlingua {command}` waits for no one: run it again once that one is done"
-    ):
+    with run_lock(where, ttl=ttl, hint=f"`interlingua {command}` waits for no one: run it again once that one is done"):
         yield
 
 
 @contextmanager
-def output_lock(out_dir: str | Path, command: str, *, ttl: float = TTL_SECONDS) -> Iterator[None]:
+def output_lock(out_dir: Location | str | Path, command: str, *, ttl: float = TTL_SECONDS) -> Iterator[None]:
     """One writer at a time for an output folder that is not a run dir (`embed -o`): the lock file
     `.<name>.lock` beside it, so that the folder itself holds only the output. A second writer exits 5 naming
     the holder; without a conditional create (gs://, hdfs://) it runs unlocked, as the stages do."""
-    text = str(out_dir).rstrip("/")
-    parent, _, base = text.rpartition("/")
-    if storage.scheme(text) not in ("local", "file", "s3") or not base:
+    where = Location.of(out_dir, "out_dir")
+    if where.scheme not in ("local", "file", "s3") or not where.name:
         yield
         return
-    if storage.scheme(text) == "local":
-        path = Path(text).resolve()
-        parent, base = str(path.parent), path.name
+    if where.scheme == "local":  # beside the folder that the path leads to, links resolved
+        where = Location.of(Path(where.text).resolve())
     with run_lock(
-        parent,
+        where.parent,
         ttl=ttl,
-        name=f".{base}.lock",
+        name=f".{where.name}.lock",
         hint=f"two `interlingua {command}` never write one output: run it again once that one is done",
     ):
         yield

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core import storage
 from core.errors import UserError
+from core.location import Location
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters import registry
 from orchestration.adapters.tracker import Tracker
@@ -60,4 +60,4 @@ def choose_model(
         tracker = Tracker.of(config)
         folder = registry.download_model_dir(tracker.uri, tracker.model_name, version, scratch)
         return ChosenModel(folder, version)
-    return ChosenModel(storage.check_location(choice, key))
+    return ChosenModel(Location.of(choice, key).text)

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from core import boundary, storage
+from core import boundary
 from core.dataset import CONFIG_FILE, SPM_MODEL, Dataset, file_sha256
-from core.location import Location
+from core.location import Location, Where
 from core.output import OutputFolder
 from orchestration.adapters.model_reading import (
     ModelDirError,
@@ -60,14 +60,14 @@ CHECKPOINT_STATE = "state.pt"  # in a training checkpoint: what a resume needs b
 TRAIN_STATE = "run.json"  # beside the model, in the train directory: the training's fingerprint, run and step
 
 
-def default(train_dir: storage.Where) -> str | Path:
+def default(train_dir: Where) -> str | Path:
     """Where `interlingua train` exports the run's model: `<train_dir>/model` (a Path on this host, a URI in a
     store)."""
     where = Location.of(train_dir, "train_dir").join("model")
     return where.local_path or str(where)
 
 
-def fetch(location: storage.Where) -> Path:
+def fetch(location: Where) -> Path:
     """A local model directory holding the model at `location`: itself when local; in a store, a copy in this
     user's cache folder (`transfer.cache_dir("models")/<model.safetensors sha256>`), downloaded once per host,
     user and model (torch and sentencepiece read local files) and verified on every use against the sha256
@@ -108,7 +108,7 @@ class ModelKind:
         return lambda entry: entry in FILES
 
 
-def folder(location: storage.Where) -> OutputFolder:
+def folder(location: Where) -> OutputFolder:
     """The model directory at `location` as an output (`core.output.OutputFolder`), replaced whole and only when
     it holds nothing but a model's files: locally staged in `.model.partial` beside it and swapped in by two
     renames; in a store staged in a local scratch folder and copied up, the old model.safetensors removed first
@@ -121,7 +121,8 @@ def training_run_id(train_dir: str | Path) -> str | None:
     state `interlingua train` keeps beside the model (`TRAIN_STATE`); None before any training."""
     from orchestration.adapters.state import StageRecord, read_state
 
-    record = read_state(storage.join(train_dir, TRAIN_STATE), StageRecord)  # the part every stage's record has
+    state = Location.of(train_dir, "train_dir").join(TRAIN_STATE)
+    record = read_state(state.text, StageRecord)  # the part every stage's record has
     return record.run_id if record else None
 
 
@@ -153,9 +154,10 @@ def check(model_dir: _Location) -> _Location:
     """`model_dir` if it holds a model; ModelMissing (a FileNotFoundError) naming what is missing otherwise;
     BoundaryError when it holds a link (nothing is read through one: `core.boundary`)."""
     boundary.check_no_links(model_dir, "the model directory")
-    missing = [name for name in REQUIRED if not storage.exists(storage.join(model_dir, name))]
+    where = Location.of(model_dir, "the model directory")
+    missing = [name for name in REQUIRED if not where.join(name).exists()]
     if missing:
-        _refuse_legacy(model_dir, missing)
+        _refuse_legacy(model_dir, where, missing)
         raise ModelMissing(
             f"{model_dir}: not a model directory (missing {', '.join(missing)}); "
             "`interlingua train` writes one to <run_dir>/train/model"
@@ -163,10 +165,10 @@ def check(model_dir: _Location) -> _Location:
     return model_dir
 
 
-def _refuse_legacy(model_dir: str | Path, missing: list[str]) -> None:
-    """ModelDirError naming `interlingua upgrade-model` when `model_dir` is a model directory of an older
-    version (model.pt, a torch pickle, in place of model.safetensors)."""
-    if MODEL_FILE in missing and storage.exists(storage.join(model_dir, LEGACY_MODEL_FILE)):
+def _refuse_legacy(model_dir: str | Path, where: Location, missing: list[str]) -> None:
+    """ModelDirError naming `interlingua upgrade-model` when `model_dir` (at `where`) is a model directory of an
+    older version (model.pt, a torch pickle, in place of model.safetensors)."""
+    if MODEL_FILE in missing and where.join(LEGACY_MODEL_FILE).exists():
         raise ModelDirError(
             f"{model_dir}: a model directory of an older version ({LEGACY_MODEL_FILE}, a torch pickle, which "
             f"interlingua no longer loads: unpickling runs code); convert it once with `interlingua upgrade-model "
@@ -183,12 +185,13 @@ def trained_steps(model_dir: Path) -> int | None:
 
 def record_lineage(model_dir: str | Path, data: Dataset) -> dict[str, str]:
     """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.safetensors."""
+    where = Location.of(model_dir)
     lineage = {
         "dataset_fingerprint": data.fingerprint,
-        "spm_sha256": file_sha256(storage.join(model_dir, SPM_FILE)),
-        "model_sha256": file_sha256(storage.join(model_dir, MODEL_FILE)),
+        "spm_sha256": where.join(SPM_FILE).sha256(),
+        "model_sha256": where.join(MODEL_FILE).sha256(),
     }
-    storage.write_json(storage.join(model_dir, LINEAGE_FILE), lineage)
+    where.join(LINEAGE_FILE).write_json(lineage)
     return lineage
 
 

@@ -18,8 +18,9 @@ from typing import TypeVar
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core import fencing, storage
+from core import fencing
 from core.errors import UserError
+from core.location import Location, json_bytes
 from core.schema import wrong_fields
 
 R = TypeVar("R", bound="StageRecord")
@@ -42,10 +43,11 @@ class StateError(UserError):
 def read_state(path: str | Path, record: type[R]) -> R | None:
     """The record at `path` (a local path or a URI) as `record`, None when there is none; StateError naming
     the file and the field when it does not hold one."""
-    if not storage.exists(path):
+    where = Location.of(path)
+    if not where.exists():
         return None
     try:
-        return record.model_validate_json(storage.read_bytes(path))
+        return record.model_validate_json(where.read_bytes())
     except ValidationError as exc:
         raise StateError(
             f"{path}: not a {record.__name__} ({wrong_fields(exc, 3)}); interlingua keeps its record of what the "
@@ -55,13 +57,13 @@ def read_state(path: str | Path, record: type[R]) -> R | None:
 
 def state_bytes(state: StageRecord) -> bytes:
     """The state file's bytes, as `write_state` writes them: for a stage whose commit writes its record last."""
-    return storage.json_bytes(state.model_dump(mode="json", exclude_none=True))
+    return json_bytes(state.model_dump(mode="json", exclude_none=True))
 
 
 def write_state(path: str | Path, state: StageRecord) -> None:
     """Replace the state file whole (a crash leaves the old one or the new one, never half of one)."""
     fencing.check()
-    storage.write_json(path, state.model_dump(mode="json", exclude_none=True))
+    Location.of(path).write_json(state.model_dump(mode="json", exclude_none=True))
 
 
 def check_writable(folder: str | Path, what: str) -> None:
@@ -69,13 +71,14 @@ def check_writable(folder: str | Path, what: str) -> None:
     work: ConfigError naming `what` (a config key or flag) and the location otherwise."""
     from orchestration.config import ConfigError
 
-    fs, path = storage.resolve(folder)
+    where = Location.of(folder, what)
+    fs, path = where.arrow()
     if fs.get_file_info(path).type == pafs.FileType.File:
         raise ConfigError(f"{what}: {folder} is a file, not a directory; choose another {what}")
-    probe = storage.join(folder, f".write-check-{uuid.uuid4().hex[:8]}")  # ours: written, then deleted
+    probe = where / f".write-check-{uuid.uuid4().hex[:8]}"  # ours: written, then deleted
     try:
-        storage.write_bytes(probe, b"")
-        storage.delete_file(probe)
+        probe.write_bytes(b"")
+        probe.delete()
     except OSError as exc:  # pyarrow's errors for a refused PUT or a read-only folder are OSErrors
         raise ConfigError(
             f"{what}: cannot write in {folder} ({getattr(exc, 'strerror', None) or exc}); choose "

@@ -30,8 +30,9 @@ import re
 import sys
 from collections.abc import Sequence
 
-from core import connection, storage
+from core import connection
 from core.errors import Exit, UserError
+from core.location import Location
 from orchestration.adapters import logs
 from orchestration.adapters.lease import LeaseLost, lease_lost
 from orchestration.adapters.lock import AlreadyRunning
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         connection.configure(**config.storage.model_dump())  # s3:// endpoint and region, also for Ray workers
         for key, location in (("run_dir", config.run_dir), ("dataset_dir", config.dataset_dir)):
             if location:
-                storage.check_reachable(location, key)  # one line and exit 1 in seconds, not a traceback later
+                Location.of(location, key).check_reachable(key)  # one line and exit 1 in seconds, not a traceback later
         if args.writes:
             from orchestration.adapters.state import check_writable
 

@@ -38,10 +38,14 @@ def export(config: Config, args: argparse.Namespace) -> int:
     from orchestration.embedding.export import export_model
 
     model = args.model or model_dir.default(config.train_dir)
-    if args.output and Location.of(args.output, "-o").local_path is None:
-        raise ConfigError(f"-o {args.output}: the export is written to a local folder; give a local -o")
-    if not args.output and Location.of(model, "--model").local_path is None:  # beside a fetched copy no backend looks
-        raise ConfigError(f"--model {model} is at a URI: give a local -o for its export")
+    if args.output:
+        Location.of(args.output, "-o").require_local(
+            ConfigError, f"-o {args.output}: the export is written to a local folder; give a local -o"
+        )
+    else:  # beside a fetched copy no backend looks
+        Location.of(model, "--model").require_local(
+            ConfigError, f"--model {model} is at a URI: give a local -o for its export"
+        )
     result = export_model(model_dir.fetch(model), Path(args.output) if args.output else None)
     ops = ", ".join(result.quantized_ops) or "nothing quantized"
     print(f"{model} -> {result.out_dir}/ ({', '.join(result.files)}; int8: {ops}); see manifest.json")
@@ -69,11 +73,11 @@ def upgrade_model(config: Config, args: argparse.Namespace) -> int:
     from orchestration.adapters import model_dir
     from orchestration.config import ConfigError
 
-    if Location.of(args.model, "upgrade-model").local_path is None:
-        raise ConfigError(
-            f"{args.model}: upgrade-model converts a local model directory; download it, convert "
-            "it and upload model.safetensors and lineage.json back"
-        )
+    Location.of(args.model, "upgrade-model").require_local(
+        ConfigError,
+        f"{args.model}: upgrade-model converts a local model directory; download it, convert "
+        "it and upload model.safetensors and lineage.json back",
+    )
     from orchestration.embedding.export import upgrade_model_dir
 
     target = upgrade_model_dir(Path(args.model))

@@ -8,8 +8,8 @@ import logging
 import sys
 from pathlib import Path
 
-from core import storage
 from core.errors import Exit, UserError
+from core.location import Location
 from orchestration.cli.common import command
 from orchestration.config import Config, ConfigError
 
@@ -176,7 +176,7 @@ def tune(config: Config, args: argparse.Namespace) -> int:
     result = tune_search(config, load_space(args.space), space_path=args.space)
     print(f"{result.trials} trials; best dev similarity error {result.best_error:.4f}")
     print(f"best config: {result.best_config}  (MLflow tune run {result.run_id})")
-    if storage.is_uri(result.best_config):  # a config file is read from this host
+    if not Location.of(result.best_config).on_this_host:  # a config file is read from this host
         print(f"next: copy {result.best_config} here, then interlingua run -c best.yaml")
     else:
         print(f"next: interlingua run -c {result.best_config}")

@@ -19,7 +19,7 @@ from typing import Any, TypeAlias, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
-from core import storage
+from core.location import Location
 from core.schema import Schema
 from orchestration.config.stages import (
     EvaluateConfig,
@@ -103,7 +103,7 @@ class Config(Schema):
             ("mine.output_dir", self.mine.output_dir),
         ):
             if value is not None:
-                storage.check_location(value, key)
+                Location.of(value, key)
         return self
 
     @model_validator(mode="after")
@@ -117,28 +117,29 @@ class Config(Schema):
         return self
 
     # Every location below is a string: a URI (s3://bucket/runs/x/train) or an absolute local path. Build
-    # paths under them with `core.storage.join`, read and write them with `core.storage`.
+    # paths under them, read and write them, through `core.location.Location.of(...)`.
     @property
     def run_location(self) -> str:
-        return storage.absolute(self.run_dir)
+        return Location.of(self.run_dir).text
 
     @property
     def data_dir(self) -> str:
-        return storage.absolute(self.dataset_dir) if self.dataset_dir else storage.join(self.run_location, "data")
+        return Location.of(self.dataset_dir).text if self.dataset_dir else self._in_run_dir("data")
 
     @property
     def train_dir(self) -> str:
-        return storage.join(self.run_location, "train")
+        return self._in_run_dir("train")
 
     @property
     def eval_dir(self) -> str:
-        return storage.join(self.run_location, "eval")
+        return self._in_run_dir("eval")
 
     @property
     def mine_dir(self) -> str:
-        return (
-            storage.absolute(self.mine.output_dir) if self.mine.output_dir else storage.join(self.run_location, "mine")
-        )
+        return Location.of(self.mine.output_dir).text if self.mine.output_dir else self._in_run_dir("mine")
+
+    def _in_run_dir(self, name: str) -> str:
+        return Location.of(self.run_dir).join(name).text
 
     def to_dict(self) -> dict[str, JSONValue]:
         """The resolved config, every default filled in; written beside every output."""

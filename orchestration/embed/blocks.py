@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from core import ownership, storage
-from core.location import Location
+from core import ownership
+from core.location import Location, Where
 from core.output import OutputFolder
 from evaluation import store, store_writer
 from orchestration.adapters.cluster import data_job
@@ -46,7 +46,7 @@ class ActorJob(TypedDict):
 
 
 def completed(
-    out_dir: storage.Where, fp: tuple[str, str], blocks: list[BlockSpec], force: bool
+    out_dir: Where, fp: tuple[str, str], blocks: list[BlockSpec], force: bool
 ) -> tuple[set[int], list[str] | None]:
     """The blocks of this plan already written, and None; or, with `force` over embeddings of other inputs,
     model or options (or the earlier layout), no block and the entries they consist of, to replace once the
@@ -56,8 +56,9 @@ def completed(
     embedded again (`_release`). ForeignDataError when the folder holds anything but embeddings (never removed,
     even with `force`); CorpusError for other embeddings without `force`. The blocks a killed run left
     half-written are removed."""
-    scanned, manifest = scan_records(out_dir), read_own_manifest(out_dir)  # each record read once
-    found = output_folder(out_dir, (scanned, manifest)).check_replaceable()
+    folder = Location.of(out_dir)
+    scanned, manifest = scan_records(folder), read_own_manifest(folder)  # each record read once
+    found = output_folder(folder, (scanned, manifest)).check_replaceable()
     records = scanned.records.values()
     stale = [*sorted(scanned.legacy), *(f"{r.name}.json" for r in records if not _same_job(r.model_dump(), fp))]
     current = manifest.current
@@ -72,7 +73,7 @@ def completed(
         return set(), found
     for name in found:
         if TMP_BLOCK.fullmatch(name):
-            storage.delete_file(storage.join(out_dir, name))  # a block a killed run left half-written
+            folder.join(name).delete()  # a block a killed run left half-written
     wanted = {store.block_name(b.index): b for b in blocks}
     done = {
         wanted[r.name].index
@@ -81,7 +82,7 @@ def completed(
         and _reusable(r, wanted[r.name], fp[1])
         and all(f"{lang}/{r.name}.npy" in found for lang in r.sha256)
     }
-    _release(out_dir, list(records), current is not None, wanted, done)
+    _release(folder, list(records), current is not None, wanted, done)
     return done, None
 
 
@@ -103,7 +104,7 @@ def _reusable(record: store.BlockRecord, spec: BlockSpec, job: str) -> bool:
 
 
 def _release(
-    out_dir: storage.Where,
+    folder: Location,
     records: list[store.BlockRecord],
     manifest: bool,
     wanted: dict[str, BlockSpec],
@@ -116,13 +117,13 @@ def _release(
     redo = [r for r in records if r.name in wanted and wanted[r.name].index not in done]
     beyond = [r for r in records if r.name not in wanted]
     if manifest and (beyond or len(done) < len(wanted)):
-        storage.delete_file(storage.join(out_dir, MANIFEST))
+        (folder / MANIFEST).delete()
     for record in redo:
         if record.input_sha256 is not None:
-            store_writer.write_record(out_dir, record.model_copy(update={"input_sha256": None}))
+            store_writer.write_record(folder, record.model_copy(update={"input_sha256": None}))
     for record in beyond:
         ownership.remove_ours(
-            out_dir, [*(f"{lang}/{record.name}.npy" for lang in record.sha256), f"{record.name}.json"], keep_root=True
+            folder, [*(f"{lang}/{record.name}.npy" for lang in record.sha256), f"{record.name}.json"], keep_root=True
         )
 
 

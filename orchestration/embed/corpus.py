@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import JsonValue
 
-from core import connection, stage, storage
+from core import connection, stage
 from core.dataset import file_sha256
 from core.location import Location
 from core.output import Staging
@@ -162,7 +162,7 @@ def _embed_corpus(
     files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows, max_chars=max_chars)
     check_not_inside(out_dir, files)
     cut = sum(f.cut for f in files)
-    model = EmbedModel(dir=str(storage.absolute(model_dir)), model_sha256=file_sha256(model_path))
+    model = EmbedModel(dir=Location.of(model_dir).text, model_sha256=file_sha256(model_path))
     fp = fingerprints(  # the output's (as before the job's existed) and the job's
         files,
         model.model_sha256,
@@ -196,7 +196,7 @@ def _embed_corpus(
         last)."""
         if pending:
             ensure_ray(ray_address, log_to_driver=False, dashboard=dashboard, worker_niceness=worker_niceness)
-            local = [f.path for f in files if Location.of(f.path).local_path is not None]
+            local = [f.path for f in files if Location.of(f.path).on_this_host]
             if local:  # the actors read the inputs, on any node
                 check_every_node_reaches(input=local[0])
             job = ActorJob(
@@ -252,7 +252,7 @@ def embed_in_process(
     float32, empty lines). CorpusError on bad UTF-8, naming the file and line."""
     chunks, batch, empty = [], [], 0
     for name in names:
-        with open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else storage.open_input(name) as handle:
+        with open(sys.stdin.fileno(), "rb", closefd=False) if name == "-" else Location.of(name).open_input() as handle:
             for line in read_lines(handle, "<stdin>" if name == "-" else name, max_chars=max_chars):
                 batch.append(line)
                 empty += not line

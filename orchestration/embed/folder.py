@@ -13,9 +13,9 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
-from core import ownership, storage
+from core import ownership
 from core.dataset import fingerprint
-from core.location import Location
+from core.location import Location, Where
 from core.output import OutputFolder
 from evaluation import store, store_writer
 from orchestration.embedding.inputs import CorpusError, InputFile
@@ -74,8 +74,8 @@ class EmbedMeta(BaseModel):
 
 
 _RECORD = re.compile(r"part-\d{5}\.json")
-# a block being written: `storage.replace_bytes`'s temporary name, unique to one write (created with O_EXCL), so
-# never a name a user's file holds by chance (a record's: storage.write_json's, the same form)
+# a block being written: `Location.replace_bytes`'s temporary name, unique to one write (created with O_EXCL), so
+# never a name a user's file holds by chance (a record's: Location.write_json's, the same form)
 TMP_BLOCK = re.compile(r"([^/]+/)?part-\d{5}\.npy\.tmp-[0-9a-f]{8}")
 
 
@@ -96,7 +96,7 @@ class EmbedKind:
         return owned(*(self.read or (scan_records(folder), read_own_manifest(folder))))
 
 
-def output_folder(out_dir: storage.Where, read: tuple[Scan, Manifest] | None = None) -> OutputFolder:
+def output_folder(out_dir: Where, read: tuple[Scan, Manifest] | None = None) -> OutputFolder:
     """embed's output at `out_dir` (local or a URI) as an `OutputFolder` (`EmbedKind`): `check_replaceable()`
     is its entries once each is embed's own, ForeignDataError naming the others (a user's files, or the inputs
     themselves when the output is their folder)."""
@@ -128,16 +128,17 @@ def owned(scan: Scan, manifest: Manifest) -> Callable[[str], bool]:
     return (ours | manifest.legacy).__contains__
 
 
-def scan_records(out_dir: storage.Where) -> Scan:
+def scan_records(out_dir: Where) -> Scan:
     """The folder's files, and every block record embed wrote: part-NNNNN.json with its name, fingerprint, index
     and {lang: sha256}; or, in the earlier layout, a record of `part-N.npy` beside it. Other such files are not
     records."""
-    files, records, legacy = storage.files(out_dir), {}, {}
+    folder = Location.of(out_dir)
+    files, records, legacy = folder.files(), {}, {}
     for name in files:
         if not _RECORD.fullmatch(name):
             continue
         try:
-            raw = storage.read_json(storage.join(out_dir, name))
+            raw = folder.join(name).read_json()
         except (OSError, ValueError):
             continue
         if not isinstance(raw, dict) or not {"name", "fingerprint", "index"} <= raw.keys():
@@ -152,11 +153,11 @@ def scan_records(out_dir: storage.Where) -> Scan:
     return Scan(files, records, legacy)
 
 
-def read_own_manifest(out_dir: storage.Where) -> Manifest:
+def read_own_manifest(out_dir: Where) -> Manifest:
     """The folder's manifest if this product's embed wrote it (the stored-embeddings format with a
     fingerprint, or the earlier layout's: its format marker or, before the marker existed, its fields)."""
     try:
-        raw = storage.read_json(storage.join(out_dir, MANIFEST))  # read once: a GET at a URI
+        raw = (Location.of(out_dir) / MANIFEST).read_json()  # read once: a GET at a URI
     except (OSError, ValueError):
         return Manifest(None, set())
     if not isinstance(raw, dict) or not isinstance(raw.get("blocks"), list):
@@ -175,7 +176,7 @@ def read_own_manifest(out_dir: storage.Where) -> Manifest:
     return Manifest(None, set())
 
 
-def check_not_inside(out_dir: storage.Where, files: list[InputFile]) -> None:
+def check_not_inside(out_dir: Where, files: list[InputFile]) -> None:
     """CorpusError when an input lies inside the output folder: its blocks would be read as input next time."""
     root = Location.of(out_dir, "-o").identity.rstrip("/") + "/"
     inside = [f.path for f in files if Location.of(f.path).identity.startswith(root)]

@@ -63,8 +63,6 @@ def open_embeddings(config: Config) -> StoredEmbeddings | None:
     location = Location.of(config.eval_dir).join(config.evaluate.split, "embeddings")
     if not (location / MANIFEST).exists():
         return None
-    if location.local_path is not None:
-        return StoredEmbeddings.open(location.local_path)
 
     @functools.cache
     def key() -> str:  # the manifest's digest: read once, for a store's copy only
@@ -79,6 +77,8 @@ def open_embeddings(config: Config) -> StoredEmbeddings | None:
         opened[:] = [StoredEmbeddings.open(copy)]
 
     folder = location.cached_copy("embeddings", key, check)
+    if not opened:  # a local folder: itself, neither copied nor checked by `check`
+        return StoredEmbeddings.open(folder)
     return dataclasses.replace(opened[-1], folder=folder)  # a new copy is checked first, then renamed into place
 
 

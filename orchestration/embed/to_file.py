@@ -15,7 +15,6 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from core import storage
 from core.location import Location
 from core.ownership import ForeignDataError
 from orchestration.config import ConfigError
@@ -32,14 +31,11 @@ def check_locations(inputs: list[str], output: str, model: str | Path) -> None:
     """Before any embedding work: every -i, -o and --model a local path or a URI of a supported scheme
     (StorageError, exit 2), each store they name answering (StoreUnreachable, exit 1), and a local -o's
     parent an existing directory (ConfigError)."""
-    for name in inputs:
-        if name != "-":
-            storage.check_location(name, "-i")
-    storage.check_location(output, "-o")
-    storage.check_location(model, "--model")
-    for location, flag in [(output, "-o"), (model, "--model"), *((name, "-i") for name in inputs)]:
-        storage.check_reachable(location, flag)  # a URI's store; local paths are not checked here
-    local = Location.of(output, "-o").local_path
+    named = [(Location.of(name, "-i"), "-i") for name in inputs if name != "-"]
+    target, weights = Location.of(output, "-o"), Location.of(model, "--model")
+    for location, flag in [(target, "-o"), (weights, "--model"), *named]:
+        location.check_reachable(flag)  # a URI's store; local paths are not checked here
+    local = target.local_path
     if local is not None:
         parent = local.resolve().parent
         if not parent.is_dir():

@@ -28,10 +28,10 @@ from typing import Final, Literal
 
 from pydantic import ValidationError
 
-from core import boundary, stage, storage
+from core import boundary, stage
 from core.boundary import Name, Segment
 from core.dataset import file_sha256
-from core.location import Location
+from core.location import Location, json_bytes
 from core.output import OutputFolder, Staging
 from core.schema import Record
 from orchestration.adapters import model_dir as model_files
@@ -92,7 +92,7 @@ def read_manifest(out_dir: Path | Location) -> ExportManifest | None:
     when the folder holds a link (`core.boundary`); a manifest naming a file outside it is not an export's."""
     boundary.check_no_links(out_dir, "the ONNX export")
     try:
-        return ExportManifest.model_validate_json(storage.read_bytes(out_dir / MANIFEST))
+        return ExportManifest.model_validate_json((Location.of(out_dir) / MANIFEST).read_bytes())
     except (FileNotFoundError, ValidationError):
         return None
 
@@ -139,7 +139,7 @@ def export_model(model_dir: Path, out_dir: Path | None = None) -> Exported:
             files=files,
             versions=_versions(),
         )
-        data = storage.json_bytes(manifest.model_dump(mode="json"))
+        data = json_bytes(manifest.model_dump(mode="json"))
         return stage.Manifest(Exported(out_dir, files, quantized), data)  # committed last
 
     # no cache answer: -o is checked to hold only an earlier export's files before any work, the graphs written
@@ -219,7 +219,7 @@ def upgrade_model_dir(model_dir: Path) -> Path:
         save_model(model, str(staging.local / model_files.MODEL_FILE), **meta.model_dump())
         if recorded:
             new_sha256 = file_sha256(staging.local / model_files.MODEL_FILE)
-            storage.write_json(staging.local / model_files.LINEAGE_FILE, {**recorded, "model_sha256": new_sha256})
+            staging.join(model_files.LINEAGE_FILE).write_json({**recorded, "model_sha256": new_sha256})
         return stage.Manifest(target, None)  # the staging folder holds model.safetensors, committed last
 
     return stage.run(stage.always(out), work).manifest

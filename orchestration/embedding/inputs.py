@@ -6,7 +6,7 @@ files (a text column).
     sentences = read_block(blocks[0], column="text")            # one block, nothing more
     lines = read_lines(open("news.txt", "rb"), "news.txt")      # a whole file (mine, test sets)
 
-Every name may be a local path or a URI (`s3://bucket/corpus/*.txt`), read through `core.storage`
+Every name may be a local path or a URI (`s3://bucket/corpus/*.txt`), read through `core.location.Location`
 (ranged reads): a URI's directory is its prefix, its glob is matched on the store's listing.
 
 `plan_blocks` reads every input once, streaming: it checks UTF-8 (an error
@@ -37,9 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from core import storage
 from core.location import Location
-from core.regular import check_regular_file
 from orchestration.embedding.lines import MAX_CHARS, CorpusError, read_line, warn_cut
 from orchestration.embedding.lines import Line as Line  # the line reader's, which its users import from here
 from orchestration.embedding.lines import read_lines as read_lines
@@ -77,8 +75,7 @@ def resolve_inputs(specs: Sequence[str], *, what: str = "-i") -> list[str]:
     StorageError (naming `what`) for a URI of an unsupported scheme."""
     found: list[str] = []
     for spec in specs:
-        storage.check_location(spec, what)
-        matches = [str(m) for m in _matches(spec, what)]
+        matches = [str(m) for m in _matches(spec, what)]  # `Location.of` first: StorageError naming `what`
         if not matches:
             raise CorpusError(f"{spec}: matches no file")
         found += [m for m in matches if m not in found]
@@ -91,9 +88,9 @@ def _matches(spec: str, what: str) -> list[Location]:
     wildcard."""
     location = Location.of(spec, what)
     wildcard = min((spec.index(c) for c in "*?[" if c in spec), default=-1)
-    if wildcard < 0 and location.local_path is not None and not os.path.isdir(location.local_path):
+    if wildcard < 0 and location.on_this_host and not os.path.isdir(location.text):
         # a FIFO, a device or an over-long name, named as one (a glob and a folder's listing keep regular files)
-        check_regular_file(location.local_path, what, error=CorpusError, follow_links=True, advice=_REGULAR)
+        location.check_regular_file(what, error=CorpusError, follow_links=True, advice=_REGULAR)
     if wildcard < 0 or location.is_dir():
         try:
             return location.glob()
@@ -141,7 +138,7 @@ class _Digests:
 def _scan_text(path: str, block_rows: int, max_chars: int) -> tuple[InputFile, list[int], list[str]]:
     """The file's InputFile, the byte offset of each block's first line and the sha256 of each block's bytes."""
     digests, offsets, lines, empty, cut, position = _Digests(), [], 0, 0, 0, 0
-    with storage.open_input(path) as handle:
+    with Location.of(path).open_input() as handle:
         while line := read_line(handle, path, lines + 1, max_chars=max_chars, first=position == 0, digest=digests):
             if lines % block_rows == 0:
                 offsets.append(position)
@@ -158,7 +155,7 @@ def _scan_text(path: str, block_rows: int, max_chars: int) -> tuple[InputFile, l
 def read_column(path: Path | str, column: str, *, max_chars: int = MAX_CHARS) -> Iterator[str]:
     """The texts of a Parquet file's `column` (a local path or a URI), a row group at a time (null values
     as empty sentences), each cut to `max_chars` characters (the cut ones counted in a warning at the end)."""
-    parquet = storage.open_parquet(path)
+    parquet = Location.of(path).open_parquet()
     rows = cut = 0
     for group in range(parquet.num_row_groups):
         values = parquet.read_row_group(group, columns=[column])[column].to_pylist()
@@ -173,7 +170,8 @@ def _scan_parquet(path: str, column: str, block_rows: int, max_chars: int) -> tu
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    parquet = storage.open_parquet(path)
+    source = Location.of(path)
+    parquet = source.open_parquet()
     schema = parquet.schema_arrow
     if column not in schema.names:
         raise CorpusError(f"{path}: no column {column!r} (it has {', '.join(schema.names)}); pass --column NAME")
@@ -194,7 +192,7 @@ def _scan_parquet(path: str, column: str, block_rows: int, max_chars: int) -> tu
                 digests.append(hashlib.sha256())
             digests[-1].update(_value_bytes(value))
         seen += len(values)
-    info = InputFile(str(path), "parquet", storage.size(path), storage.sha256(path), seen, empty, cut)
+    info = InputFile(str(path), "parquet", source.size(), source.sha256(), seen, empty, cut)
     return info, [], [d.hexdigest() for d in digests]
 
 
@@ -252,7 +250,7 @@ def read_block_text(block: BlockSpec, *, column: str) -> BlockText:
 
 def _text_lines(block: BlockSpec, digest: Any) -> list[str]:
     """A text block's lines, every byte read fed to `digest`."""
-    with storage.open_input(block.path) as handle:
+    with Location.of(block.path).open_input() as handle:
         handle.seek(block.offset)
         lines = []
         for i in range(block.rows):
@@ -267,7 +265,7 @@ def _text_lines(block: BlockSpec, digest: Any) -> list[str]:
 
 def _parquet_values(block: BlockSpec, column: str, digest: Any) -> list[str]:
     """A Parquet block's values, read by row groups, each fed to `digest` (`_value_bytes`)."""
-    parquet = storage.open_parquet(block.path)
+    parquet = Location.of(block.path).open_parquet()
     groups, start = [], 0
     for g in range(parquet.num_row_groups):
         size = parquet.metadata.row_group(g).num_rows

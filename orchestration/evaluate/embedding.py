@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from core.dataset import Dataset
+from core.location import Location
 from core.output import Staging
 from evaluation import store_writer
 from evaluation.store import BlockRecord, EmbeddingsMeta, StoredEmbeddings
@@ -102,9 +103,7 @@ def _read_here(
     import pyarrow as pa
     import ray.data
 
-    from core import storage
-
-    table = pa.concat_tables([storage.open_parquet(path).read(columns=columns) for path in ordered or files])
+    table = pa.concat_tables([Location.of(path).open_parquet().read(columns=columns) for path in ordered or files])
     table = complete_only(table, columns=required)
     if ordered is None:
         table = table.sort_by("key")

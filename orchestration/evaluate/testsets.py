@@ -29,8 +29,8 @@ from typing import TypedDict, final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from core import storage
 from core.dataset import MANIFEST, Dataset, DatasetError, fingerprint
+from core.location import Location
 from core.regular import check_regular_file
 from orchestration.config.stages import TestsetConfig
 from orchestration.evaluate import EvaluateError
@@ -114,19 +114,19 @@ def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
     columns: dict[str, list[str]] = {}
     identity: dict[str, FileIdentity] = {}
     for lang, name in files.items():
-        path = storage.absolute(name)  # a local path or a URI
+        location = Location.of(name)  # a local path (made absolute) or a URI
         # a FIFO would block the read until killed, a device never ends: refused by what it is (a link to a file
         # is the file: the test set's files are the user's own)
         where = f"evaluate.testsets {spec.name} ({lang})"
-        check_regular_file(path, where, error=EvaluateError, follow_links=True, advice="give a regular text file")
-        if not storage.exists(path):
-            raise EvaluateError(f"evaluate.testsets {spec.name}: {path} ({lang}) is not a file")
-        raw = storage.read_bytes(path)  # read once: the lines and their sha256 come from the same bytes
+        location.check_regular_file(where, error=EvaluateError, follow_links=True, advice="give a regular text file")
+        if not location.exists():
+            raise EvaluateError(f"evaluate.testsets {spec.name}: {location} ({lang}) is not a file")
+        raw = location.read_bytes()  # read once: the lines and their sha256 come from the same bytes
         try:
-            columns[lang] = list(read_lines(io.BytesIO(raw), path))
+            columns[lang] = list(read_lines(io.BytesIO(raw), location.text))
         except CorpusError as exc:
             raise EvaluateError(f"evaluate.testsets {spec.name}: {exc}") from None
-        identity[lang] = FileIdentity(path=path, sha256=hashlib.sha256(raw).hexdigest())
+        identity[lang] = FileIdentity(path=location.text, sha256=hashlib.sha256(raw).hexdigest())
     counts = {lang: len(lines) for lang, lines in columns.items()}
     if len(set(counts.values())) > 1:
         raise EvaluateError(
@@ -147,9 +147,9 @@ def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:
 
 
 def _from_dataset(spec: TestsetConfig, dataset: str, languages: list[str]) -> Testset:
-    folder = storage.absolute(dataset)
-    check_regular_file(storage.join(folder, MANIFEST), f"evaluate.testsets {spec.name}", error=EvaluateError)
-    if not storage.exists(storage.join(folder, MANIFEST)):
+    folder = Location.of(dataset)
+    check_regular_file(folder / MANIFEST, f"evaluate.testsets {spec.name}", error=EvaluateError)
+    if not (folder / MANIFEST).exists():
         raise EvaluateError(f"evaluate.testsets {spec.name}: {folder} holds no prepared dataset ({MANIFEST})")
     data = Dataset.open(folder)
     if spec.fingerprint is None:
@@ -175,7 +175,7 @@ def _from_dataset(spec: TestsetConfig, dataset: str, languages: list[str]) -> Te
     table = table.filter(functools.reduce(pc.and_, [pc.is_valid(table[f"{lang}_text"]) for lang in languages]))
     table = _cut(table.sort_by("key"), [f"{lang}_text" for lang in languages], f"{folder} {spec.split}")
     dropped = {"incomplete": read - len(table)} if read > len(table) else {}
-    identity = DatasetIdentity(dataset=folder, split=spec.split, fingerprint=spec.fingerprint)
+    identity = DatasetIdentity(dataset=folder.text, split=spec.split, fingerprint=spec.fingerprint)
     return Testset(spec.name, table, list(languages), identity, read, dropped, data.sha256((spec.split,), spm=False))
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from core import storage
+from core.location import Location
 from core.ownership import ForeignDataError
 from evaluation.report import grid
 from orchestration.adapters import tracking
@@ -199,7 +199,7 @@ def _plot(uri: str, runs: list, path: str) -> None:
         figure, format="png", dpi=110, metadata={"Software": PLOT_SOFTWARE}
     )  # how a rerun knows it may replace it
     plt.close(fig)
-    storage.replace_bytes(path, figure.getvalue())  # whole, under exactly this name, never through a link
+    Location.of(path, "--plot").replace_bytes(figure.getvalue())  # whole, under exactly this name, never through a link
 
 
 def _literal(testset: str) -> str:

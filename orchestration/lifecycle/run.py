@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from core import storage
 from core.errors import Exit
+from core.location import Location
 from orchestration.adapters import registry, tracking
 from orchestration.adapters.lock import run_lock
 from orchestration.adapters.tracker import Tracker
@@ -41,7 +41,6 @@ class Outcome:
 
 def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | None = None) -> Outcome:
     """prepare -> train -> evaluate -> register under the run dir's lock; the outcome and its exit code."""
-    from core.dataset import file_sha256
     from orchestration.adapters.model_dir import MODEL_FILE
     from orchestration.evaluate.job import evaluate
     from orchestration.lifecycle.champion import MODEL_TAG, register_and_decide
@@ -72,7 +71,7 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
             outcome.matrix = challenger.format_matrix()
             if config.registry.decide_on:  # the decision on a test set (e.g. a pinned one), not the split
                 challenger = tested[config.registry.decide_on]
-            sha = file_sha256(storage.join(trained.model_dir, MODEL_FILE))
+            sha = Location.of(trained.model_dir).join(MODEL_FILE).sha256()
             name = tracker.model_name
             if registry.find_version(uri, name, MODEL_TAG, sha) is not None:
                 outcome.stages["register"] = "skipped"

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from core import storage
+from core.location import Location
 from core.normalize import NormalizeConfig, Normalizer
 from orchestration.config.stages import MineConfig, MineInput
 from orchestration.embedding.inputs import CorpusError, read_column, read_lines, resolve_inputs
@@ -47,7 +47,7 @@ def check_inputs(m: MineConfig) -> None:
                 "give files with one sentence per line"
             )
     gold = m.gold.path if m.gold is not None else None
-    if gold is not None and not storage.exists(storage.check_location(gold, "mine.gold.path")):
+    if gold is not None and not Location.of(gold, "mine.gold.path").exists():
         raise MineError(
             f"mine.gold.path: {gold}: file not found; give a TSV file of true pairs (source<TAB>target "
             "per line), or mine.gold={split: dev}"
@@ -60,7 +60,7 @@ def _has_sentence(path: str, spec: MineInput) -> bool:
         import pyarrow as pa
 
         try:
-            meta = storage.open_parquet(path).metadata
+            meta = Location.of(path).open_parquet().metadata
         except (pa.ArrowException, OSError) as exc:
             raise MineError(f"mine.inputs ({spec.lang}): {path}: not a readable Parquet file ({exc})") from None
         names = meta.schema.to_arrow_schema().names
@@ -70,7 +70,7 @@ def _has_sentence(path: str, spec: MineInput) -> bool:
                 f"{', '.join(names)}); set the input's column"
             )
         return meta.num_rows > 0
-    with storage.open_input(path) as handle:
+    with Location.of(path).open_input() as handle:
         return any(line.strip() for line in handle)  # stops at the first sentence
 
 
@@ -107,7 +107,7 @@ def _lines(path: str, spec: MineInput) -> Iterator[str]:
         if spec.format == "parquet":
             yield from read_column(path, spec.column)
             return
-        with storage.open_input(path) as handle:
+        with Location.of(path).open_input() as handle:
             yield from read_lines(handle, path)
     except CorpusError as exc:
         raise MineError(str(exc)) from None

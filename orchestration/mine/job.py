@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from core import mined, ownership, storage
+from core import mined, ownership
 from core.location import Location
 from evaluation.mining import calibrate, filter_pairs, hub_counts, knn, precision_recall_f1
 from evaluation.mining import mine as mine_pairs
@@ -61,8 +61,8 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
         raise MineError("mine.inputs: give two or more inputs, one per language")
     tracker = Tracker.of(config)
     tracker.check_reachable()
-    check_locations(config, config.mine_dir)
     out_dir = Location.of(config.mine_dir, "mine.output_dir")
+    check_locations(config, out_dir)
     check_inputs(m)  # a missing or empty file is the user's to fix before any model is loaded
     check_writable(str(out_dir), "mine.output_dir")
     output = output_folder(out_dir)
@@ -70,7 +70,7 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
     gold_file = [(m.gold.path, "mine.gold.path")] if m.gold is not None and m.gold.path else []
     output.check_apart([*((i.path, f"mine.inputs ({i.lang})") for i in m.inputs), *gold_file])  # never over an input
     with tempfile.TemporaryDirectory(prefix="interlingua-mine-") as tmp:
-        encoder, normalize, model_meta = load_encoder(config, Path(tmp), str(out_dir / EMBEDDINGS))
+        encoder, normalize, model_meta = load_encoder(config, Path(tmp), out_dir / EMBEDDINGS)
         sentences = {spec.lang: read_sentences(spec, normalize) for spec in m.inputs}
         gold = load_gold(config, normalize)  # its errors before the embedding, not after it
         check_k(m.k, sentences)
@@ -83,14 +83,14 @@ def mine(config: Config, *, parent_run_id: str | None = None) -> MineResult:
     return MineResult(out_dir.local_path or str(out_dir), results, run_id)
 
 
-def check_locations(config: Config, out_dir: str) -> None:
+def check_locations(config: Config, out_dir: Location) -> None:
     """Every input, the gold file and the output a local path or a URI of a supported scheme (StorageError,
     the user's: exit 2), and the stores they name answering (StoreUnreachable: exit 1, within seconds)."""
     m = config.mine
     gold = [(m.gold.path, "mine.gold.path")] if m.gold is not None and m.gold.path else []
     for location, what in [*((i.path, f"mine.inputs ({i.lang})") for i in m.inputs), *gold]:
-        storage.check_reachable(storage.check_location(location, what), what)
-    storage.check_reachable(out_dir, "mine.output_dir")
+        Location.of(location, what).check_reachable(what)
+    out_dir.check_reachable("mine.output_dir")
 
 
 def mine_language_pair(
@@ -165,7 +165,9 @@ def check_k(k: int, sentences: dict[str, Sentences]) -> None:
         )
 
 
-def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encoder, NormalizeConfig, mined.MinedModel]:
+def load_encoder(
+    config: Config, tmp: Path, embeddings_dir: Location
+) -> tuple[Encoder, NormalizeConfig, mined.MinedModel]:
     """The embedding function of `mine.model`, the normalization it was trained with, and what it is.
     A trained model embeds with the streaming Ray Data job (`embed.corpus.embed_corpus`) into
     `embeddings_dir`/<lang>, which a rerun of the same sentences and model resumes; USE in this process."""
@@ -194,17 +196,15 @@ def load_encoder(config: Config, tmp: Path, embeddings_dir: str) -> tuple[Encode
     unknown = [i.lang for i in config.mine.inputs if i.lang not in embedder.languages]
     if unknown:
         raise MineError(f"mine.inputs: the model knows {embedder.languages}, not {unknown}")
-    meta = mined.MinedModel(
-        model=str(storage.absolute(location)), model_sha256=file_sha256(folder / model_files.MODEL_FILE)
-    )
+    meta = mined.MinedModel(model=Location.of(location).text, model_sha256=file_sha256(folder / model_files.MODEL_FILE))
 
     def encode(texts: list[str], lang: str) -> np.ndarray:
-        return embed_streaming(config, texts, lang, folder, storage.join(embeddings_dir, lang))
+        return embed_streaming(config, texts, lang, folder, embeddings_dir / lang)
 
     return encode, embedder.normalizer.config, meta
 
 
-def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path, out: str) -> np.ndarray:
+def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path, out: Location) -> np.ndarray:
     """(N, D) embeddings of `texts` by the corpus job: the sentences go to `out`/sentences.parquet, the
     blocks to `out`/blocks (`out` local or a URI); blocks of an earlier run of the same sentences and model
     are kept."""
@@ -215,16 +215,16 @@ def embed_streaming(config: Config, texts: list[str], lang: str, model_dir: Path
 
     from orchestration.embed.corpus import embed_corpus, load_embeddings
 
-    source, body = storage.join(out, "sentences.parquet"), io.BytesIO()
+    source, body = out / "sentences.parquet", io.BytesIO()
     pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), body)
     # recorded as mine's before it is written (the manifest of its blocks names it from then on), so that a rerun
     # after a kill knows it for the product's; the same bytes for the same sentences: the blocks are kept
-    ownership.begin_writes(Location.of(out).parent.parent, [f"{EMBEDDINGS}/{lang}/sentences.parquet"])
-    storage.write_bytes(source, body.getvalue())
+    ownership.begin_writes(out.parent.parent, [f"{EMBEDDINGS}/{lang}/sentences.parquet"])
+    source.write_bytes(body.getvalue())
     runtime = config.runtime
     result = embed_corpus(
-        [source],
-        storage.join(out, "blocks"),
+        [source.text],
+        (out / "blocks").text,
         lang=lang,
         model_dir=model_dir,
         config=config.to_dict(),
@@ -268,7 +268,7 @@ def load_gold(config: Config, normalize) -> dict[tuple[str, str], set[tuple[str,
     x, y = langs[:2]
     pairs = set()
     try:
-        text = storage.read_bytes(gold.path).decode("utf-8")
+        text = Location.of(gold.path).read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise MineError(f"mine.gold.path: {gold.path}: not a readable UTF-8 file ({exc})") from None
     for i, line in enumerate(text.splitlines(), start=1):

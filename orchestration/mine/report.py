@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core import mined, ownership, storage
-from core.location import Location
+from core import mined
+from core.location import Location, Where
 from core.output import OutputFolder
 from evaluation.mining import Pairs
 from orchestration.adapters.tracker import Tracker
@@ -97,7 +97,7 @@ def write_outputs(
 
 class MinedKind:
     """`mine`'s output as an output kind (`core.output.Kind`): what its manifest names (the pair files, the
-    figure), what a killed run recorded it was writing, and the embeddings of the inputs (`embeddings/<lang>/`:
+    figure), and the embeddings of the inputs (`embeddings/<lang>/`:
     sentences.parquet, and embed's output in `blocks/`, `orchestration.embed.folder.EmbedKind`)."""
 
     what = "mine.output_dir"
@@ -107,7 +107,7 @@ class MinedKind:
     def ours(self, folder: Location) -> Callable[[str], bool]:
         from orchestration.embed.folder import EmbedKind
 
-        listed = ownership.recorded_writes(folder) | {ownership.JOURNAL}
+        listed: set[str] = set()  # what a killed run recorded it was writing: `OutputFolder`'s own check adds it
         try:
             manifest = mined.read_manifest(folder)
         except (OSError, mined.MinedManifestError):
@@ -151,7 +151,7 @@ def _embedded(side: Location) -> bool:
     )
 
 
-def output_folder(out_dir: storage.Where) -> OutputFolder:
+def output_folder(out_dir: Where) -> OutputFolder:
     """`mine.output_dir` as an `OutputFolder` (`MinedKind`): `check_replaceable()` is its entries once each is
     `mine`'s, ForeignDataError naming the others, before any work: a user's folder is never written into."""
     return OutputFolder(out_dir, MinedKind())
@@ -172,7 +172,7 @@ def _write_pairs(out_dir: Path, r: LanguagePair, sentences: dict[str, Sentences]
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     data = sink.getvalue().to_pybytes()
-    storage.write_bytes(path, data)  # a new file renamed into place: a hard-linked snapshot keeps the old one
+    Location.of(path).write_bytes(data)  # a new file renamed into place: a hard-linked snapshot keeps the old one
     grid = np.round(np.linspace(1.0, 1.5, 11), 2)
     return mined.MinedPair(
         file=path.name,
@@ -211,7 +211,7 @@ def _figure(path: Path, results: list[LanguagePair]) -> None:
     image = io.BytesIO()
     fig.savefig(image, format="png", dpi=100)
     plt.close(fig)
-    storage.write_bytes(path, image.getvalue())
+    Location.of(path).write_bytes(image.getvalue())
 
 
 def _log(config: Config, out_dir: Path, results: list[LanguagePair], parent_run_id: str | None) -> str:

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core import storage
 from core.dataset import file_sha256
 from core.errors import UserError
+from core.location import Location
 from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.model_choice import champion_version, choose_model
 from orchestration.adapters.tracker import Tracker
@@ -111,7 +111,7 @@ class ModelSource:
 def _store(config: Config, folder: Path):
     """The evaluation's stored embeddings when this very model made them (nearest sentences), else None.
     Looked for before importing the search (faiss), which plain embedding does without."""
-    if not storage.exists(storage.join(config.eval_dir, config.evaluate.split, "embeddings", "manifest.json")):
+    if not Location.of(config.eval_dir).join(config.evaluate.split, "embeddings", "manifest.json").exists():
         return None
     from orchestration.embed.search import stored_embeddings
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
-from core import fencing, stage, storage
+from core import fencing, stage
 from core.dataset import file_sha256
-from core.location import Location
+from core.location import Location, Where
 from core.output import Staging
 from core.schema import dump_yaml
 from model.args import ModelArgs
@@ -168,7 +168,7 @@ def report(
             dev_error=progress.dev_error,
             spm_sha256=file_sha256(spm_model),
         )
-        (folder / SPM_FILE).write_bytes(storage.read_bytes(spm_model))  # the dataset's, local or at a URI
+        (folder / SPM_FILE).write_bytes(Location.of(spm_model).read_bytes())  # the dataset's, local or at a URI
         (folder / CONFIG_FILE).write_text(dump_yaml(dict(config)))
         (folder / PROGRESS_FILE).write_text(json.dumps(asdict(progress), indent=2))
     except BaseException:
@@ -179,7 +179,7 @@ def report(
     )
 
 
-def export(checkpoint: Checkpoint, model_dir: storage.Where, data: Dataset | None = None) -> TrainingProgress:
+def export(checkpoint: Checkpoint, model_dir: Where, data: Dataset | None = None) -> TrainingProgress:
     """Copy the model directory out of a checkpoint (without the training state) to `model_dir` (a local
     path or a URI), whole (`model_files.folder`: staged, then committed with model.safetensors last), with its
     lineage when the dataset `data` is given; returns its progress. ForeignDataError, before anything is

@@ -23,9 +23,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from core import connection, storage
+from core import connection
 from core.dataset import Dataset, fingerprint
 from core.errors import UserError
+from core.location import Location
 from core.schema import dump_yaml
 from core.teacher import TeacherInput
 from orchestration.adapters import cluster, lineage, logs
@@ -159,12 +160,12 @@ def train(
     check_source_weights(config.train.source_weights, data)
     check_source_weights(config.model.distill_source_weights, data, "model.distill_source_weights")
     teacher = teachers.resolve(config)
-    train_dir = config.train_dir  # a local path or a URI: everything below goes through core.storage
+    train_dir = Location.of(config.train_dir)  # a local path or a URI, read and written through its Location
     fp = train_fingerprint(config, data, teacher.identity if teacher else None)
     tracker = Tracker.of(config)
     uri = tracker.uri
     tracker.check_reachable()  # seconds, not the client's minutes of retries after the work (or --force's)
-    state_path = storage.join(train_dir, STATE_FILE)
+    state_path = (train_dir / STATE_FILE).text  # `read_state` and `write_state` take its text
     state = read_state(state_path, TrainRecord) if not force else None  # --force starts over whatever it holds
     if state and state.fingerprint != fp and restart_stale:
         log.info("%s was trained on another dataset or config; training again", train_dir)
@@ -179,7 +180,7 @@ def train(
         start_over(train_dir, found)
         state = None
     model_dir = model_files.default(train_dir)
-    if state and state.done and storage.exists(storage.join(model_dir, model_files.MODEL_FILE)):
+    if state and state.done and (Location.of(model_dir) / model_files.MODEL_FILE).exists():
         folders.remove_others(train_dir, keep={folders.current(state)})  # a late upload after the last removal
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.step)
         return TrainResult(model_dir, state.run_id, state.step, state.dev_error, skipped=True)
@@ -222,8 +223,8 @@ def train(
     ) as run:
         record = TrainRecord(fingerprint=fp, run_id=run.id, ray_dir=folder, resumed_from=resume)  # `train.folders`
         write_state(state_path, record)
-        storage.write_bytes(storage.join(train_dir, model_files.CONFIG_FILE), dump_yaml(config.to_dict()).encode())
-        job = dataclasses.replace(job, run_id=run.id, resume_from=storage.join(train_dir, resume) if resume else None)
+        (train_dir / model_files.CONFIG_FILE).write_bytes(dump_yaml(config.to_dict()).encode())
+        job = dataclasses.replace(job, run_id=run.id, resume_from=(train_dir / resume).text if resume else None)
         progress = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
         run.log_artifacts(model_files.fetch(model_dir), "model")
         if progress.dev_error is not None:  # one value per run, what `compare --stage train` sorts by
@@ -233,7 +234,7 @@ def train(
     return TrainResult(model_dir, run.id, progress.step, progress.dev_error, skipped=False)
 
 
-def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
+def _fit(job: WorkerJob, train_dir: Location, folder: str, callbacks: list):
     """Ray Train's run, its progress drawn here; the last reported checkpoint (it holds the best model so far)."""
     ensure_ray(
         job.config.runtime.ray_address,
@@ -249,7 +250,7 @@ def _fit(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
         )
 
 
-def _run_trainer(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
+def _run_trainer(job: WorkerJob, train_dir: Location, folder: str, callbacks: list):
     # Ray Train v2's (what `ray.train` exports in Ray 2.60), named so: its RunConfig takes the worker settings below
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 
@@ -286,6 +287,6 @@ def _run_trainer(job: WorkerJob, train_dir: str, folder: str, callbacks: list):
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint)
     if result.checkpoint is None:
-        raise TrainError(f"training ended without a checkpoint in {storage.join(train_dir, folder)}")
+        raise TrainError(f"training ended without a checkpoint in {train_dir / folder}")
     folders.prune_checkpoints(train_dir, folder)
     return result.checkpoint

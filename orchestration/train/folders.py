@@ -20,8 +20,8 @@ from typing import TypedDict
 
 import pyarrow.fs as pafs
 
-from core import ownership, storage
-from core.location import Location
+from core import ownership
+from core.location import Location, Where
 from orchestration.adapters import model_dir as model_files
 from orchestration.train.record import SHARED, TrainRecord
 
@@ -76,55 +76,57 @@ def current(state: TrainRecord | None) -> str:
     return state.ray_dir if state is not None else SHARED
 
 
-def last_checkpoint(train_dir: storage.Where, state: TrainRecord) -> str | None:
+def last_checkpoint(train_dir: Where, state: TrainRecord) -> str | None:
     """The last checkpoint the run committed, as a path under `train_dir`: the newest that Ray registered in the
     folder `run.json` names, else (that run died before its first) the one that folder's run resumed from."""
     folder = current(state)
     try:
-        newest = max(_registered(storage.join(train_dir, folder)), key=lambda result: result["metrics"]["step"])
+        newest = max(_registered(Location.of(train_dir) / folder), key=lambda result: result["metrics"]["step"])
         return f"{folder}/{newest['checkpoint_dir_name']}"
     except (OSError, ValueError, KeyError, TypeError):  # none written, or not Ray's record
         return state.resumed_from
 
 
-def _registered(ray_dir: storage.Where) -> list[Registered]:
+def _registered(ray_dir: Location) -> list[Registered]:
     """The checkpoints Ray registered in `ray_dir`, from its snapshot; OSError, ValueError, KeyError or TypeError
     where there is none or it is not Ray's record."""
-    return storage.read_json(storage.join(ray_dir, SNAPSHOT))["checkpoint_results"]
+    return (ray_dir / SNAPSHOT).read_json()["checkpoint_results"]
 
 
-def storage_args(train_dir: str, folder: str) -> StorageArgs:
+def storage_args(train_dir: Where, folder: str) -> StorageArgs:
     """RunConfig's name and storage arguments: `train_dir` as a path in its pyarrow filesystem (a local folder's
     too), so that Ray Train reads and writes through the same filesystem as the rest."""
     filesystem, path = Location.of(train_dir).arrow()
     return {"name": folder, "storage_path": path, "storage_filesystem": filesystem}
 
 
-def remove_others(train_dir: storage.Where, keep: set[str]) -> None:
+def remove_others(train_dir: Where, keep: set[str]) -> None:
     """Remove the Ray folders under `train_dir` other than `keep` (folder names): those of earlier drivers, a
     woken holder's late upload among them. Only folders holding Ray's layout alone; another is kept, warned."""
-    for name in storage.subdirectories(train_dir):
+    train_dir = Location.of(train_dir)
+    for name in train_dir.subdirectories():
         if _FOLDER.fullmatch(name) and name not in keep:
             _remove(train_dir, name, what="the folder of an earlier training driver")
 
 
-def prune_checkpoints(train_dir: storage.Where, folder: str) -> None:
+def prune_checkpoints(train_dir: Where, folder: str) -> None:
     """Remove the checkpoint folders under `<train_dir>/<folder>` that Ray's record of the run (its snapshot) no
     longer lists: those of an attempt that was killed, which a resumed run does not count against
     `runtime.keep_checkpoints`. The listed ones, the newest included, stay."""
-    ray_dir = storage.join(train_dir, folder)
+    train_dir = Location.of(train_dir)
+    ray_dir = train_dir / folder
     try:
         listed = {result["checkpoint_dir_name"] for result in _registered(ray_dir)}
     except (OSError, ValueError, KeyError, TypeError):
         return  # no record to go by: nothing is removed
-    stale = [name for name in storage.subdirectories(ray_dir) if name.startswith("checkpoint_") and name not in listed]
+    stale = [name for name in ray_dir.subdirectories() if name.startswith("checkpoint_") and name not in listed]
     removed = sum(_remove(train_dir, f"{folder}/{name}", what="a checkpoint of an earlier attempt") for name in stale)
     if removed:
         log.info("removed %d checkpoint(s) of an earlier attempt from %s", removed, ray_dir)
 
 
-def _remove(train_dir: storage.Where, entry: str, *, what: str) -> bool:
-    folder = storage.join(train_dir, entry)
+def _remove(train_dir: Location, entry: str, *, what: str) -> bool:
+    folder = train_dir / entry
     try:
         found = ownership.check_only_ours(
             folder, lambda e: is_ray_entry(f"{entry}/{e}"), what=what, advice="it is kept"

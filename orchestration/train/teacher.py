@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from core import connection, storage
+from core import connection
 from core import teacher as teacher_store
 from core.dataset import Dataset, fingerprint
-from core.location import Location
+from core.location import Location, StorageError, Where
 from core.teacher import TeacherFile, TeacherManifest, TeacherStore
 from orchestration.config import Config, ConfigError
 
@@ -67,7 +67,7 @@ def resolve(config: Config) -> TeacherSpec | None:
 
     try:
         where = str(Location.of(name, "model.teacher"))
-    except storage.StorageError as exc:  # it names the key
+    except StorageError as exc:  # it names the key
         raise ConfigError(str(exc)) from None
     try:
         local = model_files.fetch(model_files.check(where))  # a URI's: a verified copy in the cache
@@ -111,7 +111,7 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
     shards = data.sha256(["train"], spm=False)
     fp = fingerprint({"format": teacher_store.FORMAT, "teacher": spec.identity, "data": shards, "languages": languages})
     where = teacher_store.location(data.location, fp)
-    if storage.exists(storage.join(where, teacher_store.MANIFEST)):
+    if (Location.of(where) / teacher_store.MANIFEST).exists():
         store = TeacherStore.open(where).verify()
         log.info(
             "teacher embeddings: %s tuples x %d languages, found in %s",
@@ -140,7 +140,7 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
 
 
 def _compute(
-    config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: str
+    config: Config, data: Dataset, spec: TeacherSpec, languages: list[str], where: Where
 ) -> dict[str, TeacherFile]:
     """A shard per item, through `runtime.embed_actors` actors (`batch.pool.run_actors`: our progress line)."""
     import ray.data
@@ -150,9 +150,8 @@ def _compute(
 
     r = config.runtime
     shards = data.files("train")
-    items = [
-        {"shard": str(shard), "out": storage.join(where, "train", posixpath.basename(str(shard)))} for shard in shards
-    ]
+    out_dir = Location.of(where) / "train"
+    items = [{"shard": str(shard), "out": out_dir.join(posixpath.basename(str(shard))).text} for shard in shards]
     sentences = {str(shard): _sentences(shard, languages) for shard in shards}
     kwargs = {
         "kind": spec.kind,
@@ -180,9 +179,9 @@ def _compute(
     return {written.name: written.file for written in records}
 
 
-def _sentences(shard: storage.Where, languages: list[str]) -> int:
+def _sentences(shard: Where, languages: list[str]) -> int:
     """The sentences of `languages` in a shard, from its footer's null counts (every row when it has none)."""
-    meta = storage.open_parquet(shard).metadata
+    meta = Location.of(shard).open_parquet().metadata
     names = [meta.schema.column(i).path for i in range(meta.num_columns)]
     total = 0
     for lang in languages:
@@ -248,7 +247,7 @@ class ShardEmbedFn:
         import numpy as np
 
         shard, out = str(batch["shard"][0]), str(batch["out"][0])
-        parquet = storage.open_parquet(shard)
+        parquet = Location.of(shard).open_parquet()
         table = parquet.read(columns=["key", *[f"{lang}_text" for lang in self.languages]])
         row_groups = [parquet.metadata.row_group(i).num_rows for i in range(parquet.metadata.num_row_groups)]
         vectors, present = {}, {}

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from core import ownership, storage
+from core import ownership
+from core.location import Location, Where
 from orchestration.adapters import model_dir as model_files
 from orchestration.train import folders
 
@@ -18,7 +19,7 @@ _WORKER_FILES = re.compile(r"workers(/rank-\d+\.json)?")
 _MODEL_STAGING = re.compile(r"\.model\.(partial|old-\d+)")
 
 
-def check_train_dir(train_dir: storage.Where) -> list[str]:
+def check_train_dir(train_dir: Where) -> list[str]:
     """The entries of a training directory once each is this product's, else ForeignDataError naming the
     others (then nothing is written there, and `--force` removes nothing).
 
@@ -26,7 +27,7 @@ def check_train_dir(train_dir: storage.Where) -> list[str]:
     passed) vouches for the run's `config.yaml` and the exported model's files, which a directory without
     it never holds as the product's. By layout: Ray Train's checkpoints under `ray/` (their folders and
     files, `train.folders`), the workers' `workers/rank-N.json` and the model's staging folders."""
-    record = ownership.is_stage_state(storage.join(train_dir, STATE_FILE))
+    record = ownership.is_stage_state(Location.of(train_dir) / STATE_FILE)
 
     def ours(entry: str) -> bool:
         top, _, rest = entry.partition("/")
@@ -51,7 +52,7 @@ def check_train_dir(train_dir: storage.Where) -> list[str]:
     )
 
 
-def start_over(train_dir: storage.Where, found: list[str]) -> None:
+def start_over(train_dir: Where, found: list[str]) -> None:
     """`--force`: remove the run's own files (`found`, checked by `check_train_dir`) but the exported model,
     which stays until the new training's export replaces it: a retraining killed before then leaves the
     last model in place (locally and in a bucket), never a run directory without one. `run.json`, the

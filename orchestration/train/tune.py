@@ -12,7 +12,7 @@ The best trial's resolved config is written to `<run_dir>/tune/best.yaml`,
 ready for `interlingua run`. Rerunning the same command after a crash resumes
 the search from Tune's experiment state. `run_dir` may be a URI (s3://...):
 then Tune's experiment state, tune.json, best.yaml and every trial's run
-directory live there, through Tune's `storage_filesystem` and `core.storage`.
+directory live there, through Tune's `storage_filesystem` and `core.location`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from core import connection, ownership, storage
+from core import connection, ownership
 from core.dataset import Dataset
 from core.location import Location
 from core.schema import dump_yaml
@@ -69,7 +69,7 @@ class TrialParams(TypedDict):
 def trial_config(config: Config, values: Mapping[str, JSONValue], trial_id: str) -> Config:
     """The base config with a trial's values, in the trial's own run directory, on the base dataset.
     Checkpoints follow evaluations, so every report carries the dev error the scheduler compares."""
-    run_dir = storage.join(config.run_location, TUNE_DIR, "trials", trial_id)
+    run_dir = Location.of(config.run_location).join(TUNE_DIR, "trials", trial_id).text
     trial = with_values(
         config, {**values, "name": f"{config.name}-{trial_id}", "run_dir": run_dir, "dataset_dir": config.data_dir}
     )
@@ -102,7 +102,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     tracker = Tracker.of(config)
     uri = tracker.uri
     tracker.check_reachable()
-    tune_dir = storage.join(config.run_location, TUNE_DIR)
+    tune_dir = Location.of(config.run_location) / TUNE_DIR
     check_tune_dir(tune_dir)
     origins = space_origins(space_path)
     if space.scheduler == "asha" and space.asha.grace_steps > config.train.max_steps:
@@ -114,8 +114,8 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
     for key in space.space:  # every key must exist and accept a value from its domain before anything starts
         with_values(config, {key: example(space.space[key])}, origins)
     domains = tune_domains(space)  # Ray's own checks of the domains too, before the MLflow run
-    state_path = storage.join(tune_dir, STATE_FILE)
-    state = storage.read_json(state_path) if storage.exists(state_path) else {}
+    state_path = tune_dir / STATE_FILE
+    state = state_path.read_json() if state_path.exists() else {}
     ensure_ray(
         config.runtime.ray_address,
         dashboard=config.runtime.ray_dashboard,
@@ -131,7 +131,7 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
         stage="tune",
         resume_run_id=state.get("run_id"),
     ) as run:
-        storage.write_json(state_path, {"run_id": run.id})
+        state_path.write_json({"run_id": run.id})
         interrupted = _Interruption()
         try:
             tuner = _tuner(config, space, domains, run.id, tune_dir)
@@ -141,36 +141,34 @@ def tune(config: Config, space: SearchSpace, *, space_path: str | Path) -> TuneR
                 raise KeyboardInterrupt
             best = results.get_best_result(metric=METRIC, mode="min", scope="all")
             if best is None or best.metrics.get(METRIC) is None:
-                raise RuntimeError(
-                    f"no trial reported a dev error; see the trial logs in {storage.join(tune_dir, 'ray')}"
-                )
+                raise RuntimeError(f"no trial reported a dev error; see the trial logs in {tune_dir / 'ray'}")
         finally:  # those the scheduler stopped; on a failure, those whose actors are gone
             _close_running_trials(tracker, run.id, interrupted.at_ms)
         values = best.config["values"]
-        path = storage.join(tune_dir, BEST_FILE)
+        path = tune_dir / BEST_FILE
         text = (
             f"{BEST_HEADER}{len(results)} trials of {space_path}: dev error {best.metrics[METRIC]:.4f}\n"
             + dump_yaml(with_values(config, values).to_dict())
         )  # base run_dir
-        storage.write_bytes(path, text.encode("utf-8"))
+        path.write_bytes(text.encode("utf-8"))
         run.log_metrics({"tune/best_dev_error": best.metrics[METRIC], "tune/trials": len(results)}, step=0)
         run.set_tags({f"tune.best.{k}": str(v) for k, v in values.items()})
         run.log_text(text, BEST_FILE)
-    return TuneResult(path, float(best.metrics[METRIC]), len(results), run.id)
+    return TuneResult(path.text, float(best.metrics[METRIC]), len(results), run.id)
 
 
-def check_tune_dir(tune_dir: str) -> None:
+def check_tune_dir(tune_dir: Location) -> None:
     """ForeignDataError naming what in `tune_dir` (a local path or a URI) the search did not write: best.yaml
     (its own begins with BEST_HEADER) and tune.json (its own holds the run id alone) are rewritten, so a user's
     file of that name is refused too."""
 
     def ours(entry: str) -> bool:
         if entry == BEST_FILE:
-            with storage.open_input(storage.join(tune_dir, entry)) as best:  # its first line only
+            with (tune_dir / entry).open_input() as best:  # its first line only
                 return best.readline().startswith(BEST_HEADER.encode("utf-8"))
         if entry == STATE_FILE:  # the search's own: {"run_id": "..."} and nothing else
             try:
-                state = json.loads(storage.read_bytes(storage.join(tune_dir, entry)))
+                state = json.loads((tune_dir / entry).read_bytes())
             except (ValueError, UnicodeDecodeError):
                 return False
             return isinstance(state, dict) and set(state) == {"run_id"} and isinstance(state["run_id"], str)
@@ -181,7 +179,7 @@ def check_tune_dir(tune_dir: str) -> None:
     )
 
 
-def _tuner(config: Config, space: SearchSpace, domains: dict[str, object], run_id: str, tune_dir: str):
+def _tuner(config: Config, space: SearchSpace, domains: dict[str, object], run_id: str, tune_dir: Location):
     """A new Ray Tune search of `domains`, or the one saved in `tune_dir` (a local path or a URI) restored."""
     import ray
     from ray import tune as ray_tune
@@ -197,10 +195,10 @@ def _tuner(config: Config, space: SearchSpace, domains: dict[str, object], run_i
     )
     param_space = {"values": domains, "base": config.to_dict(), "parent_run_id": run_id}
     # Tune's own state goes through the same filesystem as the rest (`Location.arrow`: a store's, its endpoint)
-    filesystem, path = Location.of(tune_dir).arrow()
+    filesystem, path = tune_dir.arrow()
     experiment = posixpath.join(path, "ray")
     if ray_tune.Tuner.can_restore(experiment, storage_filesystem=filesystem):
-        log.info("resuming the search in %s", storage.join(tune_dir, "ray"))
+        log.info("resuming the search in %s", tune_dir / "ray")
         return ray_tune.Tuner.restore(
             experiment, trainable, param_space=param_space, resume_errored=True, storage_filesystem=filesystem
         )

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from core import storage
 from core.dataset import Dataset
+from core.location import Location
 from model.batching import ParallelCorpus, dev_rows_by_source, sample_corpus, shard_units
 from model.nmt import MultilingualNMT
 from model.prefetch import PrefetchedStream, prefetched
@@ -211,4 +211,4 @@ def _register_worker(train_dir: str, rank: int, world: int) -> None:
         "world": world,
         "started": time.time(),
     }
-    storage.write_json(storage.join(train_dir, "workers", f"rank-{rank}.json"), info, indent=None)
+    Location.of(train_dir).join("workers", f"rank-{rank}.json").write_json(info, indent=None)

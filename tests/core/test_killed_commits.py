@@ -33,7 +33,7 @@ import pytest
 
 from core import stage
 from core.output import OutputFolder
-from tests.core.test_stage import MARKER, V1, V2, Records, Work, _stage
+from tests.support.stage_kinds import MARKER, V1, V2, Records, Work, make_stage
 
 USERS = b"a user's notes beside the output\n"
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -41,7 +41,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 def write_new(out: Path) -> None:
     """A new output, staged and swapped in (`stage.run`)."""
-    stage.run(_stage(OutputFolder(out, Records()), "v1"), Work("v1", V1))
+    stage.run(make_stage(OutputFolder(out, Records()), "v1"), Work("v1", V1))
 
 
 def write_in_place(out: Path) -> None:
@@ -64,7 +64,7 @@ def nothing(out: Path) -> None:
 
 def previous_v2(out: Path) -> None:
     """A committed output of another fingerprint, to be replaced."""
-    stage.run(_stage(OutputFolder(out, Records()), "v2"), Work("v2", V2))
+    stage.run(make_stage(OutputFolder(out, Records()), "v2"), Work("v2", V2))
 
 
 CASES = {

@@ -4,38 +4,18 @@ commit or discard, in a local folder and in a bucket (moto's S3)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from core import fencing, ownership, stage
+from core import fencing, stage
 from core.location import Location
 from core.output import ATTEMPT, OutputFolder, Staging
 from core.ownership import ForeignDataError
-from core.stage import Manifest, Stage
+from core.stage import Manifest
+from tests.support.stage_kinds import MARKER, V1, V2, Damaged, Records, Work, make_stage
 
-MARKER = "manifest.json"
 USERS = b"a user's notes: never deleted nor overwritten\n"
-V1 = {"a.bin": b"a, version 1", "sub/b.bin": b"b, version 1"}
-V2 = {"a.bin": b"a, version 2", "c.bin": b"c, version 2"}
-
-
-class Records:
-    """A kind whose own entries are its manifest and the files it names, with their folders, and whatever is in a
-    store's attempt prefix marked as staging (as a dataset's kind takes them)."""
-
-    what, marker, advice = "-o", MARKER, "choose another folder"
-
-    def ours(self, folder: Location):
-        named = set(folder.join(MARKER).read_json()["files"]) if folder.join(MARKER).exists() else set()
-        owned = ownership.with_parents(named) | {MARKER}
-        staged = {name for name in folder.subdirectories() if ownership.is_staging(folder / name)}
-        return lambda entry: entry in owned or entry.split("/")[0] in staged
-
-
-class Damaged(Exception):
-    """What `verify` raises for an output that is not whole."""
 
 
 @pytest.fixture(params=["local", pytest.param("bucket", marks=pytest.mark.server)])
@@ -44,45 +24,6 @@ def folder(request, tmp_path) -> OutputFolder:
     if request.param == "local":
         return OutputFolder(tmp_path / "out", Records())
     return OutputFolder(f"{request.getfixturevalue('s3_bucket')}/out", Records())
-
-
-def _read(folder: OutputFolder) -> dict[str, Any] | None:
-    return folder.manifest.read_json() if folder.manifest.exists() else None
-
-
-def _verify(folder: OutputFolder) -> Callable[[dict[str, Any]], None]:
-    def verify(manifest: dict[str, Any]) -> None:
-        missing = [name for name in manifest["files"] if not folder.location.join(name).exists()]
-        if missing:
-            raise Damaged(f"{folder.location}: {', '.join(missing)} missing")
-
-    return verify
-
-
-def _stage(folder: OutputFolder, fingerprint: str, **kwargs) -> Stage[dict[str, Any]]:
-    kwargs.setdefault("verify", _verify(folder))
-    return Stage(folder, fingerprint, read=lambda: _read(folder), fingerprint_of=lambda m: m["fingerprint"], **kwargs)
-
-
-class Work:
-    """A stage's work: writes `files` into the staging area, returns their manifest; counts its calls."""
-
-    def __init__(self, fingerprint: str, files: dict[str, bytes], *, fail: BaseException | None = None):
-        self.fingerprint, self.files, self.fail = fingerprint, files, fail
-        self.staged: list[Staging] = []
-
-    def __call__(self, staging: Staging) -> Manifest[dict[str, Any]]:
-        self.staged.append(staging)
-        for name, data in self.files.items():
-            staging.join(name).write_bytes(data)
-        if self.fail is not None:
-            raise self.fail
-        value = {"fingerprint": self.fingerprint, "files": sorted(staging.prefix + n for n in self.files)}
-        return Manifest(value, json.dumps(value).encode())
-
-    @property
-    def calls(self) -> int:
-        return len(self.staged)
 
 
 def _never(staging: Staging) -> Manifest[Any]:
@@ -105,7 +46,7 @@ def _staging_gone(staging: Staging) -> bool:
 
 
 def _first(folder: OutputFolder, fingerprint: str = "one", files: dict[str, bytes] = V1) -> None:
-    outcome = stage.run(_stage(folder, fingerprint), Work(fingerprint, files))
+    outcome = stage.run(make_stage(folder, fingerprint), Work(fingerprint, files))
     assert not outcome.skipped
 
 
@@ -114,7 +55,7 @@ def _first(folder: OutputFolder, fingerprint: str = "one", files: dict[str, byte
 
 def test_a_first_run_does_the_work_and_commits_its_manifest(folder):
     work = Work("one", V1)
-    outcome = stage.run(_stage(folder, "one"), work)
+    outcome = stage.run(make_stage(folder, "one"), work)
     assert work.calls == 1 and not outcome.skipped and outcome.seconds >= 0
     assert outcome.manifest == {"fingerprint": "one", "files": ["a.bin", "sub/b.bin"]}
     assert _contents(folder.location) == _published("one", V1)
@@ -124,7 +65,7 @@ def test_a_first_run_does_the_work_and_commits_its_manifest(folder):
 def test_an_output_of_this_fingerprint_that_verifies_is_the_answer_and_nothing_runs(folder):
     _first(folder)
     verified: list[dict[str, Any]] = []
-    outcome = stage.run(_stage(folder, "one", verify=verified.append), _never)
+    outcome = stage.run(make_stage(folder, "one", verify=verified.append), _never)
     assert outcome.skipped
     assert outcome.manifest == verified[0] == {"fingerprint": "one", "files": ["a.bin", "sub/b.bin"]}
     assert _contents(folder.location) == _published("one", V1)
@@ -133,7 +74,7 @@ def test_an_output_of_this_fingerprint_that_verifies_is_the_answer_and_nothing_r
 def test_an_output_of_another_fingerprint_is_made_anew_and_its_stale_files_go(folder):
     _first(folder)
     work = Work("two", V2)
-    outcome = stage.run(_stage(folder, "two"), work)
+    outcome = stage.run(make_stage(folder, "two"), work)
     assert work.calls == 1 and not outcome.skipped
     assert _contents(folder.location) == _published("two", V2)  # sub/b.bin removed
     assert "sub" not in folder.location.entries()
@@ -144,11 +85,11 @@ def test_a_damaged_output_of_this_fingerprint_raises_its_verify_error_and_nothin
     (folder.location / "sub" / "b.bin").delete()
     before = _contents(folder.location)
     with pytest.raises(Damaged, match="sub/b.bin missing"):
-        stage.run(_stage(folder, "one"), _never)
+        stage.run(make_stage(folder, "one"), _never)
     assert _contents(folder.location) == before
 
 
-def test_force_reruns_an_output_that_is_up_to_date_without_asking_verify(folder):
+def test_force_reruns_an_output_that_is_up_to_date_without_askingverify_files(folder):
     _first(folder)
     (folder.location / "sub" / "b.bin").delete()  # damaged: verify would raise
 
@@ -156,25 +97,25 @@ def test_force_reruns_an_output_that_is_up_to_date_without_asking_verify(folder)
         raise AssertionError("verify ran under force")
 
     work = Work("one", {**V1, "new.bin": b"new"})
-    outcome = stage.run(_stage(folder, "one", verify=refused), work, force=True)
+    outcome = stage.run(make_stage(folder, "one", verify=refused), work, force=True)
     assert work.calls == 1 and not outcome.skipped
     assert _contents(folder.location) == _published("one", {**V1, "new.bin": b"new"})
 
 
 def test_cached_answers_only_for_this_fingerprint_and_a_whole_output(folder):
     verified: list[dict[str, Any]] = []
-    assert stage.cached(_stage(folder, "one", verify=verified.append)) is None  # no manifest
+    assert stage.cached(make_stage(folder, "one", verify=verified.append)) is None  # no manifest
     _first(folder)
-    assert stage.cached(_stage(folder, "two", verify=verified.append)) is None
+    assert stage.cached(make_stage(folder, "two", verify=verified.append)) is None
     assert verified == []  # another fingerprint's output is not verified
-    assert stage.cached(_stage(folder, "one", verify=verified.append)) == {
+    assert stage.cached(make_stage(folder, "one", verify=verified.append)) == {
         "fingerprint": "one",
         "files": ["a.bin", "sub/b.bin"],
     }
     assert len(verified) == 1
     (folder.location / "a.bin").delete()
     with pytest.raises(Damaged, match="a.bin missing"):
-        stage.cached(_stage(folder, "one"))
+        stage.cached(make_stage(folder, "one"))
 
 
 # --- before any work -------------------------------------------------------------------------------------------
@@ -192,17 +133,17 @@ def test_refuse_sees_the_current_manifest_and_stops_the_run_before_any_work(fold
     real_stage = folder.stage
     monkeypatch.setattr(folder, "stage", lambda fingerprint="": staged.append(fingerprint) or real_stage(fingerprint))
     with pytest.raises(PermissionError, match="--force"):
-        stage.run(_stage(folder, "two", refuse=refuse), _never)
+        stage.run(make_stage(folder, "two", refuse=refuse), _never)
     assert seen == [{"fingerprint": "one", "files": ["a.bin", "sub/b.bin"]}]
     assert staged == []  # no staging area was made
     assert _contents(folder.location) == _published("one", V1)
     with pytest.raises(PermissionError):  # force runs the refusal too
-        stage.run(_stage(folder, "one", refuse=refuse), _never, force=True)
+        stage.run(make_stage(folder, "one", refuse=refuse), _never, force=True)
 
 
 def test_refuse_is_asked_with_none_when_there_is_no_output(folder):
     seen: list[Any] = []
-    stage.run(_stage(folder, "one", refuse=seen.append), Work("one", V1))
+    stage.run(make_stage(folder, "one", refuse=seen.append), Work("one", V1))
     assert seen == [None]
 
 
@@ -211,7 +152,7 @@ def test_a_folder_holding_a_users_file_is_refused_before_the_refusal_and_the_wor
     (folder.location / "notes.txt").write_bytes(USERS)
     asked: list[Any] = []
     with pytest.raises(ForeignDataError, match=r"\(notes\.txt\)"):
-        stage.run(_stage(folder, "two", refuse=asked.append), _never)
+        stage.run(make_stage(folder, "two", refuse=asked.append), _never)
     assert asked == []
     assert _contents(folder.location) == {**_published("one", V1), "notes.txt": USERS}
 
@@ -224,11 +165,11 @@ def test_an_error_in_the_work_discards_the_staging_area_and_leaves_the_previous_
     _first(folder)
     work = Work("two", V2, fail=error)
     with pytest.raises(type(error)):
-        stage.run(_stage(folder, "two"), work)
+        stage.run(make_stage(folder, "two"), work)
     assert work.calls == 1
     assert _staging_gone(work.staged[0])
     assert _contents(folder.location) == _published("one", V1)
-    assert stage.cached(_stage(folder, "one")) is not None  # still the answer for its own fingerprint
+    assert stage.cached(make_stage(folder, "one")) is not None  # still the answer for its own fingerprint
 
 
 def test_a_failed_fence_at_the_commit_discards_the_staging_area_and_writes_nothing(folder):
@@ -239,7 +180,7 @@ def test_a_failed_fence_at_the_commit_discards_the_staging_area_and_writes_nothi
 
     work = Work("two", V2)
     with fencing.fenced(taken_over), pytest.raises(RuntimeError, match="taken over"):
-        stage.run(_stage(folder, "two"), work)
+        stage.run(make_stage(folder, "two"), work)
     assert work.calls == 1 and _staging_gone(work.staged[0])
     assert _contents(folder.location) == _published("one", V1)
 
@@ -250,10 +191,10 @@ def test_a_manifest_without_bytes_is_the_one_the_work_wrote_into_staging(folder)
         staging.join(MARKER).write_bytes(json.dumps({"fingerprint": "one", "files": ["a.bin"]}).encode())
         return Manifest("made", None)
 
-    outcome = stage.run(_stage(folder, "one"), work)
+    outcome = stage.run(make_stage(folder, "one"), work)
     assert outcome.manifest == "made"
     assert folder.manifest.read_json() == {"fingerprint": "one", "files": ["a.bin"]}
-    assert stage.run(_stage(folder, "one"), _never).skipped
+    assert stage.run(make_stage(folder, "one"), _never).skipped
 
 
 # --- always ----------------------------------------------------------------------------------------------------
@@ -286,18 +227,18 @@ def test_always_still_refuses_a_folder_holding_a_users_file(folder):
 def test_a_stage_in_a_stores_attempt_prefix_commits_by_its_manifest_and_a_failed_attempt_goes_later(s3_bucket):
     folder = OutputFolder(f"{s3_bucket}/data", Records(), attempts=True)
     first = Work("one", V1)
-    stage.run(_stage(folder, "one"), first)
+    stage.run(make_stage(folder, "one"), first)
     (prefix,) = folder.location.subdirectories()
     assert prefix.startswith(ATTEMPT) and first.staged[0].prefix == prefix + "/"
     assert folder.manifest.read_json()["files"] == [f"{prefix}/a.bin", f"{prefix}/sub/b.bin"]
-    assert stage.run(_stage(folder, "one"), _never).skipped
+    assert stage.run(make_stage(folder, "one"), _never).skipped
     failed = Work("two", V2, fail=ValueError("a worker died"))
     with pytest.raises(ValueError, match="worker died"):
-        stage.run(_stage(folder, "two"), failed)
+        stage.run(make_stage(folder, "two"), failed)
     assert folder.manifest.read_json()["fingerprint"] == "one"  # the previous output, as it was
     assert len(folder.location.subdirectories()) == 2  # the failed attempt's prefix: removed by the next commit
     second = Work("two", V2)
-    stage.run(_stage(folder, "two"), second)
+    stage.run(make_stage(folder, "two"), second)
     assert folder.location.subdirectories() == [second.staged[0].prefix.rstrip("/")]
     assert {n: folder.location.join(n).read_bytes() for n in folder.manifest.read_json()["files"]} == {
         second.staged[0].prefix + n: data for n, data in V2.items()
