@@ -144,7 +144,7 @@ class OutputFolder:
         (`ownership.set_aside`), removed where their kind vouches for every entry (one that holds anything
         else is left as it is)."""
         local = self.location.local_path
-        if local is None:
+        if local is None or local.is_symlink():  # a link is refused by the ownership check, never followed here
             return
         if (local / self.kind.marker).is_file() and (local / ownership.STAGING_MARKER).is_file():
             (local / ownership.STAGING_MARKER).unlink()
@@ -154,7 +154,7 @@ class OutputFolder:
                 entries = ownership.check_only_ours(where, self.kind.ours(where), what=self.kind.what, advice="")
             except ownership.ForeignDataError:
                 continue
-            ownership.remove_ours(where, sorted(entries, key=lambda entry: entry == self.kind.marker))
+            ownership.remove_ours(where, entries, last=self.kind.marker)
 
     # --- a whole output, staged then committed -----------------------------------------------------------
     def stage(self, fingerprint: str = "") -> Staging:

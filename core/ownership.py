@@ -87,10 +87,12 @@ def is_own_lock(location: storage.Where, relative: str) -> bool:
     return isinstance(lease, dict) and isinstance(lease.get("holder"), str) and bool(HOLDER.fullmatch(lease["holder"]))
 
 
-def remove_ours(location: storage.Where, relatives: list[str], *, keep_root: bool = False) -> None:
-    """Delete exactly the files among `relatives` (entries checked by `check_only_ours`), then those of its
-    directories that are left empty, deepest first, and `location` itself when empty (unless `keep_root`).
-    A directory that something new appeared in is kept."""
+def remove_ours(location: storage.Where, relatives: list[str], *, keep_root: bool = False, last: str = "") -> None:
+    """Delete exactly the files among `relatives` (entries checked by `check_only_ours`), `last` (an output's
+    manifest, which vouches for the rest until it goes) after the others, then those of its directories that
+    are left empty, deepest first, and `location` itself when empty (unless `keep_root`). A directory that
+    something new appeared in is kept."""
+    relatives = sorted(relatives, key=lambda relative: relative == last) if last else relatives
     fs, path = storage.resolve(location)
     if fs.type_name == "local":  # checked by `check_only_ours`; checked again at the last moment
         links = [r for r in ["", *relatives] if os.path.islink(posixpath.join(path, r) if r else path)]
@@ -220,7 +222,7 @@ def swap_in(staging: Path, target: Path, previous: list[str] | None, *, last: st
     os.replace(staging, target)
     (target / STAGING_MARKER).unlink(missing_ok=True)
     if previous is not None:
-        remove_ours(old, sorted(previous, key=lambda entry: entry == last))
+        remove_ours(old, previous, last=last)
 
 
 def set_aside(target: Path) -> list[Path]:

@@ -89,7 +89,7 @@ class ReportKind:
                 return store(entry[len(prefix) :])
             if entry.split("/")[0] == STAGED:
                 return staged
-            return entry in names or entry in (ownership.JOURNAL, EMBEDDINGS)
+            return entry in names or entry == EMBEDDINGS
 
         return ours
 

@@ -111,8 +111,8 @@ def test_more_than_three_foreign_entries_are_counted(folder):
 
 
 def test_a_file_where_the_folder_goes_is_refused(folder):
-    """`ForeignDataError` ("is a file"), not a traceback, also for a kind that reads its folder's write record
-    (`ownership.recorded_writes`), as `orchestration.mine.report.MinedKind` does."""
+    """`ForeignDataError` ("is a file"), not a traceback, also where the folder's write record is read
+    (`ownership.recorded_writes`, which `OutputFolder` adds to every kind's own entries)."""
     folder.location.write_bytes(USERS)
     with pytest.raises(ForeignDataError, match="is a file, not a directory"):
         folder.check_replaceable()
