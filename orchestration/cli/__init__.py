@@ -173,12 +173,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except KeyboardInterrupt as exc:  # Ctrl+C, or the run lock's lease lost (`adapters.lease.LeaseLost`, its reason)
         if isinstance(exc, LeaseLost) or lease_lost():  # another command holds the run dir now and goes on
-            return _fail(
-                args.command, f"stopped: {LeaseLost.REASON}; this command commits nothing more", Exit.INTERRUPTED
-            )
+            return _lost_lease(args.command)
         resume = "; the same command resumes from the last checkpoint" if args.command == "train" else ""
         why = f"stopped: {exc}" if str(exc) else "interrupted"
         return _fail(args.command, f"{why}; nothing half-done was published{resume}", Exit.INTERRUPTED)
+    except Exception:
+        # a failure after this process found its lease taken over follows from it (Ray Train's controller
+        # deleting a checkpoint the new holder already pruned): the same stop, not a traceback
+        if lease_lost():
+            return _lost_lease(args.command)
+        raise
+
+
+def _lost_lease(command: str) -> int:
+    return _fail(command, f"stopped: {LeaseLost.REASON}; this command commits nothing more", Exit.INTERRUPTED)
 
 
 def _writes_in_run_dir(command: str, config) -> bool:

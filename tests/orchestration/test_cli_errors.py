@@ -197,3 +197,25 @@ def test_a_full_disk_is_one_line_naming_the_file_not_a_traceback(monkeypatch, ca
     monkeypatch.setattr(tools, "show_config", lambda config, args: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
     with pytest.raises(OSError):  # any other OSError is not dressed up as a full disk
         main(["config"])
+
+
+def test_a_failure_after_the_run_lock_was_taken_over_is_the_lost_lease_stop_and_any_other_is_raised(
+    monkeypatch, capsys
+):
+    """A holder whose lease another host took over may fail in what it was doing (Ray Train's controller deleting
+    a checkpoint the new holder pruned): that is the lease's stop, exit 130 in one line; without a lost lease the
+    same failure is a traceback."""
+    from orchestration.adapters import lease
+    from orchestration.cli import tools
+
+    def fails(config, args):
+        lease._LOST.append("s3://bucket/runs/paused/.lock")  # what the fence records when it finds it taken over
+        raise RuntimeError("Path not found: bucket/runs/paused/train/ray-0/checkpoint_0")
+
+    monkeypatch.setattr(tools, "show_config", fails)
+    assert main(["config"]) == Exit.INTERRUPTED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"interlingua config: stopped: {lease.LeaseLost.REASON}; this command commits nothing more"], err
+    monkeypatch.setattr(tools, "show_config", lambda config, args: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["config"])
