@@ -21,6 +21,8 @@ whose folder holds anything else. The folder does the rest, the same way for eve
       model directory's `model.safetensors`), then the previous output's files that the new one lacks.
 - `stage_in_place()`: a content-addressed output that is never replaced (the teacher's vectors) is built in
   its own folder, marked as staging, and committed by its manifest.
+- `write_record(name, data)`: for an output a long run keeps in place and resumes (a training directory), its
+  records (`run.json`, the run's config) replaced whole, one at a time, fenced, through the folder as checked.
 - `writing(names)`, `commit_in_place(manifest)`: for outputs written in place (mined pairs, embed's blocks in
   their own folder, which a killed run resumes from), the names about to be written are recorded first
   (`ownership.begin_writes`) and the previous manifest removed, so that a rerun after a crash knows them for the
@@ -233,6 +235,17 @@ class OutputFolder:
             yield
 
     # --- an output written in place ------------------------------------------------------------------------
+    def write_record(self, name: str, data: bytes) -> None:
+        """Replace the record `name` of an output kept in place (a training run's `run.json`, its config) whole:
+        the fence first (a run whose lease was taken over writes nothing), then a new file renamed over the old
+        one (a reader sees one or the other; a user's hard link to the old one keeps its bytes), through the
+        folder as `check_replaceable` saw it while `held()`. The kind vouches for the name (AssertionError
+        otherwise): a record is never written where a user's file could be."""
+        assert self.kind.ours(self.location)(name) or name == self.kind.marker, f"{name}: not a {self.kind.what} record"
+        fencing.check()
+        with self.held():
+            self.location.join(name).replace_bytes(data)
+
     @contextlib.contextmanager
     def writing(self, names: list[str]) -> Iterator[None]:
         """Record `names` (relative to the folder) as the product's before they are written in place, with the

@@ -456,9 +456,13 @@ FORMATS = [
     (
         "`<run_dir>/train/run.json`",
         "orchestration.train.record.TrainRecord",
-        "`adapters.state.read_state` / `write_state`",
+        "`adapters.state.read_state` / `OutputFolder.write_record` (`train.train_dir.TrainKind`)",
     ),
-    ("`<evaluation>/state.json`", "orchestration.evaluate.EvaluationRecord", "`read_state` / `write_state`"),
+    (
+        "`<evaluation>/state.json`",
+        "orchestration.evaluate.EvaluationRecord",
+        "`read_state` / `stage.run`'s commit (`state_bytes`, last)",
+    ),
     (
         "a model directory's `progress.json`",
         "orchestration.train.checkpoint.TrainingProgress",

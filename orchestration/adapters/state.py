@@ -18,7 +18,6 @@ from typing import TypeVar
 import pyarrow.fs as pafs
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core import fencing
 from core.errors import UserError
 from core.location import Location, json_bytes
 from core.schema import wrong_fields
@@ -56,14 +55,9 @@ def read_state(path: str | Path, record: type[R]) -> R | None:
 
 
 def state_bytes(state: StageRecord) -> bytes:
-    """The state file's bytes, as `write_state` writes them: for a stage whose commit writes its record last."""
+    """The state file's bytes: what a stage's commit writes last (`core.output.OutputFolder.commit`), or what a
+    training directory's record is replaced with (`OutputFolder.write_record`)."""
     return json_bytes(state.model_dump(mode="json", exclude_none=True))
-
-
-def write_state(path: str | Path, state: StageRecord) -> None:
-    """Replace the state file whole (a crash leaves the old one or the new one, never half of one)."""
-    fencing.check()
-    Location.of(path).write_json(state.model_dump(mode="json", exclude_none=True))
 
 
 def check_writable(folder: str | Path, what: str) -> None:

@@ -34,14 +34,15 @@ from orchestration.adapters import model_dir as model_files
 from orchestration.adapters.cluster import check_every_node_reaches, ensure_ray
 from orchestration.adapters.lease import held_lease
 from orchestration.adapters.ray_private import interruptible_trainer
-from orchestration.adapters.state import read_state, write_state
+from orchestration.adapters.state import read_state, state_bytes
 from orchestration.adapters.tracker import Tracker
 from orchestration.config import Config, ConfigError
 from orchestration.train import builders, folders, live
 from orchestration.train import teacher as teachers
+from orchestration.train import train_dir as train_dirs
 from orchestration.train.builders import WorkerJob
 from orchestration.train.record import TrainRecord
-from orchestration.train.train_dir import STATE_FILE, check_train_dir, start_over
+from orchestration.train.train_dir import STATE_FILE, start_over
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +166,9 @@ def train(
     tracker = Tracker.of(config)
     uri = tracker.uri
     tracker.check_reachable()  # seconds, not the client's minutes of retries after the work (or --force's)
-    state_path = (train_dir / STATE_FILE).text  # `read_state` and `write_state` take its text
-    state = read_state(state_path, TrainRecord) if not force else None  # --force starts over whatever it holds
+    output = train_dirs.folder(train_dir)  # kept in place: a killed training resumes from it
+    # --force starts over whatever it holds
+    state = read_state((train_dir / STATE_FILE).text, TrainRecord) if not force else None
     if state and state.fingerprint != fp and restart_stale:
         log.info("%s was trained on another dataset or config; training again", train_dir)
         force = True
@@ -175,7 +177,7 @@ def train(
             f"{train_dir} holds a run of another dataset or model/train config; resuming it would mix "
             "them. Use --force to start over, or another run_dir."
         )
-    found = check_train_dir(train_dir)  # a user's file there: refused, with or without --force
+    found = output.check_replaceable()  # a user's file there: refused, with or without --force
     if force and found:
         start_over(train_dir, found)
         state = None
@@ -222,14 +224,14 @@ def train(
         inputs=[lineage.prepared_input(data, context="training", splits=("train", "dev"))],
     ) as run:
         record = TrainRecord(fingerprint=fp, run_id=run.id, ray_dir=folder, resumed_from=resume)  # `train.folders`
-        write_state(state_path, record)
-        (train_dir / model_files.CONFIG_FILE).write_bytes(dump_yaml(config.to_dict()).encode())
+        output.write_record(STATE_FILE, state_bytes(record))  # first: it vouches for what follows
+        output.write_record(model_files.CONFIG_FILE, dump_yaml(config.to_dict()).encode())
         job = dataclasses.replace(job, run_id=run.id, resume_from=(train_dir / resume).text if resume else None)
         progress = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
         run.log_artifacts(model_files.fetch(model_dir), "model")
         if progress.dev_error is not None:  # one value per run, what `compare --stage train` sorts by
             run.log_metrics({"dev/best_xsim_error": progress.dev_error}, progress.step)
-    write_state(state_path, record.finished(progress))
+    output.write_record(STATE_FILE, state_bytes(record.finished(progress)))
     folders.remove_others(train_dir, keep={folder})  # a woken holder's late upload among them
     return TrainResult(model_dir, run.id, progress.step, progress.dev_error, skipped=False)
 

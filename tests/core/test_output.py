@@ -483,6 +483,49 @@ def test_a_commit_in_place_whose_fence_fails_writes_nothing(folder, tmp_path):
     assert folder.location.files() == [ownership.JOURNAL]  # neither the files nor the manifest
 
 
+# --- write_record: an output kept in place --------------------------------------------------------------
+
+
+def test_a_record_is_replaced_whole_as_a_new_file_so_a_hard_linked_snapshot_keeps_its_bytes(tmp_path):
+    folder = OutputFolder(tmp_path / "out", Records())
+    folder.write_record(MARKER, _manifest(1, []))
+    os.link(tmp_path / "out" / MARKER, tmp_path / "snapshot.json")  # `cp -al`
+    folder.write_record(MARKER, _manifest(2, []))
+    assert folder.manifest.read_json()["version"] == 2
+    assert json.loads((tmp_path / "snapshot.json").read_bytes())["version"] == 1
+    assert sorted(os.listdir(tmp_path / "out")) == [MARKER]  # no temporary file beside it
+
+
+def test_a_record_whose_fence_fails_is_not_written(folder):
+    folder.write_record(MARKER, _manifest(1, []))
+
+    def taken_over():
+        raise RuntimeError("the lease was taken over")
+
+    with fencing.fenced(taken_over), pytest.raises(RuntimeError, match="taken over"):
+        folder.write_record(MARKER, _manifest(2, []))
+    assert folder.manifest.read_json()["version"] == 1
+
+
+def test_a_record_goes_to_the_folder_that_was_checked_not_a_link_put_in_its_place(tmp_path):
+    users = tmp_path / "users"
+    users.mkdir()
+    folder = OutputFolder(tmp_path / "out", Records())
+    folder.write_record(MARKER, _manifest(1, []))
+    assert folder.check_replaceable() == [MARKER]
+    os.rename(tmp_path / "out", tmp_path / "elsewhere")
+    os.symlink(users, tmp_path / "out")  # swapped after the check
+    with pytest.raises(BoundaryError, match="replaced"):
+        folder.write_record(MARKER, _manifest(2, []))
+    assert list(users.iterdir()) == []
+
+
+def test_a_record_the_kind_does_not_own_is_never_written(folder):
+    with pytest.raises(AssertionError, match="notes.txt"):
+        folder.write_record("notes.txt", b"")
+    assert not folder.location.exists() or "notes.txt" not in folder.location.files()
+
+
 def test_repr_names_the_folder_and_its_kind(tmp_path):
     assert repr(OutputFolder(tmp_path / "out", Records())) == f"OutputFolder({tmp_path / 'out'}, Records)"
 

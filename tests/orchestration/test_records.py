@@ -10,16 +10,17 @@ import pytest
 
 from model.stream import DataPosition
 from orchestration.adapters import model_dir
-from orchestration.adapters.state import StateError, read_state, write_state
+from orchestration.adapters.state import StateError, read_state, state_bytes
 from orchestration.evaluate import EvaluationRecord
+from orchestration.train import train_dir
 from orchestration.train.checkpoint import TrainingProgress
 from orchestration.train.record import TrainRecord
 
 
 def test_a_training_record_started_then_finished_reads_back_the_same_and_flat(tmp_path):
-    path = tmp_path / "run.json"
+    path, folder = tmp_path / "run.json", train_dir.folder(tmp_path)
     started = TrainRecord(fingerprint="0f", run_id="r1", ray_dir="ray-0123456789ab", resumed_from="ray/checkpoint_1")
-    write_state(path, started)
+    folder.write_record("run.json", state_bytes(started))
     assert read_state(path, TrainRecord) == started and not started.done
     progress = TrainingProgress(
         step=120,
@@ -34,7 +35,7 @@ def test_a_training_record_started_then_finished_reads_back_the_same_and_flat(tm
         data_digest="ab",
     )
     finished = started.finished(progress)
-    write_state(path, finished)
+    folder.write_record("run.json", state_bytes(finished))
     assert read_state(path, TrainRecord) == finished
     on_disk = json.loads(path.read_text())  # flat, as `interlingua train` always wrote it
     assert on_disk["done"] is True and on_disk["step"] == 120 and on_disk["ray_dir"] == "ray-0123456789ab"

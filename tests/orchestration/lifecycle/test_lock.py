@@ -222,17 +222,20 @@ def test_a_stage_command_on_a_run_dir_in_use_exits_5_naming_the_holder(tmp_path,
 
 def test_a_holder_whose_lease_was_taken_over_commits_nothing_more(s3_bucket, tmp_path):
     """The fence: every commit looks at the lease first, before any renewal would notice (ttl 60 s)."""
-    from orchestration.adapters.state import StageRecord, write_state
+    from orchestration.adapters.state import StageRecord, state_bytes
+    from orchestration.train import train_dir
 
     client = boto3.client("s3")
     first, second = StageRecord(fingerprint="0f", run_id="r1"), StageRecord(fingerprint="1a", run_id="r2")
+    before, after = train_dir.folder(tmp_path / "before"), train_dir.folder(tmp_path / "after")
     with pytest.raises(LeaseLost, match="taken over by another host"):
         with run_lock(f"{s3_bucket}/runs/x"):
-            write_state(tmp_path / "before.json", first)  # its own lease: committed
+            before.write_record("run.json", state_bytes(first))  # its own lease: committed
             client.put_object(Bucket="bucket", Key="runs/x/.lock", Body=b'{"holder": "other"}')
-            write_state(tmp_path / "after.json", second)
-    assert (tmp_path / "before.json").is_file() and not (tmp_path / "after.json").exists()
-    write_state(tmp_path / "after.json", second)  # no lease held: nothing to fence
+            after.write_record("run.json", state_bytes(second))
+    assert (tmp_path / "before" / "run.json").is_file() and not (tmp_path / "after").exists()
+    after.write_record("run.json", state_bytes(second))  # no lease held: nothing to fence
+    assert (tmp_path / "after" / "run.json").is_file()
 
 
 def test_a_local_lock_leaves_no_file_and_a_waiter_locks_the_file_that_is_there(tmp_path):
