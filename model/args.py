@@ -42,3 +42,14 @@ class ModelMeta(BaseModel):
     step: int | None = None
     dev_error: float | None = None
     spm_sha256: str | None = None
+    # the target languages whose decoder the training taught; None: a file written before it was recorded
+    # (`trained_decoders`)
+    decoders: list[str] | None = None
+
+
+def trained_decoders(args: ModelArgs, meta: ModelMeta) -> list[str]:
+    """The languages a model's file can decode into: what its training recorded (`ModelMeta.decoders`); for a
+    file written before that, every language when its NMT loss was on, none when it was off."""
+    if meta.decoders is not None:
+        return list(meta.decoders)
+    return list(args.languages) if args.nmt_weight > 0 else []

@@ -112,3 +112,35 @@ class SentenceDecoder(nn.Module):
         else:
             nll = -self.project(hidden.float(), target).output.sum()
         return nll, mask.sum()
+
+    # --- one token at a time (`model.decoding`): the same computation as `forward`, in eval mode -------------
+    def initial_state(self, sentence: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LSTM's (h0, c0), each (layers, B, H), from `sentence` (B, D): as `forward` starts."""
+        batch = sentence.shape[0]
+        h0, c0 = torch.tanh(self.init_state(sentence)).view(batch, 2, self.num_layers, self.hidden_size).unbind(1)
+        return h0.transpose(0, 1).contiguous(), c0.transpose(0, 1).contiguous()
+
+    def step(
+        self,
+        sentence: torch.Tensor,
+        tokens: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor],
+        lang_index: int | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Log-probabilities (B, V) over token ids of the token after `tokens` (B,), and the next state. PAD and
+        BOS are never predicted (their log-probability is -inf)."""
+        feed = [self.embed(tokens[:, None]), sentence[:, None, :]]
+        if self.lang_embed is not None:
+            if lang_index is None:
+                raise ValueError("a shared decoder needs the target language's index")
+            feed.append(self.lang_embed.weight[lang_index].expand(len(tokens), 1, -1))
+        out, state = self.lstm(self.dropout(torch.cat(feed, dim=-1)), state)
+        hidden = self.dropout(out[:, 0])  # (B, H)
+        if self.output == "softmax":
+            by_class = F.log_softmax(self.project(hidden).float(), dim=-1)
+        else:
+            assert isinstance(self.project, nn.AdaptiveLogSoftmaxWithLoss)
+            by_class = self.project.log_prob(hidden.float())
+        log_probs = by_class[:, self.token_class]  # class -> token id
+        log_probs[:, [self.pad_id, self.bos_id]] = float("-inf")
+        return log_probs, state

@@ -8,6 +8,7 @@ flags beside it, and one table of exit codes (`core.errors.Exit`).
     interlingua evaluate --config configs/bible6-cpu.yaml # L x L similarity-search error -> MLflow
     interlingua search -c configs/bible6-cpu.yaml -q "Dieu est amour." -l fr --in en,zh
     interlingua embed -c configs/bible6-cpu.yaml -l en -i corpus/ 'more/*.txt' -o embeddings/   # Ray Data
+    interlingua translate -c configs/bible6-cpu.yaml -l en -t fr -i verses.txt -o verses.fr.txt   # decoders
     interlingua run -c configs/bible6-cpu.yaml            # the whole job, for cron (see exit codes)
     interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
     interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
@@ -36,7 +37,7 @@ from core.location import Location
 from orchestration.adapters import logs
 from orchestration.adapters.lease import LeaseLost, lease_lost
 from orchestration.adapters.lock import AlreadyRunning
-from orchestration.cli import export, serve, stages, tools
+from orchestration.cli import export, serve, stages, tools, translate
 from orchestration.cli.common import verbosity_flags
 from orchestration.config import ConfigError, load_config
 
@@ -50,6 +51,7 @@ COMMANDS = (
     tools.add_compare,
     tools.add_search,
     tools.add_embed,
+    translate.add_translate,
     tools.add_mine,
     tools.add_get_catalogs,
     export.add_export,

@@ -65,6 +65,18 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> ModelAr
     )
 
 
+def trained_decoders(config: Config, languages: list[str]) -> list[str]:
+    """The target languages whose decoder the training teaches (what `translate` may decode into): every target
+    of `train.paths` among `languages` (a path without `targets`: all of them), none when `model.nmt_weight` is 0
+    (no decoder runs)."""
+    if config.model.nmt_weight == 0:
+        return []
+    targets: set[str] = set()
+    for path in config.train.paths:
+        targets.update(languages if path.targets is None else [lang for lang in path.targets if lang in languages])
+    return sorted(targets)
+
+
 def training_paths(train: TrainConfig) -> list[TrainingPath]:
     """The training paths of `train.paths`."""
     return [

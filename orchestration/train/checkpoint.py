@@ -132,8 +132,10 @@ def report(
     spm_model: str,
     config: Mapping[str, object],
     metrics: dict[str, float],
+    decoders: list[str] | None = None,
 ) -> None:
-    """Rank 0 writes a checkpoint directory and reports it; every other rank reports without one.
+    """Rank 0 writes a checkpoint directory and reports it; every other rank reports without one. `decoders`:
+    the target languages whose decoder the training taught (`builders.trained_decoders`), in the model's file.
 
     The directory is written in a private temporary folder and handed to Ray only when whole, so a
     failure on the way (a full disk) is an error of this worker, never a partial checkpoint. Ray uploads it
@@ -167,6 +169,7 @@ def report(
             step=progress.best_step,
             dev_error=progress.dev_error,
             spm_sha256=file_sha256(spm_model),
+            decoders=decoders,
         )
         (folder / SPM_FILE).write_bytes(Location.of(spm_model).read_bytes())  # the dataset's, local or at a URI
         (folder / CONFIG_FILE).write_text(dump_yaml(dict(config)))

@@ -33,7 +33,7 @@ from model.training import input_tokens, scheduled_lr, train_step
 from orchestration.adapters import logs
 from orchestration.adapters.worker_fence import worker_fence
 from orchestration.train import checkpoint, live
-from orchestration.train.builders import WorkerJob, schedule_args
+from orchestration.train.builders import WorkerJob, schedule_args, trained_decoders
 from orchestration.train.checkpoint import TrainingState
 from orchestration.train.distributed import broadcast, gather
 from orchestration.train.window import Window, log_progress, remaining_s
@@ -201,4 +201,5 @@ def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
         spm_model=worker.job.spm_model,
         config=worker.config.to_dict(),
         metrics=metrics,
+        decoders=trained_decoders(worker.config, worker.job.languages),
     )

@@ -86,9 +86,10 @@ def checkpoints(train_dir: Path) -> list[dict]:
     return sorted(found, key=lambda p: p["step"])
 
 
-def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
+def untrained_model_dir(small_dataset: Config, folder: Path, **meta) -> Path:
     """A model directory (`orchestration.adapters.model_dir`) holding an untrained shared-encoder model over the
-    dataset's sentencepiece vocabulary: what `interlingua train` exports, without the training."""
+    dataset's sentencepiece vocabulary: what `interlingua train` exports, without the training; `meta`: more of
+    its file's metadata (`model.args.ModelMeta`, e.g. `decoders=[]`)."""
     import torch
 
     from core.dataset import SPM_MODEL, load_manifest
@@ -108,7 +109,7 @@ def untrained_model_dir(small_dataset: Config, folder: Path) -> Path:
         shared_encoder=True,
     )
     folder.mkdir(parents=True, exist_ok=True)
-    save_model(model, str(folder / files.MODEL_FILE), step=0, dev_error=None)
+    save_model(model, str(folder / files.MODEL_FILE), step=0, dev_error=None, **meta)
     shutil.copy(Path(small_dataset.data_dir) / SPM_MODEL, folder / files.SPM_FILE)
     (folder / files.CONFIG_FILE).write_text(dump_yaml(small_dataset.to_dict()))
     return folder
