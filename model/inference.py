@@ -57,3 +57,38 @@ def _read_back(pending: list[tuple[np.ndarray, torch.Tensor]], out: np.ndarray) 
         values = torch.cat([emb for _, emb in pending]).cpu().numpy()
         out[np.concatenate([rows for rows, _ in pending])] = values
         pending.clear()
+
+
+@torch.no_grad()
+def dev_nll(
+    model: MultilingualNMT,
+    corpus: ParallelCorpus,
+    rows: Sequence[int] | np.ndarray,
+    targets: Sequence[str],
+    *,
+    device: torch.device,
+    max_tokens: int = 8000,
+) -> float:
+    """The teacher-forced NLL per target token (EOS included) of each language of `targets` decoded from every
+    other language's vectors of the same `rows`: what decoders trained on frozen encoders are selected by."""
+    from model.decoding import decoder_of
+
+    vectors = embed_rows(model, corpus, rows, device=device)
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0
+    try:
+        for target in (lang for lang in targets if lang in corpus.languages):
+            decoder, index = decoder_of(model, target)
+            gold = [corpus.ids(target, r) for r in rows]
+            keep = np.flatnonzero([len(g) > 0 for g in gold])
+            for batch in token_budget_batches(np.array([len(gold[i]) + 1 for i in keep]), max_tokens):
+                at = keep[batch]
+                ids, lengths = pad([gold[i] for i in at], eos=False)
+                for source in (lang for lang in corpus.languages if lang != target):
+                    sentence = torch.from_numpy(vectors[source][at]).to(device)
+                    nll, n = decoder(sentence, ids.to(device), lengths.to(device), index)
+                    total, tokens = total + float(nll), tokens + int(n)
+    finally:
+        model.train(was_training)
+    return total / max(tokens, 1)

@@ -125,6 +125,25 @@ class MultilingualNMT(nn.Module):
             else None
         )
 
+    encoders_frozen = False
+
+    def freeze_encoders(self) -> None:
+        """Train the decoders alone from now on: the encoders (and the distillation map) get no gradient and
+        stay in eval mode (no dropout), so their vectors are exactly those of the weights loaded."""
+        self.encoders_frozen = True
+        for module in (self.encoders, self.distill_map):
+            if module is not None:
+                module.requires_grad_(False)
+                module.eval()
+
+    def train(self, mode: bool = True) -> MultilingualNMT:
+        super().train(mode)
+        if self.encoders_frozen:
+            self.encoders.eval()
+            if self.distill_map is not None:
+                self.distill_map.eval()
+        return self
+
     def _module(self, modules: nn.ModuleDict, lang: str) -> nn.Module:
         if SHARED in modules:
             return modules[SHARED]

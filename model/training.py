@@ -80,7 +80,8 @@ def make_optimizer(
     model: torch.nn.Module, *, lr: float, weight_decay: float, device: torch.device
 ) -> torch.optim.Optimizer:
     """AdamW; on a GPU its fused kernel (a few launches per step instead of several per parameter)."""
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, fused=device.type == "cuda" or None)
+    trained = [p for p in model.parameters() if p.requires_grad]  # a frozen encoder's are not
+    return torch.optim.AdamW(trained, lr=lr, weight_decay=weight_decay, fused=device.type == "cuda" or None)
 
 
 def scheduled_lr(

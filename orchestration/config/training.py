@@ -187,6 +187,14 @@ class TrainConfig(Schema):
         default=200, gt=0, description="Steps between dev error measurements (best model, plateau, early stop)."
     )
     dev_max_sentences: int | None = Field(default=1000, gt=1, description="Dev tuples used for the error.")
+    decoders_for: str | None = Field(
+        default=None,
+        description="A model directory (local or a URI): train only its decoders, its encoders frozen bit for "
+        "bit, so that every vector it made stays valid and each decoder learns to decode its space. The "
+        "architecture is the model's own (the other model.* keys of shape are not read); model.nmt_weight "
+        "must be above 0, model.ranking_weight and model.distill_weight 0; the best checkpoint is the one of "
+        "the lowest dev NLL (the dev similarity error cannot move).",
+    )
 
 
 class RuntimeConfig(Schema):

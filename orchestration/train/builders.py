@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from core.dataset import Dataset, fingerprint
 from model.args import ModelArgs
 from model.training_paths import TrainingPath
 from orchestration.config import Config, ConfigError, evaluated_languages
@@ -31,6 +32,7 @@ class WorkerJob:
     # has no checkpoint of its own run yet starts from
     resume_from: str | None = None
     teacher: Any = None  # `core.teacher.TeacherInput`: the teacher's embeddings the workers stream, with one
+    frozen: Any = None  # `train.frozen.FrozenModel`: the model whose decoders alone are trained (decoders_for)
     verbosity: int | None = None  # `logs.verbosity()` on the driver; None: the default
     progress_board: Any = None  # `live.shown`'s board: rank 0 posts its progress there
 
@@ -143,3 +145,38 @@ def check_losses(config: Config) -> None:
             "train.monolingual with model.nmt_weight=0: an auto-encoding batch has no ranking "
             "pair and so no loss; turn one of them off"
         )
+
+
+_TEACHER_KEYS = {
+    "teacher",
+    "distill_weight",
+    "distill_pivot",
+    "distill_loss",
+    "distill_languages",
+    "distill_source_weights",
+}
+
+
+def train_fingerprint(
+    config: Config, data: Dataset, teacher: dict[str, str] | None = None, frozen: str | None = None
+) -> str:
+    """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
+    teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as are
+    the defaults of `distill_loss`, `distill_languages` and `distill_source_weights` with one, and
+    `train.decoders_for` unset: the fingerprint of a run of before they existed. `frozen`: the sha256 of the
+    model whose decoders alone are trained."""
+    m = config.model
+    exclude = set(_TEACHER_KEYS) if teacher is None else set()
+    exclude |= {"distill_loss"} if m.distill_loss == "mse" else set()
+    exclude |= {"distill_languages"} if m.distill_languages == "sources" else set()
+    exclude |= {"distill_source_weights"} if not m.distill_source_weights else set()
+    model = m.model_dump(exclude=exclude)
+    return fingerprint(
+        {
+            "data": data.fingerprint,
+            "model": model,
+            "train": config.train.model_dump(exclude={"decoders_for"} if frozen is None else set()),
+            **({"teacher": teacher} if teacher is not None else {}),
+            **({"frozen": frozen} if frozen is not None else {}),
+        }
+    )

@@ -47,7 +47,8 @@ class TrainingProgress:
 
     step: int = 0  # optimizer steps taken, also the number of batches each worker consumed
     elapsed_s: float = 0.0  # training time, restarts excluded
-    dev_error: float | None = None  # the best dev similarity error so far
+    dev_error: float | None = None  # the best dev similarity error so far (of the best model)
+    dev_nll: float | None = None  # with frozen encoders (train.decoders_for), the best dev NLL: what is selected by
     best_step: int | None = None
     bad_evals: int = 0  # evaluations since the best one
     history: list[dict[str, int]] = field(default_factory=list)  # every resume: step and world size

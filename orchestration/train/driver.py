@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core import connection
-from core.dataset import Dataset, fingerprint
+from core.dataset import Dataset
 from core.errors import UserError
 from core.location import Location
 from core.schema import dump_yaml
@@ -41,6 +41,8 @@ from orchestration.train import builders, folders, live
 from orchestration.train import teacher as teachers
 from orchestration.train import train_dir as train_dirs
 from orchestration.train.builders import WorkerJob
+from orchestration.train.frozen import FrozenModel
+from orchestration.train.frozen import resolve as decoders_for
 from orchestration.train.record import TrainRecord
 from orchestration.train.train_dir import STATE_FILE, start_over
 
@@ -60,39 +62,13 @@ class TrainResult:
     skipped: bool
 
 
-_TEACHER_KEYS = {
-    "teacher",
-    "distill_weight",
-    "distill_pivot",
-    "distill_loss",
-    "distill_languages",
-    "distill_source_weights",
-}
-
-
-def train_fingerprint(config: Config, data: Dataset, teacher: dict[str, str] | None = None) -> str:
-    """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
-    teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as are
-    the defaults of `distill_loss`, `distill_languages` and `distill_source_weights` with one: the fingerprint
-    of a run of before they existed."""
-    m = config.model
-    exclude = set(_TEACHER_KEYS) if teacher is None else set()
-    exclude |= {"distill_loss"} if m.distill_loss == "mse" else set()
-    exclude |= {"distill_languages"} if m.distill_languages == "sources" else set()
-    exclude |= {"distill_source_weights"} if not m.distill_source_weights else set()
-    model = m.model_dump(exclude=exclude)
-    return fingerprint(
-        {
-            "data": data.fingerprint,
-            "model": model,
-            "train": config.train.model_dump(),
-            **({"teacher": teacher} if teacher is not None else {}),
-        }
-    )
-
-
 def worker_job(
-    config: Config, data: Dataset, run_id: str, uri: str, teacher: teachers.TeacherSpec | None = None
+    config: Config,
+    data: Dataset,
+    run_id: str,
+    uri: str,
+    teacher: teachers.TeacherSpec | None = None,
+    frozen: FrozenModel | None = None,
 ) -> WorkerJob:
     """Everything a worker needs (absolute paths: workers run elsewhere); checks the config against the
     dataset first. The teacher's embeddings are added when they are ready (`teachers.embeddings`)."""
@@ -101,7 +77,7 @@ def worker_job(
     teachers.check(config, teacher, languages)
     data_dir = config.data_dir
     check_dev_tuples(config, builders.dev_languages(config, languages))
-    args = builders.model_args(config, languages, data.vocab_size)
+    args = frozen.args if frozen is not None else builders.model_args(config, languages, data.vocab_size)
     if teacher is not None:
         args = args.model_copy(update={"distill_dim": teacher.dim})
     return WorkerJob(
@@ -115,6 +91,7 @@ def worker_job(
         mlflow_uri=uri,
         run_id=run_id,
         lease=held_lease(),
+        frozen=frozen,
     )
 
 
@@ -162,7 +139,10 @@ def train(
     check_source_weights(config.model.distill_source_weights, data, "model.distill_source_weights")
     teacher = teachers.resolve(config)
     train_dir = Location.of(config.train_dir)  # a local path or a URI, read and written through its Location
-    fp = train_fingerprint(config, data, teacher.identity if teacher else None)
+    frozen = decoders_for(config, data, builders.trained_languages(config, data.languages))  # checked first
+    fp = builders.train_fingerprint(
+        config, data, teacher.identity if teacher else None, frozen.model_sha256 if frozen else None
+    )
     tracker = Tracker.of(config)
     uri = tracker.uri
     tracker.check_reachable()  # seconds, not the client's minutes of retries after the work (or --force's)
@@ -187,7 +167,7 @@ def train(
         log.info("%s is trained already (step %s); nothing to do", model_dir, state.step)
         return TrainResult(model_dir, state.run_id, state.step, state.dev_error, skipped=True)
 
-    job = worker_job(config, data, "", uri, teacher)  # validates before anything starts
+    job = worker_job(config, data, "", uri, teacher, frozen)  # validates before anything starts
     # on the driver: a damaged shard is a user's error to report once, not a worker failure Ray retries
     data.verify(("train", "dev"))
     ensure_ray(

@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict
 
 from core import fencing
-from model.inference import embed_rows
+from model.inference import dev_nll, embed_rows
 from model.prefetch import PrefetchedStream
 from model.training import input_tokens, scheduled_lr, train_step
 from orchestration.adapters import logs
@@ -141,11 +141,19 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
             for name, at in worker.dev_sources.items()
             if len(at) > 1
         }
-    value = broadcast([average_error(pairs) if pairs else 0.0], worker.device)[0]
+    frozen = worker.core.encoders_frozen  # the similarity error cannot move: the decoders' dev NLL decides
+    nll = 0.0
+    if frozen and worker.rank == 0:
+        assert worker.dev is not None and worker.dev_rows is not None
+        targets = trained_decoders(worker.config, worker.job.languages)
+        nll = dev_nll(worker.core, worker.dev, worker.dev_rows, targets, device=worker.device)
+    value, nll = broadcast([average_error(pairs) if pairs else 0.0, nll], worker.device)
+    selected, best = (nll, progress.dev_nll) if frozen else (value, progress.dev_error)
     if worker.scheduler is not None and progress.step >= t.warmup_steps:
-        worker.scheduler.step(value)
-    if progress.dev_error is None or value < progress.dev_error:
+        worker.scheduler.step(selected)
+    if best is None or selected < best:
         progress.dev_error, progress.best_step, progress.bad_evals = value, progress.step, 0
+        progress.dev_nll = nll if frozen else None
         worker.best_state = copy.deepcopy(worker.core.state_dict())
     else:
         progress.bad_evals += 1
@@ -155,6 +163,8 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
         if stop:
             log.info("early stop at step %d: no dev improvement in %d evaluations", progress.step, patience)
         metrics["dev/xsim_error"] = value
+        if frozen:
+            metrics["dev/nll"] = nll
         metrics.update({f"dev/xsim_error/{p}-{q}": e for (p, q), e in pairs.items()})
         # each source's tuples searched among themselves: how the model does on each kind of text
         metrics.update({f"dev/source_xsim_error/{name}": e for name, e in by_source.items()})
@@ -201,5 +211,8 @@ def save_checkpoint(worker: Worker, metrics: dict[str, float]) -> None:
         spm_model=worker.job.spm_model,
         config=worker.config.to_dict(),
         metrics=metrics,
-        decoders=trained_decoders(worker.config, worker.job.languages),
+        decoders=sorted(
+            set(trained_decoders(worker.config, worker.job.languages))
+            | set(worker.job.frozen.decoders if worker.job.frozen is not None else [])
+        ),
     )

@@ -27,6 +27,7 @@ class TrainRecord(StageRecord):
     step: int | None = None
     elapsed_s: float | None = None
     dev_error: float | None = None
+    dev_nll: float | None = None  # decoders trained on frozen encoders (train.decoders_for): what selected the best
     best_step: int | None = None
     bad_evals: int | None = None
     history: list[dict[str, int]] | None = None

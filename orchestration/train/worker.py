@@ -78,7 +78,13 @@ def set_up(job: WorkerJob) -> Worker:
     torch.manual_seed(t.seed)  # the initial weights: the same on every worker and in every attempt
     model = MultilingualNMT.build(job.model_args)
     state = checkpoint.restore(job.resume_from)
-    if model.output == "adaptive" or (config.model.embed_init == "lsi" and not state):
+    if job.frozen is not None:  # the model's own weights, its token order too; its encoders never change
+        if not state:
+            from orchestration.train.frozen import load
+
+            model.load_state_dict(load(job.frozen).state_dict())
+        model.freeze_encoders()
+    elif model.output == "adaptive" or (config.model.embed_init == "lsi" and not state):
         sample = sample_corpus(units, job.languages, t.sample_tuples)  # read once, then let go
         if model.output == "adaptive":
             model.set_token_order(torch.from_numpy(sample.token_counts(model.vocab_size)))
