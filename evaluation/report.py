@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import numpy as np
 
@@ -51,11 +51,13 @@ SEARCH_FILES = ("scores.npy", "ids.npy", "better.npy")  # search/<p>-<q>/: `eval
 
 
 class MetricsRecord(TypedDict):
-    """metrics.json: the tuples searched, the averages and every pair's metrics ("en-fr": {"error": ...})."""
+    """metrics.json: the tuples searched, the averages and every pair's metrics ("en-fr": {"error": ...}); with
+    `evaluate.translation_rows`, each pair's translation scores ("en-fr": {"bleu": ..., "chrf": ...})."""
 
     sentences: int
     averages: dict[str, float]
     pairs: dict[str, dict[str, float]]
+    translation: NotRequired[dict[str, dict[str, float]]]
 
 
 class ReportKind:
@@ -128,6 +130,7 @@ def write_report(
     averages: dict[str, float],
     languages: list[str],
     sentences: int,
+    translation: dict[str, dict[str, float]] | None = None,
 ) -> MetricsRecord:
     """Write `FILES` into `out_dir` (inside `output(out_dir).writing(list(FILES))`, which records them first
     as the product's, until the state file names them); returns the metrics.json record."""
@@ -136,6 +139,8 @@ def write_report(
     lines += [f"{p}," + ",".join("" if np.isnan(v) else f"{v:.4f}" for v in row) for p, row in zip(languages, values)]
     (out_dir / "error_matrix.csv").write_text("\n".join(lines) + "\n")
     record = MetricsRecord(sentences=sentences, averages=averages, pairs=pairs)
+    if translation:
+        record["translation"] = translation
     (out_dir / "metrics.json").write_text(json.dumps(record, indent=2))
     _heatmap(out_dir / "error_matrix.png", values, languages, sentences)
     return record

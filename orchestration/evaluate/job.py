@@ -186,7 +186,12 @@ def _measure(
         tracking.BACKEND_TAG: encoder.backend,
         **({tracking.TESTSET_TAG: testset} if testset else {}),
     }
-    write_report(out_dir, matrix, named, averages, languages, len(store))
+    translated = {}
+    if config.evaluate.translation_rows and encoder.model_path is not None and not texts:
+        from orchestration.evaluate.translation import translation_scores
+
+        translated = translation_scores(config, encoder.model_path.parent, languages)
+    write_report(out_dir, matrix, named, averages, languages, len(store), translated)
     run_id = log_run(
         config,
         out_dir,
@@ -199,6 +204,7 @@ def _measure(
         name,
         tags,
         lineage.evaluated_input(config.data_dir, name, texts),
+        translated,
     )
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
 

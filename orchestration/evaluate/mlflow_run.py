@@ -24,6 +24,7 @@ def log_run(
     name: str,
     tags: dict[str, str],
     read: lineage.DataInput,
+    translated: dict[str, dict[str, float]] | None = None,
 ) -> str:
     """The evaluation as an MLflow run nested under the training run (or `parent_run_id`): what it `read` as
     its dataset input, the error matrix as a table too; the run's id."""
@@ -38,6 +39,11 @@ def log_run(
     metrics["eval/xsim_error"] = averages["all"]
     metrics.update({f"eval/xsim_error/avg_{name}": v for name, v in averages.items() if name != "all"})
     metrics["eval/sentences"] = size
+    if translated:  # BLEU and chrF per pair and averaged (`evaluate.translation`)
+        from orchestration.evaluate.translation import averages as translation_averages
+
+        metrics.update({f"eval/{metric}/{pair}": v for pair, m in translated.items() for metric, v in m.items()})
+        metrics.update({f"eval/{name}": v for name, v in translation_averages(translated).items()})
     with tracker.run(
         f"{config.name}-eval-{name}{suffix}",
         config.to_dict(),
@@ -55,4 +61,10 @@ def log_run(
         for file in FILES:
             run.log_artifact(out_dir / file)
         run.log_table(lineage.error_table(out_dir / "error_matrix.csv"), lineage.MATRIX_TABLE)
+        if translated:
+            from orchestration.evaluate.translation import table
+
+            languages = sorted({pair.split("-", 1)[0] for pair in translated})
+            for metric in ("bleu", "chrf"):
+                run.log_table(table(translated, languages, metric), f"translation_{metric}.json")
     return run.id

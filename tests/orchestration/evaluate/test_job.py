@@ -194,6 +194,7 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     assert set(result.averages) == {"all", "ef", "efs", "efsr", "efsra", "efsraz"}
     assert result.averages["efsraz"] == pytest.approx(result.averages["all"])
     assert (result.out_dir / "embeddings" / "fr" / "part-00000.npy").is_file()
+    assert "translation" not in json.loads((result.out_dir / "metrics.json").read_text())  # translation_rows 0
     # the streamed job gives exactly the metrics of the in-memory route
     assert result.pairs == in_memory_metrics(config, Path(config.train_dir) / "model" / "model.safetensors")
 
@@ -229,11 +230,21 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     assert not evaluate(config, force=True).skipped
     assert "zh" in result.format_matrix()
     # one translation per language, searched unsharded: only the languages asked for, and each pair's error
-    # that of the three-shard search of all six
-    three = config.evaluate.model_copy(update={"languages": ["en", "fr", "zh"], "shards": 1})
+    # that of the three-shard search of all six; with the model's decoders (its NMT loss was on), each
+    # language's first 12 sentences decoded into each language, itself too, scored by BLEU and chrF
+    three = config.evaluate.model_copy(update={"languages": ["en", "fr", "zh"], "shards": 1, "translation_rows": 12})
     subset = evaluate(config.model_copy(update={"evaluate": three}))
     assert set(subset.matrix) == {(p, q) for p in ("en", "fr", "zh") for q in ("en", "fr", "zh") if p != q}
     assert all(subset.matrix[pair] == result.matrix[pair] for pair in subset.matrix) and not subset.skipped
+    translated = json.loads((subset.out_dir / "metrics.json").read_text())["translation"]
+    assert set(translated) == {f"{p}-{q}" for p in ("en", "fr", "zh") for q in ("en", "fr", "zh")}
+    assert all(0 <= m["bleu"] <= 100 and 0 <= m["chrf"] <= 100 for m in translated.values())
+    logged = tracking.get_run(config.tracking.uri, subset.run_id).data.metrics
+    assert logged["eval/chrf/fr-en"] == translated["fr-en"]["chrf"] and "eval/bleu/roundtrip_bleu" not in logged
+    assert {"eval/bleu", "eval/chrf", "eval/roundtrip_bleu", "eval/roundtrip_chrf"} <= set(logged)
+    assert {"translation_bleu.json", "translation_chrf.json"} <= set(
+        tracking.artifacts(config.tracking.uri, subset.run_id)
+    )
     with pytest.raises(EvaluateError, match=r"\['xx'\] are not among them"):
         evaluate(config.model_copy(update={"evaluate": three.model_copy(update={"languages": ["en", "xx"]})}))
 
