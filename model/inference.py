@@ -65,15 +65,16 @@ def dev_nll(
     corpus: ParallelCorpus,
     rows: Sequence[int] | np.ndarray,
     targets: Sequence[str],
+    vectors: dict[str, np.ndarray],
     *,
     device: torch.device,
     max_tokens: int = 8000,
 ) -> float:
     """The teacher-forced NLL per target token (EOS included) of each language of `targets` decoded from every
-    other language's vectors of the same `rows`: what decoders trained on frozen encoders are selected by."""
+    other language's `vectors` of the same `rows` (`embed_rows`'): what decoders trained on frozen encoders are
+    selected by."""
     from model.decoding import decoder_of
 
-    vectors = embed_rows(model, corpus, rows, device=device)
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0

@@ -37,7 +37,8 @@ class Translated:
 
 
 def check_output(output: str, inputs: list[str]) -> None:
-    """-o may be written: stdout, or a new file in an existing folder that is none of the inputs."""
+    """-o may be written: stdout, or a new file that is none of the inputs (its folder is checked with the other
+    locations, `to_file.check_locations`)."""
     if output == STDIO:
         return
     target = Location.of(output, "-o")
@@ -48,9 +49,6 @@ def check_output(output: str, inputs: list[str]) -> None:
             f"-o {output} exists; interlingua writes translations only to a new file (it never replaces a file it "
             "cannot tell for its own): give another file, or move that one"
         )
-    local = target.local_path
-    if local is not None and not local.resolve().parent.is_dir():
-        raise ConfigError(f"-o {output}: directory {local.resolve().parent} does not exist; create it first")
 
 
 def read_sentences(names: list[str], *, max_chars: int = MAX_CHARS) -> list[str]:
@@ -128,9 +126,10 @@ def translate_to_file(
     if beam < 1:
         raise ConfigError(f"--beam {beam}: must be at least 1")
     check_output(output, inputs)
-    missing = [name for name in inputs if name != STDIO and not Location.of(name, "-i").exists()]
-    if missing and not from_embeddings:
-        raise ConfigError(f"-i {missing[0]}: no such file")
+    if not from_embeddings:  # `read_vectors` names a missing array or folder itself
+        missing = [name for name in inputs if name != STDIO and not Location.of(name, "-i").exists()]
+        if missing:
+            raise ConfigError(f"-i {missing[0]}: no such file")
     translator = SentenceTranslator.load(model_dir.fetch(model))
     translator.check_target(target)
     if from_embeddings:
@@ -145,5 +144,6 @@ def translate_to_file(
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
+        check_output(output, inputs)  # again: a file put there while the lines were translated is never replaced
         Location.of(output, "-o").replace_bytes(text.encode("utf-8"))  # whole or not at all
     return Translated(len(lines), "vectors" if from_embeddings else str(source), target)

@@ -22,7 +22,7 @@ KEY = "train.decoders_for"
 
 @dataclass(frozen=True)
 class FrozenModel:
-    location: str  # the model directory as given, absolute (local) or a URI: each worker fetches it
+    location: str  # the model directory, a resolved local path or a URI: each worker fetches it
     model_sha256: str  # of its model.safetensors: in the run's fingerprint
     args: ModelArgs  # its own, with this run's model.nmt_weight
     decoders: list[str]  # the languages whose decoder its training taught before
@@ -42,14 +42,13 @@ def resolve(config: Config, data: Dataset, languages: list[str]) -> FrozenModel 
             f"model.ranking_weight and model.distill_weight to 0 (now {m.nmt_weight}, {m.ranking_weight}, "
             f"{m.distill_weight if m.teacher else 0})"
         )
-    local = model_files.fetch(given)
-    model_files.verify(local)
-    header = model_files.meta(local / model_files.MODEL_FILE)
     from model.model_file import read_header
 
-    args, _ = read_header(str(local / model_files.MODEL_FILE))
-    ours = Location.of(local / model_files.SPM_FILE).sha256()
-    dataset = Location.of(data.spm_model).sha256()
+    local = model_files.fetch(given)
+    verified = model_files.verify(local)  # the sha256 of its model.safetensors and spm.model, checked
+    args, header = read_header(str(local / model_files.MODEL_FILE))  # readable: `verify` read it
+    ours = verified["spm_sha256"]
+    dataset = data.spm_sha256 or Location.of(data.spm_model).sha256()  # the manifest's, else the file's
     if ours != dataset:
         raise ConfigError(
             f"{KEY}: {given} was trained with another tokenizer (spm.model sha256 {ours[:12]}) than the dataset's "
@@ -63,10 +62,9 @@ def resolve(config: Config, data: Dataset, languages: list[str]) -> FrozenModel 
         )
     if args.vocab_size != data.vocab_size:
         raise ConfigError(f"{KEY}: the model's vocabulary ({args.vocab_size}) is not the dataset's ({data.vocab_size})")
-    where = Location.of(given, KEY)
     return FrozenModel(
-        where.text if where.local_path is None else str(where.local_path.resolve()),
-        Location.of(local / model_files.MODEL_FILE).sha256(),
+        Location.of(given, KEY).identity,  # a local path resolved (the workers run elsewhere), a URI as given
+        verified["model_sha256"],
         args.model_copy(update={"nmt_weight": m.nmt_weight}),
         trained_decoders(args, header),
     )

@@ -131,6 +131,8 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
     progress, t = worker.progress, worker.config.train
     pairs: dict[tuple[str, str], float] = {}  # rank 0's
     by_source: dict[str, float] = {}
+    frozen = worker.core.encoders_frozen  # the similarity error cannot move: the decoders' dev NLL decides
+    nll = 0.0
     if worker.rank == 0:
         if worker.dev is None or worker.dev_rows is None:  # `set_up` reads them on rank 0
             raise RuntimeError("rank 0 has no dev tuples to measure the dev error on")
@@ -141,12 +143,9 @@ def evaluate_dev(worker: Worker, metrics: dict[str, float]) -> bool:
             for name, at in worker.dev_sources.items()
             if len(at) > 1
         }
-    frozen = worker.core.encoders_frozen  # the similarity error cannot move: the decoders' dev NLL decides
-    nll = 0.0
-    if frozen and worker.rank == 0:
-        assert worker.dev is not None and worker.dev_rows is not None
-        targets = trained_decoders(worker.config, worker.job.languages)
-        nll = dev_nll(worker.core, worker.dev, worker.dev_rows, targets, device=worker.device)
+        if frozen:  # from the same vectors
+            targets = trained_decoders(worker.config, worker.job.languages)
+            nll = dev_nll(worker.core, worker.dev, worker.dev_rows, targets, embeddings, device=worker.device)
     value, nll = broadcast([average_error(pairs) if pairs else 0.0, nll], worker.device)
     selected, best = (nll, progress.dev_nll) if frozen else (value, progress.dev_error)
     if worker.scheduler is not None and progress.step >= t.warmup_steps:

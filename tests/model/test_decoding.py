@@ -39,15 +39,16 @@ def _model(vocab_size: int, **kwargs) -> MultilingualNMT:
     return MultilingualNMT(**{**args, "dropout": 0.0, **kwargs}).eval()
 
 
-def _stepped_nll(model: MultilingualNMT, vector: torch.Tensor, ids: list[int], lang: str) -> float:
-    """-log p(ids, EOS | vector), one `step` at a time."""
+def _stepped(model: MultilingualNMT, vector: torch.Tensor, tokens: list[int], lang: str) -> float:
+    """log p(tokens | vector), one `step` at a time (the caller ends `tokens` with EOS where it has one)."""
     decoder, index = decoder_of(model, lang)
-    state = decoder.initial_state(vector[None])
-    token, total = torch.tensor([BOS_ID]), 0.0
-    for nxt in [*ids, EOS_ID]:
-        log_probs, state = decoder.step(vector[None], token, state, index)
-        total -= float(log_probs[0, nxt])
-        token = torch.tensor([nxt])
+    with torch.no_grad():
+        state = decoder.initial_state(vector[None])
+        token, total = torch.tensor([BOS_ID]), 0.0
+        for nxt in tokens:
+            log_probs, state = decoder.step(vector[None], token, state, index)
+            total += float(log_probs[0, nxt])
+            token = torch.tensor([nxt])
     return total
 
 
@@ -66,7 +67,7 @@ def test_a_step_at_a_time_is_the_teacher_forced_decoder(genesis, kwargs):
             decoder, index = decoder_of(model, "fr")
             nll, tokens = decoder(vector[None], torch.from_numpy(verse)[None], torch.tensor([len(verse)]), index)
             assert int(tokens) == len(verse) + 1
-            assert _stepped_nll(model, vector, verse.tolist(), "fr") == pytest.approx(float(nll), rel=1e-5)
+            assert -_stepped(model, vector, [*verse.tolist(), EOS_ID], "fr") == pytest.approx(float(nll), rel=1e-5)
             assert sequence_log_prob(model, vector[None], [verse.tolist()], "fr")[0] == pytest.approx(
                 -float(nll), rel=1e-5
             )
@@ -132,16 +133,8 @@ def test_beam_search_finds_the_best_scoring_sentence_when_its_beam_holds_every_o
 def _score(model: MultilingualNMT, vector: torch.Tensor, ids: list[int], penalty: float) -> float:
     """A sentence's score as beam search ranks it: its log-probability with EOS, or at the 3-token limit without
     it, over its length (tokens, the EOS counted) to the power `penalty`."""
-    decoder, index = decoder_of(model, "en")
-    with torch.no_grad():
-        state = decoder.initial_state(vector[None])
-        token, total = torch.tensor([BOS_ID]), 0.0
-        ended = ids if len(ids) == 3 else [*ids, EOS_ID]
-        for nxt in ended:
-            log_probs, state = decoder.step(vector[None], token, state, index)
-            total += float(log_probs[0, nxt])
-            token = torch.tensor([nxt])
-    return total / len(ended) ** penalty
+    ended = ids if len(ids) == 3 else [*ids, EOS_ID]
+    return _stepped(model, vector, ended, "en") / len(ended) ** penalty
 
 
 def test_every_row_stops_at_its_own_limit_and_bad_arguments_are_refused(genesis):

@@ -109,3 +109,19 @@ def test_a_model_whose_decoders_were_never_trained_says_so(small_dataset, ruth, 
         ["--model", str(some), "-l", "en", "-t", "fr", "-i", str(ruth), "-o", str(tmp_path / "o.txt")],
         "decoders for en only",
     )
+
+
+def test_a_file_put_at_the_output_while_the_lines_are_translated_is_never_replaced(
+    model_dir, ruth, tmp_path, capsys, monkeypatch
+):
+    from orchestration.embedding.translator import SentenceTranslator
+
+    out, translate = tmp_path / "late.txt", SentenceTranslator.translate
+
+    def meanwhile(self, *args, **kwargs):
+        out.write_text("a user's file, made while interlingua translated\n")
+        return translate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceTranslator, "translate", meanwhile)
+    _refused(capsys, ["--model", str(model_dir), "-l", "en", "-t", "fr", "-i", str(ruth), "-o", str(out)], "exists")
+    assert out.read_text() == "a user's file, made while interlingua translated\n"
