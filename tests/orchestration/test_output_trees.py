@@ -9,14 +9,16 @@ tiny model. In the bucket, every output (the run dir, `embed -o`, `mine.output_d
 server and each "folder" a prefix there; `export` writes a local folder only, so it is in the local variant
 alone. The commands are the CLI's own: one that writes no tree says why in NO_TREE, checked against the parser.
 
-Slow (a Beam job, Ray training and a one-trial search, evaluation, embedding and mining, three times: about
-four minutes): the rule is about the trees the commands really write, which no unit test of one check
-generates.
+Slow (a Beam job, Ray training and a one-trial search, evaluation, embedding and mining: once for the local
+tests, which each get a copy of what that build left at the same paths, and once in the bucket): the rule is
+about the trees the commands really write, which no unit test of one check generates.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -153,13 +155,60 @@ def rerun_all(todo, planted: dict[str, str], capsys) -> dict[str, int]:
     return codes
 
 
+@dataclass(frozen=True)
+class LocalTrees:
+    """The local trees, built once for this module's local tests (`local_trees`): `work` holds everything the
+    commands read and wrote (the corpus, the space, the MLflow store, `out/`), `pristine` a copy of it as the
+    build left it, `todo` the commands."""
+
+    work: Path
+    pristine: Path
+    todo: dict[str, tuple[list[str], bool]]
+
+    def fresh(self) -> str:
+        """`work` as the build left it, at the same paths (every config, record and MLflow run names them);
+        the output folder `out`."""
+        shutil.rmtree(self.work)
+        shutil.copytree(self.pristine, self.work, symlinks=True)
+        forget_connections(self.work / "mlflow.db")
+        return str(self.work / "out")
+
+
+def forget_connections(db: Path) -> None:
+    """MLflow keeps one SQLAlchemy engine per database in the process (tracking, registry, jobs), its pooled
+    connections open on the file: once the file is replaced they would write to the removed one ("attempt to
+    write a readonly database"). Their pools are emptied; the next use connects to the file now there."""
+    from mlflow.store.jobs.sqlalchemy_store import SqlAlchemyJobStore
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore as RegistryStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore as TrackingStore
+
+    for store in (TrackingStore, RegistryStore, SqlAlchemyJobStore):
+        for uri, engine in list(store._engine_map.items()):
+            if uri.endswith(str(db)):
+                engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def local_trees(tmp_path_factory, book_lines) -> LocalTrees:
+    """Every command run once into local trees; the tests that change them each get a fresh copy (their group
+    keeps them on one test process, so the build runs once)."""
+    base = tmp_path_factory.mktemp("trees")
+    work = base / "work"
+    work.mkdir()
+    todo = commands(work, str(work / "out"), book_lines)
+    build(todo)
+    shutil.copytree(work, base / "pristine", symlinks=True)
+    return LocalTrees(work, base / "pristine", todo)
+
+
 @pytest.mark.beam
 @pytest.mark.ray
-def test_no_command_touches_a_users_file_anywhere_in_its_output_trees(tmp_path, book_lines, capsys):
+@pytest.mark.xdist_group("trees")
+def test_no_command_touches_a_users_file_anywhere_in_its_output_trees(local_trees, tmp_path, capsys):
     """Also: a snapshot of every tree the way `cp -al`, rsnapshot and `rsync --link-dest` keep one (a hard link
     to every file) keeps its bytes through every command's rerun with --force: no write opens an inode that is
     there (STYLE.md, "Data safety")."""
-    check_every_tree(str(tmp_path / "out"), tmp_path, book_lines, capsys, snapshot=tmp_path / "snapshot")
+    check_trees(local_trees.fresh(), local_trees.todo, capsys, snapshot=tmp_path / "snapshot")
 
 
 @pytest.mark.beam
@@ -170,7 +219,11 @@ def test_no_command_touches_a_users_object_anywhere_in_its_output_prefixes_in_a_
     """Also what a test of its own asserted of prepare, train and evaluate with the run dir in a bucket: each
     stage's files land there, nothing local is named after the URI, and a rerun finds its work done."""
     monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
-    check_every_tree(f"{s3_bucket}/out", tmp_path, book_lines, capsys, in_the_bucket)
+    out = f"{s3_bucket}/out"
+    todo = commands(tmp_path, out, book_lines)
+    build(todo)
+    in_the_bucket(todo, out, tmp_path, capsys.readouterr().out)
+    check_trees(out, todo, capsys)
 
 
 def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
@@ -212,13 +265,18 @@ def link_snapshot(out: Path, to: Path) -> dict[Path, bytes]:
     return kept
 
 
-def check_every_tree(out: str, tmp_path, book_lines, capsys, also=None, snapshot: Path | None = None) -> None:
-    todo = commands(tmp_path, out, book_lines)
+def build(todo) -> None:
+    """Every command once, each finishing (its stderr, captured, shows why one did not)."""
     for name, (argv, _) in todo.items():
-        assert main(argv) in finished(name), (name, capsys.readouterr().err[-3000:])
-    printed = capsys.readouterr().out
-    if also is not None:
-        also(todo, out, tmp_path, printed)
+        code = main(argv)
+        assert code in finished(name), (name, code)
+
+
+def check_trees(out: str, todo, capsys, snapshot: Path | None = None) -> None:
+    """The trees `build` wrote under `out`: every folder found, then (with `snapshot`, local) every command
+    again beside a hard-linked snapshot, then a user's file in every leaf and then in every folder, each time
+    every command again."""
+    capsys.readouterr()
     found = folders(out)
     ray_dir = storage.read_json(storage.join(out, "run/train/run.json"))["ray_dir"]  # `ray`, or the lease holder's
     assert {
@@ -270,18 +328,17 @@ LINKED_DIRS = ("model", "embeddings", "search")
 
 @pytest.mark.beam
 @pytest.mark.ray
-def test_no_command_reads_writes_or_deletes_through_a_link_in_its_output_trees(tmp_path, book_lines, capsys):
-    """The trees of `test_no_command_touches_a_users_file_anywhere_in_its_output_trees`, generated the same way,
-    then links planted in two passes, each followed by every command again (with --force where it has one):
-    first each file of the names every reader opens first (LINKED) and each folder of LINKED_DIRS moved outside
-    and replaced by a link to it, which a reader or writer that followed links would take for its own; then in
-    every folder a link to a user's file, to a user's folder and a dangling one. Each command finishes or
-    refuses naming the links (exit 2), and nothing outside the trees changes (core/boundary.py). Local only: a
-    bucket has no links. Slow for the reason the test above is."""
-    out = tmp_path / "out"
-    todo = commands(tmp_path, str(out), book_lines)
-    for name, (argv, _) in todo.items():
-        assert main(argv) in finished(name), (name, capsys.readouterr().err[-3000:])
+@pytest.mark.xdist_group("trees")
+def test_no_command_reads_writes_or_deletes_through_a_link_in_its_output_trees(local_trees, tmp_path, capsys):
+    """The trees of `test_no_command_touches_a_users_file_anywhere_in_its_output_trees` (a fresh copy of the
+    module's one build, `local_trees`), then links planted in two passes, each followed by every command again
+    (with --force where it has one): first each file of the names every reader opens first (LINKED) and each
+    folder of LINKED_DIRS moved outside and replaced by a link to it, which a reader or writer that followed
+    links would take for its own; then in every folder a link to a user's file, to a user's folder and a
+    dangling one. Each command finishes or refuses naming the links (exit 2), and nothing outside the trees
+    changes (core/boundary.py). Local only: a bucket has no links."""
+    out = Path(local_trees.fresh())
+    todo = local_trees.todo
     capsys.readouterr()
     outside = tmp_path / "outside"
     (outside / "dir").mkdir(parents=True)
