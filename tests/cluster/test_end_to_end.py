@@ -52,6 +52,9 @@ def start_run(cwd: Path, config: Path, env: dict[str, str], dask: str) -> subpro
 def test_run_on_a_cluster_sharing_only_a_bucket_and_a_tracking_server(
     tmp_path, book_lines, s3_env, tracking_server, cluster_ray, cluster_dask
 ):
+    """Slow (the whole `interlingua run` on the test cluster's nodes, which share only the bucket and the tracking
+    server): what it proves is that every stage runs where no node sees another's disk, which only a run of
+    every stage on those nodes shows; the cluster itself starts once for all of tests/cluster."""
     bucket = f"s3://{s3_env.bucket}"
     for lang, lines in book_lines(VERSIONS, SMALL_BOOKS).items():
         storage.write_bytes(f"{bucket}/corpus/bible.{lang}", ("\n".join(lines) + "\n").encode("utf-8"))

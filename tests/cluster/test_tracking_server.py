@@ -42,6 +42,9 @@ def bucket_keys(s3_server, prefix: str) -> list[str]:
 def test_run_rerun_train_evaluate_promote_compare_and_serve_through_the_server(
     tmp_path, book_lines, verse, tracking_server, s3_server, tracked_ray, capsys, monkeypatch
 ):
+    """Slow (two runs of the whole pipeline through the server, the second a challenger, then the champion's
+    pyfunc loaded back): a run's stage cache, a challenger's comparison and the registry are each only seen
+    through the server after runs of its own; one test, the pipeline paid for twice rather than per check."""
     for key in ("AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key, raising=False)  # the client has no way to the bucket but the server's proxy
     uri = tracking_server.uri

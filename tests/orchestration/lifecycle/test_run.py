@@ -80,6 +80,7 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
 ):
     """One run directory through a scheduler's life, each step asserting what a test of its own did before
     (the whole pipeline is the costly part, so it runs three times here instead of seven):
+    Slow, for that reason.
     1. the first run runs every stage and registers the champion; the rerun skips every stage (exit 3);
     2. each damaged input (a shard, the manifest, the sentencepiece model, the model file) and an unreachable
        tracking store end in one line naming the file and its exit code, no traceback, nothing registered;
@@ -200,6 +201,9 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
 
 @pytest.mark.beam
 def test_a_killed_run_resumes_training_and_registers_nothing_half_trained(tmp_path, book_lines, local_ray):
+    """`interlingua run` SIGKILLed mid-training, then the next scheduled run: it resumes the same MLflow run
+    from the last checkpoint, logs no step twice and registers one version. Slow (a run that is killed, then a
+    run to the end, 150 steps): the kill must land in a training of the run's own, past a checkpoint."""
     import ray
 
     template = write_corpus(tmp_path / "corpus", book_lines, SMALL_BOOKS)

@@ -91,7 +91,9 @@ def test_slow_clients_cannot_starve_fast_ones(server, verse):
     """100 clients dribble their bodies byte by byte (before the fix, every good request beside them was a
     503). Within seconds all but the slow bodies a replica waits for (one a client) are answered: 503 beyond
     the queue, 408 once slow without room, 429 for a client at its cap; the good requests sent beside those
-    held are all 200 with their embeddings; the held ones end in a 408 at serve.body_timeout_s."""
+    held are all 200 with their embeddings; the held ones end in a 408 at serve.body_timeout_s. Slow (the
+    package's one server starts with the first of its tests, and the held bodies' deadline is waited out: the
+    server's own clock, in another process, ends them)."""
     limits = server["limits"]
     good = {"sentences": [verse("k", 8, 1, 1)], "lang": "en"}
     expected = server["embedders"]["1"].embed(good["sentences"], "en")

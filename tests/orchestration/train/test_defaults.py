@@ -44,6 +44,8 @@ def test_the_papers_recipe_is_a_config_of_its_own():
 
 
 def test_a_config_with_only_its_corpus_learns(small_dataset, tmp_path, local_ray):
+    """Slow (200 steps of the default model, not the tests' tiny one): that the defaults learn is only seen
+    by training them long enough to leave chance behind; the session's trained model is the tiny one."""
     # Only the corpus, plus the test's small split and vocabulary (the session's prepared dataset of
     # the same seven books), its own folders and a step budget: every model and train key is a default.
     path = tmp_path / "mine.yaml"

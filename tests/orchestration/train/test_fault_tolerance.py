@@ -93,7 +93,9 @@ def test_training_on_two_nodes_survives_a_killed_worker_an_interrupt_and_a_kille
     1. SIGINT to the driver: exit 130 with one line and no traceback, no model published, the MLflow run KILLED;
     2. the same command again; a worker SIGKILLed: the group restarts from the last checkpoint (FailureConfig),
        both ranks again; then the driver SIGKILLed mid-run: nothing published;
-    3. the same command again: it resumes from the last checkpoint, into the same MLflow run, and finishes."""
+    3. the same command again: it resumes from the last checkpoint, into the same MLflow run, and finishes.
+    Slow (three drivers of one 120-step training on two nodes): each failure is met by the next driver of the
+    same run, so the three share one training rather than one each."""
     config_path = tmp_path / "run.yaml"
     config_path.write_text("name: two-nodes\n")
     uri = store_uri(tmp_path)
@@ -210,7 +212,8 @@ def test_a_worker_killed_mid_epoch_resumes_at_the_same_data_position(small_datas
     the stream resumes at the checkpoint's data position (windows of 60 tuples: mid-epoch, mid-window),
     also when the killed run's batches are built ahead by a worker process (runtime.prefetch_batches).
     The killed run's command runs with -v: its output holds the workers' step lines (once a second training
-    of test_output.py), without colour codes."""
+    of test_output.py), without colour codes. Slow (two 120-step trainings, one killed): the same weights are
+    only seen against a run of the same config that was not killed."""
     import ray
 
     from orchestration.train.driver import train

@@ -143,7 +143,9 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and
     2. the same command: the search resumes from the bucket into the same MLflow runs and finishes; the trials'
        runs nested under the search's, the best config written for `interlingua run`, everything of the search
        in the bucket and nothing local;
-    3. the same command again: the finished search restored from the bucket, no trial trained again."""
+    3. the same command again: the finished search restored from the bucket, no trial trained again.
+    Slow (three commands, each with a Ray of its own, and two trials): an interrupt, a resume and a rerun are
+    each a command a person runs."""
     from core import storage
 
     run_dir = f"{s3_bucket}/runs/t"
