@@ -228,6 +228,15 @@ class ServeConfig(Schema):
         "(more: 413). Each neighbour is read from the stored set, so this bounds the time one request holds a "
         "replica.",
     )
+    max_beam: int = Field(default=8, ge=1, description="The widest beam a /translate request may ask for (more: 422).")
+    # A decoded row cost about 18 ms of one core with the demo's model (greedy, 64 rows a batch, 2026-12-03,
+    # 2-core: evaluate's translation rows); beam B decodes B rows a sentence. 64 rows: about 1-5 s.
+    max_decoded_rows: int = Field(
+        default=64,
+        ge=1,
+        description="Rows one /translate request may decode: its sentences x beam (more: 413). Each row decodes "
+        "up to twice its sentence's tokens plus 10, so this bounds the time one request holds a replica.",
+    )
     body_timeout_s: float = Field(
         default=10.0,
         gt=0,

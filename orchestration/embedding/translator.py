@@ -54,6 +54,18 @@ class SentenceTranslator:
         meta = model_files.meta(model_dir / model_files.MODEL_FILE)
         return cls(embedder, trained_decoders(embedder.model.args, meta), model_dir)
 
+    @classmethod
+    def beside(cls, embedder: SentenceEmbedder, model_dir: str | Path) -> SentenceTranslator:
+        """The translator of the model directory `embedder` was loaded from: its torch model shared, or loaded
+        when `embedder` runs an ONNX export (which holds the encoders alone)."""
+        from model.nmt import MultilingualNMT
+
+        model_dir = Path(model_dir)
+        if not isinstance(embedder.model, MultilingualNMT):
+            return cls.load(model_dir, device=str(embedder.device), max_tokens=embedder.max_tokens)
+        meta = model_files.meta(model_dir / model_files.MODEL_FILE)
+        return cls(embedder, trained_decoders(embedder.model.args, meta), model_dir)
+
     @property
     def model(self):
         return self.embedder.model

@@ -3,20 +3,24 @@
     POST /embed   {"sentences": ["Dieu est amour."], "lang": "fr"}
                   -> 200 {"embeddings": [[...]], "model_version": "3", "dim": 256}
                   with "nearest": {"k": 3, "in": ["en"]}: also the nearest stored sentences of each
+    POST /translate {"sentences": ["Dieu est amour."], "lang": "fr", "target": "en", "beam": 4}
+                  -> 200 {"translations": ["God is love."], "lang": "fr", "target": "en", "beam": 4, ...}
+                  through the interlingua: the source's encoder, then the target's decoder
     GET  /healthz -> 200 while the replica runs;  GET /readyz -> 200 with the version once a model is loaded
     GET  /openapi.json, /docs -> the API's OpenAPI description, and its page (Swagger UI 5, served from the
                   fastapi-offline package: it renders with no network beyond the endpoint)
 
 The routes are a FastAPI app, the deployment's ingress (`@serve.ingress`), as in Ray Serve's own examples; its
-pydantic models (serve/schema.py) describe the bodies. /embed reads its raw body itself, so that the
-checks stay `parse_embed`'s. Every error is {"error": "...", ...} with its status.
-A body is read within its deadline, and slow bodies are capped per replica and per client, so slow clients
-cannot starve fast ones (serve/body.py: 408, 429). Requests are checked against the `serve` limits before any
-work, their cost in neighbours too (serve/request.py: 413, 422 with a message); concurrent requests are
-embedded together (`@serve.batch`, grouped by language), each failure kept to the request that caused it
-(serve/batch.py); beyond `max_ongoing_requests` per replica and `max_queued_requests` waiting, Ray Serve's
-proxy answers 503 at once, so an overload costs no memory. With serve.model=champion each replica reads the
-alias every `poll_seconds` and swaps to a newly promoted version without failing a request (serve/models.py);
+pydantic models (serve/schema.py) describe the bodies. /embed and /translate read their raw bodies themselves,
+so that the checks stay `parse_embed`'s and `parse_translate`'s. Every error is {"error": "...", ...} with its
+status. A body is read within its deadline, and slow bodies are capped per replica and per client, so slow
+clients cannot starve fast ones (serve/body.py: 408, 429). Requests are checked against the `serve` limits
+before any work, their cost in neighbours and in rows to decode too (serve/request.py: 413, 422 with a
+message); concurrent /embed requests are embedded together (`@serve.batch`, grouped by language), each failure
+kept to the request that caused it (serve/batch.py); a translation is decoded alone, in a thread. Beyond
+`max_ongoing_requests` per replica and `max_queued_requests` waiting, Ray Serve's proxy answers 503 at once,
+so an overload costs no memory. With serve.model=champion each replica reads the alias every `poll_seconds`
+and swaps to a newly promoted version without failing a request (serve/models.py);
 every answer names the version that computed it (body and the X-Model-Version header).
 
 Every listener of the endpoint is on the loopback address unless configured otherwise: Serve's HTTP proxy on
@@ -43,15 +47,24 @@ from starlette.exceptions import HTTPException
 from orchestration.adapters.lineage import project_version
 from orchestration.config import Config, JSONValue
 from orchestration.config.stages import ServeConfig
-from orchestration.serve.batch import answer_batch
+from orchestration.serve.batch import answer_batch, answer_translation
 from orchestration.serve.body import SlowBodies, read_body
 from orchestration.serve.models import ModelSlot, ModelSource, ServedModel
-from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
-from orchestration.serve.schema import ERRORS, EmbedBody, EmbedResponse, Health, Ready, request_body
+from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed, parse_translate
+from orchestration.serve.schema import (
+    ERRORS,
+    EmbedBody,
+    EmbedResponse,
+    Health,
+    Ready,
+    TranslateBody,
+    TranslateResponse,
+    request_body,
+)
 
 log = logging.getLogger(f"ray.serve.{__name__}")  # Ray Serve shows its replicas' "ray.serve" loggers
 DEPLOYMENT = "interlingua"
-ROUTES = "POST /embed, GET /healthz, /readyz, /docs"
+ROUTES = "POST /embed, /translate, GET /healthz, /readyz, /docs"
 
 
 def node_address(address: str, node_ip: str) -> str:
@@ -87,7 +100,8 @@ def bind_replica_grpc() -> None:
 api = FastAPI(
     title="interlingua",
     version=project_version(),
-    description="Language-independent sentence embeddings: POST sentences of one language to /embed.",
+    description="Language-independent sentence embeddings: POST sentences of one language to /embed, or to "
+    "/translate with a target language to decode them into.",
     docs_url=None,  # FastAPI's own page loads Swagger UI from a CDN: /docs below serves a packaged copy
     redoc_url=None,
 )
@@ -180,6 +194,29 @@ class EmbeddingServer:
         except RequestRejected as exc:
             return JSONResponse({"error": str(exc), "model_version": self.slot.current.version}, exc.status)
         return self._answer(200, answer, served)
+
+    @api.post(
+        "/translate",
+        response_model=TranslateResponse,
+        responses=ERRORS,
+        openapi_extra=request_body(TranslateBody),
+        summary="Translate sentences of one language into another through the interlingua",
+    )
+    async def translate(self, request: Request) -> JSONResponse:
+        """The body is read and its sentences checked as /embed's (408, 413, 429, 422), then `parse_translate`'s
+        target and beam (422) and cost (413); the model that decodes it is held until it is done (a swap
+        meanwhile drains it)."""
+        try:
+            check_length(request.headers.get("content-length"), self.limits)
+            body = await read_body(request, self.limits, self.slow_bodies)
+            parsed = parse_translate(body, self.limits, self.slot.current.embedder.languages)
+            with self.slot.use() as served:
+                result = await answer_translation(parsed, served)
+            if isinstance(result, RequestRejected):
+                raise result
+        except RequestRejected as exc:
+            return JSONResponse({"error": str(exc), "model_version": self.slot.current.version}, exc.status)
+        return self._answer(200, result, served)
 
     @staticmethod
     def _answer(status: int, body: Mapping[str, object], served: ServedModel) -> JSONResponse:

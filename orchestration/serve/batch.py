@@ -1,8 +1,10 @@
-"""A batch of /embed requests answered by one model, each request's failure kept to itself. No Ray here: the
-deployment (serve/app.py) calls `answer_batch` from its `@serve.batch` method, where an exception would fail
-every request of the batch (Ray Serve sets the one exception on all of their futures).
+"""A batch of /embed requests answered by one model, each request's failure kept to itself; a /translate
+request answered alone. No Ray here: the deployment (serve/app.py) calls `answer_batch` from its `@serve.batch`
+method, where an exception would fail every request of the batch (Ray Serve sets the one exception on all of
+their futures), and `answer_translation` from its /translate route.
 
     results = await answer_batch(requests, served)   # per request: its answer (a dict) or its RequestRejected
+    result = await answer_translation(request, served)
 
 Requests are checked before they join a batch (serve/request.py), so what fails here is a race (a swap, since
 the check, to a model without the language or the stored set asked for), the stored set gone from disk (503),
@@ -21,7 +23,13 @@ import numpy as np
 
 from core.errors import UserError
 from orchestration.serve.models import ServedModel
-from orchestration.serve.request import EmbedRequest, RequestRejected, missing_stored_message, no_stored_set_message
+from orchestration.serve.request import (
+    EmbedRequest,
+    RequestRejected,
+    TranslateRequest,
+    missing_stored_message,
+    no_stored_set_message,
+)
 
 log = logging.getLogger(f"ray.serve.{__name__}")  # Ray Serve shows its replicas' "ray.serve" loggers
 
@@ -116,6 +124,39 @@ async def _answer(request: EmbedRequest, vectors: np.ndarray, served: ServedMode
         for row, found in zip(answer["nearest"], hits):
             row[target] = [{"score": s, "key": key, "text": text} for s, key, text in found]
     return answer
+
+
+class Translation(TypedDict):
+    """The body of a /translate answer, without the model version (`schema.TranslateResponse`)."""
+
+    translations: list[str]
+    lang: str
+    target: str
+    beam: int
+
+
+async def answer_translation(request: TranslateRequest, served: ServedModel) -> Translation | RequestRejected:
+    """The translations of one /translate request, or its RequestRejected: 422 for a target whose decoder the
+    model's training never taught (or a language a swap since the check took away), 500 for a fault. The
+    decoding runs in a thread: the replica's loop keeps reading bodies and embedding meanwhile."""
+    try:
+        translator = await asyncio.to_thread(served.translation)
+        translator.check_source(request.lang, flag='"lang"')
+        translator.check_target(request.target, flag='"target"')
+        texts = await asyncio.to_thread(
+            translate_flushed, translator, list(request.sentences), request.lang, request.target, request.beam
+        )
+    except Exception as exc:  # noqa: BLE001 - this request's fault or a bug: its answer alone
+        return refusal(exc, served)
+    return {"translations": texts, "lang": request.lang, "target": request.target, "beam": request.beam}
+
+
+def translate_flushed(translator: Any, sentences: list[str], source: str, target: str, beam: int) -> list[str]:
+    """`translator.translate` with denormal floats flushed to zero in the calling thread (`embed_flushed`)."""
+    import torch
+
+    torch.set_flush_denormal(True)
+    return translator.translate(sentences, source, target, beam=beam)
 
 
 def refusal(exc: Exception, served: ServedModel) -> RequestRejected:

@@ -47,6 +47,7 @@ class ServedModel:
     folder: Path
     store: Any = None  # its stored embedding set (evaluation.store.StoredEmbeddings) for /embed's nearest
     download: tempfile.TemporaryDirectory | None = None  # the folder it was downloaded to, removed once drained
+    translator: Any = None  # its SentenceTranslator, made by the first /translate (`translation`)
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -59,6 +60,15 @@ class ServedModel:
             return None
         columns = set(self.store.columns)
         return [lang for lang in self.store.languages if {"key", f"{lang}_text"} <= columns]
+
+    def translation(self):
+        """The model's SentenceTranslator (orchestration/embedding/translator.py), sharing the embedder's model;
+        made once, by the first request that translates."""
+        if self.translator is None:
+            from orchestration.embedding.translator import SentenceTranslator
+
+            self.translator = SentenceTranslator.beside(self.embedder, self.folder)
+        return self.translator
 
     def release(self) -> None:
         """Drop what the model holds on disk (its download); it is no longer served."""

@@ -2,14 +2,16 @@
 
     POST /embed {"sentences": ["Dieu est amour."], "lang": "fr"}
     POST /embed {"sentences": ["Dieu est amour."], "lang": "fr", "nearest": {"k": 3, "in": ["en"]}}
+    POST /translate {"sentences": ["Dieu est amour."], "lang": "fr", "target": "en", "beam": 4}
 
-Plain functions, testable without Ray or HTTP: `parse_embed` turns the raw body into an `EmbedRequest` or
-raises `RequestRejected` with the HTTP status and a message that says what to change: 413 for a body, a
-batch or a cost above its limit (send less per request), 422 for what no resend fixes as is (not JSON, a
-missing or mistyped field, a language the model does not know or its stored set does not hold, or named twice,
-a sentence too long). A request's cost is bounded here too: its sentences' characters once normalized
-(`check_normalized_length`), and the neighbours it asks for, sentences x nearest.k x languages
-(`serve.max_nearest_hits`), each language once.
+Plain functions, testable without Ray or HTTP: `parse_embed` and `parse_translate` turn the raw body into an
+`EmbedRequest` or a `TranslateRequest`, or raise `RequestRejected` with the HTTP status and a message that
+says what to change: 413 for a body, a batch or a cost above its limit (send less per request), 422 for what
+no resend fixes as is (not JSON, a missing or mistyped field, a language the model does not know or its stored
+set does not hold, or named twice, a sentence too long, a beam out of range). A request's cost is bounded here
+too: its sentences' characters once normalized (`check_normalized_length`), the neighbours it asks for,
+sentences x nearest.k x languages (`serve.max_nearest_hits`), each language once, and the rows it decodes,
+sentences x beam (`serve.max_decoded_rows`).
 Everything one request can get wrong is refused here, before it joins a batch: a batch is embedded as one, so
 an error found there would have to be kept from the requests batched with it (serve/batch.py does, as the
 second line).
@@ -42,6 +44,14 @@ class EmbedRequest:
     nearest_in: tuple[str, ...] = ()  # the languages of the stored set to search
 
 
+@dataclass(frozen=True)
+class TranslateRequest:
+    sentences: tuple[str, ...]
+    lang: str
+    target: str  # the language to decode into (the same as `lang`: the round trip)
+    beam: int = 1  # 1: greedy
+
+
 def check_length(declared: str | None, limits: ServeConfig) -> None:
     """413 when the Content-Length header already says the body is above `max_body_bytes`."""
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
@@ -58,6 +68,46 @@ def parse_embed(
     """The checked request of a raw /embed body (see the module docstring); RequestRejected otherwise.
     `languages`: the model's; `stored`: those its stored embedding set can be searched in for "nearest"
     (`ServedModel.searchable`), None when it has no stored set."""
+    data = _json_object(body, limits, EMBED_EXAMPLE, ("sentences", "lang", "nearest"))
+    sentences, lang = _sentences(data, limits, languages)
+    k, targets = _nearest(data.get("nearest"), limits, languages, stored)
+    check_nearest_cost(len(sentences), k, targets, limits)
+    return EmbedRequest(tuple(sentences), lang, k, targets)
+
+
+def parse_translate(body: bytes, limits: ServeConfig, languages: list[str]) -> TranslateRequest:
+    """The checked request of a raw /translate body (see the module docstring); RequestRejected otherwise.
+    `languages`: the model's. Whether its decoder for the target was trained is the translator's to say
+    (`SentenceTranslator.check_target`)."""
+    data = _json_object(body, limits, TRANSLATE_EXAMPLE, ("sentences", "lang", "target", "beam"))
+    sentences, lang = _sentences(data, limits, languages)
+    for i, sentence in enumerate(sentences):
+        if not sentence.strip():  # nothing to translate: its vector is the encoder's of no token
+            raise RequestRejected(422, f"sentence {i} is empty; send sentences with text to translate")
+    target = data.get("target")
+    if not isinstance(target, str) or target not in languages:
+        raise RequestRejected(422, f'"target": the model knows {languages}, not {target!r}')
+    beam = data.get("beam", 1)
+    if not isinstance(beam, int) or isinstance(beam, bool) or not 1 <= beam <= limits.max_beam:
+        raise RequestRejected(
+            422, f'"beam" must be an integer from 1 (greedy) to serve.max_beam ({limits.max_beam}), not {beam!r}'
+        )
+    rows = len(sentences) * beam
+    if rows > limits.max_decoded_rows:
+        raise RequestRejected(
+            413,
+            f"{len(sentences)} sentences x beam {beam} = {rows} rows to decode, above serve.max_decoded_rows "
+            f"({limits.max_decoded_rows}); send fewer sentences per request, or a smaller beam",
+        )
+    return TranslateRequest(tuple(sentences), lang, target, beam)
+
+
+EMBED_EXAMPLE = '{"sentences": ["..."], "lang": "fr"}'
+TRANSLATE_EXAMPLE = '{"sentences": ["..."], "lang": "fr", "target": "en"}'
+
+
+def _json_object(body: bytes, limits: ServeConfig, example: str, fields: Sequence[str]) -> dict:
+    """The body as a JSON object of `fields` at most, within serve.max_body_bytes; RequestRejected otherwise."""
     if len(body) > limits.max_body_bytes:
         raise RequestRejected(
             413,
@@ -66,14 +116,19 @@ def parse_embed(
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, a huge number
-        raise RequestRejected(
-            422, f'the body is not JSON we accept ({str(exc)[:200]}); send {{"sentences": ["..."], "lang": "fr"}}'
-        ) from None
+        raise RequestRejected(422, f"the body is not JSON we accept ({str(exc)[:200]}); send {example}") from None
     if not isinstance(data, dict):
-        raise RequestRejected(422, 'the body must be a JSON object: {"sentences": ["..."], "lang": "fr"}')
-    unknown = sorted(set(data) - {"sentences", "lang", "nearest"})
+        raise RequestRejected(422, f"the body must be a JSON object: {example}")
+    unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise RequestRejected(422, f"unknown field(s) {unknown}; the fields are sentences, lang and nearest")
+        raise RequestRejected(
+            422, f"unknown field(s) {unknown}; the fields are {', '.join(fields[:-1])} and {fields[-1]}"
+        )
+    return data
+
+
+def _sentences(data: dict, limits: ServeConfig, languages: list[str]) -> tuple[list[str], str]:
+    """The request's sentences and their language, each sentence checked against the limits."""
     sentences, lang = data.get("sentences"), data.get("lang")
     if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
         raise RequestRejected(422, '"sentences" must be a list of strings')
@@ -97,9 +152,7 @@ def parse_embed(
                 422, f"sentence {i} is not valid Unicode text ({exc.reason} at character {exc.start}); send UTF-8 text"
             ) from None
         check_normalized_length(sentence, i, limits)
-    k, targets = _nearest(data.get("nearest"), limits, languages, stored)
-    check_nearest_cost(len(sentences), k, targets, limits)
-    return EmbedRequest(tuple(sentences), lang, k, targets)
+    return sentences, lang
 
 
 def check_normalized_length(sentence: str, index: int, limits: ServeConfig) -> None:

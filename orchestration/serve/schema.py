@@ -42,6 +42,32 @@ class EmbedBody(_Body):
     nearest: NearestQuery | None = None
 
 
+class TranslateBody(_Body):
+    """POST /translate: sentences of one language, decoded into `target` through the interlingua (the source
+    language's encoder makes each sentence's vector, the target's decoder its text). The sentences' limits are
+    /embed's; their number x beam at most serve.max_decoded_rows."""
+
+    sentences: list[str] = Field(examples=[["Dieu est amour."]], description="Each with text (not empty).")
+    lang: str = Field(description="The sentences' language, one the model knows.", examples=["fr"])
+    target: str = Field(
+        description="The language to translate into: one whose decoder the model's training taught (the same "
+        "as lang: the round trip).",
+        examples=["en"],
+    )
+    beam: int = Field(1, ge=1, description="The beam's width, at most serve.max_beam; 1: greedy.")
+
+
+class TranslateResponse(BaseModel):
+    """The translations, one per sentence in order, and the version of the model that made them (also in the
+    X-Model-Version header)."""
+
+    translations: list[str]
+    lang: str
+    target: str
+    beam: int
+    model_version: str = Field(description="The registered version, or a model directory's sha256 prefix.")
+
+
 class Neighbour(BaseModel):
     score: float = Field(description="The similarity of the stored sentence to the query.")
     key: str = Field(description="The stored tuple's key.")
@@ -84,7 +110,8 @@ ERRORS: dict[int | str, dict[str, type[BaseModel] | str]] = {
     },
     413: {
         "model": ErrorResponse,
-        "description": "The body, the batch or the neighbours asked for are above their limit: send less.",
+        "description": "The body, the batch, the neighbours or the rows to decode asked for are above their "
+        "limit: send less.",
     },
     422: {"model": ErrorResponse, "description": "Not a request the model can answer (the message says why)."},
     429: {

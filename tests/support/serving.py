@@ -29,8 +29,9 @@ def post(url: str, body: bytes | dict, timeout: float = 60) -> tuple[int, dict]:
 
 
 def any_body(langs: list[str]):
-    """A hypothesis strategy of request bodies (bytes): random JSON values, most of them near the fields'
-    names; well-formed requests whose sentences hold lone surrogates; random bytes."""
+    """A hypothesis strategy of request bodies (bytes) for /embed and /translate: random JSON values, most of
+    them near the fields' names; well-formed requests whose sentences hold lone surrogates, some with a target
+    and a beam; random bytes."""
     from hypothesis import strategies as st
 
     scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
@@ -39,7 +40,8 @@ def any_body(langs: list[str]):
         lambda inner: (
             st.lists(inner, max_size=4)
             | st.dictionaries(
-                st.sampled_from(["sentences", "lang", "nearest", "k", "in", "x"]) | st.text(max_size=5),
+                st.sampled_from(["sentences", "lang", "nearest", "k", "in", "target", "beam", "x"])
+                | st.text(max_size=5),
                 inner,
                 max_size=4,
             )
@@ -47,7 +49,10 @@ def any_body(langs: list[str]):
         max_leaves=20,
     )
     surrogates = st.text(alphabet=st.characters(categories=["Cs"]) | st.characters(), max_size=8)
-    requests = st.fixed_dictionaries({"sentences": st.lists(surrogates, max_size=3), "lang": st.sampled_from(langs)})
+    requests = st.fixed_dictionaries(
+        {"sentences": st.lists(surrogates, max_size=3), "lang": st.sampled_from(langs)},
+        optional={"target": st.sampled_from(langs) | st.text(max_size=3), "beam": st.integers(-2, 10)},
+    )
     return (
         values.map(lambda v: json.dumps(v).encode())
         | requests.map(lambda v: json.dumps(v).encode())

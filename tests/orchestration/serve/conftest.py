@@ -65,7 +65,7 @@ def server(small_dataset, tmp_path_factory):
     module that uses it sorts before test_server.py, else with SIGTERM."""
     tmp = tmp_path_factory.mktemp("serve")
     uri = store_uri(tmp)
-    first = untrained_model_dir(small_dataset, tmp / "v1")
+    first = untrained_model_dir(small_dataset, tmp / "v1", decoders=["en", "fr"])  # /translate: into en and fr
     second = other_weights(untrained_model_dir(small_dataset, tmp / "v2"))
     embedders = {"1": SentenceEmbedder.load(first), "2": SentenceEmbedder.load(second)}
     assert register(uri, first, embedders["1"]) == "1"
@@ -98,6 +98,7 @@ def server(small_dataset, tmp_path_factory):
             "uri": uri,
             "data_dir": small_dataset.data_dir,
             "embedders": embedders,
+            "first": first,
             "second": second,
             "proc": proc,
             "tmp": scratch,

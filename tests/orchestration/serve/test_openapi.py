@@ -10,8 +10,8 @@ import re
 
 from orchestration.config.stages import ServeConfig
 from orchestration.serve.app import api
-from orchestration.serve.request import RequestRejected, parse_embed
-from orchestration.serve.schema import EmbedBody
+from orchestration.serve.request import RequestRejected, parse_embed, parse_translate
+from orchestration.serve.schema import EmbedBody, TranslateBody
 from tests.support.serving import any_body
 
 
@@ -68,6 +68,7 @@ def test_the_openapi_document_lists_the_routes_and_their_request_and_response_sc
     doc = json.loads(raw)
     assert {path: sorted(ops) for path, ops in doc["paths"].items()} == {
         "/embed": ["post"],
+        "/translate": ["post"],
         "/healthz": ["get"],
         "/readyz": ["get"],
     }
@@ -88,6 +89,13 @@ def test_the_openapi_document_lists_the_routes_and_their_request_and_response_sc
     assert answer["properties"]["embeddings"]["items"] == {"items": {"type": "number"}, "type": "array"}
     for code in ("408", "413", "422", "429", "500", "503"):
         assert set(response(embed, code)["properties"]) == {"error", "model_version"}, code
+    translate = doc["paths"]["/translate"]["post"]
+    request = translate["requestBody"]["content"]["application/json"]["schema"]
+    assert set(request["properties"]) == {"sentences", "lang", "target", "beam"}
+    assert sorted(request["required"]) == ["lang", "sentences", "target"] and request["additionalProperties"] is False
+    assert set(response(translate, "200")["properties"]) == {"translations", "lang", "target", "beam", "model_version"}
+    for code in ("408", "413", "422", "429", "500"):
+        assert set(response(translate, code)["properties"]) == {"error", "model_version"}, code
     assert set(response(doc["paths"]["/readyz"]["get"], "200")["properties"]) == {"ready", "model_version"}
     assert set(response(doc["paths"]["/healthz"]["get"], "200")["properties"]) == {"status"}
 
@@ -106,7 +114,7 @@ def test_the_docs_page_is_served_with_its_scripts_from_the_endpoint_itself():
 def test_an_unknown_route_or_method_is_answered_in_the_apis_error_form():
     status, _, raw = call("GET", "/nowhere")
     assert status == 404 and json.loads(raw) == {
-        "error": "no route /nowhere; POST /embed, GET /healthz, /readyz, /docs"
+        "error": "no route /nowhere; POST /embed, /translate, GET /healthz, /readyz, /docs"
     }
     status, headers, raw = call("GET", "/embed")
     assert status == 405 and "GET is not allowed on /embed" in json.loads(raw)["error"]
@@ -135,4 +143,25 @@ def test_every_body_parse_embed_accepts_is_one_the_documented_schema_accepts():
     EmbedBody.model_validate_json(
         json.dumps({"sentences": ["Dieu est amour."], "lang": "fr", "nearest": {"k": 2, "in": ["en"]}})
     )
+    assert accepted  # the strategy reached bodies the server takes
+
+
+def test_every_body_parse_translate_accepts_is_one_the_documented_schema_accepts():
+    from hypothesis import given, settings
+
+    limits = ServeConfig(max_body_bytes=100_000)
+    accepted = []
+
+    @settings(max_examples=300, deadline=None)
+    @given(any_body(["en", "fr"]))
+    def check(raw):
+        try:
+            parse_translate(raw, limits, ["en", "fr"])
+        except RequestRejected:
+            return
+        TranslateBody.model_validate_json(raw)
+        accepted.append(raw)
+
+    check()
+    TranslateBody.model_validate_json(json.dumps({"sentences": ["Dieu est amour."], "lang": "fr", "target": "en"}))
     assert accepted  # the strategy reached bodies the server takes

@@ -11,10 +11,25 @@ import pytest
 
 from orchestration.config.stages import ServeConfig
 from orchestration.serve.models import ModelSlot, ServedModel
-from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed
+from orchestration.serve.request import (
+    EmbedRequest,
+    RequestRejected,
+    TranslateRequest,
+    check_length,
+    parse_embed,
+    parse_translate,
+)
 from tests.support.serving import any_body
 
-LIMITS = ServeConfig(max_sentences=2, max_sentence_chars=40, max_body_bytes=200, max_nearest_k=5, max_nearest_hits=10)
+LIMITS = ServeConfig(
+    max_sentences=2,
+    max_sentence_chars=40,
+    max_body_bytes=200,
+    max_nearest_k=5,
+    max_nearest_hits=10,
+    max_beam=4,
+    max_decoded_rows=6,
+)
 DEEP = ServeConfig(max_body_bytes=100_000)  # room for a deeply nested body
 LANGS = ["en", "fr"]
 STORED = ["en", "fr"]  # the languages the stored embedding set can be searched in
@@ -57,6 +72,56 @@ def test_a_bad_request_is_refused_with_its_status_and_what_to_change(raw, status
     with pytest.raises(RequestRejected, match=words) as caught:
         parse_embed(raw, LIMITS, LANGS, stored=STORED)
     assert caught.value.status == status
+
+
+def test_a_good_translation_request_is_parsed():
+    got = parse_translate(body(sentences=["Dieu est amour."], lang="fr", target="en", beam=4), LIMITS, LANGS)
+    assert got == TranslateRequest(("Dieu est amour.",), "fr", "en", 4)
+    assert parse_translate(body(sentences=["a", "b"], lang="en", target="en"), LIMITS, LANGS).beam == 1  # round trip
+
+
+@pytest.mark.parametrize(
+    "raw, status, words",
+    [
+        (b"x" * 201, 413, "serve.max_body_bytes"),
+        (b"{", 422, '"target": "en"'),  # the example names the target
+        (body(sentences=["a"], lang="fr", target="en", nearest={"k": 1}), 422, "sentences, lang, target and beam"),
+        (body(sentences=["a", "b", "c"], lang="fr", target="en"), 413, "serve.max_sentences"),
+        (body(sentences=["a"], lang="de", target="en"), 422, '"lang": the model knows'),
+        (body(sentences=["a"], lang="fr"), 422, '"target": the model knows'),
+        (body(sentences=["a"], lang="fr", target="de"), 422, "not 'de'"),
+        (body(sentences=["a", " "], lang="fr", target="en"), 422, "sentence 1 is empty"),
+        (body(sentences=["a" * 41], lang="fr", target="en"), 422, "serve.max_sentence_chars"),
+        (body(sentences=["a"], lang="fr", target="en", beam=0), 422, "serve.max_beam"),
+        (body(sentences=["a"], lang="fr", target="en", beam=5), 422, "serve.max_beam"),
+        (body(sentences=["a"], lang="fr", target="en", beam=True), 422, '"beam" must be an integer'),
+        (body(sentences=["a"], lang="fr", target="en", beam="2"), 422, '"beam" must be an integer'),
+        (body(sentences=["a", "b"], lang="fr", target="en", beam=4), 413, "2 sentences x beam 4 = 8 rows"),
+    ],
+)
+def test_a_bad_translation_request_is_refused_with_its_status_and_what_to_change(raw, status, words):
+    with pytest.raises(RequestRejected, match=words) as caught:
+        parse_translate(raw, LIMITS, LANGS)
+    assert caught.value.status == status
+
+
+def test_any_body_is_a_checked_translation_request_or_a_413_or_422():
+    """As for /embed: never another exception than RequestRejected, whatever the body."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=200, deadline=None)
+    @given(any_body(LANGS))
+    def check(raw):
+        try:
+            request = parse_translate(raw, DEEP, LANGS)
+        except RequestRejected as exc:
+            assert exc.status in (413, 422)
+            return
+        assert request.target in LANGS and 1 <= request.beam <= DEEP.max_beam
+        for sentence in request.sentences:
+            sentence.encode("utf-8")
+
+    check()
 
 
 def test_nearest_in_a_language_the_stored_set_lacks_is_422_naming_it_and_those_it_holds():

@@ -49,6 +49,43 @@ def test_embeddings_are_the_in_process_embedders(server, verse):
     assert body["dim"] == expected.shape[1]
 
 
+def test_translations_are_the_in_process_translators_and_a_bad_request_fails_alone(server, verse):
+    """POST /translate through the interlingua of version 1 (decoders taught for en and fr alone): the
+    translator's own text, greedy and beam; a target never taught, a beam or a cost above its limit are each
+    refused with what to change, while an /embed and a translation sent beside them are answered."""
+    from orchestration.embedding.translator import SentenceTranslator
+
+    url, limits = server["url"], server["limits"]
+    translator = SentenceTranslator.load(server["first"])
+    sentences = [verse("k", 8, 1, 1), verse("k", 8, 1, 2)]  # Ruth 1:1-2 in English
+    for beam in (1, 3):
+        status, body = post(f"{url}/translate", {"sentences": sentences, "lang": "en", "target": "fr", "beam": beam})
+        assert status == 200, body
+        assert body == {
+            "translations": translator.translate(sentences, "en", "fr", beam=beam),
+            "lang": "en",
+            "target": "fr",
+            "beam": beam,
+            "model_version": "1",
+        }
+    good = {"sentences": sentences, "lang": "en", "target": "en"}  # the round trip
+    bad = [
+        ({"sentences": sentences, "lang": "en", "target": "es"}, 422, "decoder for 'es' was never trained"),
+        ({**good, "beam": limits.max_beam + 1}, 422, "serve.max_beam"),
+        ({**good, "sentences": [sentences[0]] * 9, "beam": 8}, 413, "serve.max_decoded_rows"),
+        ({**good, "sentences": [""]}, 422, "sentence 0 is empty"),
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        embedding = pool.submit(post, f"{url}/embed", {"sentences": sentences, "lang": "en"})
+        beside = pool.submit(post, f"{url}/translate", good)
+        answers = list(pool.map(lambda case: post(f"{url}/translate", case[0]), bad))
+    for (_, status, words), (got, answer) in zip(bad, answers):
+        assert got == status and words in answer["error"], answer
+    assert embedding.result()[0] == 200
+    status, body = beside.result()
+    assert status == 200 and body["translations"] == translator.translate(sentences, "en", "en"), body
+
+
 def test_nearest_sentences_of_the_stored_set(server, verse):
     """The stored test split holds the query itself: its nearest English sentence, at cosine 1."""
     from core.dataset import Dataset
