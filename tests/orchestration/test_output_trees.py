@@ -25,7 +25,6 @@ import pytest
 
 from core import storage
 from core.errors import Exit
-from orchestration.adapters import tracking
 from orchestration.cli import main
 from tests.support.corpus import LANGS, SMALL_BOOKS, write_corpus, write_lines
 from tests.support.runs import TINY, store_uri
@@ -218,24 +217,16 @@ def test_no_command_touches_a_users_object_anywhere_in_its_output_prefixes_in_a_
     s3_bucket, local_ray, tmp_path, book_lines, capsys, monkeypatch
 ):
     """Also what a test of its own asserted of prepare, train and evaluate with the run dir in a bucket: each
-    stage's files land there, nothing local is named after the URI, and a rerun finds its work done; and of
-    tune's rerun there (train/test_tune.py): the finished search restored from the bucket trains no trial."""
+    stage's files land there, nothing local is named after the URI, and a rerun finds its work done."""
     monkeypatch.chdir(tmp_path)  # a URI taken for a local path would show up here as `s3:/...`
     out = f"{s3_bucket}/out"
     todo = commands(tmp_path, out, book_lines)
     build(todo)
-    in_the_bucket(todo, out, tmp_path, capsys)
+    in_the_bucket(todo, out, tmp_path, capsys.readouterr().out)
     check_trees(out, todo, capsys)
 
 
-def trial_runs(uri: str) -> list[str]:
-    """The MLflow runs of the search's trials (trainings tagged with their search)."""
-    trainings = tracking.search_runs(uri, "interlingua", f"tags.`{tracking.STAGE_TAG}` = 'train'")
-    return sorted(r.info.run_id for r in trainings if tracking.TUNE_TAG in r.data.tags)
-
-
-def in_the_bucket(todo, out: str, tmp_path, capsys) -> None:
-    printed = capsys.readouterr().out
+def in_the_bucket(todo, out: str, tmp_path, printed: str) -> None:
     run = storage.join(out, "run")
     assert f"model: {run}/train/model" in printed
     found = storage.files(run)
@@ -254,17 +245,9 @@ def in_the_bucket(todo, out: str, tmp_path, capsys) -> None:
     assert {"eval/test/metrics.json", "eval/test/state.json", "eval/test/embeddings/manifest.json"} <= set(found)
     # nothing local but the inputs, the SQLite tracking store and its artifact folder: no `s3:` folder
     assert {p.name for p in tmp_path.iterdir()} <= {"corpus", "space.yaml", "mlflow.db", "mlartifacts"}
-    # a rerun reads its states from the bucket: it trains and evaluates nothing; the finished search is restored
-    # from there and trains no trial again (its MLflow runs and files as they were)
-    trials = trial_runs(store_uri(tmp_path))
+    # a rerun reads its states from the bucket: it trains and evaluates nothing
     assert main(todo["train"][0]) == Exit.OK and main(todo["evaluate"][0]) == Exit.OK
-    assert main(todo["tune"][0]) == Exit.OK
-    assert "1 trials" in capsys.readouterr().out
-    assert len(trials) == 1 and trial_runs(store_uri(tmp_path)) == trials
-    # only Ray Tune's own experiment state (`tune/ray/`) is saved again by a restored search
-    assert [f for f in storage.files(run) if not f.startswith("tune/ray/")] == [
-        f for f in found if not f.startswith("tune/ray/")
-    ]
+    assert storage.files(run) == found
     assert (
         storage.sha256(f"{run}/train/model/model.safetensors")
         == storage.read_json(f"{run}/train/model/lineage.json")["model_sha256"]

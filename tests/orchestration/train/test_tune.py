@@ -132,19 +132,20 @@ def test_a_bad_space_file_is_one_line_and_exit_2_before_the_search(text, expecte
 
 
 @pytest.mark.ray
-def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_and_nests_its_trials_in_mlflow(s3_bucket, small_dataset, tmp_path):
-    """A grid of two trials with the run dir in a bucket, two commands (one merged test: each starts its own
+def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_nests_its_trials_in_mlflow_and_a_rerun_trains_nothing(
+    s3_bucket, small_dataset, tmp_path
+):
+    """A grid of two trials with the run dir in a bucket, three commands (one merged test: each starts its own
     Ray, the costly part):
     1. Ctrl+C once the first trial trains (its first checkpoint is in the bucket, not while Ray is still
        starting its workers, whose own start-up errors would then reach stderr): exit 130, one line, no
        traceback, the search's and the trial's MLflow runs KILLED;
     2. the same command: the search resumes from the bucket into the same MLflow runs and finishes; the trials'
        runs nested under the search's, the best config written for `interlingua run`, everything of the search
-       in the bucket and nothing local.
-    That a rerun of the finished search restores it from the bucket and trains no trial again is asserted on the
-    search the bucket's output-tree test runs anyway (test_output_trees.py, `in_the_bucket`). Slow (two
-    commands, each with a Ray of its own, and two trials): an interrupt and a resume are each a command a person
-    runs."""
+       in the bucket and nothing local;
+    3. the same command again: the finished search restored from the bucket, no trial trained again.
+    Slow (three commands, each with a Ray of its own, and two trials): an interrupt, a resume and a rerun are
+    each a command a person runs."""
     from core import storage
 
     run_dir = f"{s3_bucket}/runs/t"
@@ -193,7 +194,15 @@ def test_tune_in_a_bucket_stops_on_ctrl_c_resumes_and_nests_its_trials_in_mlflow
     assert killed.info.run_id in {r.info.run_id for r in trial_runs}  # the interrupted trial resumed into its run
     assert {r.info.status for r in trial_runs} == {"FINISHED"}
 
-    assert "2 trials" in out
+    again = run_to_end(command, 600, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"(MLflow tune run {tune_run.info.run_id})" in again.stdout and "2 trials" in again.stdout
+    rerun = runs("train")  # the finished search restored from the bucket: no trial trains again
+    assert sorted(r.info.run_id for r in rerun) == sorted(r.info.run_id for r in trial_runs)
+    assert [f for f in storage.files(f"{run_dir}/tune") if f.startswith("trials/")] == [
+        f for f in found if f.startswith("trials/")
+    ]
+
     best = storage.read_bytes(f"{run_dir}/tune/best.yaml").decode("utf-8")
     assert best.startswith("# best of 2 trials of ")
     assert yaml.safe_load(best)["train"]["lr"] in (0.0001, 0.01) and yaml.safe_load(best)["run_dir"] == run_dir
