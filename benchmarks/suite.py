@@ -9,9 +9,9 @@ A run is pytest with two processes (`-n 2 --dist loadgroup`, the Makefile's own 
 a temporary folder; each test's seconds are its setup, call and teardown (pytest's `junit_duration_report`
 "total"). On two cores the suite is CPU-bound (docs/testing.md, "Where the time goes"): the wall time is about
 the worker-seconds over two, so a test's seconds are what it costs the run. A test over `--limit` seconds
-(60) must say why it cannot share what other tests pay for: a "Slow" sentence in its docstring or in its
-module's. Those that do not are listed last; the exit status is 1 when there is one. Measure on a quiet machine
-(load under 1.5 at the start): the uptime line at the start says what it was.
+(60) must say why it cannot share what other tests pay for: a "Slow (...)" sentence in its docstring or in its
+module's. Those that do not are listed last; the exit status is 1 when there is one, or when the suite failed.
+Measure on a quiet machine (load under 1.5 at the start): the line "load at the start" says what it was.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import ast
 import collections
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,10 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SLOW = re.compile(r"\bSlow \(")  # "Slow (what it pays for): why it cannot share", in a docstring
 
 
 @dataclass(frozen=True)
 class Case:
+    """One test of a run, as its JUnit report has it."""
+
     nodeid: str  # tests/x/test_y.py::test_z[param]
     seconds: float
     outcome: str  # passed, failed, error, skipped
@@ -52,7 +56,7 @@ def read_junit(path: Path) -> list[Case]:
 
 
 def says_why(nodeid: str) -> bool:
-    """Whether the test's docstring or its module's has a "Slow" sentence (why it cannot share)."""
+    """Whether the test's docstring or its module's has a "Slow (...)" sentence (why it cannot share)."""
     path, _, name = nodeid.partition("::")
     name = name.split("[")[0].split("@")[0]
     try:
@@ -65,20 +69,21 @@ def says_why(nodeid: str) -> bool:
         for node in ast.walk(tree)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
     ]
-    return any("Slow" in doc for doc in docs)
+    return any(SLOW.search(doc) for doc in docs)
 
 
-def run_suite(markers: str | None, junit: Path) -> float:
+def run_suite(markers: str | None, junit: Path) -> tuple[float, int]:
     """pytest as the Makefile runs it (the tests of `markers` only, given), with a JUnit report at `junit`;
-    its wall seconds."""
+    its wall seconds and exit status."""
     command = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"]
     command += ["-m", markers] if markers else []
     started = time.monotonic()
-    subprocess.run([*command, f"--junitxml={junit}"], cwd=ROOT, check=False)
-    return time.monotonic() - started
+    status = subprocess.run([*command, f"--junitxml={junit}"], cwd=ROOT, check=False).returncode
+    return time.monotonic() - started, status
 
 
 def report(cases: list[Case], wall: float | None, limit: float, top: int) -> int:
+    """Print what the run cost; 1 when a test over `limit` seconds does not say why it cannot share."""
     total = sum(c.seconds for c in cases)
     outcomes = collections.Counter(c.outcome for c in cases)
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
@@ -104,6 +109,8 @@ def report(cases: list[Case], wall: float | None, limit: float, top: int) -> int
 
 
 def main() -> None:
+    """Run the suite (or read a report) and print its costs; the exit status is 1 when the suite failed or a
+    slow test gives no reason."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("-m", dest="markers", help="only the tests of this marker expression (pytest's -m)")
     p.add_argument("--junit", type=Path, help="read this JUnit report instead of running the suite")
@@ -115,10 +122,13 @@ def main() -> None:
     print(f"load at the start: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         junit = Path(folder) / "suite.xml"
-        wall = run_suite(args.markers, junit)
+        wall, status = run_suite(args.markers, junit)
         if not junit.is_file():
             sys.exit(f"pytest wrote no report at {junit}: see its output above")
-        sys.exit(report(read_junit(junit), wall, args.limit, args.top))
+        silent = report(read_junit(junit), wall, args.limit, args.top)
+        if status:
+            print(f"\nthe suite failed (pytest exited {status}): see its output above")
+        sys.exit(1 if status or silent else 0)
 
 
 if __name__ == "__main__":

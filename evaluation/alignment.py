@@ -4,14 +4,14 @@ same sentences (or translations) embedded by two models.
     mapping = fit_map(old_vectors, new_vectors)            # least squares: argmin_W ||X W + b - Y||
     mapping = fit_map(a, b, orthogonal=True)               # a rotation (orthogonal Procrustes), same dimensions
     mapped = mapping.apply(queries)                        # queries of the source space, in the target's
-    mapping.save("map.safetensors"); LinearMap.load("map.safetensors")
+    mapping.save("map.safetensors"); LinearMap.load("map.safetensors")   # a path or a URI
 
 What it is for: comparing spaces that were never trained together (Seki 2018's IntRe aligns the encoders of two
 bilingual NMT models this way), aligning a model to its teacher, and a new model to an older one whose vectors
 a user stored. The least squares solution is numpy's (`numpy.linalg.lstsq`), the rotation scipy's
 (`scipy.linalg.orthogonal_procrustes`); `ridge` adds an L2 penalty for few pairs in many dimensions.
 `residual` says how well a map fits (the share of the target's variance it leaves unexplained).
-Files are safetensors: no code runs on load.
+Files are safetensors (no code runs on load), written whole or not at all (`Location.replace_bytes`).
 """
 
 from __future__ import annotations
@@ -43,15 +43,21 @@ class LinearMap:
         return (vectors @ self.weight + self.bias).astype(np.float32)
 
     def save(self, path: str | Path) -> None:
-        from safetensors.numpy import save_file
+        """The map at `path` (a local path or a URI), replaced whole: never written into a file that is there."""
+        from safetensors.numpy import save
 
-        save_file({"weight": np.ascontiguousarray(self.weight), "bias": np.ascontiguousarray(self.bias)}, str(path))
+        from core.location import Location
+
+        tensors = {"weight": np.ascontiguousarray(self.weight), "bias": np.ascontiguousarray(self.bias)}
+        Location.of(path).replace_bytes(save(tensors))
 
     @classmethod
     def load(cls, path: str | Path) -> LinearMap:
-        from safetensors.numpy import load_file
+        from safetensors.numpy import load
 
-        tensors = load_file(str(path))
+        from core.location import Location
+
+        tensors = load(Location.of(path).read_bytes())
         if set(tensors) != {"weight", "bias"} or tensors["weight"].ndim != 2:
             raise AlignmentError(f"{path}: not a linear map's file (weight and bias)")
         if tensors["bias"].shape != (tensors["weight"].shape[1],):
@@ -89,6 +95,8 @@ def fit_map(
     x, y = _checked(source, target)
     if ridge < 0:
         raise AlignmentError(f"ridge must be 0 or more, not {ridge}")
+    if orthogonal and ridge:
+        raise AlignmentError("a rotation takes no ridge: its weights' norm is fixed; give one or the other")
     x_mean = x.mean(axis=0) if bias else np.zeros(x.shape[1])
     y_mean = y.mean(axis=0) if bias else np.zeros(y.shape[1])
     xc, yc = x - x_mean, y - y_mean

@@ -229,13 +229,15 @@ class ServeConfig(Schema):
         "replica.",
     )
     max_beam: int = Field(default=8, ge=1, description="The widest beam a /translate request may ask for (more: 422).")
-    # A decoded row cost about 18 ms of one core with the demo's model (greedy, 64 rows a batch, 2026-12-03,
-    # 2-core: evaluate's translation rows); beam B decodes B rows a sentence. 64 rows: about 1-5 s.
+    # A decoded row of a verse cost about 18 ms of one core with the demo's model (greedy, 64 rows a batch,
+    # 2026-12-03, 2-core: evaluate's translation rows); beam B decodes B rows a sentence. 64 verse-length rows:
+    # about 1-5 s. A row's steps grow with its sentence (twice its tokens plus 10), which max_sentence_chars bounds.
     max_decoded_rows: int = Field(
         default=64,
         ge=1,
         description="Rows one /translate request may decode: its sentences x beam (more: 413). Each row decodes "
-        "up to twice its sentence's tokens plus 10, so this bounds the time one request holds a replica.",
+        "at most twice its sentence's tokens plus 10 steps: with max_sentence_chars, this bounds the time one "
+        "request holds a replica's decoder (one request decodes at a time; the others wait their turn).",
     )
     body_timeout_s: float = Field(
         default=10.0,
@@ -281,6 +283,11 @@ class ServeConfig(Schema):
 
     @model_validator(mode="after")
     def _batches_fit(self) -> ServeConfig:
+        if self.max_beam > self.max_decoded_rows:
+            raise ValueError(
+                f"max_beam ({self.max_beam}) is above max_decoded_rows ({self.max_decoded_rows}): a request at "
+                "that beam could never be decoded; lower it or raise max_decoded_rows"
+            )
         if self.max_ongoing_requests < self.max_batch_size:
             raise ValueError(
                 f"max_ongoing_requests ({self.max_ongoing_requests}) is below max_batch_size "

@@ -85,8 +85,9 @@ class SentenceTranslator:
                 else "its training taught no decoder (model.nmt_weight was 0: ranking and distillation alone)"
             )
             raise NoDecoder(
-                f"{flag} {lang}: the model's decoder for {lang!r} was never trained ({taught}); train one with "
-                "model.nmt_weight > 0 and a path whose targets hold it"
+                f"{flag} {lang}: the model's decoder for {lang!r} was never trained ({taught}); train its decoders "
+                "on its frozen encoders (train.decoders_for: <this model>), or train a model with model.nmt_weight "
+                "> 0 and a path whose targets hold it"
             )
 
     def check_source(self, lang: str, flag: str = "-l") -> None:

@@ -4,7 +4,7 @@
                   -> 200 {"embeddings": [[...]], "model_version": "3", "dim": 256}
                   with "nearest": {"k": 3, "in": ["en"]}: also the nearest stored sentences of each
     POST /translate {"sentences": ["Dieu est amour."], "lang": "fr", "target": "en", "beam": 4}
-                  -> 200 {"translations": ["God is love."], "lang": "fr", "target": "en", "beam": 4, ...}
+                  -> 200 {"translations": ["god is love."], "lang": "fr", "target": "en", "beam": 4, ...}
                   through the interlingua: the source's encoder, then the target's decoder
     GET  /healthz -> 200 while the replica runs;  GET /readyz -> 200 with the version once a model is loaded
     GET  /openapi.json, /docs -> the API's OpenAPI description, and its page (Swagger UI 5, served from the
@@ -17,7 +17,9 @@ status. A body is read within its deadline, and slow bodies are capped per repli
 clients cannot starve fast ones (serve/body.py: 408, 429). Requests are checked against the `serve` limits
 before any work, their cost in neighbours and in rows to decode too (serve/request.py: 413, 422 with a
 message); concurrent /embed requests are embedded together (`@serve.batch`, grouped by language), each failure
-kept to the request that caused it (serve/batch.py); a translation is decoded alone, in a thread. Beyond
+kept to the request that caused it (serve/batch.py); a translation is decoded alone, in a thread, one at a time
+per replica (the others wait their turn, within max_ongoing_requests), so that decoding never holds more than
+one of the threads /embed's batches run in. Beyond
 `max_ongoing_requests` per replica and `max_queued_requests` waiting, Ray Serve's proxy answers 503 at once,
 so an overload costs no memory. With serve.model=champion each replica reads the alias every `poll_seconds`
 and swaps to a newly promoted version without failing a request (serve/models.py);
@@ -146,6 +148,7 @@ class EmbeddingServer:
         self.limits = self.config.serve
         cpu_threads(max(1, int(self.limits.cpus_per_replica)))
         self.slow_bodies = SlowBodies(self.limits)
+        self.decoding = asyncio.Semaphore(1)  # one /translate decodes at a time (a replica's CPUs are few)
         self.source = ModelSource(self.config, scratch=scratch)
         self.slot = ModelSlot(
             self.source.load(self.source.current_version()), drain_timeout_s=self.limits.drain_timeout_s
@@ -204,14 +207,15 @@ class EmbeddingServer:
     )
     async def translate(self, request: Request) -> JSONResponse:
         """The body is read and its sentences checked as /embed's (408, 413, 429, 422), then `parse_translate`'s
-        target and beam (422) and cost (413); the model that decodes it is held until it is done (a swap
-        meanwhile drains it)."""
+        target and beam (422) and cost (413); it then waits for the replica's decoder (one translation at a
+        time), and the model that decodes it is held until it is done (a swap meanwhile drains it)."""
         try:
             check_length(request.headers.get("content-length"), self.limits)
             body = await read_body(request, self.limits, self.slow_bodies)
             parsed = parse_translate(body, self.limits, self.slot.current.embedder.languages)
-            with self.slot.use() as served:
-                result = await answer_translation(parsed, served)
+            async with self.decoding:
+                with self.slot.use() as served:
+                    result = await answer_translation(parsed, served)
             if isinstance(result, RequestRejected):
                 raise result
         except RequestRejected as exc:

@@ -138,7 +138,8 @@ class Translation(TypedDict):
 async def answer_translation(request: TranslateRequest, served: ServedModel) -> Translation | RequestRejected:
     """The translations of one /translate request, or its RequestRejected: 422 for a target whose decoder the
     model's training never taught (or a language a swap since the check took away), 500 for a fault. The
-    decoding runs in a thread: the replica's loop keeps reading bodies and embedding meanwhile."""
+    decoding runs in a thread: the replica's loop keeps reading bodies and embedding meanwhile. The caller lets
+    one translation run at a time (`EmbeddingServer.decoding`), which also makes the translator once."""
     try:
         translator = await asyncio.to_thread(served.translation)
         translator.check_source(request.lang, flag='"lang"')
@@ -147,7 +148,7 @@ async def answer_translation(request: TranslateRequest, served: ServedModel) -> 
             translate_flushed, translator, list(request.sentences), request.lang, request.target, request.beam
         )
     except Exception as exc:  # noqa: BLE001 - this request's fault or a bug: its answer alone
-        return refusal(exc, served)
+        return refusal(exc, served, beside="the requests beside it were answered")
     return {"translations": texts, "lang": request.lang, "target": request.target, "beam": request.beam}
 
 
@@ -159,10 +160,12 @@ def translate_flushed(translator: Any, sentences: list[str], source: str, target
     return translator.translate(sentences, source, target, beam=beam)
 
 
-def refusal(exc: Exception, served: ServedModel) -> RequestRejected:
-    """The answer of one request that failed in the batch: 422 for what it asked of the model (a UserError,
-    e.g. a language it does not know), else a 500 of its own, logged with its traceback (a fault of the
-    replica, not of the request, as far as can be told)."""
+def refusal(
+    exc: Exception, served: ServedModel, *, beside: str = "the requests batched with it were answered"
+) -> RequestRejected:
+    """The answer of one request that failed: 422 for what it asked of the model (a UserError, e.g. a language
+    it does not know), else a 500 of its own, logged with its traceback (a fault of the replica, not of the
+    request, as far as can be told); `beside` says what became of the other requests."""
     if isinstance(exc, RequestRejected):
         return exc
     if isinstance(exc, UserError):
@@ -170,8 +173,7 @@ def refusal(exc: Exception, served: ServedModel) -> RequestRejected:
     log.error("model version %s failed on a request: %r", served.version, exc, exc_info=exc)
     return RequestRejected(
         500,
-        f"model version {served.version} failed on this request ({type(exc).__name__}); "
-        "the requests batched with it were answered",
+        f"model version {served.version} failed on this request ({type(exc).__name__}); {beside}",
     )
 
 

@@ -12,10 +12,11 @@ from tests.support.corpus import SMALL_BOOKS
 
 
 def error(queries: np.ndarray, targets: np.ndarray) -> float:
-    """The similarity-search error: the share of rows whose nearest target (cosine) is not its own row."""
-    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
-    t = targets / np.linalg.norm(targets, axis=1, keepdims=True)
-    return float(((q @ t.T).argmax(axis=1) != np.arange(len(q))).mean())
+    """The similarity-search error of the queries among the targets (`xsim.error_matrix`, cosine)."""
+    from evaluation.xsim import error_matrix
+
+    matrix = error_matrix({"q": queries.astype(np.float32), "t": targets.astype(np.float32)})
+    return matrix[("q", "t")]
 
 
 def test_a_known_map_is_recovered_with_its_bias_and_a_rotation_as_a_rotation():
@@ -68,6 +69,7 @@ def test_a_map_is_saved_as_safetensors_and_a_file_of_another_shape_is_refused(tm
         (np.array([[0.0, 1.0], [np.nan, 0.0]]), np.zeros((2, 2)), {}, "source row 1"),
         (np.zeros((4, 3)), np.zeros((4, 2)), {"orthogonal": True}, "same dimension"),
         (np.zeros((4, 3)), np.zeros((4, 2)), {"ridge": -1.0}, "ridge must be 0 or more"),
+        (np.zeros((4, 3)), np.zeros((4, 3)), {"orthogonal": True, "ridge": 1.0}, "a rotation takes no ridge"),
     ],
 )
 def test_pairs_a_map_cannot_be_fitted_on_are_refused_saying_why(source, target, options, words):
@@ -76,22 +78,23 @@ def test_pairs_a_map_cannot_be_fitted_on_are_refused_saying_why(source, target, 
 
 
 def test_a_map_fitted_on_verse_pairs_aligns_two_spaces_learned_apart(book_lines):
-    """English and French verses each in a space of their own language alone (tf-idf words, a truncated SVD):
-    the spaces share nothing, so searching one's verses among the other's is chance. A map fitted on the
-    other books' verse pairs finds most held-out verses' translations."""
+    """English and French verses each in a space of their own language alone (tf-idf words and a truncated SVD,
+    both fitted on the verses the map is fitted on): the spaces share nothing, so searching one's held-out
+    verses among the other's is chance. A map fitted on the other verse pairs finds most of their
+    translations."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.pipeline import make_pipeline
 
     lines = book_lines({"en": "k", "fr": "l"}, SMALL_BOOKS)
-    spaces = {
-        lang: TruncatedSVD(64, random_state=0).fit_transform(TfidfVectorizer(sublinear_tf=True).fit_transform(texts))
-        for lang, texts in lines.items()
-    }
-    n = len(lines["en"])
-    held = np.arange(n) % 5 == 0  # every fifth verse: never seen by the map
-    en, fr = spaces["en"], spaces["fr"]
-    chance = error(en[held], fr[held])
-    mapping = fit_map(en[~held], fr[~held], ridge=1e-3)
-    aligned = error(mapping.apply(en[held]), fr[held])
+    held = np.arange(len(lines["en"])) % 5 == 0  # every fifth verse: unseen by the spaces and the map
+    fitted, unseen = {}, {}
+    for lang, texts in lines.items():
+        space = make_pipeline(TfidfVectorizer(sublinear_tf=True), TruncatedSVD(64, random_state=0))
+        fitted[lang] = space.fit_transform([t for t, h in zip(texts, held) if not h])
+        unseen[lang] = space.transform([t for t, h in zip(texts, held) if h])
+    chance = error(unseen["en"], unseen["fr"])
+    mapping = fit_map(fitted["en"], fitted["fr"], ridge=1e-3)
+    aligned = error(mapping.apply(unseen["en"]), unseen["fr"])
     print(f"{held.sum()} held-out verses: error {chance:.3f} unaligned, {aligned:.3f} aligned")
     assert chance > 0.85 and aligned < 0.5, (chance, aligned)

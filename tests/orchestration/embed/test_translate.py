@@ -125,27 +125,3 @@ def test_a_file_put_at_the_output_while_the_lines_are_translated_is_never_replac
     monkeypatch.setattr(SentenceTranslator, "translate", meanwhile)
     _refused(capsys, ["--model", str(model_dir), "-l", "en", "-t", "fr", "-i", str(ruth), "-o", str(out)], "exists")
     assert out.read_text() == "a user's file, made while interlingua translated\n"
-
-
-def test_a_served_model_translates_as_its_translator_and_refuses_a_target_never_taught(small_dataset, tmp_path, ruth):
-    """`serve`'s answer to one /translate request, without Ray or HTTP (serve/batch.py): the translator shares
-    the served embedder's model and answers what `SentenceTranslator.translate` does; a target whose decoder the
-    model's training never taught is the request's 422."""
-    import asyncio
-
-    from orchestration.embedding.embedder import SentenceEmbedder
-    from orchestration.embedding.translator import SentenceTranslator
-    from orchestration.serve.batch import answer_translation
-    from orchestration.serve.models import ServedModel
-    from orchestration.serve.request import RequestRejected, TranslateRequest
-
-    folder = untrained_model_dir(small_dataset, tmp_path / "model", decoders=["fr"])
-    sentences = ruth.read_text(encoding="utf-8").splitlines()[:3]
-    served = ServedModel("1", SentenceEmbedder.load(folder), folder)
-    got = asyncio.run(answer_translation(TranslateRequest(tuple(sentences), "en", "fr", 2), served))
-    expected = SentenceTranslator.load(folder).translate(sentences, "en", "fr", beam=2)
-    assert got == {"translations": expected, "lang": "en", "target": "fr", "beam": 2}
-    assert served.translator.model is served.embedder.model  # one model in memory, not two
-    refused = asyncio.run(answer_translation(TranslateRequest(tuple(sentences), "fr", "en"), served))
-    assert isinstance(refused, RequestRejected) and refused.status == 422
-    assert "\"target\" en: the model's decoder for 'en' was never trained" in str(refused), refused

@@ -80,7 +80,7 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
 ):
     """One run directory through a scheduler's life, each step asserting what a test of its own did before
     (the whole pipeline is the costly part, so it runs three times here instead of seven):
-    Slow, for that reason.
+    Slow (the whole pipeline three times), for that reason.
     1. the first run runs every stage and registers the champion; the rerun skips every stage (exit 3);
     2. each damaged input (a shard, the manifest, the sentencepiece model, the model file) and an unreachable
        tracking store end in one line naming the file and its exit code, no traceback, nothing registered;

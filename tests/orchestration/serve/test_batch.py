@@ -258,3 +258,37 @@ def test_the_searchable_languages_are_the_stored_ones_with_their_texts(models, t
     assert models["3"].searchable is None
     vectors_only = dataclasses.replace(models["1"].store, columns=())  # `interlingua embed`'s: no texts
     assert dataclasses.replace(models["1"], store=vectors_only).searchable == []
+
+
+@pytest.mark.beam  # a model over the session's prepared dataset's vocabulary
+def test_a_translation_is_answered_as_its_translator_translates_and_a_fault_is_its_own_500(
+    small_dataset, tmp_path, book_lines, monkeypatch
+):
+    """One /translate request (`answer_translation`), on a real (untrained) model directory whose file says its
+    training taught the French decoder alone: the translator shares the served embedder's model and answers
+    what `SentenceTranslator.translate` does; a target never taught is the request's 422; a fault while
+    decoding is a 500 of its own that says the others were answered."""
+    from orchestration.embedding.embedder import SentenceEmbedder
+    from orchestration.embedding.translator import SentenceTranslator
+    from orchestration.serve.batch import answer_translation
+    from orchestration.serve.request import TranslateRequest
+    from tests.support.runs import untrained_model_dir
+
+    folder = untrained_model_dir(small_dataset, tmp_path / "model", decoders=["fr"])
+    sentences = book_lines({"en": "k"}, [8])["en"][:3]  # Ruth 1:1-3
+    served = ServedModel("1", SentenceEmbedder.load(folder), folder)
+    got = asyncio.run(answer_translation(TranslateRequest(tuple(sentences), "en", "fr", 2), served))
+    expected = SentenceTranslator.load(folder).translate(sentences, "en", "fr", beam=2)
+    assert got == {"translations": expected, "lang": "en", "target": "fr", "beam": 2}
+    assert served.translator.model is served.embedder.model  # one model in memory, not two
+    refused = asyncio.run(answer_translation(TranslateRequest(tuple(sentences), "fr", "en"), served))
+    assert isinstance(refused, RequestRejected) and refused.status == 422
+    assert "decoder for 'en' was never trained" in str(refused) and "train.decoders_for" in str(refused), refused
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a fault of the replica")
+
+    monkeypatch.setattr(served.translator, "translate", broken)
+    failed = asyncio.run(answer_translation(TranslateRequest(tuple(sentences), "en", "fr"), served))
+    assert isinstance(failed, RequestRejected) and failed.status == 500
+    assert "failed on this request (RuntimeError); the requests beside it were answered" in str(failed), failed

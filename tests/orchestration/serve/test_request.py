@@ -118,7 +118,9 @@ def test_any_body_is_a_checked_translation_request_or_a_413_or_422():
             assert exc.status in (413, 422)
             return
         assert request.target in LANGS and 1 <= request.beam <= DEEP.max_beam
+        assert len(request.sentences) * request.beam <= DEEP.max_decoded_rows
         for sentence in request.sentences:
+            assert sentence.strip()
             sentence.encode("utf-8")
 
     check()
