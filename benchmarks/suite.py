@@ -100,7 +100,7 @@ def report(cases: list[Case], wall: float | None, limit: float, top: int) -> int
         print(f"{seconds:8.1f}  {module}  ({seconds / total:.0%})")
     silent = [c for c in cases if c.seconds > limit and not says_why(c.nodeid)]
     if silent:
-        print(f'\nover {limit:.0f} s with no word on why they cannot share (a "Slow" sentence in the docstring):')
+        print(f'\nover {limit:.0f} s with no word on why they cannot share (a "Slow (...)" sentence in the docstring):')
         for case in silent:
             print(f"{case.seconds:8.1f}  {case.nodeid}")
     else:

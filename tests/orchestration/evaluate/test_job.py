@@ -184,6 +184,8 @@ def test_an_evaluation_whose_data_changes_while_it_runs_records_nothing(tmp_path
 
 
 def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_path):
+    """Slow (the first test of its process to ask for `trained_run` pays for its one training, about 30
+    CPU-seconds, in its setup; the evaluation itself is a Ray Data job of three shards)."""
     config, trained = trained_run.config("evaluate.shards=3"), trained_run.result
     result = evaluate(config)
     assert set(result.matrix) == {(p, q) for p in LANGS for q in LANGS if p != q}

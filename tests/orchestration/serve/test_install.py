@@ -1,6 +1,8 @@
 """Serving installs without the training stack: the project's wheel with its `serve` extra in a fresh venv
 (torch first, as the Makefile does, so that pip never picks a CUDA build) serves the registered champion
-over HTTP, and has neither Apache Beam nor faiss. A training command there names the extra it needs."""
+over HTTP, and has neither Apache Beam nor faiss. A training command there names the extra it needs. Slow (a
+fresh venv, made once for the module, and a server started in it): what a serving host installs is only seen
+in a venv that has nothing else."""
 
 from __future__ import annotations
 
