@@ -47,8 +47,9 @@ def translation_scores(config: Config, model_dir: Path, languages: list[str]) ->
     complete = np.flatnonzero(np.all([np.asarray(table[f"{lang}_text"].is_valid()) for lang in languages], axis=0))[
         :rows
     ]
-    texts = {lang: [table[f"{lang}_text"][int(i)].as_py() for i in complete] for lang in languages}
-    ids = {lang: [np.asarray(table[f"{lang}_ids"][int(i)].as_py(), np.int64) for i in complete] for lang in languages}
+    chosen = table.take(complete)
+    texts = {lang: chosen[f"{lang}_text"].to_pylist() for lang in languages}
+    ids = {lang: [np.asarray(row, np.int64) for row in chosen[f"{lang}_ids"].to_pylist()] for lang in languages}
     model = translator.model
     vectors = {lang: embed(model, ids[lang], lang, max_tokens=config.evaluate.max_tokens) for lang in languages}
     scores: Scores = {}

@@ -186,8 +186,7 @@ class EmbeddingServer:
         (serve/body.py: 408, 413, 429), checked by `parse_embed` (413, 422 with a message), then embedded in a
         batch with concurrent requests."""
         try:
-            check_length(request.headers.get("content-length"), self.limits)
-            body = await read_body(request, self.limits, self.slow_bodies)
+            body = await self._body(request)
             current = self.slot.current
             parsed = parse_embed(body, self.limits, current.embedder.languages, stored=current.searchable)
             result = await self.embed_batch(parsed)
@@ -195,7 +194,7 @@ class EmbeddingServer:
                 raise result
             answer, served = result
         except RequestRejected as exc:
-            return JSONResponse({"error": str(exc), "model_version": self.slot.current.version}, exc.status)
+            return self._refused(exc)
         return self._answer(200, answer, served)
 
     @api.post(
@@ -210,17 +209,24 @@ class EmbeddingServer:
         target and beam (422) and cost (413); it then waits for the replica's decoder (one translation at a
         time), and the model that decodes it is held until it is done (a swap meanwhile drains it)."""
         try:
-            check_length(request.headers.get("content-length"), self.limits)
-            body = await read_body(request, self.limits, self.slow_bodies)
-            parsed = parse_translate(body, self.limits, self.slot.current.embedder.languages)
+            parsed = parse_translate(await self._body(request), self.limits, self.slot.current.embedder.languages)
             async with self.decoding:
                 with self.slot.use() as served:
                     result = await answer_translation(parsed, served)
             if isinstance(result, RequestRejected):
                 raise result
         except RequestRejected as exc:
-            return JSONResponse({"error": str(exc), "model_version": self.slot.current.version}, exc.status)
+            return self._refused(exc)
         return self._answer(200, result, served)
+
+    async def _body(self, request: Request) -> bytes:
+        """The request's body: refused by its declared length, else read within the body limits (serve/body.py)."""
+        check_length(request.headers.get("content-length"), self.limits)
+        return await read_body(request, self.limits, self.slow_bodies)
+
+    def _refused(self, exc: RequestRejected) -> JSONResponse:
+        """A refused request's answer: what to change, and the version serving now."""
+        return JSONResponse({"error": str(exc), "model_version": self.slot.current.version}, exc.status)
 
     @staticmethod
     def _answer(status: int, body: Mapping[str, object], served: ServedModel) -> JSONResponse:
