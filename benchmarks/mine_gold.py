@@ -10,7 +10,10 @@ so only the test tuples have a translation on the other side. Every model
 given (`--model`, repeatable; `use` for the offline USE baseline) mines them
 with `interlingua mine`, and the script prints precision, recall and F1 at the
 threshold calibrated on the test tuples (the best F1 it can reach: an upper
-bound for a threshold chosen elsewhere) and at a fixed threshold.
+bound for a threshold chosen elsewhere), at the threshold calibrated on a gold
+set of its own (the dev tuples hidden the same way among other distractors:
+what a user does, who calibrates on pairs they know and mines pairs they do
+not), and at a fixed threshold.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from orchestration.config import load_config, with_values  # noqa: E402
 from orchestration.mine.job import mine  # noqa: E402
 
 
-def write_inputs(config, x: str, y: str, distractors: int, folder: Path, seed: int = 0) -> int:
-    """x.txt and y.txt: the test tuples' sentences among distractors of the training split; the number of
-    true pairs."""
-    test = read_split(config.data_dir, "test", [f"{x}_text", f"{y}_text"]).to_pylist()
+def write_inputs(config, x: str, y: str, distractors: int, folder: Path, seed: int = 0, split: str = "test") -> int:
+    """x.txt and y.txt: the split's tuples' sentences among distractors of the training split (another draw
+    for another `seed`); the number of true pairs."""
+    test = read_split(config.data_dir, split, [f"{x}_text", f"{y}_text"]).to_pylist()
     test = [t for t in test if t[f"{x}_text"] and t[f"{y}_text"]]
     train = [
         t
@@ -76,31 +79,47 @@ def main() -> None:
     x, y = args.pair
     folder = Path(args.out)
     total = write_inputs(config, x, y, args.distractors, folder)
+    write_inputs(config, x, y, args.distractors, folder / "gold", seed=1, split="dev")
     rows = []
-    for model in args.model or ["use", str(Path(config.train_dir) / "model")]:
-        name = "use" if model == "use" else Path(model).parent.parent.name
+
+    def mined(model: str, name: str, where: Path, split: str):
         run = with_values(
             config,
             {
                 "mine.model": model,
-                "mine.output_dir": str(folder / name),
-                "mine.gold": {"split": "test"},
+                "mine.output_dir": str(where / name),
+                "mine.gold": {"split": split},
                 "mine.inputs": [
-                    {"lang": x, "path": str(folder / f"{x}.txt")},
-                    {"lang": y, "path": str(folder / f"{y}.txt")},
+                    {"lang": x, "path": str(where / f"{x}.txt")},
+                    {"lang": y, "path": str(where / f"{y}.txt")},
                 ],
             },
         )
         (calibrated,) = mine(run).pairs
-        rows.append((name, calibrated, at_threshold(calibrated.curve, args.fixed)))
+        return calibrated
+
+    for model in args.model or ["use", str(Path(config.train_dir) / "model")]:
+        name = "use" if model == "use" else Path(model).parent.parent.name
+        calibrated = mined(model, name, folder, "test")
+        gold = mined(model, name, folder / "gold", "dev")
+        rows.append(
+            (
+                name,
+                calibrated,
+                {"threshold": gold.threshold, **at_threshold(calibrated.curve, gold.threshold)},
+                at_threshold(calibrated.curve, args.fixed),
+            )
+        )
     print(f"\n{x}-{y}: {total} true pairs among {total + args.distractors} sentences per side")
     print(
-        f"{'model':<14} {'calibrated':>10} {'P':>6} {'R':>6} {'F1':>6}   at {args.fixed}: {'P':>6} {'R':>6} {'F1':>6}"
+        f"{'model':<14} {'calibrated':>10} {'P':>6} {'R':>6} {'F1':>6}   {'on dev':>8} {'P':>6} {'R':>6} {'F1':>6}"
+        f"   at {args.fixed}: {'P':>6} {'R':>6} {'F1':>6}"
     )
-    for name, cal, f in rows:
+    for name, cal, g, f in rows:
         c = cal.scores
         print(
             f"{name:<14} {cal.threshold:>10.4f} {c['precision']:>6.3f} {c['recall']:>6.3f} {c['f1']:>6.3f}   "
+            f"{g['threshold']:>8.4f} {g['precision']:>6.3f} {g['recall']:>6.3f} {g['f1']:>6.3f}   "
             f"{'':>{len(str(args.fixed)) + 4}}{f['precision']:>6.3f} {f['recall']:>6.3f} {f['f1']:>6.3f}"
         )
     (folder / "results.json").write_text(
@@ -109,9 +128,10 @@ def main() -> None:
                 {
                     "model": n,
                     "calibrated": {"threshold": c.threshold, **c.scores},
+                    "calibrated_on_dev": g,
                     "fixed": {"threshold": args.fixed, **f},
                 }
-                for n, c, f in rows
+                for n, c, g, f in rows
             ],
             indent=2,
         )

@@ -52,12 +52,14 @@ SEARCH_FILES = ("scores.npy", "ids.npy", "better.npy")  # search/<p>-<q>/: `eval
 
 class MetricsRecord(TypedDict):
     """metrics.json: the tuples searched, the averages and every pair's metrics ("en-fr": {"error": ...}); with
-    `evaluate.translation_rows`, each pair's translation scores ("en-fr": {"bleu": ..., "chrf": ...})."""
+    `evaluate.translation_rows`, each pair's translation scores ("en-fr": {"bleu": ..., "chrf": ...}); with
+    `evaluate.transfer`, each task's accuracies ("bible_books": {"accuracy": {"en-fr": ...}, "averages": ...})."""
 
     sentences: int
     averages: dict[str, float]
     pairs: dict[str, dict[str, float]]
     translation: NotRequired[dict[str, dict[str, float]]]
+    transfer: NotRequired[dict[str, dict]]
 
 
 class ReportKind:
@@ -131,6 +133,7 @@ def write_report(
     languages: list[str],
     sentences: int,
     translation: dict[str, dict[str, float]] | None = None,
+    transfer: dict[str, dict] | None = None,
 ) -> MetricsRecord:
     """Write `FILES` into `out_dir` (inside `output(out_dir).writing(list(FILES))`, which records them first
     as the product's, until the state file names them); returns the metrics.json record."""
@@ -141,6 +144,8 @@ def write_report(
     record = MetricsRecord(sentences=sentences, averages=averages, pairs=pairs)
     if translation:
         record["translation"] = translation
+    if transfer:
+        record["transfer"] = transfer
     (out_dir / "metrics.json").write_text(json.dumps(record, indent=2))
     _heatmap(out_dir / "error_matrix.png", values, languages, sentences)
     return record

@@ -28,6 +28,7 @@ class ModelArgs(BaseModel):
     ranking_scale: float = 20.0
     ranking_margin: float = 0.3
     nmt_weight: float = 1.0
+    nmt_targets: list[str] | None = None  # the target languages the NMT loss decodes into; None: every target
     ranking_pairs: str = "source"
     distill_dim: int = 0
     distill_loss: str = "mse"

@@ -71,6 +71,7 @@ class MultilingualNMT(nn.Module):
         ranking_scale: float = 20.0,
         ranking_margin: float = 0.3,
         nmt_weight: float = 1.0,
+        nmt_targets: Sequence[str] | None = None,
         ranking_pairs: str = "source",
         distill_dim: int = 0,
         distill_loss: str = "mse",
@@ -78,7 +79,10 @@ class MultilingualNMT(nn.Module):
         super().__init__()
         self.languages = list(languages)
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        nmt_targets = None if nmt_targets is None else list(nmt_targets)
+        given["nmt_targets"] = nmt_targets
         self.args = ModelArgs(**{**given, "languages": list(languages), "adaptive_cutoffs": list(adaptive_cutoffs)})
+        self.nmt_targets = nmt_targets  # the languages the NMT loss decodes into (None: every target of a batch)
         if ranking_pairs not in ("source", "all"):
             raise ValueError(f"ranking_pairs must be 'source' or 'all', got {ranking_pairs!r}")
         self.ranking_scale, self.ranking_margin, self.nmt_weight = ranking_scale, ranking_margin, nmt_weight
@@ -201,9 +205,12 @@ class MultilingualNMT(nn.Module):
         loss = sentence.new_zeros(())
         if self.nmt_weight > 0:  # 0: the ranking loss alone trains the encoders, no decoder runs
             for lang, (ids, lens) in targets.items():
+                if self.nmt_targets is not None and lang not in self.nmt_targets:
+                    continue  # ranked, not decoded
                 index = self.languages.index(lang) if SHARED in self.decoders else None
                 nll[lang], tokens[lang] = self._module(self.decoders, lang)(sentence, ids, lens, index)
-            loss = self.nmt_weight * sum(nll.values()) / sum(tokens.values()).clamp(min=1)
+            if nll:
+                loss = self.nmt_weight * sum(nll.values()) / sum(tokens.values()).clamp(min=1)
         ranking: torch.Tensor | None = None
         if ranked:
             if self.ranking_pairs == "all":  # every ordered pair of the batch's languages

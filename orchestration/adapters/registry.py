@@ -118,6 +118,27 @@ def promote(uri: str, name: str, version: str) -> None:
         client.set_registered_model_alias(name, CHAMPION, version)  # an update of the other's alias now
 
 
+def attach_card(uri: str, name: str, version: str, run_id: str, card: str, file: str) -> None:
+    """The model card `card` (Markdown) as the version's description, which the MLflow UI renders on its page,
+    and as the artifact `file` of its training run `run_id`."""
+    fencing.check()
+    client = tracking._client(uri)
+    client.log_text(run_id, card, file)
+    client.update_model_version(name, version, description=card)
+
+
+def version_card(uri: str, name: str, version: str) -> str | None:
+    """The description of a registered version (its model card), None when it has none; LookupError when the
+    version is not registered."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        found = tracking._client(uri).get_model_version(name, version)
+    except MlflowException as exc:
+        raise LookupError(f"{name} has no version {version}") from exc
+    return found.description or None
+
+
 def download_model_dir(uri: str, name: str, version: str, dst: str | os.PathLike) -> Path:
     """The model directory inside a registered pyfunc version, downloaded to `dst`. BoundaryError, before
     anything is copied, when the version's artifacts in a local store hold a symbolic link: the registry's

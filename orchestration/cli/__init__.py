@@ -11,6 +11,7 @@ flags beside it, and one table of exit codes (`core.errors.Exit`).
     interlingua translate -c configs/bible6-cpu.yaml -l en -t fr -i verses.txt -o verses.fr.txt   # decoders
     interlingua run -c configs/bible6-cpu.yaml            # the whole job, for cron (see exit codes)
     interlingua compare -c configs/bible6-cpu.yaml --plot runs/compare.png
+    interlingua card -c configs/bible6-cpu.yaml --version 3   # a registered model's card (Markdown)
     interlingua tune -c configs/bible6-cpu.yaml --space configs/tune/bible6-cpu.yaml   # Ray Tune search
     interlingua serve -c configs/bible6-cpu.yaml          # HTTP: POST /embed, the champion, hot-swapped
     interlingua get-catalogs -o data/catalogs             # Debian's gettext catalogs (apt-get)
@@ -53,6 +54,7 @@ COMMANDS = (
     tools.add_embed,
     translate.add_translate,
     tools.add_mine,
+    tools.add_card,
     tools.add_get_catalogs,
     export.add_export,
     export.add_upgrade_model,

@@ -1,4 +1,4 @@
-"""The commands around the stages: compare, search, embed, mine, get-catalogs, config. Each is
+"""The commands around the stages: compare, search, embed, mine, card, get-catalogs, config. Each is
 `add_<name>(sub)`, its flags beside its handler `<name>(config, args) -> exit code`."""
 
 from __future__ import annotations
@@ -204,6 +204,26 @@ def mine(config: Config, args: argparse.Namespace) -> int:
             f"{gold}; dropped: " + ", ".join(f"{r} {n:,}" for r, n in pair.dropped.items())
         )
     print(f"pairs and report: {result.out_dir}  (MLflow run {result.run_id})")
+    return Exit.OK
+
+
+def add_card(sub: argparse._SubParsersAction) -> None:
+    p = command(
+        sub,
+        "card",
+        card,
+        help="print a model's card: its use, training data, recipe, results, limits and how to make it again",
+        example="interlingua card -c configs/bible6-cpu.yaml --version 3",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", help="a model directory (default: <run_dir>/train/model)")
+    which.add_argument("--version", help="a registered version of registry.model_name: its card as registered")
+
+
+def card(config: Config, args: argparse.Namespace) -> int:
+    from orchestration.lifecycle.card import card_of_model, card_of_version
+
+    print(card_of_version(config, args.version) if args.version else card_of_model(config, args.model), end="")
     return Exit.OK
 
 

@@ -63,6 +63,16 @@ class EvaluateConfig(Schema):
         "(sacrebleu) and logged beside the error matrix; 0: no translation.",
     )
     translation_beam: int = Field(default=1, ge=1, description="The beam of those translations; 1: greedy.")
+    transfer: list[Literal["bible_books"]] = Field(
+        default_factory=list,
+        description="Zero-shot transfer tasks measured on the split (`evaluation.transfer`): a logistic regression "
+        "trained on one language's vectors of half the split's groups (Bible chapters), tested on every "
+        "language's vectors of the other half; balanced accuracy per (train, test) language, logged beside "
+        "the error matrix. bible_books: verses by book group, from their keys.",
+    )
+    transfer_languages: list[str] | None = Field(
+        default=None, description="The languages the transfer classifiers train on; every evaluated one when unset."
+    )
     testsets: list[TestsetConfig] = Field(
         default_factory=list, description="Test sets evaluated beside the split, each its own MLflow run."
     )

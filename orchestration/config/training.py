@@ -74,6 +74,11 @@ class ModelConfig(Schema):
         description="The ranking loss's additive margin, taken off the cosine of each sentence's translation.",
     )
     nmt_weight: float = Field(default=0.0, ge=0, description="Weight of the NMT loss; 0 = ranking loss only.")
+    nmt_targets: list[str] | None = Field(
+        default=None,
+        description="The languages the NMT loss decodes into, of each batch's targets (the others are ranked, not "
+        "decoded): one decoder beside the ranking of every pair costs a fraction of five; every target when unset.",
+    )
     ranking_pairs: Literal["source", "all"] = Field(
         default="all",
         description="Ranking loss between the (averaged) source and each target ('source'), or between "

@@ -77,9 +77,17 @@ class SentenceEmbedder:
         texts = [self.normalizer(s, lang)[0] for s in sentences]
         return [np.asarray(ids, dtype=np.int64) for ids in self.processor.encode(texts)]
 
-    def embed(self, sentences: Sequence[str], lang: str) -> np.ndarray:
-        """(len(sentences), D) float32; an empty sentence gets the embedding of EOS alone."""
-        if lang not in self.languages:
+    @property
+    def shared(self) -> bool:
+        """Whether one encoder serves every language (LASER's): it then embeds a language it never saw too."""
+        from model.nmt import SHARED
+
+        return SHARED in (getattr(self.model, "encoders", None) or getattr(self.model, "sessions", None) or {})
+
+    def embed(self, sentences: Sequence[str], lang: str, *, unseen: bool = False) -> np.ndarray:
+        """(len(sentences), D) float32; an empty sentence gets the embedding of EOS alone. `unseen`: a language
+        the model was not trained on is embedded by its shared encoder (a test set's unseen language)."""
+        if lang not in self.languages and not (unseen and self.shared):
             raise UnknownLanguage(f"the model knows {self.languages}, not {lang!r}")
         return embed(
             self.model,

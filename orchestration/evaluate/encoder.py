@@ -29,6 +29,7 @@ class Encoder:
     reencode: bool = False  # the dataset's token ids are of another tokenizer: the model reads the text
     known: list[str] | None = None  # every language the model embeds (None: the USE baseline, many)
     backend: str = "torch"  # the engine that runs it (`embedding.backends`, resolved: never "auto")
+    shared: bool = False  # one encoder for every language: it also embeds languages it never saw (test sets)
 
 
 def resolve_encoder(
@@ -52,13 +53,14 @@ def resolve_encoder(
     backend = backends.resolve(model_dir, r.backend, device="cuda" if r.use_gpu else "cpu", exact=True)
     if own_text:
         model_files.verify(model_files.check(model_dir))  # it reads the text with its own spm.model: the right one?
-        languages = model_files.load(model_path)[0].languages
+        args = model_files.load(model_path)[0].args
         return Encoder(
             model_path,
-            _languages(config, languages),
+            _languages(config, args.languages),
             model_files.trained_steps(model_dir),
-            known=languages,
+            known=list(args.languages),
             backend=backend,
+            shared=args.shared_encoder,
         )
     mismatch = False
     try:
@@ -87,9 +89,16 @@ def resolve_encoder(
     )
 
 
-def _translation_defaults(config: Config) -> set[str]:
+def _newer_keys_off(config: Config) -> set[str]:
+    """The evaluate keys added after the first evaluations (translation, transfer) that are at their defaults."""
     e = config.evaluate
-    return {key for key, off in (("translation_rows", 0), ("translation_beam", 1)) if getattr(e, key) == off}
+    off: tuple[tuple[str, object], ...] = (
+        ("translation_rows", 0),
+        ("translation_beam", 1),
+        ("transfer", []),
+        ("transfer_languages", None),
+    )
+    return {key for key, value in off if getattr(e, key) == value}
 
 
 def eval_fingerprint(config: Config, encoder: Encoder, data: str, verified: dict[str, str]) -> str:
@@ -102,8 +111,8 @@ def eval_fingerprint(config: Config, encoder: Encoder, data: str, verified: dict
             "model": model_identity(config, encoder),
             "data": data,
             "files": verified,
-            # the translation keys at their defaults are left out: the fingerprint of before they existed
-            "evaluate": config.evaluate.model_dump(exclude={"testsets", *_translation_defaults(config)}),
+            # the translation and transfer keys at their defaults are left out: the fingerprint of before they existed
+            "evaluate": config.evaluate.model_dump(exclude={"testsets", *_newer_keys_off(config)}),
             **({"backend": encoder.backend} if encoder.backend != "torch" else {}),
         }
     )

@@ -191,7 +191,12 @@ def _measure(
         from orchestration.evaluate.translation import translation_scores
 
         translated = translation_scores(config, encoder.model_path.parent, languages)
-    write_report(out_dir, matrix, named, averages, languages, len(store), translated)
+    transferred = {}
+    if config.evaluate.transfer and not texts:
+        from orchestration.evaluate.transfer import transfer_results
+
+        transferred = transfer_results(config, store, languages)
+    write_report(out_dir, matrix, named, averages, languages, len(store), translated, transferred)
     run_id = log_run(
         config,
         out_dir,
@@ -205,6 +210,7 @@ def _measure(
         tags,
         lineage.evaluated_input(config.data_dir, name, texts),
         translated,
+        transferred,
     )
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
 
@@ -232,7 +238,15 @@ def _testset(config: Config, name: str, encoder: Encoder) -> Testset:
     if spec.files is None:
         return load_testset(spec, encoder.languages)
     # files: the languages the encoder knows; the baseline (known None): the test set's own
-    return load_testset(spec, list(spec.files) if encoder.known is None else encoder.known)
+    if encoder.known is None:
+        return load_testset(spec, list(spec.files))
+    testset = load_testset(spec, encoder.known, shared=encoder.shared)
+    unseen = [lang for lang in testset.languages if lang not in encoder.known]
+    if unseen and encoder.model_path is not None:
+        from orchestration.evaluate.testsets import check_tokenizable
+
+        check_tokenizable(testset, unseen, encoder.model_path.parent)
+    return testset
 
 
 def _record(folder: Location) -> EvaluationRecord | None:

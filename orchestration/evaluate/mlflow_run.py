@@ -25,6 +25,7 @@ def log_run(
     tags: dict[str, str],
     read: lineage.DataInput,
     translated: dict[str, dict[str, float]] | None = None,
+    transferred: dict[str, dict] | None = None,
 ) -> str:
     """The evaluation as an MLflow run nested under the training run (or `parent_run_id`): what it `read` as
     its dataset input, the error matrix as a table too; the run's id."""
@@ -44,6 +45,10 @@ def log_run(
 
         metrics.update({f"eval/{metric}/{pair}": v for pair, m in translated.items() for metric, v in m.items()})
         metrics.update({f"eval/{name}": v for name, v in translation_averages(translated).items()})
+    if transferred:  # balanced accuracy per (train, test) language and averaged (`evaluate.transfer`)
+        from orchestration.evaluate.transfer import transfer_metrics
+
+        metrics.update(transfer_metrics(transferred))
     with tracker.run(
         f"{config.name}-eval-{name}{suffix}",
         config.to_dict(),
@@ -67,4 +72,9 @@ def log_run(
             languages = sorted({pair.split("-", 1)[0] for pair in translated})
             for metric in ("bleu", "chrf"):
                 run.log_table(table(translated, languages, metric), f"translation_{metric}.json")
+        if transferred:
+            from orchestration.evaluate.transfer import transfer_table
+
+            for task, result in transferred.items():
+                run.log_table(transfer_table(result), f"transfer_{task}.json")
     return run.id

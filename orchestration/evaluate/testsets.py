@@ -24,6 +24,7 @@ import hashlib
 import io
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypedDict, final
 
 import pyarrow as pa
@@ -80,13 +81,25 @@ class Testset:
         return fingerprint(self.identity)
 
 
-def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
+def load_testset(spec: TestsetConfig, languages: list[str], *, shared: bool = False) -> Testset:
     """The test set of `spec` over the evaluated `languages` (a files set: its own, each of which the
-    model must know). EvaluateError naming the test set and file on bad input."""
+    model must know, unless its one `shared` encoder embeds every language: a language it never saw is then
+    measured, with a warning naming it). EvaluateError naming the test set and file on bad input."""
     if spec.files is not None:
         unknown = [lang for lang in spec.files if lang not in languages]
+        if unknown and not shared:
+            raise EvaluateError(
+                f"evaluate.testsets {spec.name}: the model knows {languages}, not {unknown} (its encoders are "
+                "per language: a language it was not trained on has none)"
+            )
         if unknown:
-            raise EvaluateError(f"evaluate.testsets {spec.name}: the model knows {languages}, not {unknown}")
+            log.warning(
+                "test set %s: %s never seen in training (the model knows %s): embedded by its shared encoder over "
+                "the joint vocabulary, as unseen languages",
+                spec.name,
+                unknown,
+                languages,
+            )
         testset = _from_files(spec, spec.files)
     elif spec.dataset is not None:
         testset = _from_dataset(spec, spec.dataset, languages)
@@ -106,6 +119,34 @@ def load_testset(spec: TestsetConfig, languages: list[str]) -> Testset:
             ", ".join(f"{reason} {n}" for reason, n in testset.dropped.items()),
         )
     return testset
+
+
+MAX_UNKNOWN_SHARE = 0.5  # an unseen language whose characters are mostly unknown to the vocabulary: refused
+
+
+def check_tokenizable(testset: Testset, unseen: list[str], model_dir: Path) -> None:
+    """EvaluateError when the model's vocabulary cannot write an unseen language of the test set: more than
+    `MAX_UNKNOWN_SHARE` of its characters (spaces aside, once normalized as the model normalizes) are no piece
+    of its sentencepiece model, so that they all become the unknown piece (a script the training never saw)."""
+    from collections import Counter
+
+    from core.dataset import UNK_ID
+    from core.normalize import Normalizer
+    from orchestration.adapters import model_dir as model_files
+
+    processor = model_files.load_tokenizer(model_dir / model_files.SPM_FILE)
+    normalizer = Normalizer(model_files.normalization(model_dir))
+    for lang in unseen:
+        chars = Counter(c for t in testset.table[f"{lang}_text"].to_pylist() for c in normalizer(t, lang)[0])
+        written = {c: processor.piece_to_id(c) != UNK_ID for c in chars if not c.isspace()}
+        total = sum(chars[c] for c in written)
+        share = sum(chars[c] for c, known in written.items() if not known) / max(total, 1)
+        if share > MAX_UNKNOWN_SHARE:
+            raise EvaluateError(
+                f"evaluate.testsets {testset.name}: the model cannot tokenize {lang}: {100 * share:.0f} % of its "
+                f"characters are unknown to the model's vocabulary ({model_dir / model_files.SPM_FILE}); a model "
+                "trained on its script is needed"
+            )
 
 
 def _from_files(spec: TestsetConfig, files: dict[str, str]) -> Testset:

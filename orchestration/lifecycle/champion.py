@@ -171,6 +171,7 @@ def register_and_decide(config: Config, name: str, sha: str, trained, challenger
             DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),
         },
     )
+    _attach_card(config, uri, name, version, trained.run_id, local, challenger)
     challenger_error, champion_error = challenger.averages["all"], None
     min_improvement, max_pair_regression = config.registry.min_improvement, config.registry.max_pair_regression
     current = registry.champion(uri, name)
@@ -230,6 +231,26 @@ def register_and_decide(config: Config, name: str, sha: str, trained, challenger
     message = f"{'promoted' if verdict.promoted else 'not promoted'} {name} v{version}: {reason}"
     log.info(message)
     return Decision(verdict.promoted, message, version, challenger_error, champion_error, verdict.blocking)
+
+
+def _attach_card(config: Config, uri: str, name: str, version: str, run_id: str, local, challenger) -> None:
+    """The version's model card (`lifecycle.card`), from the model, its dataset's manifest and the evaluation it
+    was registered on."""
+    from core.location import Location
+    from orchestration.lifecycle.card import CARD_FILE, model_card
+
+    metrics = Location.of(challenger.out_dir) / "metrics.json"
+    evaluation = metrics.read_json() if metrics.exists() else None
+    manifest = Location.of(config.data_dir) / "manifest.json"
+    card = model_card(
+        local,
+        evaluation=evaluation,
+        manifest=manifest.read_json() if manifest.exists() else None,
+        name=name,
+        version=version,
+        evaluated_on=config.registry.decide_on or config.evaluate.split,
+    )
+    registry.attach_card(uri, name, version, run_id, card, CARD_FILE)
 
 
 def log_decision(

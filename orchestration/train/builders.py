@@ -45,6 +45,9 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> ModelAr
         raise ConfigError(
             f"model.adaptive_cutoffs {cutoffs}: must increase and stay below the vocabulary size {vocab_size}"
         )
+    unknown = [lang for lang in m.nmt_targets or [] if lang not in languages]
+    if unknown:
+        raise ConfigError(f"model.nmt_targets: {unknown} are not trained; the run trains {languages}")
     return ModelArgs(
         languages=languages,
         vocab_size=vocab_size,
@@ -62,6 +65,7 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> ModelAr
         ranking_scale=m.ranking_scale,
         ranking_margin=m.ranking_margin,
         nmt_weight=m.nmt_weight,
+        nmt_targets=m.nmt_targets,
         ranking_pairs=m.ranking_pairs,
         distill_loss=m.distill_loss,
     )
@@ -69,14 +73,15 @@ def model_args(config: Config, languages: list[str], vocab_size: int) -> ModelAr
 
 def trained_decoders(config: Config, languages: list[str]) -> list[str]:
     """The target languages whose decoder the training teaches (what `translate` may decode into): every target
-    of `train.paths` among `languages` (a path without `targets`: all of them), none when `model.nmt_weight` is 0
-    (no decoder runs)."""
+    of `train.paths` among `languages` (a path without `targets`: all of them) that `model.nmt_targets` decodes,
+    none when `model.nmt_weight` is 0 (no decoder runs)."""
     if config.model.nmt_weight == 0:
         return []
     targets: set[str] = set()
     for path in config.train.paths:
         targets.update(languages if path.targets is None else [lang for lang in path.targets if lang in languages])
-    return sorted(targets)
+    decoded = config.model.nmt_targets
+    return sorted(targets if decoded is None else targets & set(decoded))
 
 
 def training_paths(train: TrainConfig) -> list[TrainingPath]:

@@ -87,6 +87,24 @@ def test_each_path_puts_gradients_exactly_where_it_should(corpus, signature, ran
     assert grads(model) == expected
 
 
+@pytest.mark.parametrize(
+    "targets, expected",
+    [
+        (("en", "es", "ru"), {"encoders.fr", "encoders.en", "encoders.es", "encoders.ru", "decoders.en"}),
+        (("es", "ru"), {"encoders.fr", "encoders.es", "encoders.ru"}),  # nothing decoded: the ranking alone
+    ],
+)
+def test_nmt_targets_decode_only_their_languages_and_every_target_is_still_ranked(corpus, targets, expected):
+    model = small_model(shared_encoder=False, nmt_targets=["en"])
+    rows = rows_with(corpus, ["fr", *targets], 4)
+    sources, batch_targets = corpus.batch((("fr",), targets), rows)
+    out = model(sources, batch_targets, ranking_weight=1.0)
+    assert set(out.nll) == ({"en"} & set(targets)) and out.ranking is not None
+    out.loss.backward()
+    assert grads(model) == expected
+    assert model.args.nmt_targets == ["en"]
+
+
 def test_overfits_a_handful_of_real_pairs(corpus):
     rows = rows_with(corpus, ["fr", "en"], 8)
     sources, targets = corpus.batch((("fr",), ("en",)), rows)

@@ -106,6 +106,7 @@ NO_TREE = {
     "serve": "writes its own mkdtemp folder only, removed on exit; tests/orchestration/serve/test_server.py",
     "search": "prints its neighbours; writes nothing",
     "config": "prints the resolved configuration; writes nothing",
+    "card": "prints a model's card; writes nothing (`run` registers it in the tracking store)",
     "translate": "writes one new file or stdout, never a file that is there nor an input; "
     "tests/orchestration/embed/test_translate.py",
     "get-catalogs": "fetches with apt-get: packages built with dpkg-deb stand in, and a user's file at every level "

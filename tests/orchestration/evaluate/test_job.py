@@ -233,8 +233,17 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     assert "zh" in result.format_matrix()
     # one translation per language, searched unsharded: only the languages asked for, and each pair's error
     # that of the three-shard search of all six; with the model's decoders (its NMT loss was on), each
-    # language's first 12 sentences decoded into each language, itself too, scored by BLEU and chrF
-    three = config.evaluate.model_copy(update={"languages": ["en", "fr", "zh"], "shards": 1, "translation_rows": 12})
+    # language's first 12 sentences decoded into each language, itself too, scored by BLEU and chrF; the verses'
+    # book groups learned from English vectors of half the chapters, tested in each language on the other half
+    three = config.evaluate.model_copy(
+        update={
+            "languages": ["en", "fr", "zh"],
+            "shards": 1,
+            "translation_rows": 12,
+            "transfer": ["bible_books"],
+            "transfer_languages": ["en"],
+        }
+    )
     subset = evaluate(config.model_copy(update={"evaluate": three}))
     assert set(subset.matrix) == {(p, q) for p in ("en", "fr", "zh") for q in ("en", "fr", "zh") if p != q}
     assert all(subset.matrix[pair] == result.matrix[pair] for pair in subset.matrix) and not subset.skipped
@@ -247,6 +256,16 @@ def test_evaluate_a_trained_model_fills_the_matrix_in_mlflow(trained_run, tmp_pa
     assert {"translation_bleu.json", "translation_chrf.json"} <= set(
         tracking.artifacts(config.tracking.uri, subset.run_id)
     )
+    transfer = json.loads((subset.out_dir / "metrics.json").read_text())["transfer"]["bible_books"]
+    assert set(transfer["accuracy"]) == {"en-en", "en-fr", "en-zh"} and len(transfer["classes"]) == 3
+    assert transfer["train_rows"] + transfer["test_rows"] == 40 and all(
+        0 <= v <= 1 for v in transfer["accuracy"].values()
+    )
+    assert logged["eval/transfer/bible_books/en-fr"] == transfer["accuracy"]["en-fr"]
+    assert logged["eval/transfer/bible_books/avg_gap"] == transfer["averages"]["gap"]
+    assert "transfer_bible_books.json" in tracking.artifacts(config.tracking.uri, subset.run_id)
+    with pytest.raises(EvaluateError, match=r"transfer_languages: \['es'\] are not evaluated"):
+        evaluate(config.model_copy(update={"evaluate": three.model_copy(update={"transfer_languages": ["es"]})}))
     with pytest.raises(EvaluateError, match=r"\['xx'\] are not among them"):
         evaluate(config.model_copy(update={"evaluate": three.model_copy(update={"languages": ["en", "xx"]})}))
 

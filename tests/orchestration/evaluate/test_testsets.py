@@ -4,6 +4,7 @@ their text with each model's own tokenizer, logged apart, compared apart, and a 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,8 +57,9 @@ def test_bad_test_sets_are_refused_naming_the_file(ruth, tmp_path):
     write_lines(tmp_path / "short.en", lines["en"][:80])
     with pytest.raises(EvaluateError, match=r"line-aligned, but have .*ruth.fr 85 lines, .*short.en 80 lines"):
         load_testset(spec(name="t", files={"fr": files["fr"], "en": str(tmp_path / "short.en")}), ["fr", "en"])
-    with pytest.raises(EvaluateError, match=r"the model knows \['fr', 'en'\], not \['de'\]"):
+    with pytest.raises(EvaluateError, match=r"the model knows \['fr', 'en'\], not \['de'\] \(its encoders are per"):
         load_testset(spec(name="t", files={"fr": files["fr"], "de": files["en"]}), ["fr", "en"])
+    assert load_testset(spec(name="t", files={"fr": files["fr"], "de": files["en"]}), ["fr", "en"], shared=True)
     (tmp_path / "bad.en").write_bytes(b"fine\ncaf\xe9\n")
     with pytest.raises(EvaluateError, match=r"bad.en:2: not valid UTF-8"):
         load_testset(spec(name="t", files={"fr": files["fr"], "en": str(tmp_path / "bad.en")}), ["fr", "en"])
@@ -145,11 +147,12 @@ def config_with_testsets(small_dataset, tmp_path, files, *overrides, data=None):
 
 
 def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refused_once_a_shard_changed(
-    small_dataset, ruth, tmp_path, local_ray, capsys
+    small_dataset, ruth, book_lines, tmp_path, local_ray, capsys, caplog
 ):
-    """Test sets beside the split, then (what a test of its own asserted, on evaluations of its own of the same
-    pinned set and split) a shard of the pinned dataset changed: the pinned set and the split are refused with
-    one line naming the shard, and the stage cache does not answer for them once the manifest is re-recorded."""
+    """Test sets beside the split, one of a language the model never saw, then (what a test of its own asserted,
+    on evaluations of its own of the same pinned set and split) a shard of the pinned dataset changed: the
+    pinned set and the split are refused with one line naming the shard, and the stage cache does not answer
+    for them once the manifest is re-recorded."""
     files, _ = ruth
     data = tmp_path / "pinned-data"  # a copy: its shard is changed at the end
     shutil.copytree(small_dataset.data_dir, data)
@@ -193,6 +196,18 @@ def test_test_sets_are_evaluated_logged_compared_apart_from_the_split_and_refuse
         match="no evaluation runs on test set 'flores' .*evaluated: --testset pinned, --testset ruth, the split",
     ):
         compare_runs(config, testset="flores")
+    # German, which the model never saw: its one shared encoder embeds it, and a warning names it
+    german = write_lines(tmp_path / "ruth.de", book_lines({"de": "e"}, [RUTH])["de"])
+    unseen = config_with_testsets(small_dataset, tmp_path, {"de": str(german), "en": files["en"]}, data=data)
+    with caplog.at_level(logging.WARNING, logger="orchestration.evaluate.testsets"):
+        measured = evaluate(unseen, model_dir=model, testset="ruth")
+    assert set(measured.matrix) == {("de", "en"), ("en", "de")} and measured.languages == ["de", "en"]
+    assert "['de'] never seen in training" in caplog.text and all(0 <= e <= 1 for e in measured.matrix.values())
+    # Korean, whose script the vocabulary never saw: refused, not measured on unknown pieces
+    korean = write_lines(tmp_path / "ruth.ko", book_lines({"ko": "n"}, [RUTH])["ko"])
+    unreadable = config_with_testsets(small_dataset, tmp_path, {"ko": str(korean), "en": files["en"]}, data=data)
+    with pytest.raises(EvaluateError, match=r"the model cannot tokenize ko: \d+ % of its characters are unknown"):
+        evaluate(unreadable, model_dir=model, testset="ruth")
 
     # a shard of the pinned dataset changed: the pinned set and the split (both in the stage cache) refused
     shard = rotate_french(data)

@@ -107,9 +107,24 @@ def test_the_run_lifecycle_caches_refuses_damage_promotes_mines_and_retrains_on_
     assert second.code == Exit.NOTHING_TO_DO
     assert second.stages == dict.fromkeys(["prepare", "train", "evaluate", "register"], "skipped")
     assert len(pipeline_runs(uri)) == 2
+    # the version registered carries its card: its description, an artifact of its training run, printed by
+    # `interlingua card --version 1`; `--model` makes the same card from the model directory and its evaluation
+    where = [str(item) for item in config_overrides(tmp_path, template)]
+    (version,) = registry.model_versions(uri, "pipe")
+    card = version.description
+    assert card.startswith("# Model card: pipe v1\n") and "| en |" in card and "## Known limits" in card
+    assert "Its worst pairs: " in card and "tuples read" in card and "cannot turn a vector back into text" in card
+    artifact = tracking._client(uri).download_artifacts(version.tags["train_run_id"], "model_card.md", str(tmp_path))
+    assert Path(artifact).read_text() == card
+    capsys.readouterr()
+    assert main(["card", *where, f"tracking.uri={uri}", "--version", "1"]) == Exit.OK
+    assert capsys.readouterr().out == card
+    assert main(["card", *where, f"tracking.uri={uri}"]) == Exit.OK
+    assert capsys.readouterr().out.split("\n", 1)[1] == card.split("\n", 1)[1]  # the title names no version
+    assert main(["card", *where, f"tracking.uri={uri}", "--version", "9"]) == Exit.USER_ERROR
+    assert "--version 9: pipe has no version 9" in capsys.readouterr().err
 
     # 2. every damaged input of a run: one line, its exit code, nothing registered
-    where = [str(item) for item in config_overrides(tmp_path, template)]
     data, model = tmp_path / "run" / "data", tmp_path / "run" / "train" / "model"
     capsys.readouterr()
     for fault, (where_is, damage, code, named) in FAULTS.items():
