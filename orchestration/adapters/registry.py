@@ -118,12 +118,18 @@ def promote(uri: str, name: str, version: str) -> None:
         client.set_registered_model_alias(name, CHAMPION, version)  # an update of the other's alias now
 
 
+MAX_DESCRIPTION = 5000  # characters of a model version's description in MLflow's SQL registry
+
+
 def attach_card(uri: str, name: str, version: str, run_id: str, card: str, file: str) -> None:
     """The model card `card` (Markdown) as the version's description, which the MLflow UI renders on its page,
     and as the artifact `file` of its training run `run_id`."""
     fencing.check()
     client = tracking._client(uri)
     client.log_text(run_id, card, file)
+    if len(card) > MAX_DESCRIPTION:  # the SQL registry's column: the card's head, and where the whole card is
+        note = f"\n\n(cut here: the whole card is `{file}` in the artifacts of run {run_id})\n"
+        card = card[: MAX_DESCRIPTION - len(note)].rsplit("\n", 1)[0] + note
     client.update_model_version(name, version, description=card)
 
 

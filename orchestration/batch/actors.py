@@ -123,7 +123,8 @@ class TextEmbedFn(_TuplesFn):
             )
 
     def embed_language(self, batch: dict[str, np.ndarray], lang: str) -> np.ndarray:
-        # the test set's languages were checked by `load_testset`: an unseen one reached here through a shared encoder
+        # the languages were checked on the driver: the model's own (a re-encoded split), or a test set's, where
+        # `load_testset` let an unseen language through only for a shared encoder
         return self.embedder.embed(list(batch[f"{lang}_text"]), lang, unseen=True)
 
 

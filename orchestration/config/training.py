@@ -126,6 +126,12 @@ class ModelConfig(Schema):
     def _some_loss(self) -> ModelConfig:
         if self.nmt_weight == 0 and self.ranking_weight == 0:
             raise ValueError("nmt_weight and ranking_weight are both 0: nothing would be trained")
+        if self.nmt_targets is not None and self.ranking_weight == 0:
+            # a batch none of whose targets is decoded would have no loss at all
+            raise ValueError(
+                "nmt_targets ranks the batch's other targets, and ranking_weight is 0: a batch that decodes "
+                "nothing would learn nothing; restrict train.paths' targets instead"
+            )
         return self
 
 

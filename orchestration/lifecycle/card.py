@@ -158,7 +158,8 @@ def _result_lines(evaluation: Mapping[str, Any] | None, languages: list[str]) ->
     ]
     for p in languages:
         cells = [
-            "" if p == q or f"{p}-{q}" not in pairs else f"{100 * pairs[f'{p}-{q}']['error']:.1f}" for q in languages
+            "" if p == q or "error" not in pairs.get(f"{p}-{q}", {}) else f"{100 * pairs[f'{p}-{q}']['error']:.1f}"
+            for q in languages
         ]
         out.append(f"| {p} | " + " | ".join(cells) + " |")
     for task, result in (evaluation.get("transfer") or {}).items():
@@ -171,7 +172,9 @@ def _result_lines(evaluation: Mapping[str, Any] | None, languages: list[str]) ->
         ]
     translation = evaluation.get("translation") or {}
     if translation:
-        chrf = [v["chrf"] for pair, v in translation.items() if pair.split("-")[0] != pair.split("-")[1]]
+        chrf = [
+            v["chrf"] for pair, v in translation.items() if "chrf" in v and pair.split("-")[0] != pair.split("-")[1]
+        ]
         if chrf:
             out += [
                 "",
@@ -190,16 +193,19 @@ def _limit_lines(evaluation, args, config: Mapping[str, Any], decoders: list[str
         "conversation, the web) is measured nowhere here.",
         "- Languages not listed above: "
         + (
-            "its shared encoder embeds them (unseen languages), unmeasured unless a test set says otherwise."
+            "its shared encoder embeds them in a test set (`evaluate.testsets`: unseen languages, measured "
+            "there); every other command refuses them."
             if args.shared_encoder
             else "refused: its encoders are per language."
         ),
     ]
     pairs = (evaluation or {}).get("pairs", {})
-    worst = sorted(pairs.items(), key=lambda item: -item[1].get("error", 0))[:WORST]
+    worst = sorted(((p, m) for p, m in pairs.items() if "error" in m), key=lambda item: -item[1]["error"])[:WORST]
     if worst:
         out.append(
-            "- Its worst pairs: " + ", ".join(f"{pair} {100 * m['error']:.1f} %" for pair, m in worst) + " error."
+            "- Its worst pairs: "
+            + ", ".join(f"{pair} {100 * m.get('error', 0):.1f} %" for pair, m in worst)
+            + " error."
         )
     if not decoders:
         out.append("- It cannot turn a vector back into text.")

@@ -171,7 +171,12 @@ def register_and_decide(config: Config, name: str, sha: str, trained, challenger
             DATASET_TAG: lineage.get("dataset_fingerprint", "unknown"),
         },
     )
-    _attach_card(config, uri, name, version, trained.run_id, local, challenger)
+    try:  # registered, the version must reach its decision: its card is made and attached at best
+        _attach_card(config, uri, name, version, trained.run_id, local, challenger)
+    except Exception as exc:  # noqa: BLE001
+        log.warning(
+            "%s v%s: its model card was not attached (%s); `interlingua card --model` makes it", name, version, exc
+        )
     challenger_error, champion_error = challenger.averages["all"], None
     min_improvement, max_pair_regression = config.registry.min_improvement, config.registry.max_pair_regression
     current = registry.champion(uri, name)

@@ -65,7 +65,7 @@ def resolve(config: Config, data: Dataset, languages: list[str]) -> FrozenModel 
     return FrozenModel(
         Location.of(given, KEY).identity,  # a local path resolved (the workers run elsewhere), a URI as given
         verified["model_sha256"],
-        args.model_copy(update={"nmt_weight": m.nmt_weight, "nmt_targets": m.nmt_targets}),
+        args.model_copy(update={"nmt_weight": m.nmt_weight}),
         trained_decoders(args, header),
     )
 

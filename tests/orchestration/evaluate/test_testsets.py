@@ -59,7 +59,8 @@ def test_bad_test_sets_are_refused_naming_the_file(ruth, tmp_path):
         load_testset(spec(name="t", files={"fr": files["fr"], "en": str(tmp_path / "short.en")}), ["fr", "en"])
     with pytest.raises(EvaluateError, match=r"the model knows \['fr', 'en'\], not \['de'\] \(its encoders are per"):
         load_testset(spec(name="t", files={"fr": files["fr"], "de": files["en"]}), ["fr", "en"])
-    assert load_testset(spec(name="t", files={"fr": files["fr"], "de": files["en"]}), ["fr", "en"], shared=True)
+    unseen = load_testset(spec(name="t", files={"fr": files["fr"], "de": files["en"]}), ["fr", "en"], shared=True)
+    assert unseen.languages == ["fr", "de"] and len(unseen.table) == 85
     (tmp_path / "bad.en").write_bytes(b"fine\ncaf\xe9\n")
     with pytest.raises(EvaluateError, match=r"bad.en:2: not valid UTF-8"):
         load_testset(spec(name="t", files={"fr": files["fr"], "en": str(tmp_path / "bad.en")}), ["fr", "en"])

@@ -58,7 +58,7 @@ def test_a_card_says_what_the_model_is_for_what_it_saw_how_it_learned_and_where_
     assert "| en |  | 1.0 | 2.0 | 3.0 | 4.0 | 5.0 |" in card and "average 15.50 %" in card
     assert "balanced accuracy 80.0 % in the training language, 75.0 % in the others" in card
     assert "Its worst pairs: zh-ar 30.0 %, zh-ru 29.0 %, zh-es 28.0 % error." in card  # the three highest
-    assert "its shared encoder embeds them (unseen languages)" in card and "cannot turn a vector back" in card
+    assert "its shared encoder embeds them in a test set" in card and "cannot turn a vector back" in card
     assert "Model file sha256 `9c1a`" in card and "interlingua run -c config.yaml" in card
 
 
@@ -68,3 +68,16 @@ def test_a_card_without_evaluation_or_manifest_says_so_and_one_with_decoders_off
     assert "the dataset's manifest was not reachable" in card and "Sources: bible" in card
     assert "Translation through the vector into en, fr (`interlingua translate`)." in card
     assert "cannot turn a vector back" not in card and "worst pairs" not in card
+
+
+def test_a_model_exported_before_its_records_existed_gets_a_card_naming_its_file(tmp_path):
+    from core.dataset import file_sha256
+
+    folder = model_dir(tmp_path, decoders=[])
+    for name in ("config.yaml", "lineage.json", "progress.json"):
+        (folder / name).unlink()
+    card = model_card(folder, evaluation={"pairs": {"en-fr": {}}, "translation": {"en-fr": {"bleu": 1.0}}})
+    assert f"Model file sha256 `{file_sha256(folder / 'model.safetensors')}`" in card
+    assert (
+        "trained unknown" in card and "Sources: (the dataset's" not in card and "Dataset fingerprint `unknown`" in card
+    )

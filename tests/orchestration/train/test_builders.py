@@ -19,3 +19,6 @@ def test_nmt_targets_narrow_the_decoders_taught_and_a_language_not_trained_is_re
     ):
         model_args(one, ["en", "zh"], 100)
     assert trained_decoders(load_config(None, ["model.nmt_targets=[fr]"]), ["en", "fr"]) == []  # no NMT loss
+    # with no ranking, a batch that decodes none of its targets would have no loss: refused (decoders_for included)
+    with pytest.raises(ConfigError, match="a batch that decodes nothing would learn nothing"):
+        load_config(None, ["model.nmt_weight=1", "model.ranking_weight=0", "model.nmt_targets=[fr]"])
