@@ -183,13 +183,15 @@ def trained_steps(model_dir: Path) -> int | None:
     return int(json.loads(path.read_text())["step"]) if path.is_file() else None
 
 
-def record_lineage(model_dir: str | Path, data: Dataset) -> dict[str, str]:
-    """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.safetensors."""
+def record_lineage(model_dir: str | Path, data: Dataset, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Write `lineage.json`: the dataset's fingerprint and the sha256 of spm.model and model.safetensors, and
+    `extra` (`compatible_with`, `compatible_with_sha256`: the model whose space it was trained to keep)."""
     where = Location.of(model_dir)
     lineage = {
         "dataset_fingerprint": data.fingerprint,
         "spm_sha256": where.join(SPM_FILE).sha256(),
         "model_sha256": where.join(MODEL_FILE).sha256(),
+        **(extra or {}),
     }
     where.join(LINEAGE_FILE).write_json(lineage)
     return lineage

@@ -54,17 +54,18 @@ def run_actors(
     cpus: int,
     use_gpu: bool,
     batch_size: int,
+    verb: str = "embedded",
 ) -> list[T]:
     """Map `dataset` (made under `cluster.data_job`: its settings are the dataset's) through a pool of `actors`
     actors of `actor` (`kwargs` to its constructor, `cpus` CPUs or a GPU each, on any node) in batches of
     `batch_size`; each row an actor returns goes to `write` on the driver as it comes, and what `write` returns
     (a block's small record) is kept and returned. Our progress line (`rows` in all, `rows_of(record)` each)
-    instead of Ray Data's bars, which show with -v."""
+    instead of Ray Data's bars, which show with -v; `verb` says what was done to them."""
     import ray.data
 
     context = ray.data.DataContext.get_current()
     bars, context.enable_progress_bars = context.enable_progress_bars, logs.verbosity() >= logs.VERBOSE
-    progress, records = Progress(rows, verb="embedded", unit="sentences"), []
+    progress, records = Progress(rows, verb=verb, unit="sentences"), []
     try:
         written = dataset.map_batches(
             actor,

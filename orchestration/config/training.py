@@ -206,6 +206,14 @@ class TrainConfig(Schema):
         "must be above 0, model.ranking_weight and model.distill_weight 0; the best checkpoint is the one of "
         "the lowest dev NLL (the dev similarity error cannot move).",
     )
+    compatible_with: str | None = Field(
+        default=None,
+        description="A model directory of this product (local or a URI) whose space the new model keeps: its "
+        "vectors of the training split are a fixed target of distillation (backward-compatible training, Shen "
+        "et al. 2020), so that the new model's vectors search the old model's stored ones. It is the run's "
+        "teacher (model.teacher unset, or the same); model.distill_weight must be above 0 and the new "
+        "embedding size the old one's (no map between the spaces). The model's lineage records it.",
+    )
 
 
 class RuntimeConfig(Schema):

@@ -168,8 +168,8 @@ def train_fingerprint(
     """What a checkpoint depends on: the dataset's content and what is learned (`model`, `train`), and the
     teacher's identity (`teacher.TeacherSpec.identity`) with one. Without a teacher its keys are left out, as are
     the defaults of `distill_loss`, `distill_languages` and `distill_source_weights` with one, and
-    `train.decoders_for` unset: the fingerprint of a run of before they existed. `frozen`: the sha256 of the
-    model whose decoders alone are trained."""
+    `train.decoders_for` and `train.compatible_with` unset: the fingerprint of a run of before they existed.
+    `frozen`: the sha256 of the model whose decoders alone are trained."""
     m = config.model
     exclude = set(_TEACHER_KEYS) if teacher is None else set()
     exclude |= {"distill_loss"} if m.distill_loss == "mse" else set()
@@ -180,7 +180,10 @@ def train_fingerprint(
         {
             "data": data.fingerprint,
             "model": model,
-            "train": config.train.model_dump(exclude={"decoders_for"} if frozen is None else set()),
+            "train": config.train.model_dump(
+                exclude=({"decoders_for"} if frozen is None else set())
+                | ({"compatible_with"} if config.train.compatible_with is None else set())
+            ),
             **({"teacher": teacher} if teacher is not None else {}),
             **({"frozen": frozen} if frozen is not None else {}),
         }

@@ -183,10 +183,17 @@ def report(
     )
 
 
-def export(checkpoint: Checkpoint, model_dir: Where, data: Dataset | None = None) -> TrainingProgress:
+def export(
+    checkpoint: Checkpoint,
+    model_dir: Where,
+    data: Dataset | None = None,
+    *,
+    lineage_extra: dict[str, str] | None = None,
+) -> TrainingProgress:
     """Copy the model directory out of a checkpoint (without the training state) to `model_dir` (a local
     path or a URI), whole (`model_files.folder`: staged, then committed with model.safetensors last), with its
-    lineage when the dataset `data` is given; returns its progress. ForeignDataError, before anything is
+    lineage when the dataset `data` is given (and `lineage_extra`: the model it is compatible with); returns its
+    progress. ForeignDataError, before anything is
     copied, when `model_dir` holds what a model directory does not; the previous model stays whole on any
     error."""
 
@@ -195,7 +202,7 @@ def export(checkpoint: Checkpoint, model_dir: Where, data: Dataset | None = None
             shutil.copytree(src, staging.local, ignore=shutil.ignore_patterns(STATE_FILE), dirs_exist_ok=True)
             progress = TrainingProgress.from_dict(json.loads((Path(src) / PROGRESS_FILE).read_text()))
         if data is not None:
-            model_files.record_lineage(staging.local, data)
+            model_files.record_lineage(staging.local, data, lineage_extra)
         return stage.Manifest(progress, None)  # the staging folder holds model.safetensors, committed last
 
     # a foreign file is refused before the copy, not found after; locally the commit is two renames: the old

@@ -79,6 +79,9 @@ def worker_job(
     check_dev_tuples(config, builders.dev_languages(config, languages))
     args = frozen.args if frozen is not None else builders.model_args(config, languages, data.vocab_size)
     if teacher is not None:
+        from model.model_file import embedding_size
+
+        teachers.check_compatible(config, teacher, embedding_size(args))
         args = args.model_copy(update={"distill_dim": teacher.dim})
     return WorkerJob(
         config=config,
@@ -207,7 +210,17 @@ def train(
         output.write_record(STATE_FILE, state_bytes(record))  # first: it vouches for what follows
         output.write_record(model_files.CONFIG_FILE, dump_yaml(config.to_dict()).encode())
         job = dataclasses.replace(job, run_id=run.id, resume_from=(train_dir / resume).text if resume else None)
-        progress = checkpoint.export(_fit(job, train_dir, folder, callbacks or []), model_dir, data)
+        compatible = (
+            {
+                "compatible_with": Location.of(config.train.compatible_with).identity,
+                "compatible_with_sha256": teacher.identity["sha256"],
+            }
+            if teacher is not None and config.train.compatible_with is not None
+            else {}
+        )
+        progress = checkpoint.export(
+            _fit(job, train_dir, folder, callbacks or []), model_dir, data, lineage_extra=compatible
+        )
         run.log_artifacts(model_files.fetch(model_dir), "model")
         if progress.dev_error is not None:  # one value per run, what `compare --stage train` sorts by
             run.log_metrics({"dev/best_xsim_error": progress.dev_error}, progress.step)

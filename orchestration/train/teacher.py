@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 # the languages of the multilingual USE (v3): https://tfhub.dev/google/universal-sentence-encoder-multilingual/3
 USE_LANGUAGES = ("ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh")
 USE_DIM = 512
+COMPATIBLE = "train.compatible_with"
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,17 @@ class TeacherSpec:
 
 def resolve(config: Config) -> TeacherSpec | None:
     """The teacher of `model.teacher` (None without one); ConfigError naming the key when it cannot be used."""
-    name = config.model.teacher
+    name, key = config.model.teacher, "model.teacher"
+    compatible = config.train.compatible_with
+    if compatible is not None:
+        if name is not None and name != compatible:
+            raise ConfigError(
+                f"train.compatible_with {compatible} is the run's teacher: model.teacher ({name}) must be unset or "
+                "the same model"
+            )
+        if compatible == "use":
+            raise ConfigError("train.compatible_with: a model directory of this product, not the USE baseline")
+        name, key = compatible, COMPATIBLE
     if name is None:
         return None
     if name == "use":
@@ -66,7 +77,7 @@ def resolve(config: Config) -> TeacherSpec | None:
     from orchestration.adapters import model_dir as model_files
 
     try:
-        where = str(Location.of(name, "model.teacher"))
+        where = str(Location.of(name, key))
     except StorageError as exc:  # it names the key
         raise ConfigError(str(exc)) from None
     try:
@@ -74,9 +85,9 @@ def resolve(config: Config) -> TeacherSpec | None:
         sha = model_files.verify(Path(local))["model_sha256"]
         args, _ = read_header(str(Path(local) / model_files.MODEL_FILE))
     except model_files.ModelDirError as exc:
-        raise ConfigError(f"model.teacher: {exc}") from None
+        raise ConfigError(f"{key}: {exc}") from None
     except ModelFileError as exc:
-        raise ConfigError(f"model.teacher: {where}/{model_files.MODEL_FILE}: {exc}") from None
+        raise ConfigError(f"{key}: {where}/{model_files.MODEL_FILE}: {exc}") from None
     return TeacherSpec(
         "model", str(local), {"kind": "model", "sha256": sha}, tuple(args.languages), embedding_size(args)
     )
@@ -86,6 +97,15 @@ def check(config: Config, spec: TeacherSpec | None, languages: list[str]) -> Non
     """ConfigError, before any work, for a teacher without a weight (or a weight without a teacher), a pivot
     that is not trained, or a teacher that embeds none of the trained languages."""
     m = config.model
+    compatible = config.train.compatible_with
+    if compatible is not None and m.distill_weight == 0:
+        raise ConfigError(
+            f"{COMPATIBLE}: the new model learns the old space by distillation: set model.distill_weight above 0"
+        )
+    if compatible is not None and config.train.decoders_for is not None:
+        raise ConfigError(
+            f"{COMPATIBLE} with train.decoders_for: a model whose encoders are frozen keeps its space already"
+        )
     if (spec is None) != (m.distill_weight == 0):
         raise ConfigError(
             f"model.distill_weight {m.distill_weight} with model.teacher {m.teacher}: set both (a "
@@ -98,8 +118,22 @@ def check(config: Config, spec: TeacherSpec | None, languages: list[str]) -> Non
     if m.distill_pivot not in languages:
         raise ConfigError(f"model.distill_pivot: {m.distill_pivot!r} is not among the trained languages {languages}")
     if not set(spec.languages) & set(languages):
+        key = COMPATIBLE if compatible is not None else "model.teacher"
         raise ConfigError(
-            f"model.teacher: {m.teacher} embeds {list(spec.languages)}, none of the trained languages {languages}"
+            f"{key}: {compatible or m.teacher} embeds {list(spec.languages)}, none of the trained languages {languages}"
+        )
+
+
+def check_compatible(config: Config, spec: TeacherSpec | None, dim: int) -> None:
+    """ConfigError when `train.compatible_with` names a model whose embedding size is not `dim`, the new
+    model's: its vectors would need a map, and the new space would not be the old one."""
+    if config.train.compatible_with is None or spec is None:
+        return
+    if spec.dim != dim:
+        raise ConfigError(
+            f"{COMPATIBLE}: {config.train.compatible_with} makes {spec.dim}-d vectors, this model would make "
+            f"{dim}-d ones: a compatible model keeps the old size (model.embed_dim, model.encoder_hidden, "
+            "model.encoder as the old model's)"
         )
 
 

@@ -52,6 +52,7 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
         # the teacher's embeddings: a tree of their own beside the dataset's shards (core.teacher)
         "model.teacher=use",
         "model.distill_weight=0.1",
+        "model.nmt_weight=1.0",  # decoders trained: `translate` has a target
     ]
     model = storage.join(run, "train", "model")
     space = tmp_path / "space.yaml"
@@ -77,6 +78,25 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
             ],
             True,
         ),
+        "translate": (  # the corpus job: blocks, their records and a manifest in a folder of its own
+            [
+                "translate",
+                *common,
+                "--model",
+                model,
+                "-l",
+                "fr",
+                "-t",
+                "en",
+                "-i",
+                str(tmp_path / "corpus" / "ruth.fr"),
+                "-o",
+                storage.join(out, "translated"),
+                "--block-rows",
+                "40",
+            ],
+            True,
+        ),
         "mine": (
             [
                 "mine",
@@ -98,7 +118,7 @@ def commands(tmp_path, out: str, book_lines) -> dict[str, tuple[list[str], bool]
 
 # Every command, generated from the CLI's parser, is here or below with why it writes no tree: a new command
 # fails `test_every_command_writes_a_tree_of_this_test_or_says_why_not` until it is put in one of them.
-TREES = ("prepare", "train", "evaluate", "run", "tune", "embed", "mine", "export")
+TREES = ("prepare", "train", "evaluate", "run", "tune", "embed", "translate", "mine", "export")
 NO_TREE = {
     "compare": "--plot replaces only a PNG that compare wrote (its Software field); lifecycle/test_compare.py",
     "upgrade-model": "converts a model folder in place through the output layer (a link or a user's file there is "
@@ -107,8 +127,6 @@ NO_TREE = {
     "search": "prints its neighbours; writes nothing",
     "config": "prints the resolved configuration; writes nothing",
     "card": "prints a model's card; writes nothing (`run` registers it in the tracking store)",
-    "translate": "writes one new file or stdout, never a file that is there nor an input; "
-    "tests/orchestration/embed/test_translate.py",
     "get-catalogs": "fetches with apt-get: packages built with dpkg-deb stand in, and a user's file at every level "
     "of its tree is refused before any download; tests/pipelines/test_debian_catalogs.py",
 }
@@ -299,6 +317,7 @@ def check_trees(out: str, todo, capsys, snapshot: Path | None = None) -> None:
         "run/eval/test/search",
         "run/tune/trials",
         "embedded",
+        "translated",
         "mined",
     } <= set(found), found
     # first the deepest folders alone (a command that takes a whole subfolder for its own is found out

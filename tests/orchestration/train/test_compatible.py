@@ -1,0 +1,82 @@
+"""`train.compatible_with`: a new model trained to keep an old model's space. The old model is the run's teacher,
+its vectors of the training split a fixed target in their own space (no map: the sizes must match), and the new
+model's lineage names it. Every way it cannot be kept is refused before any work, in one line naming the key."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from orchestration.config import ConfigError, load_config
+from orchestration.train import teacher as teachers
+from tests.support.runs import config_for, untrained_model_dir
+
+LANGS = ["en", "fr", "es", "ru", "ar", "zh"]
+
+
+def test_a_model_to_stay_compatible_with_is_the_teacher_and_every_misfit_is_refused(small_dataset, tmp_path):
+    old = untrained_model_dir(small_dataset, tmp_path / "old")  # 16 hidden, max pooling over a BLSTM: 32-d
+    base = [f"train.compatible_with={old}", "model.distill_weight=1.0"]
+    config = load_config(None, base)
+    spec = teachers.resolve(config)
+    assert spec is not None and spec.kind == "model" and spec.dim == 32 and set(spec.languages) == set(LANGS)
+    teachers.check(config, spec, LANGS)
+    teachers.check_compatible(config, spec, 32)
+    assert teachers.resolve(load_config(None, [*base, f"model.teacher={old}"])) == spec  # the same model: fine
+
+    with pytest.raises(ConfigError, match=r"^train.compatible_with: .* makes 32-d vectors, this model would make 16-d"):
+        teachers.check_compatible(config, spec, 16)
+    refused = [
+        ([f"train.compatible_with={old}"], r"^train.compatible_with: .*set model.distill_weight above 0"),
+        ([*base, "model.teacher=use"], r"^train.compatible_with .* is the run's teacher: model.teacher \(use\)"),
+        (["train.compatible_with=use", "model.distill_weight=1"], r"^train.compatible_with: a model directory"),
+        ([f"train.compatible_with={tmp_path / 'none'}", "model.distill_weight=1"], r"^train.compatible_with: "),
+        ([*base, f"train.decoders_for={old}"], r"^train.compatible_with with train.decoders_for"),
+    ]
+    for overrides, message in refused:
+        with pytest.raises(ConfigError, match=message) as caught:
+            given = load_config(None, overrides)
+            teachers.check(given, teachers.resolve(given), LANGS)
+        assert "\n" not in str(caught.value)
+    ja = teachers.TeacherSpec("model", None, {}, ("ja",), 32)
+    with pytest.raises(ConfigError, match=r"^train.compatible_with: .* embeds \['ja'\], none of the trained"):
+        teachers.check(config, ja, LANGS)
+
+
+def test_a_compatible_retrain_distils_the_old_space_and_its_lineage_names_the_old_model(trained_run, tmp_path):
+    """Through Ray Train: the old model's vectors of the training split are the target of a contrastive
+    distillation in their own 32-d space (no map), logged; the exported model's lineage records the old model
+    and its sha256. The old model's size is refused before any work. Mechanics on a tiny model, not quality
+    (benchmarks/compatible.py measures that on the demo's model)."""
+    from core.location import Location
+    from model.model_file import load_model
+    from orchestration.adapters import model_dir as model_files
+    from orchestration.adapters import tracking
+    from orchestration.train.driver import train
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(trained_run.small_dataset.data_dir, data_dir)
+    old = trained_run.result.model_dir
+    overrides = [
+        f"dataset_dir={data_dir}",
+        f"train.compatible_with={old}",
+        "model.distill_weight=1.0",
+        "model.distill_loss=contrastive",
+        "train.max_steps=10",
+        "train.seed=7",
+    ]
+    with pytest.raises(ConfigError, match="makes 32-d vectors, this model would make 16-d"):
+        train(config_for(trained_run.small_dataset, tmp_path / "small", *overrides, "model.encoder_hidden=8"))
+    config = config_for(trained_run.small_dataset, tmp_path / "new", *overrides)
+    result = train(config)
+
+    student, _ = load_model(str(result.model_dir / "model.safetensors"))
+    assert student.embedding_dim == 32 and student.distill_map is None  # the old space itself, no map
+    lineage = model_files.lineage(result.model_dir)
+    assert lineage["compatible_with"] == Location.of(old).identity
+    assert lineage["compatible_with_sha256"] == model_files.lineage(old)["model_sha256"]
+    uri = tracking.resolve_uri(config.tracking.uri)
+    losses = [v for _, v in tracking.metric_history(uri, result.run_id, "train/distill_loss")]
+    assert losses and all(np.isfinite(losses)) and losses[0] > 0
