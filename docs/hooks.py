@@ -480,6 +480,16 @@ FORMATS = [
         "orchestration.embed.folder.EmbedMeta",
         "`interlingua embed -o DIR`",
     ),
+    (
+        "`<translated>/part-NNNNN.json`",
+        "orchestration.embed.translate_corpus.TranslationRecord",
+        "`read_records` / `interlingua translate -o DIR` (after the block's text)",
+    ),
+    (
+        "`<translated>/manifest.json`",
+        "orchestration.embed.translate_corpus.TranslationsManifest",
+        "`read_manifest`, `open_translations` / `interlingua translate -o DIR` (last)",
+    ),
     ("`<mined>/manifest.json`", "core.mined.MinedManifest", "`read_manifest` / `write_manifest`"),
     ("`<export>/manifest.json`", "orchestration.embedding.export.ExportManifest", "`read_manifest` / `export_model`"),
     ("`<catalogs>/catalogs.json`", "pipelines.debian_catalogs.CatalogsManifest", "`read_manifest` / `fetch`"),

@@ -47,19 +47,24 @@ def grid(matrix: Matrix, languages: list[str]) -> np.ndarray:
 
 EMBEDDINGS, SEARCH = "embeddings", "search"  # the stored embeddings (their own kind), each pair's top-k
 STAGED = f".{EMBEDDINGS}.partial"  # the stored embeddings' staging folder (`store_writer.output`)
+# the folders of stored embeddings: the model's, and the old model's of a compatible one
+# (`orchestration.evaluate.compatibility`)
+STORES = (EMBEDDINGS, "embeddings-compatible")
 SEARCH_FILES = ("scores.npy", "ids.npy", "better.npy")  # search/<p>-<q>/: `evaluation.xsim`'s files of a pair
 
 
 class MetricsRecord(TypedDict):
     """metrics.json: the tuples searched, the averages and every pair's metrics ("en-fr": {"error": ...}); with
     `evaluate.translation_rows`, each pair's translation scores ("en-fr": {"bleu": ..., "chrf": ...}); with
-    `evaluate.transfer`, each task's accuracies ("bible_books": {"accuracy": {"en-fr": ...}, "averages": ...})."""
+    `evaluate.transfer`, each task's accuracies ("bible_books": {"accuracy": {"en-fr": ...}, "averages": ...});
+    for a model trained with `train.compatible_with`, its queries among the old model's vectors ("cross_version")."""
 
     sentences: int
     averages: dict[str, float]
     pairs: dict[str, dict[str, float]]
     translation: NotRequired[dict[str, dict[str, float]]]
     transfer: NotRequired[dict[str, dict]]
+    cross_version: NotRequired[dict]
 
 
 class ReportKind:
@@ -68,7 +73,8 @@ class ReportKind:
 
     Its own, by record only: the state file (or the write journal of `OutputFolder.writing`) vouches for `FILES`
     and itself; metrics.json's pairs for `search/<p>-<q>/` and its `SEARCH_FILES`; the stored embeddings'
-    manifest for what lies under `embeddings/` (`evaluation.store_writer.StoreKind`). A user's file anywhere
+    manifest for what lies under `embeddings/` and `embeddings-compatible/` (`evaluation.store_writer.StoreKind`).
+    A user's file anywhere
     else, in those folders too, is a user's."""
 
     what = "evaluation folder"
@@ -84,16 +90,17 @@ class ReportKind:
             names |= ownership.with_parents(
                 f"{SEARCH}/{pair}/{name}" for pair in _pairs(folder / "metrics.json") for name in SEARCH_FILES
             )
-        store = StoreKind().ours(folder / EMBEDDINGS)
-        prefix = EMBEDDINGS + "/"
-        staged = ownership.is_staging(folder / STAGED)  # a killed run's embeddings, marked: removed whole
+        stores = {name: StoreKind().ours(folder / name) for name in STORES}
+        # a killed run's embeddings, marked: removed whole
+        staged = {f".{name}.partial": ownership.is_staging(folder / f".{name}.partial") for name in STORES}
 
         def ours(entry: str) -> bool:
-            if entry.startswith(prefix):
-                return store(entry[len(prefix) :])
-            if entry.split("/")[0] == STAGED:
-                return staged
-            return entry in names or entry == EMBEDDINGS
+            top, _, rest = entry.partition("/")
+            if top in stores and rest:
+                return stores[top](rest)
+            if top in staged:
+                return staged[top]
+            return entry in names or entry in stores
 
         return ours
 
@@ -134,6 +141,7 @@ def write_report(
     sentences: int,
     translation: dict[str, dict[str, float]] | None = None,
     transfer: dict[str, dict] | None = None,
+    cross_version: dict | None = None,
 ) -> MetricsRecord:
     """Write `FILES` into `out_dir` (inside `output(out_dir).writing(list(FILES))`, which records them first
     as the product's, until the state file names them); returns the metrics.json record."""
@@ -146,6 +154,8 @@ def write_report(
         record["translation"] = translation
     if transfer:
         record["transfer"] = transfer
+    if cross_version:
+        record["cross_version"] = cross_version
     (out_dir / "metrics.json").write_text(json.dumps(record, indent=2))
     _heatmap(out_dir / "error_matrix.png", values, languages, sentences)
     return record

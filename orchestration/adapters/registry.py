@@ -86,6 +86,14 @@ def find_version(uri: str, name: str, tag: str, value: str) -> str | None:
     return None
 
 
+def set_version_tags(uri: str, name: str, version: str, tags: Mapping[str, str]) -> None:
+    """Tag a registered version (after its registration: what only its evaluation tells)."""
+    fencing.check()
+    client = tracking._client(uri)
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, value)
+
+
 def model_versions(uri: str, name: str) -> list:
     """Every registered version of the model `name` (each with .version and .tags)."""
     return list(tracking._client(uri).search_model_versions(f"name={tracking.literal(name)}"))

@@ -133,6 +133,14 @@ class RegistryConfig(Schema):
         description="An `evaluate.testsets` name (e.g. a pinned dataset) the champion decision "
         "uses instead of the run's split.",
     )
+    compatible_margin: float = Field(
+        default=0.01,
+        ge=0,
+        le=1,
+        description="A version trained with train.compatible_with is tagged compatible with the old one "
+        "(interlingua.compatible_with: vN) when its queries among the old model's vectors err by at most this "
+        "much more than among its own (0.01 = 1 point).",
+    )
 
 
 class MineInput(Schema):

@@ -196,7 +196,12 @@ def _measure(
         from orchestration.evaluate.transfer import transfer_results
 
         transferred = transfer_results(config, store, languages)
-    write_report(out_dir, matrix, named, averages, languages, len(store), translated, transferred)
+    crossed = {}
+    if encoder.model_path is not None and not texts:  # trained to keep an old model's space: how well it does
+        from orchestration.evaluate.compatibility import cross_version_results
+
+        crossed = cross_version_results(config, store, encoder.model_path, languages, out_dir, data)
+    write_report(out_dir, matrix, named, averages, languages, len(store), translated, transferred, crossed)
     run_id = log_run(
         config,
         out_dir,
@@ -211,6 +216,7 @@ def _measure(
         lineage.evaluated_input(config.data_dir, name, texts),
         translated,
         transferred,
+        crossed,
     )
     return EvalResult(matrix, named, averages, languages, run_id, out_dir, data=data)
 

@@ -26,6 +26,7 @@ def log_run(
     read: lineage.DataInput,
     translated: dict[str, dict[str, float]] | None = None,
     transferred: dict[str, dict] | None = None,
+    cross_version: dict | None = None,
 ) -> str:
     """The evaluation as an MLflow run nested under the training run (or `parent_run_id`): what it `read` as
     its dataset input, the error matrix as a table too; the run's id."""
@@ -49,6 +50,10 @@ def log_run(
         from orchestration.evaluate.transfer import transfer_metrics
 
         metrics.update(transfer_metrics(transferred))
+    if cross_version:  # this model's queries among the old model's vectors (`train.compatible_with`)
+        from orchestration.evaluate.compatibility import cross_version_metrics
+
+        metrics.update(cross_version_metrics(cross_version))
     with tracker.run(
         f"{config.name}-eval-{name}{suffix}",
         config.to_dict(),

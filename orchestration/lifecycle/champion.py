@@ -35,6 +35,8 @@ Pair = tuple[str, str]  # (query language, searched language), as in EvalResult.
 # that a difference exactly at the margin is not decided by float rounding (0.20 - 0.05 < 0.15 in floats).
 TOLERANCE = 1e-9
 MAX_LISTED_PAIRS = 10  # in the decision message (all of them go to the run's metrics)
+CROSS_TAG = "interlingua.cross_version_error"  # its queries among the old model's vectors (train.compatible_with)
+COMPATIBLE_TAG = "interlingua.compatible_with"  # vN: the old version whose stored vectors it searches
 MAX_TAG_CHARS = 5000  # MLflow caps tag values (8,000 characters in MLflow 3); keep well under
 
 
@@ -177,6 +179,7 @@ def register_and_decide(config: Config, name: str, sha: str, trained, challenger
         log.warning(
             "%s v%s: its model card was not attached (%s); `interlingua card --model` makes it", name, version, exc
         )
+    _tag_compatibility(config, uri, name, version, challenger)
     challenger_error, champion_error = challenger.averages["all"], None
     min_improvement, max_pair_regression = config.registry.min_improvement, config.registry.max_pair_regression
     current = registry.champion(uri, name)
@@ -236,6 +239,36 @@ def register_and_decide(config: Config, name: str, sha: str, trained, challenger
     message = f"{'promoted' if verdict.promoted else 'not promoted'} {name} v{version}: {reason}"
     log.info(message)
     return Decision(verdict.promoted, message, version, challenger_error, champion_error, verdict.blocking)
+
+
+def _tag_compatibility(config: Config, uri: str, name: str, version: str, challenger) -> bool | None:
+    """For a version trained with `train.compatible_with`: its cross-version error (`evaluate`'s, its queries among
+    the old model's vectors of the split) as a tag, and `interlingua.compatible_with: vN` (the old model's
+    version, or its sha256 when it was never registered) when that error is within `registry.compatible_margin`
+    of its own; a warning saying the old vectors need embedding again otherwise. None: no check was made."""
+    from core.location import Location
+
+    metrics = Location.of(challenger.out_dir) / "metrics.json"
+    crossed = (metrics.read_json() if metrics.exists() else {}).get("cross_version")
+    if not crossed:
+        return None
+    old = registry.find_version(uri, name, MODEL_TAG, crossed["old_sha256"])
+    old_name = f"v{old}" if old else f"the model {crossed['old_sha256'][:12]}"
+    own, cross, margin = challenger.averages["all"], float(crossed["avg_error"]), config.registry.compatible_margin
+    compatible = cross - own <= margin + TOLERANCE
+    tags = {CROSS_TAG: f"{cross:.6f}"}
+    if compatible:
+        tags[COMPATIBLE_TAG] = f"v{old}" if old else crossed["old_sha256"]
+    registry.set_version_tags(uri, name, version, tags)
+    said = (
+        f"{name} v{version}: its queries among {old_name}'s vectors err on {100 * cross:.2f} %, "
+        f"{100 * own:.2f} % among its own (registry.compatible_margin {100 * margin:.1f} points)"
+    )
+    if compatible:
+        log.info("%s: compatible with %s", said, old_name)
+    else:
+        log.warning("%s: not compatible; vectors stored with %s need embedding again with it", said, old_name)
+    return compatible
 
 
 def _attach_card(config: Config, uri: str, name: str, version: str, run_id: str, local, challenger) -> None:

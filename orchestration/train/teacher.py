@@ -166,7 +166,7 @@ def embeddings(config: Config, data: Dataset, spec: TeacherSpec) -> TeacherStore
         "teacher embeddings: %s tuples x %d languages by %s in %.0f s -> %s",
         f"{store.manifest.rows:,}",
         len(languages),
-        config.model.teacher,
+        config.model.teacher or config.train.compatible_with,
         time.monotonic() - started,
         where,
     )

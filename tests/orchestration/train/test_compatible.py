@@ -4,7 +4,9 @@ model's lineage names it. Every way it cannot be kept is refused before any work
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,6 +56,7 @@ def test_a_compatible_retrain_distils_the_old_space_and_its_lineage_names_the_ol
     from model.model_file import load_model
     from orchestration.adapters import model_dir as model_files
     from orchestration.adapters import tracking
+    from orchestration.evaluate.job import evaluate
     from orchestration.train.driver import train
 
     data_dir = tmp_path / "data"
@@ -80,3 +83,63 @@ def test_a_compatible_retrain_distils_the_old_space_and_its_lineage_names_the_ol
     uri = tracking.resolve_uri(config.tracking.uri)
     losses = [v for _, v in tracking.metric_history(uri, result.run_id, "train/distill_loss")]
     assert losses and all(np.isfinite(losses)) and losses[0] > 0
+
+    # evaluate: the split embedded by the old model too, the new queries searched among its vectors
+    evaluated = evaluate(config)
+    out = Path(evaluated.out_dir)
+    crossed = json.loads((out / "metrics.json").read_text())["cross_version"]
+    assert crossed["old_sha256"] == lineage["compatible_with_sha256"] and crossed["languages"] == LANGS
+    assert set(crossed["pairs"]) == {f"{p}-{q}" for p in LANGS for q in LANGS}
+    assert all(0 <= v <= 1 for v in crossed["pairs"].values()) and crossed["tuples"] == evaluated_tuples(out)
+    assert (out / "embeddings-compatible" / "manifest.json").is_file()
+    logged = tracking.get_run(uri, evaluated.run_id).data.metrics
+    assert logged["eval/cross_version/avg_error"] == pytest.approx(crossed["avg_error"])
+    assert logged["eval/cross_version/en-en"] == pytest.approx(crossed["pairs"]["en-en"])
+
+
+def evaluated_tuples(out: Path) -> int:
+    return json.loads((out / "metrics.json").read_text())["sentences"]
+
+
+def test_a_version_within_the_margin_of_its_own_error_is_tagged_compatible_with_the_old_one(tmp_path, caplog):
+    """The champion gate's tag, on a tracking store of its own: the cross-version error `evaluate` wrote in
+    metrics.json, within `registry.compatible_margin` of the version's own error, makes it
+    `interlingua.compatible_with: v1` (the old model's registered version, found by its sha256); beyond it, no
+    such tag and a warning saying the old vectors need embedding again; without a check, nothing."""
+    import logging
+    from types import SimpleNamespace
+
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.lifecycle import champion
+    from tests.support.runs import store_uri
+
+    uri = store_uri(tmp_path)
+    client = MlflowClient(tracking_uri=uri)
+    client.create_registered_model("demo")
+    old_sha = "a" * 64
+    client.create_model_version("demo", str(tmp_path), tags={champion.MODEL_TAG: old_sha})  # v1
+    config = load_config(None, [])
+    results = {}
+    for cross in (0.055, 0.071):
+        version = client.create_model_version("demo", str(tmp_path)).version
+        out = tmp_path / f"eval-{version}"
+        out.mkdir()
+        crossed = {"old_sha256": old_sha, "avg_error": cross, "same_sentence_error": 0.0}
+        (out / "metrics.json").write_text(json.dumps({"averages": {"all": 0.05}, "cross_version": crossed}))
+        challenger = SimpleNamespace(out_dir=out, averages={"all": 0.05})
+        with caplog.at_level(logging.INFO, logger="orchestration.lifecycle.champion"):
+            results[cross] = champion._tag_compatibility(config, uri, "demo", str(version), challenger)
+        results[str(version)] = client.get_model_version("demo", str(version)).tags
+    assert results[0.055] is True and results["2"][champion.COMPATIBLE_TAG] == "v1"
+    assert results["2"][champion.CROSS_TAG] == "0.055000"
+    assert results[0.071] is False and champion.COMPATIBLE_TAG not in results["3"]
+    assert any(
+        r.levelname == "WARNING" and "demo v3" in r.getMessage() and "not compatible" in r.getMessage()
+        for r in caplog.records
+    )
+    out = tmp_path / "plain"
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"averages": {"all": 0.05}}))
+    plain = SimpleNamespace(out_dir=out, averages={"all": 0.05})
+    assert champion._tag_compatibility(config, uri, "demo", "3", plain) is None
