@@ -1,8 +1,8 @@
 """Cross-version search: a retrained model's queries searched among an older model's vectors of the same split.
 
     .venv/bin/python benchmarks/compatible.py --old runs/bible6-cpu/train/model \
-        --new runs/bible6-compatible/train/model runs/bible6-joint/train/model [--config configs/bible6-cpu.yaml]
-        [--map-tuples 200 1000 5000]
+        --new runs/bible6-compatible/train/model runs/bible6-seed1/train/model runs/bible6-joint/train/model \
+        [--config configs/bible6-cpu.yaml] [--map-tuples 200 1000 5000]
 
 On the prepared test split's complete tuples (the Bible's: 1,000 in six languages), each model reading the text
 through its own tokenizer (`SentenceEmbedder`), exact cosine search, top 1 (`evaluation.compatibility`, the error

@@ -49,7 +49,8 @@ EMBEDDINGS, SEARCH = "embeddings", "search"  # the stored embeddings (their own 
 STAGED = f".{EMBEDDINGS}.partial"  # the stored embeddings' staging folder (`store_writer.output`)
 # the folders of stored embeddings: the model's, and the old model's of a compatible one
 # (`orchestration.evaluate.compatibility`)
-STORES = (EMBEDDINGS, "embeddings-compatible")
+COMPATIBLE_EMBEDDINGS = "embeddings-compatible"
+STORES = (EMBEDDINGS, COMPATIBLE_EMBEDDINGS)
 SEARCH_FILES = ("scores.npy", "ids.npy", "better.npy")  # search/<p>-<q>/: `evaluation.xsim`'s files of a pair
 
 

@@ -176,14 +176,14 @@ def read_own_manifest(out_dir: Where) -> Manifest:
     return Manifest(None, set())
 
 
-def check_not_inside(out_dir: Where, files: list[InputFile]) -> None:
+def check_not_inside(out_dir: Where, files: list[InputFile], *, what: str = "embeddings") -> None:
     """CorpusError when an input lies inside the output folder: its blocks would be read as input next time."""
     root = Location.of(out_dir, "-o").identity.rstrip("/") + "/"
     inside = [f.path for f in files if Location.of(f.path).identity.startswith(root)]
     if inside:
         raise CorpusError(
             f"-o {out_dir}: the input {inside[0]} is inside the output directory; "
-            "write the embeddings to a directory of their own"
+            f"write the {what} to a directory of their own"
         )
 
 

@@ -56,7 +56,6 @@ log = logging.getLogger("interlingua.translate")
 FORMAT: Literal["interlingua-translations/1"] = "interlingua-translations/1"
 MANIFEST = "manifest.json"
 _BLOCK = re.compile(r"part-\d{5}\.(txt|json)")
-_TMP = re.compile(r"part-\d{5}\.(txt|json)\.tmp-[0-9a-f]{8}")  # `Location.replace_bytes`'s, unique to one write
 
 
 def block_name(index: int) -> str:
@@ -127,8 +126,8 @@ class CorpusTranslated:
 
 class TranslationsKind:
     """The translate job's output as an output kind (`core.output.Kind`): its manifest, the records that are its
-    own (they parse as `TranslationRecord`) with their text blocks, the blocks the manifest names, and a killed
-    write's temporary files of those names."""
+    own (they parse as `TranslationRecord`) with their text blocks, and the blocks the manifest names (a killed
+    write's temporary file beside one of them is the output layer's to tell)."""
 
     what = "-o"
     marker = MANIFEST
@@ -139,7 +138,7 @@ class TranslationsKind:
         own = {f"{name}.json" for name in records} | {f"{name}.txt" for name in records}
         if manifest is not None:
             own |= {MANIFEST, *(f"{b.name}.txt" for b in manifest.blocks), *(f"{b.name}.json" for b in manifest.blocks)}
-        return lambda entry: entry in own or bool(_TMP.fullmatch(entry))
+        return own.__contains__  # a killed write's temporary file beside one of them: `ownership.check_only_ours`
 
 
 def output_folder(out_dir: Where) -> OutputFolder:
@@ -224,7 +223,7 @@ def translate_corpus(
         out = output_folder(out_dir)
         out.check_replaceable()  # a user's file in the folder is refused at once
         files, blocks = plan_blocks(resolve_inputs(inputs), column=column, block_rows=block_rows, max_chars=max_chars)
-        check_not_inside(out_dir, files)
+        check_not_inside(out_dir, files, what="translations")
         model = EmbedModel(
             dir=Location.of(model_dir).text, model_sha256=file_sha256(local_model / model_files.MODEL_FILE)
         )
@@ -258,7 +257,7 @@ def translate_corpus(
                     f"({other[0] + '.json' if other else MANIFEST}); pass --force to replace them, or give another "
                     "output folder"
                 )
-            ownership.remove_ours(folder, out.check_replaceable(), keep_root=True, last=MANIFEST)  # its own alone
+            _remove_translations(folder, out.check_replaceable())
             records, previous = {}, None
         done = {b.index for b in blocks if _reusable(folder, records.get(block_name(b.index)), b)}
         pending = [b for b in blocks if b.index not in done]
@@ -311,6 +310,16 @@ def translate_corpus(
         return CorpusTranslated(
             out_dir, manifest.rows, manifest.empty, len(blocks), len(pending), time.monotonic() - started
         )
+
+
+def _remove_translations(folder: Location, entries: list[str]) -> None:
+    """Remove the folder's own `entries` (other translations) before a --force run writes its own: first recorded
+    as the product's (`ownership.begin_writes`: a run killed meanwhile leaves nothing unvouched for), each
+    block's text before its record, the manifest last."""
+    names = [name for name in entries if name != ownership.JOURNAL]
+    ownership.begin_writes(folder, names)
+    ordered = sorted(names, key=lambda name: (name == MANIFEST, name.endswith(".json"), name))
+    ownership.remove_ours(folder, ordered, keep_root=True, last=MANIFEST)
 
 
 def _check_languages(model_dir: Path, source: str, target: str) -> None:

@@ -5,11 +5,12 @@ and the champion gate.
 
     results = cross_version_results(config, store, model_path, languages, folder, data)
     # {"old_model": dir, "old_sha256": ..., "languages": [...], "pairs": {"en-fr": 0.03, ...},
-    #  "avg_error": 0.05, "same_sentence_error": 0.0}
+    #  "avg_error": 0.05, "same_sentence_error": 0.0, "own_error": 0.048}
 
-A model without that lineage has no check ({}). An old model that cannot be read, or whose model file is not the
-one the new model was trained against, gets a warning that names it and no check: a figure against another
-space would mean nothing.
+A model without that lineage has no check ({}). An old model that is gone or damaged, or whose model file is not
+the one the new model was trained against, gets a warning that names it and no check: a figure against another
+space would mean nothing. A store that cannot be reached fails the evaluation (nothing is cached without the
+check). `own_error` is the new model's own error on the same languages and tuples, which the gate compares with.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import Any
 import numpy as np
 
 from evaluation.compatibility import averages, cross_errors
+from evaluation.report import COMPATIBLE_EMBEDDINGS
 from evaluation.store import EmbeddingsMeta, StoredEmbeddings
 from orchestration.config import Config
 
 log = logging.getLogger(__name__)
-FOLDER = "embeddings-compatible"
+FOLDER = COMPATIBLE_EMBEDDINGS  # beside the model's own `embeddings/` (`evaluation.report.ReportKind`)
 METRIC = "eval/cross_version"
 
 
@@ -44,11 +46,13 @@ def cross_version_results(
     old, recorded = lineage.get("compatible_with"), lineage.get("compatible_with_sha256")
     if not old:
         return {}
+    from model.model_file import ModelFileError
+
     try:
         local = model_files.fetch(old)
         verified = model_files.verify(Path(local))
         old_model, _ = model_files.load(Path(local) / model_files.MODEL_FILE)
-    except (OSError, ValueError) as exc:  # ModelDirError, StorageError and ModelFileError among them
+    except (model_files.ModelDirError, ModelFileError, FileNotFoundError) as exc:  # gone or damaged, not unreachable
         log.warning("%s: no cross-version check: the model it keeps the space of cannot be read (%s)", old, exc)
         return {}
     if verified["model_sha256"] != recorded:
@@ -82,6 +86,8 @@ def cross_version_results(
         "tuples": len(kept),
         "pairs": pairs,
         **averages(pairs),
+        # the model's own error on the same languages and tuples: what the cross-version error is held against
+        "own_error": averages(cross_errors(new, new))["avg_error"],
     }
     log.info(
         "cross-version: this model's queries among %s's vectors of %d tuples: %.2f %% error (same sentence %.2f %%)",

@@ -179,7 +179,7 @@ def register_and_decide(config: Config, name: str, sha: str, trained, challenger
         log.warning(
             "%s v%s: its model card was not attached (%s); `interlingua card --model` makes it", name, version, exc
         )
-    _tag_compatibility(config, uri, name, version, challenger)
+    _tag_compatibility(config, uri, name, version, challenger, lineage)
     challenger_error, champion_error = challenger.averages["all"], None
     min_improvement, max_pair_regression = config.registry.min_improvement, config.registry.max_pair_regression
     current = registry.champion(uri, name)
@@ -241,7 +241,9 @@ def register_and_decide(config: Config, name: str, sha: str, trained, challenger
     return Decision(verdict.promoted, message, version, challenger_error, champion_error, verdict.blocking)
 
 
-def _tag_compatibility(config: Config, uri: str, name: str, version: str, challenger) -> bool | None:
+def _tag_compatibility(
+    config: Config, uri: str, name: str, version: str, challenger, lineage: Mapping[str, str] | None = None
+) -> bool | None:
     """For a version trained with `train.compatible_with`: its cross-version error (`evaluate`'s, its queries among
     the old model's vectors of the split) as a tag, and `interlingua.compatible_with: vN` (the old model's
     version, or its sha256 when it was never registered) when that error is within `registry.compatible_margin`
@@ -251,10 +253,20 @@ def _tag_compatibility(config: Config, uri: str, name: str, version: str, challe
     metrics = Location.of(challenger.out_dir) / "metrics.json"
     crossed = (metrics.read_json() if metrics.exists() else {}).get("cross_version")
     if not crossed:
+        if (lineage or {}).get("compatible_with"):  # evaluated on a test set (registry.decide_on): no check there
+            log.warning(
+                "%s v%s: trained compatible with %s, but %s holds no cross-version check (it is made on the run's "
+                "split): no compatibility tag",
+                name,
+                version,
+                (lineage or {})["compatible_with"],
+                challenger.out_dir,
+            )
         return None
     old = registry.find_version(uri, name, MODEL_TAG, crossed["old_sha256"])
     old_name = f"v{old}" if old else f"the model {crossed['old_sha256'][:12]}"
-    own, cross, margin = challenger.averages["all"], float(crossed["avg_error"]), config.registry.compatible_margin
+    own = float(crossed.get("own_error", challenger.averages["all"]))  # on the same languages and tuples
+    cross, margin = float(crossed["avg_error"]), config.registry.compatible_margin
     compatible = cross - own <= margin + TOLERANCE
     tags = {CROSS_TAG: f"{cross:.6f}"}
     if compatible:

@@ -56,7 +56,7 @@ def resolve(config: Config) -> TeacherSpec | None:
     name, key = config.model.teacher, "model.teacher"
     compatible = config.train.compatible_with
     if compatible is not None:
-        if name is not None and name != compatible:
+        if name is not None and Location.of(name).identity != Location.of(compatible).identity:
             raise ConfigError(
                 f"train.compatible_with {compatible} is the run's teacher: model.teacher ({name}) must be unset or "
                 "the same model"

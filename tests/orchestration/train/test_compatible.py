@@ -53,9 +53,13 @@ def test_a_compatible_retrain_distils_the_old_space_and_its_lineage_names_the_ol
     and its sha256. The old model's size is refused before any work. Mechanics on a tiny model, not quality
     (benchmarks/compatible.py measures that on the demo's model)."""
     from core.location import Location
+    from core.ownership import ForeignDataError
+    from evaluation.compatibility import cross_errors
+    from evaluation.store import StoredEmbeddings
     from model.model_file import load_model
     from orchestration.adapters import model_dir as model_files
     from orchestration.adapters import tracking
+    from orchestration.evaluate.compatibility import FOLDER
     from orchestration.evaluate.job import evaluate
     from orchestration.train.driver import train
 
@@ -95,6 +99,22 @@ def test_a_compatible_retrain_distils_the_old_space_and_its_lineage_names_the_ol
     logged = tracking.get_run(uri, evaluated.run_id).data.metrics
     assert logged["eval/cross_version/avg_error"] == pytest.approx(crossed["avg_error"])
     assert logged["eval/cross_version/en-en"] == pytest.approx(crossed["pairs"]["en-en"])
+    # the two stores' rows joined by key, here apart from the product's join: the same errors
+    new_store, old_store = StoredEmbeddings.open(out / "embeddings"), StoredEmbeddings.open(out / FOLDER)
+    at = {str(k): i for i, k in enumerate(old_store.column("key"))}
+    order = [at[str(k)] for k in new_store.column("key")]
+    new_vectors = {lang: new_store.rows(lang) for lang in LANGS}
+    assert crossed["pairs"] == pytest.approx(
+        cross_errors(new_vectors, {lang: old_store.rows(lang)[order] for lang in LANGS})
+    )
+    # every tuple and language here: evaluate's own error, but for ties its sharded search may break otherwise
+    assert crossed["own_error"] == pytest.approx(evaluated.averages["all"], abs=0.02)
+    # the old model's embeddings are the evaluation's own: a user's file among them is refused, never removed
+    users = out / FOLDER / "notes.txt"
+    users.write_text("a user's notes\n")
+    with pytest.raises(ForeignDataError, match="notes.txt"):
+        evaluate(config, force=True)
+    assert users.read_text() == "a user's notes\n"
 
 
 def evaluated_tuples(out: Path) -> int:
@@ -143,3 +163,7 @@ def test_a_version_within_the_margin_of_its_own_error_is_tagged_compatible_with_
     (out / "metrics.json").write_text(json.dumps({"averages": {"all": 0.05}}))
     plain = SimpleNamespace(out_dir=out, averages={"all": 0.05})
     assert champion._tag_compatibility(config, uri, "demo", "3", plain) is None
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="orchestration.lifecycle.champion"):  # e.g. registry.decide_on
+        assert champion._tag_compatibility(config, uri, "demo", "3", plain, {"compatible_with": "/old"}) is None
+    assert any("trained compatible with /old" in r.getMessage() for r in caplog.records)
