@@ -170,7 +170,8 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
 
     before = {
         "data": manifest.fingerprint,
-        "train": config_for(small_dataset, tmp_path).train.model_dump(exclude={"decoders_for"}),  # nor it
+        # nor them: train.decoders_for and train.compatible_with came later
+        "train": config_for(small_dataset, tmp_path).train.model_dump(exclude={"decoders_for", "compatible_with"}),
         "model": {
             k: v
             for k, v in config_for(small_dataset, tmp_path).model.model_dump().items()
@@ -180,7 +181,7 @@ def test_runtime_settings_do_not_change_the_fingerprint_but_what_is_learned_does
     assert base == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
     taught_before = {
         "data": manifest.fingerprint,
-        "train": taught.train.model_dump(exclude={"decoders_for"}),
+        "train": taught.train.model_dump(exclude={"decoders_for", "compatible_with"}),
         "teacher": use,
         "model": {
             k: v
