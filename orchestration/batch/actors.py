@@ -6,6 +6,7 @@
     UseEmbedFn      texts, every language, by the offline multilingual USE baseline (`evaluate`)
                     (these three: key-ordered blocks of a staging folder, `tuples_block`)
     BlockEmbedFn    a block of an input file, one language (`embed`, `mine`: `embed.corpus`; `save_input_block`)
+    BlockTranslateFn  a block of an input file translated into another language (`embed.translate_corpus`)
 """
 
 from __future__ import annotations
@@ -201,6 +202,70 @@ class BlockEmbedFn:
             for name, value in row.items():
                 out[name].append(value)
         return {name: np.array(values, np.int64 if name in _COUNTS else object) for name, values in out.items()}
+
+
+class BlockTranslateFn:
+    """Block specs (`embedding.inputs.BlockSpec`) in; each block read from its file and translated by the
+    shipped model's translator; out, one row per block: `index`, `rows`, `empty`, `text` (its translations, a
+    line each, every line ended), `input_sha256` (of the input read) and `error`: "", or the CorpusError of a
+    block that cannot be read as planned, which the driver raises (never retried by Ray)."""
+
+    def __init__(
+        self,
+        model: ShippedModel,
+        source: str,
+        target: str,
+        column: str,
+        beam: int,
+        max_tokens: int,
+        device: str,
+        threads: int,
+        storage_env: dict[str, str] | None = None,
+    ) -> None:
+        import os
+
+        from model.training import cpu_threads
+        from orchestration.embedding.translator import SentenceTranslator
+
+        os.environ.update(storage_env or {})  # the driver's object store settings: URI inputs
+        cpu_threads(threads)
+        with landed_model(model) as model_dir:
+            self.translator = SentenceTranslator.load(model_dir, device=device, max_tokens=max_tokens)
+        self.source, self.target, self.column, self.beam = source, target, column, beam
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from orchestration.embedding.inputs import BlockSpec, CorpusError, read_block_text
+
+        out: dict[str, list] = {name: [] for name in ("index", "rows", "empty", "text", "input_sha256", "error")}
+        for i in range(len(batch["index"])):
+            spec = BlockSpec(**{f.name: _plain(batch[f.name][i]) for f in dataclasses.fields(BlockSpec)})
+            row: dict[str, Any] = {"index": spec.index, "rows": spec.rows}
+            try:
+                text = read_block_text(spec, column=self.column)
+            except CorpusError as exc:  # the input's fault: the driver stops on it, in one line
+                row |= {"empty": 0, "text": "", "input_sha256": "", "error": str(exc)}
+            else:
+                row |= {
+                    "empty": sum(not s.strip() for s in text.sentences),
+                    "text": "".join(f"{line}\n" for line in self.translate(text.sentences)),
+                    "input_sha256": text.sha256,
+                    "error": "",
+                }
+            for name, value in row.items():
+                out[name].append(value)
+        return {
+            name: np.array(values, np.int64 if name in ("index", "rows", "empty") else object)
+            for name, values in out.items()
+        }
+
+    def translate(self, sentences: list[str]) -> list[str]:
+        """Each sentence's translation, on one line; an empty (or blank) sentence stays an empty line."""
+        keep = [i for i, s in enumerate(sentences) if s.strip()]
+        made = self.translator.translate([sentences[i] for i in keep], self.source, self.target, beam=self.beam)
+        lines = [""] * len(sentences)
+        for i, line in zip(keep, made, strict=True):
+            lines[i] = " ".join(line.splitlines())
+        return lines
 
 
 _COUNTS = ("index", "rows", "empty", "dim")  # BlockEmbedFn's integer columns

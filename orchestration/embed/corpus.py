@@ -60,7 +60,15 @@ from orchestration.embed.folder import (
     output_folder,
     scan_records,
 )
-from orchestration.embedding.inputs import MAX_CHARS, CorpusError, plan_blocks, read_lines, resolve_inputs, warn_cut
+from orchestration.embedding.inputs import (
+    MAX_CHARS,
+    CorpusError,
+    log_plan,
+    plan_blocks,
+    read_lines,
+    resolve_inputs,
+    warn_cut,
+)
 
 log = logging.getLogger(__name__)
 
@@ -177,17 +185,7 @@ def _embed_corpus(
     staged = replacement(out, previous)  # with --force over other embeddings
     pending = [b for b in blocks if b.index not in done]
     total = sum(f.rows for f in files)
-    log.info(
-        "%d sentences (%d empty, %d cut to %d characters) in %d files -> %d blocks of %d, %d complete already",
-        total,
-        sum(f.empty for f in files),
-        cut,
-        max_chars,
-        len(files),
-        len(blocks),
-        block_rows,
-        len(done),
-    )
+    log_plan(log, files, blocks, block_rows, len(done), max_chars)
     warn_empty(sum(f.empty for f in files), total)
     warn_cut(f"{len(files)} inputs", cut, total, max_chars)
 

@@ -39,27 +39,30 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from core import connection, ownership
 from core.dataset import file_sha256, fingerprint
 from core.location import Location, Where
 from core.output import OutputFolder
+from evaluation.store import block_name  # the one block naming: part-NNNNN
 from orchestration.adapters import model_dir as model_files
-from orchestration.batch.pool import ShippedModel, landed_model
 from orchestration.embed.folder import EmbedModel, check_not_inside
-from orchestration.embedding.inputs import BlockSpec, CorpusError, InputFile, plan_blocks, resolve_inputs, warn_cut
+from orchestration.embedding.inputs import (
+    BlockSpec,
+    CorpusError,
+    InputFile,
+    log_plan,
+    plan_blocks,
+    resolve_inputs,
+    warn_cut,
+)
 
 log = logging.getLogger("interlingua.translate")
 
 FORMAT: Literal["interlingua-translations/1"] = "interlingua-translations/1"
 MANIFEST = "manifest.json"
 _BLOCK = re.compile(r"part-\d{5}\.(txt|json)")
-
-
-def block_name(index: int) -> str:
-    return f"part-{index:05d}"
 
 
 class TranslationRecord(BaseModel):
@@ -262,17 +265,7 @@ def translate_corpus(
         done = {b.index for b in blocks if _reusable(folder, records.get(block_name(b.index)), b)}
         pending = [b for b in blocks if b.index not in done]
         total, cut = sum(f.rows for f in files), sum(f.cut for f in files)
-        log.info(
-            "%d sentences (%d empty, %d cut to %d characters) in %d files -> %d blocks of %d, %d complete already",
-            total,
-            sum(f.empty for f in files),
-            cut,
-            max_chars,
-            len(files),
-            len(blocks),
-            block_rows,
-            len(done),
-        )
+        log_plan(log, files, blocks, block_rows, len(done), max_chars)
         warn_cut(f"{len(files)} inputs", cut, total, max_chars)
         if not pending and previous is not None and len(previous.blocks) == len(blocks):
             return CorpusTranslated(out_dir, previous.rows, previous.empty, len(blocks), 0, time.monotonic() - started)
@@ -359,6 +352,7 @@ def _translate_blocks(
     import ray.data
 
     from orchestration.adapters.cluster import check_every_node_reaches, data_job, ensure_ray
+    from orchestration.batch.actors import BlockTranslateFn
     from orchestration.batch.pool import run_actors, ship_model
 
     ensure_ray(
@@ -411,74 +405,6 @@ def _translate_blocks(
         batch_size=1,
         verb="translated",
     )
-
-
-class BlockTranslateFn:
-    """Block specs (`embedding.inputs.BlockSpec`) in; each block read from its file and translated by the
-    shipped model's translator; out, one row per block: `index`, `rows`, `empty`, `text` (its translations, a
-    line each, every line ended), `input_sha256` (of the input read) and `error`: "", or the CorpusError of a
-    block that cannot be read as planned, which the driver raises (never retried by Ray)."""
-
-    def __init__(
-        self,
-        model: ShippedModel,
-        source: str,
-        target: str,
-        column: str,
-        beam: int,
-        max_tokens: int,
-        device: str,
-        threads: int,
-        storage_env: dict[str, str] | None = None,
-    ) -> None:
-        import os
-
-        from model.training import cpu_threads
-        from orchestration.embedding.translator import SentenceTranslator
-
-        os.environ.update(storage_env or {})  # the driver's object store settings: URI inputs
-        cpu_threads(threads)
-        with landed_model(model) as model_dir:
-            self.translator = SentenceTranslator.load(model_dir, device=device, max_tokens=max_tokens)
-        self.source, self.target, self.column, self.beam = source, target, column, beam
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from orchestration.embedding.inputs import read_block_text
-
-        out: dict[str, list] = {name: [] for name in ("index", "rows", "empty", "text", "input_sha256", "error")}
-        for i in range(len(batch["index"])):
-            spec = BlockSpec(**{f.name: _plain(batch[f.name][i]) for f in dataclasses.fields(BlockSpec)})
-            row: dict[str, Any] = {"index": spec.index, "rows": spec.rows}
-            try:
-                text = read_block_text(spec, column=self.column)
-            except CorpusError as exc:  # the input's fault: the driver stops on it, in one line
-                row |= {"empty": 0, "text": "", "input_sha256": "", "error": str(exc)}
-            else:
-                row |= {
-                    "empty": sum(not s.strip() for s in text.sentences),
-                    "text": "".join(f"{line}\n" for line in self.translate(text.sentences)),
-                    "input_sha256": text.sha256,
-                    "error": "",
-                }
-            for name, value in row.items():
-                out[name].append(value)
-        return {
-            name: np.array(values, np.int64 if name in ("index", "rows", "empty") else object)
-            for name, values in out.items()
-        }
-
-    def translate(self, sentences: list[str]) -> list[str]:
-        """Each sentence's translation, on one line; an empty (or blank) sentence stays an empty line."""
-        keep = [i for i, s in enumerate(sentences) if s.strip()]
-        made = self.translator.translate([sentences[i] for i in keep], self.source, self.target, beam=self.beam)
-        lines = [""] * len(sentences)
-        for i, line in zip(keep, made, strict=True):
-            lines[i] = " ".join(line.splitlines())
-        return lines
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _manifest(

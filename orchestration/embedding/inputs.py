@@ -31,6 +31,7 @@ minutes (deaf to Ctrl+C) and gigabytes to embed.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,24 @@ class BlockSpec:
     offset: int = 0  # byte offset of the first line (text files)
     max_chars: int = MAX_CHARS  # each sentence cut to this many characters
     sha256: str = ""  # of the input it covers, as planned: its lines' bytes, or its Parquet values (`_value_bytes`)
+
+
+def log_plan(
+    logger: logging.Logger, files: list[InputFile], blocks: list[BlockSpec], block_rows: int, done: int, max_chars: int
+) -> None:
+    """The one line a corpus job (`embed`, `translate -o DIR`) says of its plan: sentences, empty and cut ones,
+    files, blocks, and how many are complete already."""
+    logger.info(
+        "%d sentences (%d empty, %d cut to %d characters) in %d files -> %d blocks of %d, %d complete already",
+        sum(f.rows for f in files),
+        sum(f.empty for f in files),
+        sum(f.cut for f in files),
+        max_chars,
+        len(files),
+        len(blocks),
+        block_rows,
+        done,
+    )
 
 
 def resolve_inputs(specs: Sequence[str], *, what: str = "-i") -> list[str]:
