@@ -1,6 +1,6 @@
 """The tiers' guard (tests/support/tiers.py): a test that starts Ray, a Beam pipeline, a server or a virtualenv
 without its marker fails, naming the marker; with the marker it is let through. Each case is a small test file
-run by pytester in this process, the guard loaded as the suite loads it; the refused calls fail before they
+run by pytester in a child pytest, the guard loaded as the suite loads it; the refused calls fail before they
 start anything, so this file belongs to the fast tier."""
 
 from __future__ import annotations
@@ -12,12 +12,18 @@ MARKERS = "\n".join(f"    {name}: x" for name in ("beam", "ray", "server", "venv
 
 
 @pytest.fixture
-def run_file(pytester):
+def run_file(pytester, monkeypatch):
+    """Each case in a child pytest, the guard loaded there as the suite loads it: in this process the inner
+    session would report through whatever a long-lived worker has accumulated (other tests' threads, lazily
+    imported modules, hooks), and once failed with an INTERNALERROR while formatting a refused test's report."""
+    from tests.support.procs import PACKAGE_ROOT
+
+    monkeypatch.setenv("PYTHONPATH", str(PACKAGE_ROOT))
     pytester.makeini(f"[pytest]\nmarkers =\n{MARKERS}\n")
 
     def run(source: str):
         pytester.makepyfile(test_case=source)
-        return pytester.runpytest(*GUARD)
+        return pytester.runpytest_subprocess(*GUARD)
 
     return run
 
