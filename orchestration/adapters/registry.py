@@ -12,6 +12,7 @@ from core import fencing
 from orchestration.adapters import tracking
 
 CHAMPION = "champion"
+COMPATIBLE_TAG = "interlingua.compatible_with"  # vN: the old version whose stored vectors its queries search
 
 
 def log_pyfunc_model(
@@ -92,6 +93,11 @@ def set_version_tags(uri: str, name: str, version: str, tags: Mapping[str, str])
     client = tracking._client(uri)
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
+
+
+def version_tags(uri: str, name: str, version: str) -> dict[str, str]:
+    """The tags of one registered version."""
+    return dict(tracking._client(uri).get_model_version(name, version).tags)
 
 
 def model_versions(uri: str, name: str) -> list:

@@ -112,6 +112,18 @@ class TrackingConfig(Schema):
     )
 
 
+class StoreSpec(Schema):
+    """An `embed` output kept in the champion's space: what `interlingua embed -i INPUTS -o OUTPUT -l LANG`
+    would write."""
+
+    lang: str = Field(description="The sentences' language, one the model knows.")
+    inputs: list[str] = Field(min_length=1, description="Text or Parquet files, directories or globs; local or URIs.")
+    output: str = Field(description="The embed output: a directory or a URI prefix.")
+    column: str = Field(default="text", description="The text column of Parquet inputs.")
+    dtype: Literal["float32", "float16"] = Field(default="float32", description="The stored vectors' number type.")
+    block_rows: int = Field(default=20000, ge=1, description="Sentences per block.")
+
+
 class RegistryConfig(Schema):
     """The champion/challenger policy of `interlingua run`."""
 
@@ -132,6 +144,12 @@ class RegistryConfig(Schema):
         default=None,
         description="An `evaluate.testsets` name (e.g. a pinned dataset) the champion decision "
         "uses instead of the run's split.",
+    )
+    stores: list[StoreSpec] = Field(
+        default_factory=list,
+        description="embed outputs kept in the champion's space: after each `interlingua run`, every one not "
+        "embedded by the champion or a model the registry tagged it compatible with is embedded again by the "
+        "champion (resumably, as `embed` does; a warning names each stale store first).",
     )
     compatible_margin: float = Field(
         default=0.01,
@@ -295,6 +313,14 @@ class ServeConfig(Schema):
         "send their next requests together: keep it above max_batch_size.",
     )
     poll_seconds: float = Field(default=30.0, gt=0, description="How often the champion alias is read.")
+    swap: Literal["compatible", "any"] = Field(
+        default="compatible",
+        description="Which newly promoted champion a replica swaps in. compatible: only a version the registry "
+        "tagged compatible with the one it serves (interlingua.compatible_with: vN, `train.compatible_with`), "
+        "so that the vectors clients stored keep comparing with the answers; another stays unserved, with a "
+        "warning. any: every new champion, with a warning when it is not compatible (vectors stored with the "
+        "old version must then be embedded again).",
+    )
     drain_timeout_s: float = Field(
         default=60.0, gt=0, description="How long a replaced model waits for its requests before it is dropped."
     )

@@ -36,7 +36,6 @@ Pair = tuple[str, str]  # (query language, searched language), as in EvalResult.
 TOLERANCE = 1e-9
 MAX_LISTED_PAIRS = 10  # in the decision message (all of them go to the run's metrics)
 CROSS_TAG = "interlingua.cross_version_error"  # its queries among the old model's vectors (train.compatible_with)
-COMPATIBLE_TAG = "interlingua.compatible_with"  # vN: the old version whose stored vectors it searches
 MAX_TAG_CHARS = 5000  # MLflow caps tag values (8,000 characters in MLflow 3); keep well under
 
 
@@ -270,7 +269,7 @@ def _tag_compatibility(
     compatible = cross - own <= margin + TOLERANCE
     tags = {CROSS_TAG: f"{cross:.6f}"}
     if compatible:
-        tags[COMPATIBLE_TAG] = f"v{old}" if old else crossed["old_sha256"]
+        tags[registry.COMPATIBLE_TAG] = f"v{old}" if old else crossed["old_sha256"]
     registry.set_version_tags(uri, name, version, tags)
     said = (
         f"{name} v{version}: its queries among {old_name}'s vectors err on {100 * cross:.2f} %, "

@@ -7,7 +7,9 @@ and evaluate config, register the model file. A scheduled run with no new
 data therefore does nothing expensive; new data re-runs what depends on it.
 
 The stages are MLflow runs nested under one pipeline run. A new model is
-registered and promoted or not by `champion.register_and_decide`.
+registered and promoted or not by `champion.register_and_decide`. Then the
+stores of `registry.stores` that the champion's vectors do not compare with
+are embedded again by it (`lifecycle.stores`).
 
 Exit codes (`core.errors.Exit`): 0 trained and promoted, 3 nothing to do, 4 trained but
 not promoted, 5 another run holds the lock, 1 failed, 2 bad config or input.
@@ -82,6 +84,11 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
                 outcome.code = Exit.OK if decision.promoted else Exit.NOT_PROMOTED
                 outcome.message = decision.message
                 outcome.champion_error, outcome.challenger_error = decision.champion_error, decision.challenger_error
+            if config.registry.stores:  # kept in the champion's space, whatever was decided (a rerun resumes them)
+                from orchestration.lifecycle.stores import keep_stores
+
+                kept = keep_stores(config, trained.model_dir)
+                outcome.stages["stores"] = "ran" if kept else "skipped"
             parent.set_tags({f"stage.{k}": v for k, v in outcome.stages.items()} | {"decision": outcome.message})
             parent.describe(description(outcome))
         return outcome

@@ -35,7 +35,6 @@ which is 127.0.0.1 on the local Ray instance a command starts (`cluster.ensure_r
 import asyncio
 import importlib.resources
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,7 +50,7 @@ from orchestration.config import Config, JSONValue
 from orchestration.config.stages import ServeConfig
 from orchestration.serve.batch import answer_batch, answer_translation
 from orchestration.serve.body import SlowBodies, read_body
-from orchestration.serve.models import ModelSlot, ModelSource, ServedModel
+from orchestration.serve.models import ModelSlot, ModelSource, ServedModel, poll_champion
 from orchestration.serve.request import EmbedRequest, RequestRejected, check_length, parse_embed, parse_translate
 from orchestration.serve.schema import (
     ERRORS,
@@ -150,6 +149,7 @@ class EmbeddingServer:
         self.slow_bodies = SlowBodies(self.limits)
         self.decoding = asyncio.Semaphore(1)  # one /translate decodes at a time (a replica's CPUs are few)
         self.source = ModelSource(self.config, scratch=scratch)
+        self.warned: set[str] = set()  # the champion versions refused (or swapped in though incompatible), said once
         self.slot = ModelSlot(
             self.source.load(self.source.current_version()), drain_timeout_s=self.limits.drain_timeout_s
         )
@@ -230,7 +230,7 @@ class EmbeddingServer:
 
     @staticmethod
     def _answer(status: int, body: Mapping[str, object], served: ServedModel) -> JSONResponse:
-        body = {**body, "model_version": served.version}
+        body = {**body, **served.identity}
         return JSONResponse(body, status, headers={"X-Model-Version": served.version})
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)  # set from the config in __init__
@@ -244,16 +244,12 @@ class EmbeddingServer:
 
     async def follow_champion(self) -> None:
         """Every `poll_seconds`: read the alias; a new version is loaded beside the served one, then swapped
-        in (`ModelSlot.swap`). A failure is logged and the served model stays."""
+        in (`ModelSlot.swap`) when `serve.swap` admits it (`models.poll_champion`). A failure is logged and the
+        served model stays."""
         while True:
             await asyncio.sleep(self.limits.poll_seconds)  # a polling period, not a synchronisation
             try:
-                version = await asyncio.to_thread(self.source.current_version)
-                if version == self.slot.current.version:
-                    continue
-                started = time.monotonic()
-                new = await asyncio.to_thread(self.source.load, version)
-                await self.slot.swap(new, loaded_s=time.monotonic() - started)
+                await poll_champion(self.source, self.slot, self.limits.swap, self.warned)
             except Exception as exc:  # noqa: BLE001 - the served model keeps answering; the next poll retries
                 log.warning("champion poll failed, still serving version %s: %s", self.slot.current.version, exc)
 

@@ -6,6 +6,13 @@
     with slot.use() as served:                        # a request (or a batch) holds the model it started on
         served.embedder.embed(sentences, lang)
     await slot.swap(source.load(new_version))         # later: switch, then drain the old one
+    await poll_champion(source, slot, "compatible", warned)   # what the replica's poller does each period
+
+A new champion is swapped in only when the registry tagged it compatible with the served version
+(`interlingua.compatible_with: vN`, written by the champion gate for a `train.compatible_with` retrain), unless
+`serve.swap=any`: the vectors clients stored with the served version keep comparing with the answers. Every
+answer names the model (`model_sha256`) and the models whose stored vectors its own compare with
+(`compatible_with`), so a client can tell whether what it stored still fits.
 
 The swap never fails a request: the new version is loaded beside the old one while the old one answers,
 the switch is one assignment (requests that start afterwards get the new one), and the old one is dropped
@@ -48,6 +55,10 @@ class ServedModel:
     store: Any = None  # its stored embedding set (evaluation.store.StoredEmbeddings) for /embed's nearest
     download: tempfile.TemporaryDirectory | None = None  # the folder it was downloaded to, removed once drained
     translator: Any = None  # its SentenceTranslator, made by the first /translate (`translation`)
+    model_sha256: str = ""  # of its model.safetensors: its identity, as embed's manifest records it
+    # the model sha256s whose stored vectors its own compare with: the old model of a `train.compatible_with`
+    # retrain, once the registry tagged the version compatible with it
+    compatible_with: tuple[str, ...] = ()
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -69,6 +80,15 @@ class ServedModel:
 
             self.translator = SentenceTranslator.beside(self.embedder, self.folder)
         return self.translator
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What every answer says of the model that made it."""
+        return {
+            "model_version": self.version,
+            "model_sha256": self.model_sha256,
+            "compatible_with": list(self.compatible_with),
+        }
 
     def release(self) -> None:
         """Drop what the model holds on disk (its download); it is no longer served."""
@@ -98,6 +118,15 @@ class ModelSource:
             return file_sha256(folder / model_files.MODEL_FILE)[:12]
         return champion_version(self.config, key="serve.model")
 
+    def compatibility(self, version: str) -> str | None:
+        """The registry's `interlingua.compatible_with` tag of a champion's `version` (vN, or the old model's
+        sha256 when it was never registered), None when untagged or for a model directory."""
+        if not self.follows:
+            return None
+        from orchestration.adapters import registry
+
+        return registry.version_tags(self.uri, self.name, version).get(registry.COMPATIBLE_TAG)
+
     def load(self, version: str) -> ServedModel:
         """The model of `version`, loaded (a champion's directory downloaded to a folder of its own)."""
         download = None
@@ -113,9 +142,57 @@ class ModelSource:
             if download is not None:
                 download.cleanup()
             raise
-        served = ServedModel(version, embedder, folder, _store(self.config, folder), download)
+        compatible: tuple[str, ...] = ()
+        if self.follows and self.compatibility(version):  # certified by the champion gate
+            old = model_files.lineage(folder).get("compatible_with_sha256")
+            compatible = (old,) if old else ()
+        served = ServedModel(
+            version,
+            embedder,
+            folder,
+            _store(self.config, folder),
+            download,
+            model_sha256=file_sha256(folder / model_files.MODEL_FILE),
+            compatible_with=compatible,
+        )
         served.idle.set()
         return served
+
+
+def swap_verdict(policy: str, served: ServedModel, version: str, tag: str | None) -> tuple[bool, str]:
+    """Whether to swap `version` in for the served model under `serve.swap` (`policy`), and the warning to log
+    ("" when it is compatible). Compatible: the registry tagged it compatible with the served version itself
+    (its number, or its model sha256 when that was never registered); a version compatible with another one
+    is not, since nobody measured it against the served model's vectors."""
+    if tag is not None and tag in (f"v{served.version}", served.model_sha256):
+        return True, ""
+    said = (
+        f"champion version {version} is not compatible with the served version {served.version} (its "
+        f"{'tag interlingua.compatible_with is ' + tag if tag else 'registry tags name no compatible version'}): "
+        f"vectors stored with version {served.version} (model {served.model_sha256[:12]}) do not compare with its own"
+    )
+    if policy == "any":
+        return True, f"{said}; serving it (serve.swap=any): embed the stored vectors again with it"
+    return False, f"{said}; still serving version {served.version} (serve.swap=compatible; set serve.swap=any to swap)"
+
+
+async def poll_champion(source: ModelSource, slot: ModelSlot, policy: str, warned: set[str]) -> None:
+    """One poll of the champion alias: a new version that `swap_verdict` admits is loaded beside the served one
+    and swapped in; one it refuses stays unserved, its warning logged once (`warned`: the versions said), and
+    its tag is read again at the next poll (a tag written after the promotion is seen)."""
+    version = await asyncio.to_thread(source.current_version)
+    if version == slot.current.version:
+        return
+    tag = await asyncio.to_thread(source.compatibility, version)
+    swap, warning = swap_verdict(policy, slot.current, version, tag)
+    if warning and version not in warned:
+        warned.add(version)
+        log.warning("%s", warning)
+    if not swap:
+        return
+    started = time.monotonic()
+    new = await asyncio.to_thread(source.load, version)
+    await slot.swap(new, loaded_s=time.monotonic() - started)
 
 
 def _store(config: Config, folder: Path):

@@ -57,15 +57,26 @@ class TranslateBody(_Body):
     beam: int = Field(1, ge=1, description="The beam's width, at most serve.max_beam; 1: greedy.")
 
 
-class TranslateResponse(BaseModel):
-    """The translations, one per sentence in order, and the version of the model that made them (also in the
-    X-Model-Version header)."""
+class ModelIdentity(BaseModel):
+    """The model that answered: its version (also in the X-Model-Version header), its identity, and the models
+    whose stored vectors its own compare with. Vectors a client stored with model X compare with this answer's
+    when X is `model_sha256` or in `compatible_with`; otherwise they are of another space."""
+
+    model_version: str = Field(description="The registered version, or a model directory's sha256 prefix.")
+    model_sha256: str = Field(description="The sha256 of its model.safetensors, as embed's manifest records it.")
+    compatible_with: list[str] = Field(
+        description="The model sha256s of older models whose stored vectors its own compare with (a "
+        "`train.compatible_with` retrain the registry tagged compatible); empty otherwise."
+    )
+
+
+class TranslateResponse(ModelIdentity):
+    """The translations, one per sentence in order, and the model that made them."""
 
     translations: list[str]
     lang: str
     target: str
     beam: int
-    model_version: str = Field(description="The registered version, or a model directory's sha256 prefix.")
 
 
 class Neighbour(BaseModel):
@@ -74,13 +85,11 @@ class Neighbour(BaseModel):
     text: str
 
 
-class EmbedResponse(BaseModel):
-    """The embeddings, one row per sentence, and the version of the model that computed them (also in the
-    X-Model-Version header)."""
+class EmbedResponse(ModelIdentity):
+    """The embeddings, one row per sentence, and the model that computed them."""
 
     embeddings: list[list[float]] = Field(description="(N, dim) floats: one row per sentence, in order.")
     dim: int
-    model_version: str = Field(description="The registered version, or a model directory's sha256 prefix.")
     nearest: list[dict[str, list[Neighbour]]] | None = Field(
         None, description="Per sentence: language -> its nearest stored sentences, best first (when asked)."
     )
@@ -97,9 +106,8 @@ class Health(BaseModel):
     status: str = "ok"
 
 
-class Ready(BaseModel):
+class Ready(ModelIdentity):
     ready: bool
-    model_version: str
 
 
 ERRORS: dict[int | str, dict[str, type[BaseModel] | str]] = {

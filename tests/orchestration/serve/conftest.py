@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from core.dataset import file_sha256
+from orchestration.adapters import model_dir as files
 from orchestration.config import load_config
 from orchestration.embedding.embedder import SentenceEmbedder
 from tests.support.procs import free_ports, stop, wait_for
@@ -67,6 +70,11 @@ def server(small_dataset, tmp_path_factory):
     uri = store_uri(tmp)
     first = untrained_model_dir(small_dataset, tmp / "v1", decoders=["en", "fr"])  # /translate: into en and fr
     second = other_weights(untrained_model_dir(small_dataset, tmp / "v2"))
+    # the lineage of a `train.compatible_with` retrain of version 1: what the replica answers as compatible_with
+    # once the registry tags version 2 compatible with version 1 (test_server.py's swap)
+    (second / files.LINEAGE_FILE).write_text(
+        json.dumps({"compatible_with_sha256": file_sha256(first / files.MODEL_FILE)})
+    )
     embedders = {"1": SentenceEmbedder.load(first), "2": SentenceEmbedder.load(second)}
     assert register(uri, first, embedders["1"]) == "1"
     (port,) = free_ports(1)
@@ -103,6 +111,7 @@ def server(small_dataset, tmp_path_factory):
             "proc": proc,
             "tmp": scratch,
             "stored": tmp / "run" / "eval" / "test" / "embeddings",
+            "log": tmp / "server.log",
         }
     finally:
         stop(proc)

@@ -16,6 +16,8 @@ from orchestration.serve.request import RequestRejected, parse_embed, parse_tran
 from orchestration.serve.schema import EmbedBody, TranslateBody
 from tests.support.serving import any_body
 
+IDENTITY = {"model_version", "model_sha256", "compatible_with"}  # of the model that answered, in every answer
+
 
 def call(method: str, path: str) -> tuple[int, dict[str, str], bytes]:
     """(status, headers, body) of one request to the ASGI app `api`."""
@@ -87,7 +89,7 @@ def test_the_openapi_document_lists_the_routes_and_their_request_and_response_sc
         return schema_of(doc, op["responses"][code]["content"]["application/json"]["schema"])
 
     answer = response(embed, "200")
-    assert set(answer["properties"]) == {"embeddings", "dim", "model_version", "nearest"}
+    assert set(answer["properties"]) == {"embeddings", "dim", "nearest", *IDENTITY}
     assert answer["properties"]["embeddings"]["items"] == {"items": {"type": "number"}, "type": "array"}
     for code in ("408", "413", "422", "429", "500", "503"):
         assert set(response(embed, code)["properties"]) == {"error", "model_version"}, code
@@ -95,10 +97,10 @@ def test_the_openapi_document_lists_the_routes_and_their_request_and_response_sc
     request = translate["requestBody"]["content"]["application/json"]["schema"]
     assert set(request["properties"]) == {"sentences", "lang", "target", "beam"}
     assert sorted(request["required"]) == ["lang", "sentences", "target"] and request["additionalProperties"] is False
-    assert set(response(translate, "200")["properties"]) == {"translations", "lang", "target", "beam", "model_version"}
+    assert set(response(translate, "200")["properties"]) == {"translations", "lang", "target", "beam", *IDENTITY}
     for code in ("408", "413", "422", "429", "500"):
         assert set(response(translate, code)["properties"]) == {"error", "model_version"}, code
-    assert set(response(doc["paths"]["/readyz"]["get"], "200")["properties"]) == {"ready", "model_version"}
+    assert set(response(doc["paths"]["/readyz"]["get"], "200")["properties"]) == {"ready", *IDENTITY}
     assert set(response(doc["paths"]["/healthz"]["get"], "200")["properties"]) == {"status"}
 
 

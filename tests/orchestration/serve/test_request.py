@@ -281,6 +281,82 @@ def test_a_request_that_never_ends_does_not_hold_the_old_model_forever():
     asyncio.run(scenario())
 
 
+class FakeChampions:
+    """The champion alias and its versions' compatibility tags, as `ModelSource` reads them from the registry."""
+
+    def __init__(self) -> None:
+        self.version, self.tags, self.loaded = "1", {}, []
+
+    def current_version(self) -> str:
+        return self.version
+
+    def compatibility(self, version: str) -> str | None:
+        return self.tags.get(version)
+
+    def load(self, version: str) -> ServedModel:
+        self.loaded.append(version)
+        return served(version)
+
+
+@pytest.mark.parametrize("tag", [None, "v3", "b" * 64])
+def test_an_incompatible_champion_is_not_swapped_in_until_tagged_compatible_and_said_once(caplog, tag):
+    """serve.swap=compatible: a version untagged, or tagged compatible with another version than the served
+    one, is refused at every poll with one warning naming both versions; once tagged `v1` (or the served
+    model's sha256), the next poll swaps it in."""
+    import logging
+
+    from orchestration.serve.models import poll_champion
+
+    async def scenario() -> None:
+        source, slot, warned = FakeChampions(), ModelSlot(served("1"), drain_timeout_s=1), set()
+        slot.current.model_sha256 = "a" * 64
+        source.version = "2"
+        if tag is not None:
+            source.tags["2"] = tag
+        for _ in range(3):
+            await poll_champion(source, slot, "compatible", warned)
+        assert slot.current.version == "1" and source.loaded == []
+        source.tags["2"] = "v1"
+        await poll_champion(source, slot, "compatible", warned)
+        assert slot.current.version == "2" and source.loaded == ["2"]
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(scenario())
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1, said
+    assert "champion version 2 is not compatible with the served version 1" in said[0]
+    assert "still serving version 1" in said[0] and "serve.swap=any" in said[0]
+
+
+def test_a_champion_tagged_compatible_with_the_served_models_sha256_is_swapped_in():
+    from orchestration.serve.models import swap_verdict
+
+    current = served("1")
+    current.model_sha256 = "a" * 64
+    assert swap_verdict("compatible", current, "2", "a" * 64) == (True, "")
+    assert swap_verdict("compatible", current, "2", "v1") == (True, "")
+    assert swap_verdict("compatible", current, "2", "v2")[0] is False
+
+
+def test_serve_swap_any_swaps_in_an_incompatible_champion_and_says_the_stored_vectors_are_stale(caplog):
+    import logging
+
+    from orchestration.serve.models import poll_champion
+
+    async def scenario() -> None:
+        source, slot = FakeChampions(), ModelSlot(served("1"), drain_timeout_s=1)
+        slot.current.model_sha256 = "a" * 64
+        source.version = "2"
+        await poll_champion(source, slot, "any", set())
+        assert slot.current.version == "2"
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(scenario())
+    (said,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "not compatible with the served version 1" in said and "model aaaaaaaaaaaa" in said
+    assert "embed the stored vectors again" in said
+
+
 def test_serve_without_a_model_to_serve_is_one_line_and_exit_2(tmp_path, capsys):
     from orchestration.cli import main
 

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from core.dataset import file_sha256
+from orchestration.adapters import model_dir as files
 from orchestration.config import load_config
 from tests.support.procs import wait_for
 from tests.support.serving import any_body, get, post, register
@@ -67,6 +69,8 @@ def test_translations_are_the_in_process_translators_and_a_bad_request_fails_alo
             "target": "fr",
             "beam": beam,
             "model_version": "1",
+            "model_sha256": file_sha256(server["first"] / files.MODEL_FILE),
+            "compatible_with": [],
         }
     good = {"sentences": sentences, "lang": "en", "target": "en"}  # the round trip
     bad = [
@@ -219,39 +223,61 @@ def test_an_overload_is_answered_with_503_and_the_server_recovers(server, verse)
 
 
 def test_a_new_champion_is_served_under_load_without_a_failed_request(server, verse):
-    """Three clients send requests back to back while version 2 is registered and promoted. While the replica
-    loads it, on the same CPUs, answers are slower and requests wait in the proxy's queue: the load stays
-    within serve.max_queued_requests, as a deployment's must, so none is refused."""
+    """Three clients send requests back to back while version 2 is registered and promoted. Untagged, it is not
+    compatible with version 1 (serve.swap=compatible, the default): the replica says so once in its log and
+    keeps serving version 1. Once the registry tags it compatible with v1 (as the champion gate does for a
+    `train.compatible_with` retrain), the next poll swaps it in, and its answers name version 1's model as the
+    one whose stored vectors they compare with. While the replica loads it, on the same CPUs, answers are
+    slower and requests wait in the proxy's queue: the load stays within serve.max_queued_requests, as a
+    deployment's must, so none is refused."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.adapters.registry import COMPATIBLE_TAG
+    from tests.support.serving import NAME
+
     sentence = verse("k", 8, 1, 1)
-    per_client: list[list[tuple[int, str, list]]] = [[], [], []]
+    per_client: list[list[tuple[int, str, list, dict]]] = [[], [], []]
     done = threading.Event()
 
     def client(answers: list) -> None:
         while not done.is_set():
             status, body = post(f"{server['url']}/embed", {"sentences": [sentence], "lang": "en"})
-            answers.append((status, body.get("model_version"), body.get("embeddings") or body.get("error")))
+            identity = {key: body.get(key) for key in ("model_sha256", "compatible_with")}
+            answers.append((status, body.get("model_version"), body.get("embeddings") or body.get("error"), identity))
 
+    def answered() -> list:
+        return [a for answers in per_client for a in list(answers)]
+
+    refusal = "champion version 2 is not compatible with the served version 1"
     clients = [threading.Thread(target=client, args=(answers,)) for answers in per_client]
     for thread in clients:
         thread.start()
     try:
         assert register(server["uri"], server["second"], server["embedders"]["2"]) == "2"
-        wait_for(
-            lambda: sum(a[1] == "2" for answers in per_client for a in list(answers)) >= 10,
-            180,
-            "ten answers of version 2",
-        )
+        wait_for(lambda: refusal in server["log"].read_text(), 120, "the replica's refusal of version 2")
+        seen = len(answered())
+        wait_for(lambda: len(answered()) >= seen + 20, 120, "twenty answers after the refusal")  # 2+ polls
+        assert {a[1] for a in answered()} == {"1"}
+        MlflowClient(tracking_uri=server["uri"]).set_model_version_tag(NAME, "2", COMPATIBLE_TAG, "v1")
+        wait_for(lambda: sum(a[1] == "2" for a in answered()) >= 10, 180, "ten answers of version 2")
     finally:
         done.set()
         for thread in clients:
             thread.join(timeout=120)
-    answers = [a for client_answers in per_client for a in client_answers]
+    assert server["log"].read_text().count(refusal) == 1  # said once, though refused at every poll
+    answers = answered()
     failed = [a for a in answers if a[0] != 200]
     assert not failed, failed[:3]
-    assert {version for _, version, _ in answers} == {"1", "2"}
+    assert {version for _, version, _, _ in answers} == {"1", "2"}
     for client_answers in per_client:  # one replica: a client's requests, once switched, never go back
-        versions = [version for _, version, _ in client_answers]
+        versions = [version for _, version, _, _ in client_answers]
         assert versions == sorted(versions), versions
+    first, second = (file_sha256(server[v] / files.MODEL_FILE) for v in ("first", "second"))
+    identities = {version: identity for _, version, _, identity in answers}
+    assert identities == {
+        "1": {"model_sha256": first, "compatible_with": []},
+        "2": {"model_sha256": second, "compatible_with": [first]},
+    }
     status, body = post(
         f"{server['url']}/embed", {"sentences": [sentence], "lang": "en", "nearest": {"k": 2, "in": ["fr"]}}
     )
@@ -259,7 +285,7 @@ def test_a_new_champion_is_served_under_load_without_a_failed_request(server, ve
     assert "no stored embedding set" in body["error"]
     for version in ("1", "2"):
         expected = server["embedders"][version].embed([sentence], "en")
-        got = next(e for _, v, e in answers if v == version)
+        got = next(e for _, v, e, _ in answers if v == version)
         np.testing.assert_allclose(np.array(got), expected, rtol=1e-5, atol=1e-6)
 
 

@@ -131,6 +131,7 @@ def test_a_version_within_the_margin_of_its_own_error_is_tagged_compatible_with_
 
     from mlflow.tracking import MlflowClient
 
+    from orchestration.adapters import registry
     from orchestration.lifecycle import champion
     from tests.support.runs import store_uri
 
@@ -151,9 +152,9 @@ def test_a_version_within_the_margin_of_its_own_error_is_tagged_compatible_with_
         with caplog.at_level(logging.INFO, logger="orchestration.lifecycle.champion"):
             results[cross] = champion._tag_compatibility(config, uri, "demo", str(version), challenger)
         results[str(version)] = client.get_model_version("demo", str(version)).tags
-    assert results[0.055] is True and results["2"][champion.COMPATIBLE_TAG] == "v1"
+    assert results[0.055] is True and results["2"][registry.COMPATIBLE_TAG] == "v1"
     assert results["2"][champion.CROSS_TAG] == "0.055000"
-    assert results[0.071] is False and champion.COMPATIBLE_TAG not in results["3"]
+    assert results[0.071] is False and registry.COMPATIBLE_TAG not in results["3"]
     assert any(
         r.levelname == "WARNING" and "demo v3" in r.getMessage() and "not compatible" in r.getMessage()
         for r in caplog.records
