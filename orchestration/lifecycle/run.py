@@ -54,6 +54,10 @@ def run_pipeline(config: Config, *, wait: bool = False, beam_args: list[str] | N
     uri = tracker.uri
     tracker.check_reachable()  # before any long work
     options = pipeline_options(beam_args or [])  # an unknown --runner: exit 2 now, not inside the stage
+    if config.registry.stores:  # their inputs and outputs, before any long work
+        from orchestration.lifecycle.stores import check_stores
+
+        check_stores(config)
     run_dir = config.run_location
     with run_lock(run_dir, wait, ttl=config.runtime.lease_ttl_s):
         _close_killed_runs(tracker, run_dir)

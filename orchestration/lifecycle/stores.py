@@ -57,6 +57,20 @@ def embedded_by(output: str) -> str | None:
         return None
 
 
+def check_stores(config: Config) -> None:
+    """Before any long work: each store's inputs match files and its output's store answers; CorpusError (exit 2)
+    naming the store otherwise."""
+    from orchestration.embedding.inputs import CorpusError, resolve_inputs
+
+    for i, spec in enumerate(config.registry.stores):
+        what = f"registry.stores[{i}] ({spec.lang})"
+        try:
+            resolve_inputs(spec.inputs, what=f"{what}.inputs")
+        except CorpusError as exc:
+            raise CorpusError(f"{what}.inputs: {exc}; give files that exist (the store's sentences)") from None
+        Location.of(spec.output, f"{what}.output").check_reachable(f"{what}.output")
+
+
 def keep_stores(config: Config, trained_model_dir: str | Path) -> list[str]:
     """Embed again, by the champion, every store of `registry.stores` that is not in its space; the outputs
     embedded. `trained_model_dir`: this run's model, used when it is the champion (else the champion's is

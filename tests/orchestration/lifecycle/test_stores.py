@@ -106,3 +106,16 @@ def test_stores_out_of_the_champions_space_are_embedded_again_and_a_killed_one_s
     assert keep_stores(config, models["4"]) == [str(out)]  # the next run finishes it
     assert embedded_by() == file_sha256(models["4"] / files.MODEL_FILE)
     assert sorted(p.name for p in (out / "fr").iterdir()) == ["part-00000.npy", "part-00001.npy", "part-00002.npy"]
+
+
+def test_a_store_whose_inputs_match_no_file_is_refused_before_any_work(tmp_path):
+    from orchestration.embedding.inputs import CorpusError
+    from orchestration.lifecycle.stores import check_stores
+
+    stores = f"[{{lang: fr, inputs: [{tmp_path / 'missing.*.txt'}], output: {tmp_path / 'out'}}}]"
+    config = load_config(None, [f"registry.stores={stores}"])
+    with pytest.raises(CorpusError, match=r"registry.stores\[0\] \(fr\).inputs: .*missing.\*.txt: matches no file"):
+        check_stores(config)
+    (tmp_path / "missing.1.txt").write_text("une phrase\n")
+    check_stores(config)
+    assert not (tmp_path / "out").exists()
