@@ -85,7 +85,15 @@ def keep_stores(config: Config, trained_model_dir: str | Path) -> list[str]:
     stale = [(spec, by) for spec, by in stale if by not in space]
     said = f"{tracker.model_name} v{champion.version}"
     for spec, by in stale:
-        if by is None:
+        if by is None and Location.of(spec.output).join("manifest.json").exists():
+            log.warning(
+                "store %s (%s): its manifest records no model (an `embed` output of an earlier version, or not "
+                "embed's): embedding it again with %s, which records its space",
+                spec.output,
+                spec.lang,
+                said,
+            )
+        elif by is None:
             log.info("store %s (%s): not embedded yet; embedding it with %s", spec.output, spec.lang, said)
         else:
             log.warning(
