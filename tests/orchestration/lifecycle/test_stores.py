@@ -119,3 +119,40 @@ def test_a_store_whose_inputs_match_no_file_is_refused_before_any_work(tmp_path)
     (tmp_path / "missing.1.txt").write_text("une phrase\n")
     check_stores(config)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_store_of_an_earlier_layout_is_named_in_a_warning_and_one_not_written_yet_is_embedded(
+    tmp_path, monkeypatch, caplog
+):
+    """Which stores the champion embeds, and what it says first, without Ray (the embedding recorded): a
+    store whose manifest records no model (embed's earlier layout) gets a warning saying so; a store not written
+    yet an info line; both are embedded; without a champion, nothing is."""
+    from mlflow.tracking import MlflowClient
+
+    from orchestration.lifecycle import stores as kept_stores
+
+    uri = store_uri(tmp_path / "mlflow")
+    client = MlflowClient(tracking_uri=uri)
+    client.create_registered_model(NAME)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "manifest.json").write_text(json.dumps({"fingerprint": "f", "lang": "fr", "model": "m", "blocks": []}))
+    (tmp_path / "in.txt").write_text("une phrase\n")
+    stores = f"[{{lang: fr, inputs: [{tmp_path / 'in.txt'}], output: {old}}}, " + (
+        f"{{lang: fr, inputs: [{tmp_path / 'in.txt'}], output: {tmp_path / 'new'}}}]"
+    )
+    config = load_config(None, [f"tracking.uri={uri}", f"registry.model_name={NAME}", f"registry.stores={stores}"])
+    embedded = []
+    monkeypatch.setattr(kept_stores, "_embed", lambda config, spec, model_dir, said: embedded.append(spec.output))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / files.MODEL_FILE).write_bytes(b"weights")
+    assert keep_stores(config, model) == [] and embedded == []  # no champion yet
+    client.create_model_version(NAME, str(model), tags={MODEL_TAG: file_sha256(model / files.MODEL_FILE)})
+    registry.promote(uri, NAME, "1")
+    with caplog.at_level(logging.INFO, logger="orchestration.lifecycle.stores"):
+        assert keep_stores(config, model) == [str(old), str(tmp_path / "new")]
+    assert embedded == [str(old), str(tmp_path / "new")]
+    said = {r.levelname: r.getMessage() for r in caplog.records if r.name.endswith(".stores")}
+    assert "its manifest records no model" in said["WARNING"] and str(old) in said["WARNING"]
+    assert "not embedded yet" in said["INFO"] and str(tmp_path / "new") in said["INFO"]
