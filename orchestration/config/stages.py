@@ -160,6 +160,14 @@ class RegistryConfig(Schema):
         "much more than among its own (0.01 = 1 point).",
     )
 
+    @model_validator(mode="after")
+    def _stores_apart(self) -> RegistryConfig:
+        outputs = [spec.output.rstrip("/") for spec in self.stores]
+        twice = sorted({o for o in outputs if outputs.count(o) > 1})
+        if twice:
+            raise ValueError(f"stores: two stores write the same output {twice[0]!r}; give each its own")
+        return self
+
 
 class MineInput(Schema):
     """Monolingual sentences of one language: text files (one sentence per line) or Parquet."""

@@ -31,13 +31,21 @@ log = logging.getLogger(__name__)
 def champion_space(uri: str, name: str, champion) -> set[str]:
     """The model sha256s whose vectors compare with the champion's: its own, and the old model its
     compatibility tag names (a version number, or the old model's sha256 when it was never registered)."""
+    from mlflow.exceptions import MlflowException
+
     from orchestration.lifecycle.champion import MODEL_TAG
 
     tags = dict(champion.tags)
     space = {tags[MODEL_TAG]} if MODEL_TAG in tags else set()
     old = tags.get(registry.COMPATIBLE_TAG)
     if old and old.startswith("v"):
-        old = registry.version_tags(uri, name, old[1:]).get(MODEL_TAG)
+        try:
+            old = registry.version_tags(uri, name, old[1:]).get(MODEL_TAG)
+        except MlflowException as exc:  # the old version deleted since: its stores count as stale
+            log.warning(
+                "%s v%s: compatible with %s, which the registry cannot read (%s)", name, champion.version, old, exc
+            )
+            old = None
     if old:
         space.add(old)
     return space
@@ -58,9 +66,19 @@ def embedded_by(output: str) -> str | None:
 
 
 def check_stores(config: Config) -> None:
-    """Before any long work: each store's inputs match files and its output's store answers; CorpusError (exit 2)
-    naming the store otherwise."""
+    """Before any long work (a store refused after the champion decision would fail every run): each store's
+    inputs match files, its output's store answers, holds only `embed`'s own files (ForeignDataError naming a
+    user's) and is apart from its inputs (OverlapError); CorpusError (exit 2) naming the store otherwise."""
+    from core.output import OutputFolder
+    from orchestration.embed.folder import EmbedKind
     from orchestration.embedding.inputs import CorpusError, resolve_inputs
+
+    class StoreKind(EmbedKind):  # embed's output, named and advised as a store of the config
+        advice = "move them away, or give the store an output of its own"
+
+        def __init__(self, what: str) -> None:
+            super().__init__()
+            self.what = what
 
     for i, spec in enumerate(config.registry.stores):
         what = f"registry.stores[{i}] ({spec.lang})"
@@ -69,6 +87,9 @@ def check_stores(config: Config) -> None:
         except CorpusError as exc:
             raise CorpusError(f"{what}.inputs: {exc}; give files that exist (the store's sentences)") from None
         Location.of(spec.output, f"{what}.output").check_reachable(f"{what}.output")
+        output = OutputFolder(spec.output, StoreKind(f"{what}.output"))
+        output.check_apart([(given, f"{what}.inputs") for given in spec.inputs])
+        output.check_replaceable()
 
 
 def keep_stores(config: Config, trained_model_dir: str | Path) -> list[str]:
@@ -87,8 +108,8 @@ def keep_stores(config: Config, trained_model_dir: str | Path) -> list[str]:
     for spec, by in stale:
         if by is None and Location.of(spec.output).join("manifest.json").exists():
             log.warning(
-                "store %s (%s): its manifest records no model (an `embed` output of an earlier version, or not "
-                "embed's): embedding it again with %s, which records its space",
+                "store %s (%s): its manifest records no model (an `embed` output of an earlier version): "
+                "embedding it again with %s, which records its space",
                 spec.output,
                 spec.lang,
                 said,

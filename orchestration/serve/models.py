@@ -136,25 +136,25 @@ class ModelSource:
             folder = model_files.fetch(chosen.location)  # the download: a local folder, itself
         else:
             folder = model_files.fetch(self.config.serve.model)  # a URI: a verified local copy
-        try:
+        try:  # everything read after the download: a failure leaves no download behind (the next poll retries)
             embedder = SentenceEmbedder.load(folder, backend=self.config.runtime.backend)
+            compatible: tuple[str, ...] = ()
+            if self.follows and self.compatibility(version):  # certified by the champion gate
+                old = model_files.lineage(folder).get("compatible_with_sha256")
+                compatible = (old,) if old else ()
+            served = ServedModel(
+                version,
+                embedder,
+                folder,
+                _store(self.config, folder),
+                download,
+                model_sha256=file_sha256(folder / model_files.MODEL_FILE),
+                compatible_with=compatible,
+            )
         except BaseException:
             if download is not None:
                 download.cleanup()
             raise
-        compatible: tuple[str, ...] = ()
-        if self.follows and self.compatibility(version):  # certified by the champion gate
-            old = model_files.lineage(folder).get("compatible_with_sha256")
-            compatible = (old,) if old else ()
-        served = ServedModel(
-            version,
-            embedder,
-            folder,
-            _store(self.config, folder),
-            download,
-            model_sha256=file_sha256(folder / model_files.MODEL_FILE),
-            compatible_with=compatible,
-        )
         served.idle.set()
         return served
 

@@ -121,6 +121,29 @@ def test_a_store_whose_inputs_match_no_file_is_refused_before_any_work(tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+def test_a_store_over_a_users_file_or_its_own_inputs_or_twice_the_same_output_is_refused(tmp_path):
+    from core.errors import UserError
+    from orchestration.config import ConfigError
+    from orchestration.lifecycle.stores import check_stores
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("une phrase\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("a user's file")
+
+    def config(output, inputs=tmp_path / "in" / "a.txt", times=1):
+        store = f"{{lang: fr, inputs: [{inputs}], output: {output}}}"
+        return load_config(None, [f"registry.stores=[{', '.join([store] * times)}]"])
+
+    with pytest.raises(UserError, match=r"registry.stores\[0\] \(fr\).output: .*\(notes.txt\).*move them away"):
+        check_stores(config(tmp_path / "out"))
+    assert (tmp_path / "out" / "notes.txt").read_text() == "a user's file"
+    with pytest.raises(UserError, match=r"registry.stores\[0\] \(fr\).inputs"):
+        check_stores(config(tmp_path / "in", tmp_path / "in" / "a.txt"))
+    with pytest.raises(ConfigError, match="two stores write the same output"):
+        config(tmp_path / "new", times=2)
+
+
 def test_a_store_of_an_earlier_layout_is_named_in_a_warning_and_one_not_written_yet_is_embedded(
     tmp_path, monkeypatch, caplog
 ):
